@@ -1,0 +1,40 @@
+# Two set-up commands, both self-contained on a fresh machine with Python 3.11 and Java 17:
+#   make run   - create .venv, install sparkmq, start the broker (sparkmq serve) on ./data
+#   make test  - create .venv, install sparkmq with test extras, run the whole suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STORE_DIR ?= data
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: run test lint typecheck bench clean venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade --quiet pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[test,dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(BIN)/sparkmq serve --store-dir $(STORE_DIR) --host $(HOST) --port $(PORT)
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+bench: venv
+	$(BIN)/python -m bench.store_bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,55 @@
+"""``DispatchBatch``: the columnar hand-off from the CommitLog to its derived structures.
+
+Both the put path (from the encoder's own arrays, no re-parse) and recovery/catch-up (by
+scanning CommitLog bytes) describe consecutive CommitLog records as one ``DispatchBatch``;
+the ConsumeQueue and IndexFile builders consume it. One entry per message, all arrays of
+equal length ``n``, in CommitLog order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchBatch:
+    #: Absolute CommitLog offset of each record.
+    commitlog_offsets: I64
+    #: TOTALSIZE of each record.
+    sizes: I32
+    #: ConsumeQueue tagsCode: Java String.hashCode of TAGS (0 without tags); deliver
+    #: timestamp (ms) for SCHEDULE_TOPIC_XXXX.
+    tags_codes: I64
+    queue_ids: I32
+    queue_offsets: I64
+    store_timestamps_ms: I64
+    sys_flags: I32
+    #: Index into ``topics`` for each record (dictionary encoding of the topic column).
+    topic_codes: I32
+    topics: tuple[str, ...]
+    #: Raw ``UNIQ_KEY`` property per record (None when absent).
+    uniq_keys: tuple[str | None, ...]
+    #: Raw ``KEYS`` property per record (space-separated tokens; None when absent).
+    keys: tuple[str | None, ...]
+
+    def __len__(self) -> int:
+        return len(self.commitlog_offsets)
+
+    @property
+    def end_offset(self) -> int:
+        """CommitLog offset just after the last record (0 for an empty batch)."""
+        if len(self) == 0:
+            return 0
+        return int(self.commitlog_offsets[-1]) + int(self.sizes[-1])
+
+    @staticmethod
+    def empty() -> DispatchBatch:
+        z64 = np.zeros(0, dtype=np.int64)
+        z32 = np.zeros(0, dtype=np.int32)
+        return DispatchBatch(z64, z32, z64, z32, z64, z64, z32, z32, (), (), ())
