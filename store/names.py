@@ -1,0 +1,113 @@
+"""Topic and consumer-group names: RocketMQ's ``TopicValidator`` rules, plus what a directory needs.
+
+Topic names become directory names (``consumequeue/{topic}/``) and JSON keys
+(``topic@group`` in ``consumerOffset.json``), so the charset ``[%|a-zA-Z0-9_-]`` is the only
+one accepted: it has no path separator, no ``.``, no ``@`` and no whitespace.
+
+* topic: 1..127 characters; retry/DLQ topics (``%RETRY%group``, ``%DLQ%group``) up to 255.
+* group: 1..120 characters.
+* reserved system topics (:data:`SYSTEM_TOPICS`) and the ``rmq_sys_`` prefix are refused for
+  user topics; the store itself passes ``allow_system=True`` for the topics it owns.
+"""
+
+from __future__ import annotations
+
+import re
+
+from store.errors import InvalidGroupName, InvalidTopicName
+
+#: Delay-level messages wait here (queue ``level - 1``) until due.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: Transactional half (prepared) messages.
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+#: Transaction op messages ("d" = done) that mark half messages as resolved.
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
+AUTO_CREATE_TOPIC = "TBW102"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+BENCHMARK_TOPIC = "BenchmarkTest"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+SYSTEM_TOPICS: frozenset[str] = frozenset(
+    {
+        AUTO_CREATE_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+RETRY_TOPIC_PREFIX = "%RETRY%"
+DLQ_TOPIC_PREFIX = "%DLQ%"
+
+TOPIC_MAX_LENGTH = 127
+RETRY_TOPIC_MAX_LENGTH = 255
+GROUP_MAX_LENGTH = 120
+
+_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def is_system_topic(topic: str) -> bool:
+    """True for the reserved names and anything starting with ``rmq_sys_``."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_retry_or_dlq_topic(topic: str) -> bool:
+    return topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX))
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%{group}`` (the group is validated)."""
+    return RETRY_TOPIC_PREFIX + validate_group(group)
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%{group}`` (the group is validated)."""
+    return DLQ_TOPIC_PREFIX + validate_group(group)
+
+
+def _charset_problem(name: str) -> str | None:
+    if _VALID_NAME.fullmatch(name):
+        return None
+    bad = sorted({ch for ch in name if not _VALID_NAME.fullmatch(ch)})
+    return f"contains characters outside [%|a-zA-Z0-9_-]: {''.join(bad)!r}"
+
+
+def validate_topic(topic: str, *, allow_system: bool = False) -> str:
+    """Return ``topic`` or raise :class:`InvalidTopicName` saying why it is refused.
+
+    ``allow_system=True`` accepts the reserved system topics (the store's own use).
+    """
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopicName("topic name is empty")
+    limit = RETRY_TOPIC_MAX_LENGTH if is_retry_or_dlq_topic(topic) else TOPIC_MAX_LENGTH
+    if len(topic) > limit:
+        raise InvalidTopicName(f"topic name is {len(topic)} characters long; the limit is {limit}")
+    problem = _charset_problem(topic)
+    if problem is not None:
+        raise InvalidTopicName(f"topic name {topic!r} {problem}")
+    if not allow_system and is_system_topic(topic):
+        raise InvalidTopicName(f"topic name {topic!r} is reserved for the system")
+    return topic
+
+
+def validate_group(group: str) -> str:
+    """Return ``group`` or raise :class:`InvalidGroupName` saying why it is refused."""
+    if not isinstance(group, str) or not group:
+        raise InvalidGroupName("group name is empty")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidGroupName(
+            f"group name is {len(group)} characters long; the limit is {GROUP_MAX_LENGTH}"
+        )
+    problem = _charset_problem(group)
+    if problem is not None:
+        raise InvalidGroupName(f"group name {group!r} {problem}")
+    return group
