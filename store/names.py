@@ -104,9 +104,7 @@ def validate_group(group: str) -> str:
     if not isinstance(group, str) or not group:
         raise InvalidGroupName("group name is empty")
     if len(group) > GROUP_MAX_LENGTH:
-        raise InvalidGroupName(
-            f"group name is {len(group)} characters long; the limit is {GROUP_MAX_LENGTH}"
-        )
+        raise InvalidGroupName(f"group name is {len(group)} characters long; the limit is {GROUP_MAX_LENGTH}")
     problem = _charset_problem(group)
     if problem is not None:
         raise InvalidGroupName(f"group name {group!r} {problem}")
