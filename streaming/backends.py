@@ -1,0 +1,247 @@
+"""Where the Spark source gets its data: a store directory or a broker over HTTP.
+
+:class:`Backend` is the small seam the source needs — queue heads, offset-for-timestamp, an
+Arrow read of a queue range and the group-offset commit. Two implementations return
+identical rows:
+
+* :class:`PathBackend` reads a store directory with the lock-free :class:`store.StoreReader`
+  (ConsumeQueue + CommitLog files, mmap'd). Group offsets have to go through the store's
+  *owner* (only it may write ``consumerOffset.json``): see :class:`PathBackend.commit_group_offsets`.
+* :class:`EndpointBackend` talks to ``sparkmq serve`` with httpx; message ranges arrive as
+  Arrow IPC streams (no Python object per message).
+
+Backends are cached per process (:func:`backend_for`): Spark reuses its Python workers, so
+executor tasks keep their open StoreReaders / HTTP connection pools across batches.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store.arrow_schema import MESSAGE_SCHEMA
+from store.errors import SparkMQError, StoreError
+from store.types import Boundary, GetStatus
+
+#: ``{queue_id: (min_offset, max_offset)}``; max offset = next offset to be written.
+QueueHeads = dict[int, tuple[int, int]]
+
+
+class BackendError(StoreError):
+    """The source could not talk to its store or broker (or got an answer it cannot use)."""
+
+    code = "backend_error"
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """One read of a queue range (mirrors ``store.BatchReadResult``)."""
+
+    status: GetStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    batch: pa.RecordBatch
+
+
+class Backend(Protocol):
+    def queue_heads(self, topic: str) -> QueueHeads:
+        """Per-queue (min, max) offsets; ``{}`` when the topic does not exist (yet)."""
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Leftmost offset whose store time >= ``timestamp_ms`` (max offset if none)."""
+
+    def read_range(
+        self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
+    ) -> ReadChunk:
+        """Read at most ``max_messages`` units of ``[offset, end_offset)``, filtered by ``tags``."""
+
+    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Store ``offsets`` (next offset to consume per queue) as ``topic@group``."""
+
+
+# -- path mode ---------------------------------------------------------------------------------
+
+
+class PathBackend:
+    """A store directory read without its lock.
+
+    The :class:`store.StoreReader` is opened lazily (the object must stay cheap to build on
+    every Spark worker). Group offsets are written by briefly opening the store as its owner
+    (:meth:`commit_group_offsets`), which only works while no other process holds it; with a
+    running broker give the source ``endpoint`` as well and offsets go over HTTP instead.
+    """
+
+    def __init__(self, store_dir: str) -> None:
+        self.store_dir = store_dir
+        self._reader: Any = None
+        self._lock = threading.Lock()
+
+    def _store_reader(self) -> Any:
+        with self._lock:
+            if self._reader is None:
+                from store import StoreReader
+
+                self._reader = StoreReader.open(self.store_dir)
+            return self._reader
+
+    def queue_heads(self, topic: str) -> QueueHeads:
+        reader = self._store_reader()
+        if not reader.has_topic(topic):
+            return {}
+        return {int(q): (int(lo), int(hi)) for q, (lo, hi) in reader.queue_offsets(topic).items()}
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return int(self._store_reader().offset_for_timestamp(topic, queue_id, timestamp_ms, Boundary.LOWER))
+
+    def read_range(
+        self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
+    ) -> ReadChunk:
+        res = self._store_reader().read_batch(
+            topic, queue_id, offset, max_messages, tag_expression=tags, end_offset=end_offset
+        )
+        return ReadChunk(res.status, res.next_offset, res.min_offset, res.max_offset, res.batch)
+
+    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        from store import MessageStore
+
+        with MessageStore.open_existing(self.store_dir) as owner:
+            owner.commit_offsets(group, topic, dict(offsets))
+
+
+# -- endpoint mode -----------------------------------------------------------------------------
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+
+class EndpointBackend:
+    """A broker's HTTP API (``ingest_api``), one pooled httpx client per process."""
+
+    def __init__(self, base_url: str, timeout_s: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _http(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
+            return self._client
+
+    def _get(self, url: str, **kwargs: Any) -> Any:
+        try:
+            return self._http().get(url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise BackendError(f"GET {self.base_url}{url} failed: {exc!r}") from exc
+
+    def queue_heads(self, topic: str) -> QueueHeads:
+        resp = self._get(f"/topics/{topic}")
+        if resp.status_code == 404:
+            return {}
+        _raise_for_status(resp)
+        return _parse_queue_heads(resp.json())
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        resp = self._get(
+            f"/topics/{topic}/queues/{queue_id}/offset",
+            params={"timestamp_ms": timestamp_ms, "boundary": "lower"},
+        )
+        _raise_for_status(resp)
+        return int(resp.json()["offset"])
+
+    def read_range(
+        self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
+    ) -> ReadChunk:
+        want = max(0, min(max_messages, end_offset - offset))
+        params: dict[str, Any] = {"offset": offset, "max_messages": want, "end_offset": end_offset}
+        if tags != "*":
+            params["tags"] = tags
+        resp = self._get(
+            f"/topics/{topic}/queues/{queue_id}/messages", params=params, headers={"Accept": ARROW_STREAM}
+        )
+        if resp.status_code == 404:
+            return ReadChunk(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, 0, 0, _empty_batch())
+        _raise_for_status(resp)
+        status = GetStatus(resp.headers.get("X-Status", GetStatus.FOUND.value))
+        next_offset = int(resp.headers["X-Next-Offset"])
+        min_offset = int(resp.headers["X-Min-Offset"])
+        max_offset = int(resp.headers["X-Max-Offset"])
+        batch = _ipc_to_batch(resp.content)
+        if batch.num_rows and next_offset > end_offset:
+            # The broker may count matched messages rather than units: never cross the planned end.
+            keep = pc.less(batch.column("queue_offset"), pa.scalar(end_offset, pa.int64()))
+            batch = batch.filter(keep)
+            next_offset = end_offset
+        return ReadChunk(status, next_offset, min_offset, max_offset, batch)
+
+    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        body = {"topic": topic, "offsets": {str(q): int(o) for q, o in sorted(offsets.items())}}
+        try:
+            resp = self._http().put(f"/groups/{group}/offsets", json=body)
+        except httpx.HTTPError as exc:
+            raise BackendError(f"PUT {self.base_url}/groups/{group}/offsets failed: {exc!r}") from exc
+        _raise_for_status(resp)
+
+
+def _raise_for_status(resp: Any) -> None:
+    if resp.status_code >= 400:
+        request = resp.request
+        raise BackendError(f"{request.method} {request.url} -> HTTP {resp.status_code}: {resp.text[:300]}")
+
+
+def _parse_queue_heads(doc: Any) -> QueueHeads:
+    queues = doc.get("queues", doc) if isinstance(doc, dict) else doc
+    heads: QueueHeads = {}
+    if isinstance(queues, dict):
+        for queue_id, entry in queues.items():
+            heads[int(queue_id)] = (int(entry["min_offset"]), int(entry["max_offset"]))
+    else:
+        for entry in queues:
+            heads[int(entry["queue_id"])] = (int(entry["min_offset"]), int(entry["max_offset"]))
+    return heads
+
+
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=MESSAGE_SCHEMA)
+
+
+def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
+    if not payload:
+        return _empty_batch()
+    reader = pa.ipc.open_stream(pa.py_buffer(payload))
+    batches = list(reader)
+    if not batches:
+        return _empty_batch()
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+# -- per-process cache -------------------------------------------------------------------------
+
+_BACKENDS: dict[tuple[str, str], Backend] = {}
+_BACKENDS_LOCK = threading.Lock()
+
+
+def backend_for(mode: str, location: str, timeout_s: float = 30.0) -> Backend:
+    """The process-wide backend for a store directory (``mode="path"``) or broker URL."""
+    key = (mode, location)
+    with _BACKENDS_LOCK:
+        backend = _BACKENDS.get(key)
+        if backend is None:
+            backend = PathBackend(location) if mode == "path" else EndpointBackend(location, timeout_s)
+            _BACKENDS[key] = backend
+        return backend
+
+
+def is_backend_fault(exc: BaseException) -> bool:
+    """Faults the group-offset mirror tolerates (logged, retried on the next trigger)."""
+    return isinstance(exc, SparkMQError | OSError)
