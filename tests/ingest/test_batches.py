@@ -1,0 +1,171 @@
+"""Decoding of messages:batch bodies (JSON, NDJSON, Arrow): pure, no store."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from ingest_api import batches
+from ingest_api.errors import ApiError
+from ingest_api.producing import arrow_messages, arrow_queue_ids, sharding_queue, sharding_queues
+
+
+def arrow_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def refused(call: object, *args: object) -> ApiError:
+    with pytest.raises(ApiError) as info:
+        call(*args)  # type: ignore[operator]
+    return info.value
+
+
+class TestJson:
+    def test_valid_batch(self) -> None:
+        raw = json.dumps({"messages": [{"body": "a"}, {"body_base64": "AAE=", "tags": "t", "keys": ["k"]}]})
+        entries = batches.parse_json_batch(raw.encode(), 10)
+        assert [e.to_message("t", None).body for e in entries] == [b"a", b"\x00\x01"]
+
+    def test_bad_entry_names_its_index(self) -> None:
+        raw = json.dumps({"messages": [{"body": "a"}, {"body": "b"}, {"tags": "no body"}]})
+        err = refused(batches.parse_json_batch, raw.encode(), 10)
+        assert (err.status, err.code, err.extra["index"]) == (422, "invalid_batch_entry", 2)
+
+    @pytest.mark.parametrize(
+        "entry",
+        [
+            {"body": "a", "body_base64": "YQ=="},
+            {"body_base64": "not base64!"},
+            {"body": "a", "queue_id": 1, "sharding_key": "k"},
+            {"body": "a", "keys": ["has space"]},
+            {"body": "a", "tags": "a||b"},
+            {"body": "a", "properties": {"TAGS": "x"}},
+            {"body": "a", "properties": {"p": "x\x01y"}},
+            {"body": "a", "delay_level": 19},
+            {"body": "a", "queue_id": -1},
+            {"body": "a", "unknown": 1},
+        ],
+    )
+    def test_invalid_fields(self, entry: dict[str, object]) -> None:
+        raw = json.dumps({"messages": [{"body": "ok"}, entry]})
+        err = refused(batches.parse_json_batch, raw.encode(), 10)
+        assert err.extra["index"] == 1
+
+    def test_limits(self) -> None:
+        raw = json.dumps({"messages": [{"body": "a"}] * 3}).encode()
+        assert refused(batches.parse_json_batch, raw, 2).status == 413
+        assert refused(batches.parse_json_batch, b'{"messages": []}', 2).code == "empty_batch"
+        assert refused(batches.parse_json_batch, b"{nope", 2).code == "invalid_json"
+
+
+class TestNdjson:
+    def test_lines_and_blank_lines(self) -> None:
+        raw = b'{"body": "a"}\n\n{"body": "b", "tags": "t"}\n'
+        assert [e.body for e in batches.parse_ndjson_batch(raw, 10)] == ["a", "b"]
+
+    def test_bad_line_index(self) -> None:
+        raw = b'{"body": "a"}\n{"body": 1}\n'
+        err = refused(batches.parse_ndjson_batch, raw, 10)
+        assert (err.code, err.extra["index"]) == ("invalid_batch_entry", 1)
+
+    def test_limits(self) -> None:
+        assert refused(batches.parse_ndjson_batch, b'{"body":"a"}\n' * 3, 2).status == 413
+        assert refused(batches.parse_ndjson_batch, b"\n \n", 2).code == "empty_batch"
+
+
+class TestArrow:
+    def test_string_body_and_optional_columns(self) -> None:
+        table = pa.table(
+            {
+                "body": pa.array(["x", "yy"]),
+                "tags": pa.array(["a", None]),
+                "keys": pa.array([["k1", "k2"], None], pa.list_(pa.string())),
+                "properties": pa.array([[("p", "v")], None], pa.map_(pa.string(), pa.string())),
+                "queue_id": pa.array([None, 1], pa.int64()),
+                "sharding_key": pa.array(["order-1", None]),
+            }
+        )
+        batch = batches.parse_arrow_batch(arrow_bytes(table), 10)
+        assert batch.body.type == pa.binary()
+        queue_ids = arrow_queue_ids("t", batch, 4)
+        assert queue_ids is not None
+        assert queue_ids.tolist() == [sharding_queue("order-1", 4), 1]
+        messages = arrow_messages("t", batch, queue_ids)
+        assert messages[0].body == b"x"
+        assert messages[0].keys == ("k1", "k2")
+        assert messages[0].properties == {"p": "v"}
+        assert messages[0].tags == "a"
+        assert messages[1].queue_id == 1
+        assert messages[1].tags is None
+
+    def test_round_robin_when_no_queue_columns(self) -> None:
+        batch = batches.parse_arrow_batch(arrow_bytes(pa.table({"body": pa.array([b"a"])})), 10)
+        assert arrow_queue_ids("t", batch, 4) is None
+        assert arrow_messages("t", batch, None)[0].queue_id is None
+
+    def test_unknown_queue_names_row(self) -> None:
+        table = pa.table({"body": pa.array([b"a", b"b"]), "queue_id": pa.array([0, 9], pa.int32())})
+        batch = batches.parse_arrow_batch(arrow_bytes(table), 10)
+        err = refused(arrow_queue_ids, "t", batch, 4)
+        assert (err.code, err.extra["index"]) == ("unknown_queue", 1)
+
+    @pytest.mark.parametrize(
+        ("columns", "index"),
+        [
+            ({"body": pa.array([b"a", None])}, 1),
+            ({"body": pa.array([b"a", b"b"]), "tags": pa.array(["ok", "x||y"])}, 1),
+            ({"body": pa.array([b"a", b"b"]), "keys": pa.array([["ok"], ["o", "bad key"]])}, 1),
+            (
+                {
+                    "body": pa.array([b"a", b"b"]),
+                    "properties": pa.array([[("KEYS", "v")], []], pa.map_(pa.string(), pa.string())),
+                },
+                0,
+            ),
+            ({"body": pa.array([b"a", b"b"]), "queue_id": pa.array([0, -1])}, 1),
+            ({"body": pa.array([b"a", b"b"]), "delay_level": pa.array([1, 30])}, 1),
+            (
+                {
+                    "body": pa.array([b"a", b"b"]),
+                    "queue_id": pa.array([None, 1]),
+                    "sharding_key": pa.array([None, "k"]),
+                },
+                1,
+            ),
+        ],
+    )
+    def test_invalid_rows(self, columns: dict[str, pa.Array], index: int) -> None:
+        err = refused(batches.parse_arrow_batch, arrow_bytes(pa.table(columns)), 10)
+        assert err.extra["index"] == index, err.message
+
+    def test_shape_errors(self) -> None:
+        assert refused(batches.parse_arrow_batch, b"garbage", 10).code == "invalid_arrow_batch"
+        no_body = arrow_bytes(pa.table({"tags": pa.array(["a"])}))
+        assert refused(batches.parse_arrow_batch, no_body, 10).code == "invalid_arrow_batch"
+        extra = arrow_bytes(pa.table({"body": pa.array([b"a"]), "color": pa.array([1])}))
+        assert "color" in refused(batches.parse_arrow_batch, extra, 10).message
+        wrong_type = arrow_bytes(pa.table({"body": pa.array([b"a"]), "queue_id": pa.array(["x"])}))
+        assert refused(batches.parse_arrow_batch, wrong_type, 10).code == "invalid_arrow_batch"
+        many = arrow_bytes(pa.table({"body": pa.array([b"a"] * 3)}))
+        assert refused(batches.parse_arrow_batch, many, 2).status == 413
+        empty = arrow_bytes(pa.table({"body": pa.array([], pa.binary())}))
+        assert refused(batches.parse_arrow_batch, empty, 2).code == "empty_batch"
+
+
+def test_body_size_check_names_row() -> None:
+    err = refused(batches.check_body_sizes, pa.array([1, 5, 9]), 4)
+    assert (err.status, err.extra["index"]) == (413, 1)
+
+
+def test_sharding_matches_rocketmq_select_by_hash() -> None:
+    # Java: Math.abs("order-42".hashCode() % 8)
+    keys = ["order-42", "", "é", "a" * 40]
+    expected = [sharding_queue(k, 8) for k in keys]
+    assert sharding_queues(keys, 8).tolist() == expected
+    assert all(0 <= q < 8 for q in expected)
+    assert sharding_queue("abc", 8) == abs(96354) % 8  # "abc".hashCode() == 96354
