@@ -181,7 +181,8 @@ class ConsumeQueue:
 
     Offsets are queue offsets (unit indexes). ``min_offset`` is the first readable unit,
     ``max_offset`` the next one to be written. Writes come from one dispatcher thread; reads
-    may run concurrently from any thread (file lists are replaced, never mutated in place).
+    may run concurrently from any thread: file lists are replaced, never mutated in place, and
+    a deleted file is only unlinked, its mapping released when the last reader drops it.
     """
 
     def __init__(self, directory: Path, units_per_file: int, *, read_only: bool = False) -> None:
@@ -414,7 +415,6 @@ class ConsumeQueue:
         """Zero units from ``new_max`` on and delete files that start at or after it."""
         keep = [f for f in self._files if f.first_offset < new_max]
         for f in self._files[len(keep) :]:
-            f.close()
             f.path.unlink(missing_ok=True)
         self._files = keep
         if keep:
@@ -461,10 +461,8 @@ class ConsumeQueue:
         deleted = 0
         with self._lock:
             while len(self._files) > 1 and int(self._files[0].units["offset"][-1]) < min_commitlog_offset:
-                f = self._files[0]
+                self._files[0].path.unlink(missing_ok=True)
                 self._files = self._files[1:]
-                f.close()
-                f.path.unlink(missing_ok=True)
                 deleted += 1
         self.correct_min_offset(min_commitlog_offset)
         return deleted
@@ -484,8 +482,6 @@ class ConsumeQueue:
                 if f is None:
                     break
                 files.append(f)
-            for gone in known.values():
-                gone.close()
             self._files = files
             if files:
                 start = next((i for i, f in enumerate(files) if f.end_offset > self._max), len(files))
