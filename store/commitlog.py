@@ -1,0 +1,431 @@
+"""The CommitLog: every message of every topic, appended to one sequence of mapped files.
+
+It is the store's only source of truth: the ConsumeQueue and the IndexFile are rebuilt from
+:meth:`CommitLog.scan`. A record never straddles two files: when ``size + 8 > bytes left``
+the file is closed with an 8-byte BLANK record and the record goes to the next file
+(RocketMQ's END_OF_FILE_MIN_BLANK_LENGTH rule); see :mod:`store.codec` for the layout.
+
+Appends are serialised by one lock and all-or-nothing: every file a batch needs is created
+before the first byte is written, and a failed write is rolled back by zeroing what it wrote.
+
+Recovery is an explicit, linear procedure (:meth:`recover_normally`,
+:meth:`recover_abnormally`): walk records from a starting file, stop at the first one that
+does not check out, truncate everything after it and log file, offset and reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from store.batch_codec import I32, I64, EncodedBatch
+from store.codec import (
+    BLANK_RECORD,
+    END_OF_FILE_MIN_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    RECORD_HEADER,
+    STORE_TIMESTAMP_POS,
+    RecordCheck,
+    RecordHeader,
+    RecordStatus,
+    check_record,
+    decode_record,
+    encode_blank,
+)
+from store.dispatch_batch import DispatchBatch
+from store.errors import CorruptStore, MessageTooLarge, StoreNotWritable
+from store.fs import FileSystem
+from store.java_hash import java_string_hash
+from store.mapped_file import MappedFile, MappedFileQueue
+from store.types import MessageView
+
+log = logging.getLogger("sparkmq.store")
+
+#: ``tags_code_for(topic, properties, store_timestamp_ms) -> tagsCode`` (the facade decides
+#: SCHEDULE_TOPIC_XXXX's deliver-time codes); :func:`default_tags_code` hashes TAGS.
+TagsCodeFn = Callable[[str, Mapping[str, str], int], int]
+
+#: Bytes read from a file at a time while scanning.
+SCAN_CHUNK_BYTES = 4 << 20
+
+
+def default_tags_code(topic: str, properties: Mapping[str, str], store_timestamp_ms: int) -> int:
+    """Java ``TAGS.hashCode()``, 0 without tags."""
+    tags = properties.get(PROPERTY_TAGS)
+    return java_string_hash(tags) if tags else 0
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a batch landed: absolute offset and size of every record."""
+
+    commitlog_offsets: I64
+    sizes: I32
+    #: CommitLog max offset after the append.
+    end_offset: int
+    #: Bytes written, blank records included.
+    wrote_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """What the last recovery did."""
+
+    #: Offset the walk started from (dispatch from here to rebuild derived structures).
+    start_offset: int
+    #: End of the last valid record; everything after it was truncated.
+    end_offset: int
+    #: Why the walk stopped ("end of data", "body CRC mismatch", ...).
+    reason: str
+
+
+@dataclass(slots=True)
+class _Stop:
+    """Where and why a walk over the records stopped."""
+
+    offset: int
+    reason: str = "end of data"
+    corrupt: bool = False
+
+
+@dataclass(slots=True)
+class _Write:
+    file_index: int  # index into the plan's files (0 = current last file)
+    data: memoryview
+
+
+class CommitLog:
+    """Mapped files under ``directory`` of ``file_size`` bytes each (thread-safe)."""
+
+    def __init__(self, directory: Path, file_size: int, fs: FileSystem | None = None) -> None:
+        self.queue = MappedFileQueue(directory, file_size, fs)
+        self.file_size = file_size
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+        self.last_recovery: RecoveryResult | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map the existing files (all marked full until a recovery trims them)."""
+        self.queue.load()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    # --- offsets --------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just after the last written byte."""
+        return self.queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_offset
+
+    def flush(self) -> int:
+        """fsync everything written; returns the flushed offset. Raises OSError."""
+        return self.queue.flush()
+
+    # --- append ---------------------------------------------------------------------------
+
+    def append(self, batch: EncodedBatch, store_timestamp_ms: int | None = None) -> AppendResult:
+        """Append every record of ``batch`` (patching PHYSICALOFFSET, and STORETIMESTAMP when
+        given, in the batch buffer). All or nothing: raises StoreNotWritable on I/O failure
+        with nothing visible, MessageTooLarge when a record can never fit in a file."""
+        with self._lock:
+            if self._broken is not None:
+                raise StoreNotWritable(f"commitlog is not writable: {self._broken}")
+            if store_timestamp_ms is not None:
+                batch.patch_store_timestamps(store_timestamp_ms)
+            offsets, writes, new_files = self._plan(batch)
+            batch.patch_physical_offsets(offsets)
+            self._execute(writes, new_files)
+            return AppendResult(
+                offsets, batch.sizes, self.queue.max_offset, sum(len(w.data) for w in writes)
+            )
+
+    def append_record(self, record: bytes, store_timestamp_ms: int | None = None) -> int:
+        """Append one encoded record; returns its CommitLog offset."""
+        result = self.append(EncodedBatch.from_records([record]), store_timestamp_ms)
+        return int(result.commitlog_offsets[0])
+
+    def _plan(self, batch: EncodedBatch) -> tuple[I64, list[_Write], int]:
+        """(offsets, writes, number of new files) for a batch, touching nothing."""
+        n = len(batch)
+        starts, sizes = batch.starts, batch.sizes.astype(np.int64)
+        ends = starts + sizes
+        if n and int(sizes.max()) + END_OF_FILE_MIN_BLANK > self.file_size:
+            raise MessageTooLarge(
+                f"record of {int(sizes.max())} bytes cannot fit in a {self.file_size}-byte commitlog file"
+            )
+        last = self.queue.last_file()
+        file_start = last.start_offset if last is not None else self.queue.max_offset
+        wrote = last.wrote_position if last is not None else 0
+        file_index, new_files = 0, 0 if last is not None and not last.is_full else 1
+        if last is not None and last.is_full:
+            file_start, wrote = file_start + self.file_size, 0
+        offsets = np.empty(n, dtype=np.int64)
+        writes: list[_Write] = []
+        view = memoryview(batch.buffer)  # type: ignore[arg-type]
+        i = 0
+        while i < n:
+            remaining = self.file_size - wrote
+            fits = int(np.searchsorted(ends[i:] - starts[i], remaining - END_OF_FILE_MIN_BLANK, "right"))
+            if fits == 0:
+                writes.append(_Write(file_index, memoryview(encode_blank(remaining))))
+                file_index, new_files = file_index + 1, new_files + 1
+                file_start, wrote = file_start + self.file_size, 0
+                continue
+            j = i + fits
+            offsets[i:j] = file_start + wrote + (starts[i:j] - starts[i])
+            writes.append(_Write(file_index, view[int(starts[i]) : int(ends[j - 1])]))
+            wrote += int(ends[j - 1] - starts[i])
+            i = j
+        return offsets, writes, new_files
+
+    def _execute(self, writes: list[_Write], new_files: int) -> None:
+        """Create the files, then write; on failure undo everything and raise."""
+        last = self.queue.last_file()
+        files: list[MappedFile] = [last] if last is not None and not last.is_full else []
+        created: list[MappedFile] = []
+        marks: list[tuple[MappedFile, int]] = []
+        try:
+            for _ in range(new_files):
+                created.append(self.queue.create_next())
+            files.extend(created)
+            for write in writes:
+                target = files[write.file_index]
+                if not marks or marks[-1][0] is not target:
+                    marks.append((target, target.wrote_position))
+                target.append(write.data)
+        except (OSError, ValueError) as exc:
+            self._roll_back(marks, created, exc)
+            raise StoreNotWritable(f"commitlog append failed, nothing written: {exc}") from exc
+
+    def _roll_back(
+        self, marks: list[tuple[MappedFile, int]], created: list[MappedFile], exc: Exception
+    ) -> None:
+        """Zero what the failed append wrote and delete the files it created."""
+        try:
+            for mapped, position in reversed(marks):
+                mapped.truncate_to(position)
+            for mapped in reversed(created):
+                self.queue.remove_file(mapped, f"rolling back a failed append ({exc})")
+        except (OSError, ValueError) as undo_exc:
+            self._broken = f"rollback after {exc!r} failed: {undo_exc!r}"
+            log.error("commitlog marked not writable: %s", self._broken)
+            raise StoreNotWritable(f"commitlog append failed and could not be undone: {undo_exc}") from exc
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at ``offset`` (within one file), or None if not (or no longer) there."""
+        mapped = self.queue.find_file(offset)
+        if mapped is None or size < 0:
+            return None
+        position = offset - mapped.start_offset
+        if position + size > mapped.wrote_position:
+            return None
+        try:
+            return mapped.read(position, size)
+        except ValueError:  # the file was deleted meanwhile
+            return None
+
+    def read_range(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of written data from ``offset``, never crossing a file end."""
+        mapped = self.queue.find_file(offset)
+        if mapped is None:
+            return b""
+        position = offset - mapped.start_offset
+        try:
+            return mapped.read(position, max(0, min(max_bytes, mapped.wrote_position - position)))
+        except ValueError:
+            return b""
+
+    def get_message(self, offset: int) -> MessageView | None:
+        """Decode the record at ``offset`` (None when absent or not a record)."""
+        head = self.read(offset, RECORD_HEADER.size)
+        if head is None or len(head) < BLANK_RECORD.size:
+            return None
+        size = int.from_bytes(head[:4], "big", signed=True)
+        raw = self.read(offset, size) if size > 0 else None
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except CorruptStore:
+            return None
+
+    def read_store_timestamp(self, offset: int) -> int | None:
+        """STORETIMESTAMP of the record at ``offset`` (RocketMQ ``pickupStoreTimestamp``)."""
+        raw = self.read(offset + STORE_TIMESTAMP_POS, 8)
+        return int.from_bytes(raw, "big", signed=True) if raw is not None and len(raw) == 8 else None
+
+    # --- scanning -------------------------------------------------------------------------
+
+    def _walk(self, from_offset: int, check_crc: bool, stop: _Stop) -> Iterator[tuple[int, RecordCheck]]:
+        """Yield (offset, check) of every valid record from ``from_offset`` up to the written
+        end; fills ``stop`` with where and why the walk ended."""
+        stop.offset = from_offset
+        mapped = self.queue.find_file(from_offset)
+        while mapped is not None:
+            position = from_offset - mapped.start_offset
+            limit = mapped.wrote_position
+            chunk_start, chunk = position, b""
+            while True:
+                if position >= limit:
+                    stop.reason = "end of data"
+                    return
+                rel = position - chunk_start
+                if rel + RECORD_HEADER.size > len(chunk) and chunk_start + len(chunk) < limit:
+                    chunk_start, rel = position, 0
+                    chunk = mapped.read(position, min(limit - position, SCAN_CHUNK_BYTES))
+                size = int.from_bytes(chunk[rel : rel + 4], "big", signed=True)
+                if size > len(chunk) - rel and chunk_start + len(chunk) < limit:
+                    chunk_start, rel = position, 0
+                    chunk = mapped.read(position, min(limit - position, max(size, SCAN_CHUNK_BYTES)))
+                check = check_record(chunk, rel, check_crc)
+                if check.status is RecordStatus.OK:
+                    yield mapped.start_offset + position, check
+                    position += check.size
+                    stop.offset = mapped.start_offset + position
+                    continue
+                if check.status is RecordStatus.BLANK:
+                    break
+                stop.reason, stop.corrupt = check.reason, check.status is RecordStatus.CORRUPT
+                return
+            nxt = self.queue.find_file(mapped.start_offset + self.file_size)
+            if nxt is None:
+                stop.reason = "blank record at the end of the last file"
+                return
+            mapped, from_offset = nxt, nxt.start_offset
+            stop.offset = from_offset
+
+    def scan(
+        self,
+        from_offset: int,
+        check_crc: bool = False,
+        *,
+        max_records: int = 4096,
+        tags_code_for: TagsCodeFn = default_tags_code,
+    ) -> Iterator[DispatchBatch]:
+        """Parse records from ``from_offset`` into DispatchBatch chunks of at most
+        ``max_records``, stopping at the written end or at the first bad record."""
+        stop = _Stop(from_offset)
+        rows: list[tuple[int, RecordCheck]] = []
+        for item in self._walk(from_offset, check_crc, stop):
+            rows.append(item)
+            if len(rows) >= max_records:
+                yield _dispatch_batch(rows, tags_code_for)
+                rows = []
+        if rows:
+            yield _dispatch_batch(rows, tags_code_for)
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover_normally(self, check_crc: bool) -> int:
+        """After a clean shutdown: check from the 3rd-last file on, truncate after the last
+        valid record; returns the valid end offset (see :attr:`last_recovery`)."""
+        files = self.queue.files
+        start = files[max(0, len(files) - 3)].start_offset if files else self.queue.max_offset
+        return self._recover(start, check_crc)
+
+    def recover_abnormally(self, min_timestamp_ms: int, check_crc: bool) -> int:
+        """After a crash: check from the newest file whose first record was stored at or
+        before ``min_timestamp_ms`` (the checkpoint's), truncate after the last valid record."""
+        files = self.queue.files
+        start = files[0].start_offset if files else self.queue.max_offset
+        for mapped in reversed(files):
+            first = _first_store_timestamp(mapped)
+            if first is not None and first <= min_timestamp_ms:
+                start = mapped.start_offset
+                break
+        return self._recover(start, check_crc)
+
+    def _recover(self, start: int, check_crc: bool) -> int:
+        stop = _Stop(start)
+        for _ in self._walk(start, check_crc, stop):
+            pass
+        end = stop.offset
+        mapped = self.queue.find_file(end) or self.queue.last_file()
+        where = mapped.path if mapped is not None else self.queue.directory
+        if stop.corrupt:
+            log.warning(
+                "commitlog recovery: truncating %s at offset %d (position %d): %s",
+                where,
+                end,
+                end - (mapped.start_offset if mapped is not None else 0),
+                stop.reason,
+            )
+        else:
+            log.info("commitlog recovery: valid data ends in %s at offset %d (%s)", where, end, stop.reason)
+        self.queue.truncate(end, reason=f"recovery: {stop.reason}")
+        self.last_recovery = RecoveryResult(start, end, stop.reason)
+        return end
+
+    # --- maintenance ----------------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything from ``offset`` on (HA / tests)."""
+        with self._lock:
+            self.queue.truncate(offset)
+
+    def delete_expired_files(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> int:
+        """Delete the oldest files last modified before ``expired_before_ms`` (every file but
+        the last when ``force``); returns how many were deleted."""
+        return len(self.queue.delete_expired(expired_before_ms, max_files, force))
+
+
+def _first_store_timestamp(mapped: MappedFile) -> int | None:
+    """STORETIMESTAMP of a file's first record (None if it does not start with one)."""
+    head = mapped.read(0, RECORD_HEADER.size)
+    if len(head) < RECORD_HEADER.size:
+        return None
+    header = RecordHeader._make(RECORD_HEADER.unpack(head))
+    if header.magic not in (MAGIC_V1, MAGIC_V2) or header.store_timestamp == 0:
+        return None
+    return int(header.store_timestamp)
+
+
+def _dispatch_batch(rows: list[tuple[int, RecordCheck]], tags_code_for: TagsCodeFn) -> DispatchBatch:
+    n = len(rows)
+    topic_index: dict[str, int] = {}
+    offsets = np.empty(n, np.int64)
+    sizes = np.empty(n, np.int32)
+    tags = np.empty(n, np.int64)
+    queue_ids = np.empty(n, np.int32)
+    queue_offsets = np.empty(n, np.int64)
+    store_ts = np.empty(n, np.int64)
+    sys_flags = np.empty(n, np.int32)
+    topic_codes = np.empty(n, np.int32)
+    uniq_keys: list[str | None] = []
+    keys: list[str | None] = []
+    for i, (offset, check) in enumerate(rows):
+        header, props = check.header, check.properties or {}
+        assert header is not None
+        offsets[i], sizes[i] = offset, check.size
+        queue_ids[i], queue_offsets[i] = header.queue_id, header.queue_offset
+        store_ts[i], sys_flags[i] = header.store_timestamp, header.sys_flag
+        topic_codes[i] = topic_index.setdefault(check.topic, len(topic_index))
+        tags[i] = tags_code_for(check.topic, props, header.store_timestamp)
+        uniq_keys.append(props.get(PROPERTY_UNIQ_KEY))
+        keys.append(props.get(PROPERTY_KEYS))
+    return DispatchBatch(
+        offsets, sizes, tags, queue_ids, queue_offsets, store_ts, sys_flags, topic_codes,
+        tuple(topic_index), tuple(uniq_keys), tuple(keys),
+    )

@@ -1,0 +1,300 @@
+"""The file-system seam under every mapped file (after tikv/raft-engine's ``FileSystem``).
+
+Mapped files never touch ``os``/``mmap`` directly: they go through a :class:`FileSystem`, so
+tests can swap in :class:`FaultyFileSystem` and make the Nth create, write or fsync fail
+(``OSError(ENOSPC)`` by default) to check that nothing is left half-written.
+
+A :class:`FileHandle` is one fixed-size file, preallocated at creation (so a full disk shows
+up as an error at creation, not as a SIGBUS on a later write into a sparse mapping) and
+memory-mapped for reading and writing.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from pathlib import Path
+from typing import Protocol
+
+#: Buffers a handle accepts for writing.
+Writable = bytes | bytearray | memoryview
+
+#: msync offsets must be multiples of this.
+PAGE_SIZE = mmap.ALLOCATIONGRANULARITY
+
+
+class FileHandle(Protocol):
+    """One open, fixed-size, memory-mapped file."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def write(self, position: int, data: Writable) -> None:
+        """Copy ``data`` to ``[position, position + len(data))``; raises OSError/ValueError."""
+        ...
+
+    def read(self, position: int, length: int) -> bytes:
+        """Copy of ``[position, position + length)`` clipped to the file size."""
+        ...
+
+    def sync(self, start: int, end: int) -> None:
+        """Make ``[start, end)`` durable (msync); raises OSError."""
+        ...
+
+    def close(self) -> None:
+        """Unmap and close; idempotent."""
+        ...
+
+
+class FileSystem(Protocol):
+    """Directory and file operations used by mapped files and the checkpoint."""
+
+    def create(self, path: Path, size: int) -> FileHandle:
+        """Create a new zero-filled file of ``size`` bytes (fails if it exists) and map it."""
+        ...
+
+    def open(self, path: Path) -> FileHandle:
+        """Map an existing file at its current size."""
+        ...
+
+    def resize(self, path: Path, size: int) -> None:
+        """Grow (with zeros) or shrink a closed file."""
+        ...
+
+    def file_size(self, path: Path) -> int: ...
+
+    def exists(self, path: Path) -> bool: ...
+
+    def remove(self, path: Path) -> None: ...
+
+    def list_dir(self, directory: Path) -> list[str]:
+        """Names in ``directory`` (empty if it does not exist)."""
+        ...
+
+    def make_dirs(self, directory: Path) -> None: ...
+
+    def mtime_ms(self, path: Path) -> int: ...
+
+    def sync_dir(self, directory: Path) -> None:
+        """fsync a directory so created/removed names are durable."""
+        ...
+
+
+class OsMappedHandle:
+    """:class:`FileHandle` over ``os`` file descriptors and ``mmap``."""
+
+    def __init__(self, path: Path, fd: int, size: int) -> None:
+        self._path = path
+        self._fd = fd
+        self._size = size
+        self._mmap: mmap.mmap | None = mmap.mmap(fd, size) if size > 0 else None
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _mapped(self) -> mmap.mmap:
+        if self._mmap is None:
+            raise ValueError(f"{self._path} is closed or empty")
+        return self._mmap
+
+    def write(self, position: int, data: Writable) -> None:
+        end = position + len(data)
+        if position < 0 or end > self._size:
+            raise ValueError(f"write [{position}, {end}) outside {self._path} of {self._size} bytes")
+        self._mapped()[position:end] = data
+
+    def read(self, position: int, length: int) -> bytes:
+        return self._mapped()[position : min(position + length, self._size)]
+
+    def sync(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        aligned = start - start % PAGE_SIZE
+        self._mapped().flush(aligned, end - aligned)
+
+    def close(self) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class OsFileSystem:
+    """The real file system."""
+
+    def create(self, path: Path, size: int) -> FileHandle:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:  # file systems without fallocate (tmpfs on old kernels, ...)
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.ftruncate(fd, size)
+            os.fsync(fd)
+            return OsMappedHandle(path, fd, size)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+
+    def open(self, path: Path) -> FileHandle:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            return OsMappedHandle(path, fd, os.fstat(fd).st_size)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def resize(self, path: Path, size: int) -> None:
+        os.truncate(path, size)
+
+    def file_size(self, path: Path) -> int:
+        return path.stat().st_size
+
+    def exists(self, path: Path) -> bool:
+        return path.exists()
+
+    def remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+    def list_dir(self, directory: Path) -> list[str]:
+        try:
+            return os.listdir(directory)
+        except FileNotFoundError:
+            return []
+
+    def make_dirs(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def mtime_ms(self, path: Path) -> int:
+        return path.stat().st_mtime_ns // 1_000_000
+
+    def sync_dir(self, directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _Countdown:
+    """Fires once, on the Nth call after being armed."""
+
+    def __init__(self) -> None:
+        self.remaining = 0
+        self.error = errno.ENOSPC
+        self.calls = 0
+
+    def arm(self, nth: int, error: int) -> None:
+        if nth < 1:
+            raise ValueError("nth is 1-based")
+        self.remaining, self.error = nth, error
+
+    def tick(self, what: str, path: Path) -> None:
+        self.calls += 1
+        if self.remaining == 0:
+            return
+        self.remaining -= 1
+        if self.remaining == 0:
+            raise OSError(self.error, f"injected {what} failure: {os.strerror(self.error)}", str(path))
+
+
+class _FaultyHandle:
+    """Wraps a handle; writes and syncs consult the owning :class:`FaultyFileSystem`."""
+
+    def __init__(self, inner: FileHandle, owner: FaultyFileSystem) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    @property
+    def path(self) -> Path:
+        return self._inner.path
+
+    @property
+    def size(self) -> int:
+        return self._inner.size
+
+    def write(self, position: int, data: Writable) -> None:
+        self._owner.before("write", self._inner.path)
+        self._inner.write(position, data)
+
+    def read(self, position: int, length: int) -> bytes:
+        return self._inner.read(position, length)
+
+    def sync(self, start: int, end: int) -> None:
+        self._owner.before("fsync", self._inner.path)
+        self._inner.sync(start, end)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class FaultyFileSystem:
+    """A :class:`FileSystem` that fails on demand (tests only).
+
+    ``fail_nth("write", 3)`` makes the third ``FileHandle.write`` from now raise
+    ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``) and ``"create"``. Each
+    trigger fires once. ``calls(kind)`` counts calls seen so far.
+    """
+
+    KINDS = ("write", "fsync", "create")
+
+    def __init__(self, inner: FileSystem | None = None) -> None:
+        self._inner: FileSystem = inner if inner is not None else OsFileSystem()
+        self._lock = threading.Lock()
+        self._triggers = {kind: _Countdown() for kind in self.KINDS}
+
+    def fail_nth(self, kind: str, nth: int = 1, error: int = errno.ENOSPC) -> None:
+        with self._lock:
+            self._triggers[kind].arm(nth, error)
+
+    def calls(self, kind: str) -> int:
+        return self._triggers[kind].calls
+
+    def before(self, kind: str, path: Path) -> None:
+        with self._lock:
+            self._triggers[kind].tick(kind, path)
+
+    def create(self, path: Path, size: int) -> FileHandle:
+        self.before("create", path)
+        return _FaultyHandle(self._inner.create(path, size), self)
+
+    def open(self, path: Path) -> FileHandle:
+        return _FaultyHandle(self._inner.open(path), self)
+
+    def resize(self, path: Path, size: int) -> None:
+        self._inner.resize(path, size)
+
+    def file_size(self, path: Path) -> int:
+        return self._inner.file_size(path)
+
+    def exists(self, path: Path) -> bool:
+        return self._inner.exists(path)
+
+    def remove(self, path: Path) -> None:
+        self._inner.remove(path)
+
+    def list_dir(self, directory: Path) -> list[str]:
+        return self._inner.list_dir(directory)
+
+    def make_dirs(self, directory: Path) -> None:
+        self._inner.make_dirs(directory)
+
+    def mtime_ms(self, path: Path) -> int:
+        return self._inner.mtime_ms(path)
+
+    def sync_dir(self, directory: Path) -> None:
+        self._inner.sync_dir(directory)

@@ -1,0 +1,257 @@
+"""CommitLog: appends across tiny files, all-or-nothing on I/O faults, scans, recovery."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store import codec
+from store.batch_codec import EncodedBatch
+from store.codec import RecordFields, encode_record
+from store.commitlog import CommitLog
+from store.errors import MessageTooLarge, StoreNotWritable
+from store.fs import FaultyFileSystem, FileSystem
+from store.java_hash import java_string_hash
+
+FILE_SIZE = 4096
+STORE_HOST = ("10.0.0.2", 10911)
+
+
+def record(i: int, body_len: int = 200, topic: str = "orders", store_ts: int | None = None) -> bytes:
+    return encode_record(
+        RecordFields(
+            topic=topic,
+            body=bytes([i % 251]) * body_len,
+            queue_id=i % 4,
+            queue_offset=i,
+            properties={"TAGS": f"tag{i % 3}", "KEYS": f"k{i:03d} x", "UNIQ_KEY": f"U{i:031d}"},
+            store_timestamp_ms=1000 + i if store_ts is None else store_ts,
+            store_host=STORE_HOST,
+        )
+    )
+
+
+REC = len(record(0))  # 361 bytes: 11 records + a blank fit in a 4 KiB file
+
+
+def open_log(path: Path, fs: FileSystem | None = None) -> CommitLog:
+    log = CommitLog(path, FILE_SIZE, fs)
+    log.load()
+    log.recover_normally(check_crc=True)
+    return log
+
+
+def test_append_and_read_back(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    first = log.append_record(record(0))
+    second = log.append_record(record(1))
+    assert (first, second) == (0, len(record(0)))
+    assert log.max_offset == 2 * len(record(0))
+    view = log.get_message(second)
+    assert view is not None
+    assert view.commitlog_offset == second
+    assert view.body == bytes([1]) * 200
+    assert view.msg_id == codec.encode_msg_id(STORE_HOST, second)
+    assert log.read_store_timestamp(second) == 1001
+    assert log.get_message(second + 1) is None
+    assert log.read(log.max_offset, 10) is None
+    assert log.flush() == log.max_offset == log.flushed_offset
+    log.close()
+
+
+def test_rolling_writes_blank_record_and_patches_offsets(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    size = REC
+    offsets = [log.append_record(record(i)) for i in range(25)]
+    assert offsets[11] == FILE_SIZE
+    assert offsets[22] == 2 * FILE_SIZE
+    blank = (tmp_path / "00000000000000000000").read_bytes()[11 * size : 11 * size + 8]
+    assert blank == codec.encode_blank(FILE_SIZE - 11 * size)
+    for i, offset in enumerate(offsets):
+        view = log.get_message(offset)
+        assert view is not None
+        assert (view.commitlog_offset, view.queue_offset) == (offset, i)
+    log.close()
+
+
+def test_batch_straddling_files_is_split_and_patched(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_record(record(0))
+    batch = EncodedBatch.from_records([record(i) for i in range(1, 30)])
+    result = log.append(batch, store_timestamp_ms=77)
+    offsets = result.commitlog_offsets.tolist()
+    assert offsets[:10] == [REC * i for i in range(1, 11)]
+    assert offsets[10] == FILE_SIZE
+    assert offsets[21] == 2 * FILE_SIZE
+    assert result.end_offset == log.max_offset == 2 * FILE_SIZE + 8 * REC
+    assert result.wrote_bytes == 29 * REC + 2 * 8
+    for i, offset in enumerate(offsets, start=1):
+        view = log.get_message(offset)
+        assert view is not None
+        assert (view.commitlog_offset, view.store_timestamp_ms, view.queue_offset) == (offset, 77, i)
+    scanned = list(log.scan(0, check_crc=True, max_records=7))
+    assert [len(b) for b in scanned] == [7, 7, 7, 7, 2]
+    assert np.concatenate([b.commitlog_offsets for b in scanned]).tolist() == [0, *offsets]
+    log.close()
+
+
+def test_record_larger_than_a_file_is_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    with pytest.raises(MessageTooLarge, match="cannot fit"):
+        log.append_record(record(0, body_len=FILE_SIZE))
+    assert log.max_offset == 0
+    log.close()
+
+
+@pytest.mark.parametrize(("kind", "nth"), [("create", 1), ("write", 2), ("write", 3)])
+def test_failed_append_leaves_nothing_behind(tmp_path: Path, kind: str, nth: int) -> None:
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs)
+    for i in range(5):
+        log.append_record(record(i))
+    before = log.max_offset
+    first_file = (tmp_path / "00000000000000000000").read_bytes()
+    fs.fail_nth(kind, nth, errno.ENOSPC)
+    with pytest.raises(StoreNotWritable, match="nothing written"):
+        log.append(EncodedBatch.from_records([record(i) for i in range(5, 20)]))
+    assert log.max_offset == before
+    assert (tmp_path / "00000000000000000000").read_bytes() == first_file
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000"]
+    # the log stays usable and a reopen sees exactly the five records
+    assert log.append_record(record(5)) == before
+    log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.max_offset == before + REC
+    reopened.close()
+
+
+def test_scan_fills_every_dispatch_field(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_record(record(0, topic="a"))
+    log.append_record(record(1, topic="b"))
+    log.append_record(encode_record(RecordFields(topic="a", body=b"", store_timestamp_ms=5)))
+    (batch,) = log.scan(0)
+    small = REC - len("orders") + 1
+    assert batch.commitlog_offsets.tolist() == [0, small, 2 * small]
+    assert batch.sizes.tolist() == [small, small, 92]
+    assert batch.tags_codes.tolist() == [java_string_hash("tag0"), java_string_hash("tag1"), 0]
+    assert batch.queue_ids.tolist() == [0, 1, 0]
+    assert batch.queue_offsets.tolist() == [0, 1, 0]
+    assert batch.store_timestamps_ms.tolist() == [1000, 1001, 5]
+    assert batch.topics == ("a", "b")
+    assert batch.topic_codes.tolist() == [0, 1, 0]
+    assert batch.uniq_keys == (f"U{0:031d}", f"U{1:031d}", None)
+    assert batch.keys == ("k000 x", "k001 x", None)
+    assert batch.end_offset == log.max_offset
+    (hooked,) = log.scan(small, tags_code_for=lambda topic, props, ts: ts * 2)
+    assert hooked.tags_codes.tolist() == [2002, 10]
+    log.close()
+
+
+def test_clean_reopen_recovers_to_the_same_end(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for i in range(30):
+        log.append_record(record(i))
+    end = log.max_offset
+    log.flush()
+    log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.max_offset == end
+    assert reopened.last_recovery is not None
+    assert "end of data" in reopened.last_recovery.reason
+    assert reopened.append_record(record(30)) == end
+    reopened.close()
+
+
+def _damaged(tmp_path: Path, damage: str) -> tuple[int, int]:
+    """Write 25 records (3 files), damage record 23; returns (its offset, file position)."""
+    log = open_log(tmp_path)
+    offsets = [log.append_record(record(i)) for i in range(25)]
+    log.close()
+    path = tmp_path / "00000000000000008192"
+    data = bytearray(path.read_bytes())
+    position = offsets[23] - 2 * FILE_SIZE
+    if damage == "truncate":
+        data = data[: position + 100]
+    elif damage == "flip":
+        data[position + codec.BODY_POS + 5] ^= 0xFF
+    elif damage == "zero":
+        data[position:] = bytes(len(data) - position)
+    path.write_bytes(bytes(data))
+    return offsets[23], position
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [("truncate", "do not add up"), ("flip", "body CRC mismatch"), ("zero", "end of data")],
+)
+def test_recovery_stops_at_first_bad_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str, reason: str
+) -> None:
+    offset, position = _damaged(tmp_path, damage)
+    log = CommitLog(tmp_path, FILE_SIZE)
+    log.load()
+    with caplog.at_level(logging.INFO, logger="sparkmq.store"):
+        end = log.recover_abnormally(min_timestamp_ms=10**12, check_crc=True)
+    assert end == offset == log.max_offset
+    assert log.last_recovery is not None
+    assert log.last_recovery.start_offset == 2 * FILE_SIZE  # newest file older than the checkpoint
+    assert reason in log.last_recovery.reason
+    messages = [r.getMessage() for r in caplog.records]
+    line = next(m for m in messages if "commitlog recovery" in m)
+    assert "00000000000000008192" in line
+    assert str(offset) in line
+    assert reason in line
+    if damage != "zero":
+        assert f"position {position}" in line
+    assert (tmp_path / "00000000000000008192").read_bytes()[position:] == bytes(FILE_SIZE - position)
+    assert log.get_message(offset - REC) is not None
+    assert log.append_record(record(99)) == offset
+    log.close()
+
+
+def test_abnormal_recovery_starts_from_checkpoint_file(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for i in range(33):
+        log.append_record(record(i, store_ts=1000 * (i // 11 + 1)))  # files start at 1000/2000/3000
+    end = log.max_offset
+    log.close()
+    for min_ts, start in [(2500, FILE_SIZE), (999, 0), (10**9, 2 * FILE_SIZE)]:
+        reopened = CommitLog(tmp_path, FILE_SIZE)
+        reopened.load()
+        assert reopened.recover_abnormally(min_ts, check_crc=True) == end
+        assert reopened.last_recovery is not None
+        assert reopened.last_recovery.start_offset == start
+        reopened.close()
+
+
+def test_normal_recovery_checks_only_the_last_three_files(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    offsets = [log.append_record(record(i)) for i in range(50)]  # 5 files
+    log.close()
+    reopened = CommitLog(tmp_path, FILE_SIZE)
+    reopened.load()
+    assert reopened.recover_normally(check_crc=True) == offsets[-1] + REC
+    assert reopened.last_recovery is not None
+    assert reopened.last_recovery.start_offset == 2 * FILE_SIZE
+    reopened.close()
+
+
+def test_truncate_and_delete_expired(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    offsets = [log.append_record(record(i)) for i in range(40)]
+    log.truncate(offsets[30])
+    assert log.max_offset == offsets[30]
+    assert log.get_message(offsets[31]) is None
+    for path in sorted(tmp_path.iterdir())[:2]:
+        os.utime(path, ns=(0, 0))
+    assert log.delete_expired_files(expired_before_ms=1) == 2
+    assert log.min_offset == 2 * FILE_SIZE
+    assert log.get_message(offsets[0]) is None
+    assert log.get_message(offsets[25]) is not None
+    log.close()

@@ -1,0 +1,54 @@
+"""The file-system seam: the real one and the one that fails on demand."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from store.fs import FaultyFileSystem, OsFileSystem
+
+
+def test_os_file_system_create_write_read_sync(tmp_path: Path) -> None:
+    fs = OsFileSystem()
+    path = tmp_path / "f"
+    handle = fs.create(path, 8192)
+    assert path.stat().st_size == 8192
+    handle.write(100, b"hello")
+    handle.sync(100, 105)
+    assert handle.read(98, 9) == b"\x00\x00hello\x00\x00"
+    assert handle.read(8190, 100) == b"\x00\x00"  # clipped to the file size
+    with pytest.raises(ValueError, match="outside"):
+        handle.write(8190, b"xyz")
+    handle.close()
+    handle.close()  # idempotent
+    assert path.read_bytes()[100:105] == b"hello"
+    with pytest.raises(FileExistsError):
+        fs.create(path, 8192)
+    assert fs.list_dir(tmp_path) == ["f"]
+    assert fs.list_dir(tmp_path / "missing") == []
+    fs.resize(path, 4096)
+    assert fs.file_size(path) == 4096
+    fs.remove(path)
+    assert not fs.exists(path)
+
+
+@pytest.mark.parametrize("kind", ["write", "fsync", "create"])
+def test_faulty_file_system_fails_the_nth_call_once(tmp_path: Path, kind: str) -> None:
+    fs = FaultyFileSystem()
+    fs.fail_nth(kind, 2, errno.ENOSPC)
+
+    def call(i: int) -> None:
+        handle = fs.create(tmp_path / f"f{i}", 4096)
+        handle.write(0, b"x")
+        handle.sync(0, 1)
+        handle.close()
+
+    call(0)
+    with pytest.raises(OSError) as info:
+        call(1)
+    assert info.value.errno == errno.ENOSPC
+    assert f"injected {kind}" in str(info.value)
+    call(2)
+    assert fs.calls(kind) == 3
