@@ -42,7 +42,7 @@ from store.codec import (
     encode_blank,
 )
 from store.dispatch_batch import DispatchBatch
-from store.errors import CorruptStore, MessageTooLarge, StoreNotWritable
+from store.errors import CorruptStore, DataLost, MessageTooLarge, StoreNotWritable
 from store.fs import FileSystem
 from store.java_hash import java_string_hash
 from store.mapped_file import MappedFile, MappedFileQueue
@@ -115,9 +115,20 @@ class CommitLog:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Map the existing files (all marked full until a recovery trims them)."""
-        self.queue.load()
+    def load(self, read_only: bool = False) -> None:
+        """Map the existing files (all marked full until a recovery trims them).
+
+        ``read_only``: follow a directory another process writes (no recovery, no appends;
+        call :meth:`refresh` to see new files)."""
+        self.queue.load(read_only)
+
+    def refresh(self) -> None:
+        """Read-only followers: pick up files created or deleted by the writer."""
+        self.queue.refresh()
+
+    @property
+    def file_size_bytes(self) -> int:
+        return self.file_size
 
     def close(self) -> None:
         self.queue.close()
@@ -148,6 +159,8 @@ class CommitLog:
         given, in the batch buffer). All or nothing: raises StoreNotWritable on I/O failure
         with nothing visible, MessageTooLarge when a record can never fit in a file."""
         with self._lock:
+            if self.queue.read_only:
+                raise StoreNotWritable("commitlog was opened read-only")
             if self._broken is not None:
                 raise StoreNotWritable(f"commitlog is not writable: {self._broken}")
             if store_timestamp_ms is not None:
@@ -245,6 +258,27 @@ class CommitLog:
             return mapped.read(position, size)
         except ValueError:  # the file was deleted meanwhile
             return None
+
+    def view(self, offset: int, length: int) -> memoryview:
+        """Zero-copy bytes ``[offset, offset + length)`` within one file.
+
+        Raises DataLost when the range is not in the CommitLog (deleted by retention, or not
+        written yet) or crosses a file end. The view stays valid if the file is deleted later.
+        """
+        mapped = self.queue.find_file(offset)
+        if mapped is None and self.queue.read_only:
+            self.queue.refresh()
+            mapped = self.queue.find_file(offset)
+        position = offset - mapped.start_offset if mapped is not None else 0
+        if mapped is None or length < 0 or position + length > mapped.wrote_position:
+            raise DataLost(
+                f"commitlog range [{offset}, {offset + length}) is not available "
+                f"(min offset {self.min_offset}, max offset {self.max_offset})"
+            )
+        try:
+            return mapped.view(position, length)
+        except ValueError as exc:  # closed by a concurrent deletion
+            raise DataLost(f"commitlog file {mapped.path} was deleted") from exc
 
     def read_range(self, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of written data from ``offset``, never crossing a file end."""

@@ -11,6 +11,7 @@ memory-mapped for reading and writing.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -42,6 +43,11 @@ class FileHandle(Protocol):
         """Copy of ``[position, position + length)`` clipped to the file size."""
         ...
 
+    def view(self, position: int, length: int) -> memoryview:
+        """Zero-copy ``[position, position + length)`` clipped to the file size. The view
+        stays valid after :meth:`close` (the mapping lives until the last view is released)."""
+        ...
+
     def sync(self, start: int, end: int) -> None:
         """Make ``[start, end)`` durable (msync); raises OSError."""
         ...
@@ -58,8 +64,8 @@ class FileSystem(Protocol):
         """Create a new zero-filled file of ``size`` bytes (fails if it exists) and map it."""
         ...
 
-    def open(self, path: Path) -> FileHandle:
-        """Map an existing file at its current size."""
+    def open(self, path: Path, read_only: bool = False) -> FileHandle:
+        """Map an existing file at its current size (read-only: writes raise)."""
         ...
 
     def resize(self, path: Path, size: int) -> None:
@@ -88,11 +94,12 @@ class FileSystem(Protocol):
 class OsMappedHandle:
     """:class:`FileHandle` over ``os`` file descriptors and ``mmap``."""
 
-    def __init__(self, path: Path, fd: int, size: int) -> None:
+    def __init__(self, path: Path, fd: int, size: int, read_only: bool = False) -> None:
         self._path = path
         self._fd = fd
         self._size = size
-        self._mmap: mmap.mmap | None = mmap.mmap(fd, size) if size > 0 else None
+        access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+        self._mmap: mmap.mmap | None = mmap.mmap(fd, size, access=access) if size > 0 else None
 
     @property
     def path(self) -> Path:
@@ -116,6 +123,9 @@ class OsMappedHandle:
     def read(self, position: int, length: int) -> bytes:
         return self._mapped()[position : min(position + length, self._size)]
 
+    def view(self, position: int, length: int) -> memoryview:
+        return memoryview(self._mapped())[position : min(position + length, self._size)]
+
     def sync(self, start: int, end: int) -> None:
         if end <= start:
             return
@@ -124,7 +134,8 @@ class OsMappedHandle:
 
     def close(self) -> None:
         if self._mmap is not None:
-            self._mmap.close()
+            with contextlib.suppress(BufferError):  # views still exported: unmapped when released
+                self._mmap.close()
             self._mmap = None
         if self._fd >= 0:
             os.close(self._fd)
@@ -150,10 +161,10 @@ class OsFileSystem:
             path.unlink(missing_ok=True)
             raise
 
-    def open(self, path: Path) -> FileHandle:
-        fd = os.open(path, os.O_RDWR)
+    def open(self, path: Path, read_only: bool = False) -> FileHandle:
+        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
         try:
-            return OsMappedHandle(path, fd, os.fstat(fd).st_size)
+            return OsMappedHandle(path, fd, os.fstat(fd).st_size, read_only)
         except BaseException:
             os.close(fd)
             raise
@@ -234,6 +245,9 @@ class _FaultyHandle:
     def read(self, position: int, length: int) -> bytes:
         return self._inner.read(position, length)
 
+    def view(self, position: int, length: int) -> memoryview:
+        return self._inner.view(position, length)
+
     def sync(self, start: int, end: int) -> None:
         self._owner.before("fsync", self._inner.path)
         self._inner.sync(start, end)
@@ -272,8 +286,8 @@ class FaultyFileSystem:
         self.before("create", path)
         return _FaultyHandle(self._inner.create(path, size), self)
 
-    def open(self, path: Path) -> FileHandle:
-        return _FaultyHandle(self._inner.open(path), self)
+    def open(self, path: Path, read_only: bool = False) -> FileHandle:
+        return _FaultyHandle(self._inner.open(path, read_only), self)
 
     def resize(self, path: Path, size: int) -> None:
         self._inner.resize(path, size)

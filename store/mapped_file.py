@@ -88,6 +88,10 @@ class MappedFile:
         """Copy of ``[position, position + length)`` clipped to the file size."""
         return self._handle.read(position, length)
 
+    def view(self, position: int, length: int) -> memoryview:
+        """Zero-copy ``[position, position + length)``; valid even after the file is deleted."""
+        return self._handle.view(position, length)
+
     def flush(self) -> int:
         """fsync ``[flushed, wrote)``; returns the new flushed position. Raises OSError."""
         with self._flush_lock:
@@ -135,21 +139,21 @@ class MappedFileQueue:
         self._lock = threading.Lock()
         #: Start offset of the next file when the queue is empty (kept across deletions).
         self._next_start = 0
+        self.read_only = False
 
     # --- loading --------------------------------------------------------------------------
 
-    def load(self) -> None:
+    def load(self, read_only: bool = False) -> None:
         """Map every file in the directory. All are marked full; recovery trims the last ones.
 
         A short *last* file (torn extension, manual truncation) is extended with zeros; a
-        file of the wrong size anywhere else raises CorruptStore.
+        file of the wrong size anywhere else raises CorruptStore. ``read_only`` maps files
+        for reading only and changes nothing on disk (a follower of another process).
         """
-        self.fs.make_dirs(self.directory)
-        named = sorted(
-            (start, name)
-            for name in self.fs.list_dir(self.directory)
-            if (start := file_name_to_offset(name)) is not None
-        )
+        self.read_only = read_only
+        if not read_only:
+            self.fs.make_dirs(self.directory)
+        named = self._list()
         files: list[MappedFile] = []
         for i, (start, name) in enumerate(named):
             path = self.directory / name
@@ -161,15 +165,45 @@ class MappedFileQueue:
             if actual != self.file_size:
                 if i != len(named) - 1 or actual > self.file_size:
                     raise CorruptStore(f"{path} is {actual} bytes, expected {self.file_size}")
+                if read_only:
+                    break  # the writer is still creating it
                 log.warning("extending short last file %s from %d to %d bytes", path, actual, self.file_size)
                 self.fs.resize(path, self.file_size)
-            mapped = MappedFile(self.fs.open(path), start)
-            mapped.wrote_position = mapped.flushed_position = self.file_size
-            files.append(mapped)
+            files.append(self._open(path, start))
         with self._lock:
             self._set_files(files)
             if files:
                 self._next_start = files[-1].start_offset + self.file_size
+
+    def refresh(self) -> None:
+        """Read-only followers: map files the writer created, drop files it deleted."""
+        present = {start for start, _ in self._list()}
+        with self._lock:
+            keep = [f for f in self._files if f.start_offset in present]
+            for gone in self._files:
+                if gone.start_offset not in present:
+                    gone.close()
+            nxt = keep[-1].start_offset + self.file_size if keep else min(present, default=self._next_start)
+            while nxt in present:
+                path = self.directory / offset_to_file_name(nxt)
+                if self.fs.file_size(path) != self.file_size:
+                    break
+                keep.append(self._open(path, nxt))
+                nxt += self.file_size
+            self._set_files(keep)
+            self._next_start = max(self._next_start, nxt)
+
+    def _list(self) -> list[tuple[int, str]]:
+        return sorted(
+            (start, name)
+            for name in self.fs.list_dir(self.directory)
+            if (start := file_name_to_offset(name)) is not None
+        )
+
+    def _open(self, path: Path, start: int) -> MappedFile:
+        mapped = MappedFile(self.fs.open(path, read_only=self.read_only), start)
+        mapped.wrote_position = mapped.flushed_position = self.file_size
+        return mapped
 
     def _set_files(self, files: list[MappedFile]) -> None:
         self._files = files

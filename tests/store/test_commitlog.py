@@ -14,7 +14,7 @@ from store import codec
 from store.batch_codec import EncodedBatch
 from store.codec import RecordFields, encode_record
 from store.commitlog import CommitLog
-from store.errors import MessageTooLarge, StoreNotWritable
+from store.errors import DataLost, MessageTooLarge, StoreNotWritable
 from store.fs import FaultyFileSystem, FileSystem
 from store.java_hash import java_string_hash
 
@@ -255,3 +255,37 @@ def test_truncate_and_delete_expired(tmp_path: Path) -> None:
     assert log.get_message(offsets[0]) is None
     assert log.get_message(offsets[25]) is not None
     log.close()
+
+
+def test_zero_copy_view_survives_deletion(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    offsets = [log.append_record(record(i)) for i in range(30)]
+    view = log.view(offsets[1], REC)
+    assert bytes(view) == record(1)[:28] + offsets[1].to_bytes(8, "big") + record(1)[36:]
+    assert log.file_size_bytes == FILE_SIZE
+    os.utime(tmp_path / "00000000000000000000", ns=(0, 0))
+    assert log.delete_expired_files(expired_before_ms=1) == 1
+    assert codec.decode_record(view).queue_offset == 1  # still mapped while the view lives
+    with pytest.raises(DataLost):
+        log.view(offsets[1], REC)
+    with pytest.raises(DataLost):
+        log.view(log.max_offset, 1)
+    log.close()
+
+
+def test_read_only_follower_sees_new_and_deleted_files(tmp_path: Path) -> None:
+    writer = open_log(tmp_path)
+    offsets = [writer.append_record(record(i)) for i in range(5)]
+    follower = CommitLog(tmp_path, FILE_SIZE)
+    follower.load(read_only=True)
+    assert codec.decode_record(follower.view(offsets[4], REC)).queue_offset == 4
+    offsets += [writer.append_record(record(i)) for i in range(5, 30)]  # two more files
+    assert codec.decode_record(follower.view(offsets[29], REC)).queue_offset == 29
+    with pytest.raises(StoreNotWritable, match="read-only"):
+        follower.append_record(record(0))
+    os.utime(tmp_path / "00000000000000000000", ns=(0, 0))
+    writer.delete_expired_files(expired_before_ms=1)
+    follower.refresh()
+    assert follower.min_offset == FILE_SIZE
+    follower.close()
+    writer.close()
