@@ -1,0 +1,181 @@
+"""Shared state of one running gateway: configuration, store, coordinator, producer state.
+
+Everything here lives on the gateway's event loop except the store, whose blocking calls go
+through :meth:`GatewayContext.run_blocking` (a thread pool owned by the gateway), so one slow
+read or fsync never stalls the other connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
+from ingest_api.kafka.framing import MAX_REQUEST_BYTES
+from ingest_api.kafka.producer_state import PRODUCER_IDS_FILE, ProducerIdAllocator, ProducerStateTable
+from ingest_api.kafka.store_port import KafkaStore
+from store.errors import InvalidArgument
+
+T = TypeVar("T")
+PartitionRef = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Gateway settings; ``validate()`` refuses contradictions."""
+
+    host: str = "127.0.0.1"
+    #: 0 picks a free port (tests); the bound port is ``KafkaGateway.port``.
+    port: int = 9092
+    #: Host/port put in Metadata and FindCoordinator answers (defaults: host/bound port).
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    node_id: int = 0
+    cluster_id: str = "sparkmq"
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 1000
+    max_session_timeout_ms: int = 1_800_000
+    #: How often session expiry and rebalance deadlines are checked.
+    coordinator_tick_ms: int = 100
+    executor_workers: int = 8
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    #: Upper bound on a Fetch's long-poll, whatever the client asks.
+    max_fetch_wait_ms: int = 30_000
+
+    def validate(self) -> GatewayConfig:
+        checks = [
+            (0 <= self.port < 65536, "port must be in [0, 65536)"),
+            (
+                self.advertised_port is None or 0 < self.advertised_port < 65536,
+                "advertised_port out of range",
+            ),
+            (self.node_id >= 0, "node_id must be >= 0"),
+            (self.initial_rebalance_delay_ms >= 0, "initial_rebalance_delay_ms must be >= 0"),
+            (
+                0 < self.min_session_timeout_ms <= self.max_session_timeout_ms,
+                "need 0 < min_session_timeout_ms <= max_session_timeout_ms",
+            ),
+            (self.coordinator_tick_ms > 0, "coordinator_tick_ms must be > 0"),
+            (self.executor_workers > 0, "executor_workers must be > 0"),
+            (self.max_request_bytes >= 1024, "max_request_bytes must be >= 1024"),
+            (self.max_fetch_wait_ms >= 0, "max_fetch_wait_ms must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidArgument(f"invalid GatewayConfig: {message}")
+        return self
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ArrivalNotifier:
+    """Wakes long-polling Fetches when the store dispatches new messages.
+
+    ``on_arrival`` is the store's arrival listener: it runs on a store thread and hops to the
+    loop with ``call_soon_threadsafe``. Waiters register one :class:`asyncio.Event` under
+    every partition they read *before* re-checking the store, so no arrival is missed.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiters: dict[PartitionRef, set[asyncio.Event]] = {}
+        self.closed = False
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if self.closed or (topic, queue_id) not in self._waiters:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._wake, (topic, queue_id))
+        except RuntimeError:  # loop already closed during shutdown
+            self.closed = True
+
+    def _wake(self, ref: PartitionRef) -> None:
+        for event in self._waiters.get(ref, ()):
+            event.set()
+
+    @contextmanager
+    def watch(self, refs: list[PartitionRef]) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        for ref in refs:
+            self._waiters.setdefault(ref, set()).add(event)
+        try:
+            yield event
+        finally:
+            for ref in refs:
+                waiters = self._waiters.get(ref)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiters[ref]
+
+
+@dataclass
+class GatewayContext:
+    store: KafkaStore
+    config: GatewayConfig
+    loop: asyncio.AbstractEventLoop
+    executor: ThreadPoolExecutor
+    coordinator: GroupCoordinator
+    producer_ids: ProducerIdAllocator
+    producers: ProducerStateTable = field(default_factory=ProducerStateTable)
+    #: Serialises idempotent appends per producer id (check + append + record).
+    producer_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    #: Kafka ``committed_metadata`` strings, keyed (group, topic, partition); in memory only.
+    commit_metadata: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    bound_port: int = 0
+    arrivals: ArrivalNotifier | None = None
+
+    @classmethod
+    def create(
+        cls, store: KafkaStore, config: GatewayConfig, loop: asyncio.AbstractEventLoop
+    ) -> GatewayContext:
+        coordinator = GroupCoordinator(
+            monotonic_ms,
+            CoordinatorConfig(
+                initial_rebalance_delay_ms=config.initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.min_session_timeout_ms,
+                max_session_timeout_ms=config.max_session_timeout_ms,
+            ),
+        )
+        config_dir = Path(store.config.store_dir) / "config"
+        return cls(
+            store=store,
+            config=config,
+            loop=loop,
+            executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),
+            coordinator=coordinator,
+            producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE),
+            arrivals=ArrivalNotifier(loop),
+        )
+
+    async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking store call on the gateway's thread pool."""
+        return await self.loop.run_in_executor(self.executor, functools.partial(fn, *args))
+
+    @property
+    def advertised_host(self) -> str:
+        return self.config.advertised_host or self.config.host
+
+    @property
+    def advertised_port(self) -> int:
+        return self.config.advertised_port or self.bound_port
+
+    def producer_lock(self, producer_id: int) -> asyncio.Lock:
+        lock = self.producer_locks.get(producer_id)
+        if lock is None:
+            lock = self.producer_locks[producer_id] = asyncio.Lock()
+        return lock
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """A stable per-topic UUID (Metadata v10+); never used to address topics."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"sparkmq:{self.config.cluster_id}:{topic}")

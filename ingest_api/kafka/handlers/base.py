@@ -1,0 +1,22 @@
+"""Types shared by every handler module."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ingest_api.kafka.codec import KafkaRequest
+from ingest_api.kafka.context import GatewayContext
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Who is on the other end of a socket (for DescribeGroups' client_host and logs)."""
+
+    connection_id: int
+    peer_host: str
+    peer_port: int
+
+
+#: Returns the framed response, or ``None`` when the client expects none (Produce acks=0).
+Handler = Callable[[GatewayContext, Connection, KafkaRequest], Awaitable[bytes | None]]

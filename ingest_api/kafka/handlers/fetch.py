@@ -1,0 +1,193 @@
+"""Fetch: ConsumeQueue range -> Arrow batch from the store -> one fresh RecordBatch v2.
+
+* Long poll: while fewer than ``min_bytes`` are ready the request parks on the arrival
+  notifier (woken by the store's arrival listener) until ``max_wait_ms`` passes; it never
+  blocks the loop, and the store reads run on the gateway's thread pool.
+* Limits: each partition gets at most ``partition_max_bytes``, the response at most
+  ``max_bytes`` in total, except that the first record of the first non-empty partition is
+  always returned (KIP-74) so an oversized message cannot wedge a consumer.
+* Fetch sessions (KIP-227) are not kept: ``session_id`` is always 0, so clients send full
+  fetches. ``records`` is never null (librdkafka rejects a null MessageSet).
+* ``high_watermark`` = ``last_stable_offset`` = the store's max offset (next offset to be
+  written, counting only dispatched messages), ``log_start_offset`` = its min offset; a
+  fetch offset outside ``[min, max]`` is OFFSET_OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ingest_api.kafka import codec
+from ingest_api.kafka.codec import KafkaRequest
+from ingest_api.kafka.context import GatewayContext
+from ingest_api.kafka.errors import ErrorCode
+from ingest_api.kafka.handlers.base import Connection
+from ingest_api.kafka.handlers.topics import partition_count
+from ingest_api.kafka.mapping import stored_record
+from ingest_api.kafka.records import KafkaRecord, encode_batch
+from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.versions import ApiKey
+
+#: Messages asked from the store per partition read (the byte budget usually stops earlier).
+MAX_MESSAGES_PER_READ = 10_000
+#: Assumed smallest encoded record, used to size a read from a byte budget.
+MIN_RECORD_BYTES = 24
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+
+
+@dataclass(slots=True)
+class PartitionData:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+def records_from_arrow(batch: pa.RecordBatch) -> tuple[list[int], list[KafkaRecord]]:
+    """(queue offsets, Kafka records) of a ``MESSAGE_SCHEMA`` batch."""
+    offsets = batch.column("queue_offset").to_pylist()
+    born_us = batch.column("born_timestamp").cast(pa.int64()).to_pylist()
+    keys = batch.column("keys").to_pylist()
+    bodies = batch.column("body").to_pylist()
+    properties = batch.column("properties").to_pylist()
+    records = [
+        stored_record(
+            (born or 0) // 1000,
+            body or b"",
+            " ".join(key_list) if key_list else None,
+            dict(props) if props else {},
+        )
+        for born, key_list, body, props in zip(born_us, keys, bodies, properties, strict=True)
+    ]
+    return offsets, records
+
+
+def encode_runs(offsets: list[int], records: list[KafkaRecord], max_bytes: int) -> bytes:
+    """Batches for runs of consecutive offsets (normally one), within ``max_bytes``."""
+    out: list[bytes] = []
+    used = 0
+    start = 0
+    while start < len(records):
+        end = start + 1
+        while end < len(records) and offsets[end] == offsets[end - 1] + 1:
+            end += 1
+        budget = max_bytes - used
+        if budget <= 0:
+            break
+        data, written = encode_batch(offsets[start], records[start:end], budget)
+        if data and out and used + len(data) > max_bytes:
+            break
+        out.append(data)
+        used += len(data)
+        if written < end - start:
+            break
+        start = end
+    return b"".join(out)
+
+
+def read_partition(
+    store: KafkaStore, request: PartitionFetch, budget: int, *, allow_oversize: bool = True
+) -> PartitionData:
+    """Blocking: one partition's answer using at most ``budget`` bytes of records.
+
+    With ``allow_oversize`` the first record is returned even when it alone exceeds the budget.
+    """
+    count = partition_count(store, request.topic)
+    if count is None or not 0 <= request.partition < count:
+        return PartitionData(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    low = store.min_offset(request.topic, request.partition)
+    high = store.max_offset(request.topic, request.partition)
+    result = PartitionData(ErrorCode.NONE, high, low)
+    if not low <= request.fetch_offset <= high:
+        result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+        return result
+    budget = min(budget, request.max_bytes)
+    if request.fetch_offset == high or budget <= 0:
+        return result
+    wanted = max(1, min(MAX_MESSAGES_PER_READ, budget // MIN_RECORD_BYTES, high - request.fetch_offset))
+    read = store.read_batch(request.topic, request.partition, request.fetch_offset, wanted)
+    if read.batch.num_rows:
+        offsets, records = records_from_arrow(read.batch)
+        encoded = encode_runs(offsets, records, budget)
+        if allow_oversize or len(encoded) <= budget:
+            result.records = encoded
+    return result
+
+
+def read_all(store: KafkaStore, requests: list[PartitionFetch], max_bytes: int) -> list[PartitionData]:
+    results: list[PartitionData] = []
+    remaining = max_bytes
+    for request in requests:
+        # KIP-74: until some partition returned data, one record may exceed the budget.
+        first = remaining == max_bytes
+        data = read_partition(store, request, max(remaining, 1) if first else remaining, allow_oversize=first)
+        remaining -= len(data.records)
+        results.append(data)
+    return results
+
+
+async def handle_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    requests = [
+        PartitionFetch(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for topic in body.topics
+        for p in topic.partitions
+    ]
+    max_bytes = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    wait_s = max(0, min(body.max_wait_ms, ctx.config.max_fetch_wait_ms)) / 1000
+    deadline = ctx.loop.time() + wait_s
+    assert ctx.arrivals is not None
+    with ctx.arrivals.watch([(r.topic, r.partition) for r in requests]) as arrived:
+        while True:
+            arrived.clear()
+            results = await ctx.run_blocking(read_all, ctx.store, requests, max_bytes)
+            ready = sum(len(r.records) for r in results)
+            errors = any(r.error != ErrorCode.NONE for r in results)
+            remaining = deadline - ctx.loop.time()
+            if ready >= max(body.min_bytes, 1) or errors or remaining <= 0 or not requests:
+                break
+            try:
+                await asyncio.wait_for(arrived.wait(), remaining)
+            except TimeoutError:
+                if ready:
+                    break
+                results = await ctx.run_blocking(read_all, ctx.store, requests, max_bytes)
+                break
+    return codec.encode_response(
+        request,
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        session_id=0,
+        responses=_responses(requests, results),
+    )
+
+
+def _responses(requests: list[PartitionFetch], results: list[PartitionData]) -> list[Any]:
+    cls = codec.response_class(ApiKey.FETCH)
+    partition_cls = cls.FetchableTopicResponse.PartitionData
+    by_topic: dict[str, list[Any]] = {}
+    for request, data in zip(requests, results, strict=True):
+        by_topic.setdefault(request.topic, []).append(
+            partition_cls(
+                partition_index=request.partition,
+                error_code=data.error,
+                high_watermark=data.high_watermark,
+                last_stable_offset=data.high_watermark,
+                log_start_offset=data.log_start_offset,
+                aborted_transactions=[],
+                preferred_read_replica=-1,
+                records=data.records,
+            )
+        )
+    return [cls.FetchableTopicResponse(topic=name, partitions=parts) for name, parts in by_topic.items()]

@@ -1,0 +1,109 @@
+"""ApiVersions, Metadata and FindCoordinator: the bootstrap conversation.
+
+This gateway is a single broker: it is every partition's leader, the controller (admin
+clients send CreateTopics there and loop forever on ``controller_id = -1``) and every
+group's coordinator. Its host/port are the *advertised* ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingest_api.kafka import codec
+from ingest_api.kafka.codec import KafkaRequest
+from ingest_api.kafka.context import GatewayContext
+from ingest_api.kafka.errors import ErrorCode
+from ingest_api.kafka.handlers.base import Connection
+from ingest_api.kafka.handlers.topics import ensure_topic, visible_topics
+from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
+
+#: Metadata requests may ask for topic auto-creation from this version on (before: always).
+AUTO_CREATE_FLAG_VERSION = 4
+#: FindCoordinator key_type of consumer groups (1 = transactions, unsupported).
+GROUP_KEY_TYPE = 0
+FIND_COORDINATOR_BATCHED_VERSION = 4
+
+
+async def handle_api_versions(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    cls = codec.response_class(ApiKey.API_VERSIONS)
+    api_keys = [
+        cls.ApiVersion(api_key=int(key), min_version=low, max_version=high)
+        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+    ]
+    return codec.encode_response(request, error_code=ErrorCode.NONE, api_keys=api_keys, throttle_time_ms=0)
+
+
+async def handle_metadata(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    requested = None if body.topics is None else [t.name for t in body.topics]
+    if request.api_version == 0 and requested == []:
+        requested = None  # v0: an empty list means all topics
+    auto_create = request.api_version < AUTO_CREATE_FLAG_VERSION or bool(body.allow_auto_topic_creation)
+
+    def lookup() -> list[tuple[str, ErrorCode, int]]:
+        if requested is None:
+            return [
+                (name, ErrorCode.NONE, count) for name, count in sorted(visible_topics(ctx.store).items())
+            ]
+        return [(name, *ensure_topic(ctx.store, name, auto_create)) for name in requested if name is not None]
+
+    topics = await ctx.run_blocking(lookup)
+    cls = codec.response_class(ApiKey.METADATA)
+    node = ctx.config.node_id
+    broker = cls.MetadataResponseBroker(
+        node_id=node, host=ctx.advertised_host, port=ctx.advertised_port, rack=None
+    )
+    return codec.encode_response(
+        request,
+        throttle_time_ms=0,
+        brokers=[broker],
+        cluster_id=ctx.config.cluster_id,
+        controller_id=node,
+        topics=[_topic_entry(ctx, cls, name, error, count) for name, error, count in topics],
+    )
+
+
+def _topic_entry(ctx: GatewayContext, cls: Any, name: str, error: ErrorCode, count: int) -> Any:
+    node = ctx.config.node_id
+    partition_cls = cls.MetadataResponseTopic.MetadataResponsePartition
+    partitions = [
+        partition_cls(
+            error_code=ErrorCode.NONE,
+            partition_index=index,
+            leader_id=node,
+            leader_epoch=0,
+            replica_nodes=[node],
+            isr_nodes=[node],
+            offline_replicas=[],
+        )
+        for index in range(count)
+    ]
+    return cls.MetadataResponseTopic(
+        error_code=error,
+        name=name,
+        topic_id=ctx.topic_id(name) if error == ErrorCode.NONE else None,
+        is_internal=False,
+        partitions=partitions,
+    )
+
+
+async def handle_find_coordinator(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    error = ErrorCode.NONE if body.key_type == GROUP_KEY_TYPE else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    node, host, port = ctx.config.node_id, ctx.advertised_host, ctx.advertised_port
+    if request.api_version >= FIND_COORDINATOR_BATCHED_VERSION:
+        cls = codec.response_class(ApiKey.FIND_COORDINATOR)
+        coordinators = [
+            cls.Coordinator(key=key, node_id=node, host=host, port=port, error_code=error, error_message=None)
+            for key in body.coordinator_keys
+        ]
+        return codec.encode_response(request, throttle_time_ms=0, coordinators=coordinators)
+    return codec.encode_response(
+        request,
+        throttle_time_ms=0,
+        error_code=error,
+        error_message=None,
+        node_id=node if error == ErrorCode.NONE else -1,
+        host=host if error == ErrorCode.NONE else "",
+        port=port if error == ErrorCode.NONE else -1,
+    )

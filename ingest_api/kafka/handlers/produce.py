@@ -1,0 +1,205 @@
+"""Produce and InitProducerId.
+
+Produce runs in four steps so the event loop never blocks and idempotence is exact:
+
+1. (thread pool) decode and validate every partition's batches (CRC, codec, magic) and
+   convert records to store messages (:mod:`ingest_api.kafka.mapping`);
+2. (loop, under the producer id's lock) check sequences: duplicates are answered with their
+   original base offset and not written, gaps get OUT_OF_ORDER_SEQUENCE_NUMBER;
+3. (thread pool) ``put_messages`` per partition: all records of a partition are appended
+   atomically and contiguously, so ``base_offset`` is the first record's queue offset;
+4. (loop) record the batches' sequences and answer (nothing at all for acks=0).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest_api.kafka import codec
+from ingest_api.kafka.codec import KafkaRequest
+from ingest_api.kafka.context import GatewayContext
+from ingest_api.kafka.errors import CorruptBatch, ErrorCode
+from ingest_api.kafka.handlers.base import Connection
+from ingest_api.kafka.handlers.topics import partition_error
+from ingest_api.kafka.mapping import record_to_message
+from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next_sequence
+from ingest_api.kafka.records import ProducedBatch, decode_batches
+from ingest_api.kafka.versions import ApiKey
+from store.errors import (
+    InvalidArgument,
+    MessageTooLarge,
+    StoreClosed,
+    StoreError,
+    StoreNotWritable,
+    UnknownQueue,
+    UnknownTopic,
+)
+from store.types import Message
+
+log = logging.getLogger(__name__)
+
+#: Largest producer epoch (int16); a bump past it starts a new producer id.
+MAX_PRODUCER_EPOCH = 32767
+
+
+@dataclass(slots=True)
+class _PartitionWork:
+    topic: str
+    partition: int
+    error: ErrorCode = ErrorCode.NONE
+    batches: list[ProducedBatch] = field(default_factory=list)
+    messages: list[list[Message]] = field(default_factory=list)  # per batch
+    keep: list[bool] = field(default_factory=list)  # per batch: append it?
+    duplicate_of: int | None = None
+    base_offset: int = -1
+    log_start_offset: int = -1
+
+
+def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
+    work: list[_PartitionWork] = []
+    for topic_data in body.topic_data:
+        for partition_data in topic_data.partition_data:
+            item = _PartitionWork(topic_data.name, partition_data.index)
+            work.append(item)
+            item.error = partition_error(ctx.store, item.topic, item.partition)
+            if item.error != ErrorCode.NONE:
+                continue
+            try:
+                item.batches = decode_batches(partition_data.records)
+            except CorruptBatch as exc:
+                log.info("produce %s-%d rejected: %s", item.topic, item.partition, exc)
+                item.error = exc.error_code
+                continue
+            if any(batch.is_transactional for batch in item.batches):
+                item.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                continue
+            item.messages = [
+                [record_to_message(item.topic, item.partition, record) for record in batch.records]
+                for batch in item.batches
+            ]
+            item.keep = [True] * len(item.batches)
+    return work
+
+
+def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
+    previous: ProducedBatch | None = None
+    for index, batch in enumerate(item.batches):
+        if not batch.is_idempotent:
+            previous = None
+            continue
+        if previous is not None and previous.producer_id == batch.producer_id:
+            ok = batch.base_sequence == next_sequence(previous.last_sequence)
+            verdict = SequenceVerdict(ErrorCode.NONE if ok else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        else:
+            key = (batch.producer_id, item.topic, item.partition)
+            verdict = ctx.producers.check(key, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+        if verdict.error != ErrorCode.NONE:
+            item.error = verdict.error
+            return
+        if verdict.duplicate_of is not None:
+            item.keep[index] = False
+            if item.duplicate_of is None:
+                item.duplicate_of = verdict.duplicate_of
+        previous = batch
+
+
+def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
+    for item in work:
+        if item.error != ErrorCode.NONE:
+            continue
+        messages = [m for batch, keep in zip(item.messages, item.keep, strict=True) if keep for m in batch]
+        try:
+            if messages:
+                results = ctx.store.put_messages(messages)
+                item.base_offset = results[0].queue_offset
+            else:
+                item.base_offset = item.duplicate_of if item.duplicate_of is not None else -1
+            item.log_start_offset = ctx.store.min_offset(item.topic, item.partition)
+        except (UnknownTopic, UnknownQueue):
+            item.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        except MessageTooLarge:
+            item.error = ErrorCode.MESSAGE_TOO_LARGE
+        except InvalidArgument as exc:
+            log.info("produce %s-%d refused by the store: %s", item.topic, item.partition, exc)
+            item.error = ErrorCode.INVALID_RECORD
+        except (StoreNotWritable, StoreClosed) as exc:
+            log.warning("produce %s-%d: store not writable: %s", item.topic, item.partition, exc)
+            item.error = ErrorCode.KAFKA_STORAGE_ERROR
+        except StoreError:
+            log.exception("produce %s-%d failed", item.topic, item.partition)
+            item.error = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
+    if item.error != ErrorCode.NONE:
+        return
+    offset = item.base_offset
+    for batch, keep in zip(item.batches, item.keep, strict=True):
+        if not keep:
+            continue
+        if batch.is_idempotent:
+            key = (batch.producer_id, item.topic, item.partition)
+            metadata = BatchMetadata(batch.base_sequence, batch.last_sequence, offset)
+            ctx.producers.record(key, batch.producer_epoch, metadata)
+        offset += len(batch.records)
+
+
+async def handle_produce(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes | None:
+    work = await ctx.run_blocking(_decode, ctx, request.body)
+    producer_ids = sorted({b.producer_id for item in work for b in item.batches if b.is_idempotent})
+    async with AsyncExitStack() as locks:
+        for producer_id in producer_ids:
+            await locks.enter_async_context(ctx.producer_lock(producer_id))
+        for item in work:
+            if item.error == ErrorCode.NONE:
+                _check_sequences(ctx, item)
+        await ctx.run_blocking(_append, ctx, work)
+        for item in work:
+            _record_sequences(ctx, item)
+    if not codec.expects_response(request):
+        return None
+    return codec.encode_response(request, throttle_time_ms=0, responses=_responses(work))
+
+
+def _responses(work: list[_PartitionWork]) -> list[Any]:
+    cls = codec.response_class(ApiKey.PRODUCE)
+    by_topic: dict[str, list[Any]] = {}
+    for item in work:
+        by_topic.setdefault(item.topic, []).append(
+            cls.TopicProduceResponse.PartitionProduceResponse(
+                index=item.partition,
+                error_code=item.error,
+                base_offset=item.base_offset if item.error == ErrorCode.NONE else -1,
+                log_append_time_ms=-1,
+                log_start_offset=item.log_start_offset,
+                record_errors=[],
+                error_message=None,
+            )
+        )
+    return [
+        cls.TopicProduceResponse(name=name, partition_responses=parts) for name, parts in by_topic.items()
+    ]
+
+
+async def handle_init_producer_id(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    if body.transactional_id is not None:
+        return codec.encode_response(
+            request,
+            throttle_time_ms=0,
+            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    previous_id = getattr(body, "producer_id", -1)
+    previous_epoch = getattr(body, "producer_epoch", -1)
+    if ctx.producer_ids.issued(previous_id) and 0 <= previous_epoch < MAX_PRODUCER_EPOCH:
+        producer_id, epoch = previous_id, previous_epoch + 1  # KIP-360 epoch bump
+    else:
+        producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
+    return codec.encode_response(
+        request, throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=epoch
+    )

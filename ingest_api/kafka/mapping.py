@@ -1,0 +1,196 @@
+"""Kafka record <-> sparkmq message: keys, headers and timestamps (one storage, three doors).
+
+* **key** -> ``Message.keys`` (the ``KEYS`` property, space-separated, indexed). A UTF-8 key
+  whose space-separated tokens are all non-empty is stored as those tokens, so ``KEYS`` equals
+  the key and each token is indexed. Any other key (not UTF-8, empty, leading/trailing/double
+  spaces) is kept exactly in ``KAFKA_KEY`` as ``"b64:" + base64(key)`` (the prefix keeps the
+  value non-empty: the store drops empty property values); its non-empty UTF-8 tokens (if
+  any) are still indexed. Fetch: ``KAFKA_KEY`` if present, else ``KEYS`` as UTF-8,
+  else a null key. So messages produced over HTTP with keys ``("a", "b")`` read as key ``b"a b"``.
+* **headers** -> properties. A header is *plain* when its key is not a reserved property name
+  and key and value are non-empty UTF-8 text without the RocketMQ property separators
+  (0x01, 0x02); a
+  plain header becomes property ``key=value``. When every header is plain and no key repeats,
+  that is all. Otherwise the exact ordered list is also stored in ``KAFKA_HEADERS`` as compact
+  JSON ``[[key, base64(value) | null], ...]`` (plain headers are still projected for readers of
+  the other doors). Fetch: ``KAFKA_HEADERS`` if present, else every non-reserved property in
+  stored order, values UTF-8 encoded.
+* **value** -> body; a null value (tombstone) is stored as an empty body plus
+  ``KAFKA_NULL_VALUE=1``.
+* **timestamp** (CreateTime) -> ``born_timestamp_ms``; a record without one (-1) gets none and
+  the store stamps the born time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping
+
+from ingest_api.kafka.records import Header, KafkaRecord
+from store.types import Message
+
+KEY_PROPERTY = "KAFKA_KEY"
+_KEY_PREFIX = "b64:"
+HEADERS_PROPERTY = "KAFKA_HEADERS"
+NULL_VALUE_PROPERTY = "KAFKA_NULL_VALUE"
+
+#: RocketMQ ``MessageConst`` system properties (plus the gateway's own); never Kafka headers.
+RESERVED_PROPERTIES = frozenset(
+    {
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MSG_REGION",
+        "TRACE_ON",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "TRANSACTION_CHECK_TIMES",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "__STARTDELIVERTIME",
+        "SHARDING_KEY",
+        KEY_PROPERTY,
+        HEADERS_PROPERTY,
+        NULL_VALUE_PROPERTY,
+    }
+)
+_SEPARATORS = ("\x01", "\x02")
+_NO_TIMESTAMP = -1
+
+
+def _plain_text(raw: bytes) -> str | None:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if any(sep in text for sep in _SEPARATORS) else text
+
+
+def key_to_store(key: bytes | None) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``(Message.keys, extra properties)`` for a Kafka key."""
+    if key is None:
+        return (), {}
+    text = _plain_text(key)
+    if text is not None:
+        tokens = tuple(text.split(" "))
+        if text and all(tokens):
+            return tokens, {}
+        return tuple(t for t in tokens if t), {KEY_PROPERTY: _encode_exact_key(key)}
+    return (), {KEY_PROPERTY: _encode_exact_key(key)}
+
+
+def _encode_exact_key(key: bytes) -> str:
+    return _KEY_PREFIX + base64.b64encode(key).decode("ascii")
+
+
+def headers_to_properties(headers: Iterable[Header]) -> dict[str, str]:
+    """Properties for a Kafka header list (see the module docstring for the encoding)."""
+    properties: dict[str, str] = {}
+    exact_needed = False
+    header_list = list(headers)
+    for name, value in header_list:
+        text = None if value is None else _plain_text(value)
+        plain = (
+            bool(text)
+            and name not in RESERVED_PROPERTIES
+            and bool(name)
+            and not any(sep in name for sep in _SEPARATORS)
+        )
+        if not plain or name in properties:
+            exact_needed = True
+            continue
+        assert text is not None
+        properties[name] = text
+    if exact_needed:
+        encoded = [
+            [name, None if value is None else base64.b64encode(value).decode("ascii")]
+            for name, value in header_list
+        ]
+        properties[HEADERS_PROPERTY] = json.dumps(encoded, separators=(",", ":"))
+    return properties
+
+
+def record_to_message(topic: str, partition: int, record: KafkaRecord) -> Message:
+    """The store message for one produced Kafka record."""
+    keys, properties = key_to_store(record.key)
+    properties.update(headers_to_properties(record.headers))
+    if record.value is None:
+        properties[NULL_VALUE_PROPERTY] = "1"
+    born = record.timestamp_ms if record.timestamp_ms >= 0 else None
+    return Message(
+        topic=topic,
+        body=record.value or b"",
+        keys=keys,
+        properties=properties,
+        queue_id=partition,
+        born_timestamp_ms=born,
+    )
+
+
+def stored_key(keys_joined: str | None, properties: Mapping[str, str]) -> bytes | None:
+    """The Kafka key of a stored message (``keys_joined`` is the ``KEYS`` property)."""
+    encoded = properties.get(KEY_PROPERTY)
+    if encoded is not None and encoded.startswith(_KEY_PREFIX):
+        try:
+            return base64.b64decode(encoded[len(_KEY_PREFIX) :], validate=True)
+        except binascii.Error:
+            pass  # not ours: fall through to KEYS
+    if keys_joined:
+        return keys_joined.encode("utf-8")
+    return None
+
+
+def stored_headers(properties: Mapping[str, str]) -> tuple[Header, ...]:
+    """The Kafka headers of a stored message."""
+    exact = properties.get(HEADERS_PROPERTY)
+    if exact is not None:
+        decoded = _decode_exact_headers(exact)
+        if decoded is not None:
+            return decoded
+    return tuple(
+        (name, value.encode("utf-8")) for name, value in properties.items() if name not in RESERVED_PROPERTIES
+    )
+
+
+def _decode_exact_headers(encoded: str) -> tuple[Header, ...] | None:
+    try:
+        items = json.loads(encoded)
+        return tuple(
+            (str(name), None if value is None else base64.b64decode(value, validate=True))
+            for name, value in items
+        )
+    except (ValueError, TypeError, binascii.Error):
+        return None  # written by someone else: fall back to the plain properties
+
+
+def stored_record(
+    timestamp_ms: int, body: bytes, keys_joined: str | None, properties: Mapping[str, str]
+) -> KafkaRecord:
+    """The Kafka record for a stored message."""
+    value = None if properties.get(NULL_VALUE_PROPERTY) == "1" and not body else body
+    return KafkaRecord(timestamp_ms, stored_key(keys_joined, properties), value, stored_headers(properties))

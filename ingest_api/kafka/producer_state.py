@@ -1,0 +1,140 @@
+"""Idempotent-producer state: producer-id allocation and per-partition sequence checks.
+
+* :class:`ProducerIdAllocator` hands out monotonically increasing producer ids and persists
+  the next id in ``config/kafkaProducerIds.json`` (written atomically: temp file, fsync,
+  rename, fsync directory) *before* returning an id, so ids are never reused after a restart.
+* :class:`ProducerStateTable` keeps, per ``(producer_id, topic, partition)``, the producer
+  epoch and the last :data:`MAX_CACHED_BATCHES` batches ``(first_seq, last_seq, base_offset)``
+  (Kafka's ``ProducerStateManager``). A retried batch that matches one of them is a duplicate:
+  the original base offset is returned and nothing is written. A sequence gap is
+  OUT_OF_ORDER_SEQUENCE_NUMBER (45); an epoch older than the one seen is
+  INVALID_PRODUCER_EPOCH (47); a newer epoch must start again at sequence 0.
+  The table is in memory: after a restart the first batch of a known producer is accepted at
+  any sequence (Kafka rebuilds this from its log; we document the difference).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest_api.kafka.errors import ErrorCode
+from ingest_api.kafka.records import MAX_SEQUENCE
+
+PRODUCER_IDS_FILE = "kafkaProducerIds.json"
+MAX_CACHED_BATCHES = 5
+
+
+def write_json_atomically(path: Path, document: object) -> None:
+    """Replace ``path`` with ``document`` as JSON so a crash leaves the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(document, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class ProducerIdAllocator:
+    """Persisted producer-id counter (thread-safe; call from an executor: it fsyncs)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._next_id = self._load()
+
+    def _load(self) -> int:
+        try:
+            document = json.loads(self._path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return 0
+        next_id = document.get("next_producer_id") if isinstance(document, dict) else None
+        if not isinstance(next_id, int) or next_id < 0:
+            raise ValueError(f"{self._path}: next_producer_id missing or invalid: {document!r}")
+        return next_id
+
+    def allocate(self) -> int:
+        with self._lock:
+            producer_id = self._next_id
+            write_json_atomically(self._path, {"next_producer_id": producer_id + 1})
+            self._next_id = producer_id + 1
+            return producer_id
+
+    def issued(self, producer_id: int) -> bool:
+        return 0 <= producer_id < self._next_id
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+
+
+@dataclass(slots=True)
+class _PartitionEntry:
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceVerdict:
+    """NONE + ``duplicate_of`` set: answer with that base offset and write nothing."""
+
+    error: ErrorCode
+    duplicate_of: int | None = None
+
+    @property
+    def should_append(self) -> bool:
+        return self.error == ErrorCode.NONE and self.duplicate_of is None
+
+
+APPEND = SequenceVerdict(ErrorCode.NONE)
+PartitionKey = tuple[int, str, int]  # producer_id, topic, partition
+
+
+def next_sequence(sequence: int) -> int:
+    return 0 if sequence == MAX_SEQUENCE else sequence + 1
+
+
+class ProducerStateTable:
+    """Sequence bookkeeping; not thread-safe (the gateway calls it from its event loop)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[PartitionKey, _PartitionEntry] = {}
+
+    def check(self, key: PartitionKey, epoch: int, first_seq: int, last_seq: int) -> SequenceVerdict:
+        entry = self._entries.get(key)
+        if entry is None:
+            return APPEND
+        if epoch < entry.epoch:
+            return SequenceVerdict(ErrorCode.INVALID_PRODUCER_EPOCH)
+        if epoch > entry.epoch:
+            return APPEND if first_seq == 0 else SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        for batch in entry.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return SequenceVerdict(ErrorCode.NONE, duplicate_of=batch.base_offset)
+        if entry.batches and first_seq != next_sequence(entry.batches[-1].last_seq):
+            return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        return APPEND
+
+    def record(self, key: PartitionKey, epoch: int, batch: BatchMetadata) -> None:
+        entry = self._entries.get(key)
+        if entry is None or epoch != entry.epoch:
+            entry = _PartitionEntry(epoch)
+            self._entries[key] = entry
+        entry.batches.append(batch)
+
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self._entries if k[1] == topic]:
+            del self._entries[key]

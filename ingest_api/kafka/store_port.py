@@ -1,0 +1,57 @@
+"""The slice of ``store.MessageStore`` the gateway uses (a Protocol, so the seam is explicit).
+
+See docs/store_api.md. Every method blocks (disk I/O, locks): the gateway calls them only
+through :meth:`ingest_api.kafka.context.GatewayContext.run_blocking`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from store.types import Boundary, GetStatus, Message, PutResult
+
+
+class BatchRead(Protocol):
+    status: GetStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    batch: pa.RecordBatch
+
+
+class KafkaStore(Protocol):
+    @property
+    def config(self) -> Any: ...
+
+    def topics(self) -> dict[str, int]: ...
+    def has_topic(self, topic: str) -> bool: ...
+    def queue_count(self, topic: str) -> int: ...
+    def create_topic(self, topic: str, queues: int | None = None) -> int: ...
+    def delete_topic(self, topic: str) -> bool: ...
+
+    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]: ...
+
+    def read_batch(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        *,
+        tag_expression: str | None = "*",
+        end_offset: int | None = None,
+    ) -> BatchRead: ...
+
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def offset_for_timestamp(
+        self, topic: str, queue_id: int, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
+    ) -> int: ...
+    def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None: ...
+
+    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]: ...
+    def groups(self) -> dict[str, list[str]]: ...

@@ -1,0 +1,72 @@
+"""Idempotent producer: persisted id counter and per-partition sequence verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest_api.kafka.errors import ErrorCode
+from ingest_api.kafka.producer_state import (
+    MAX_CACHED_BATCHES,
+    BatchMetadata,
+    ProducerIdAllocator,
+    ProducerStateTable,
+    next_sequence,
+)
+from ingest_api.kafka.records import MAX_SEQUENCE
+
+KEY = (7, "t", 0)
+
+
+def test_producer_ids_are_monotonic_across_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "kafkaProducerIds.json"
+    first = ProducerIdAllocator(path)
+    assert [first.allocate(), first.allocate()] == [0, 1]
+    assert json.loads(path.read_text()) == {"next_producer_id": 2}
+    again = ProducerIdAllocator(path)
+    assert again.allocate() == 2
+    assert again.issued(1)
+    assert not again.issued(3)
+    assert not path.with_name(path.name + ".tmp").exists()
+
+
+def test_corrupt_counter_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ids.json"
+    path.write_text('{"next_producer_id": -4}')
+    with pytest.raises(ValueError):
+        ProducerIdAllocator(path)
+
+
+def test_sequence_verdicts() -> None:
+    table = ProducerStateTable()
+    assert table.check(KEY, 0, 0, 4).should_append
+    table.record(KEY, 0, BatchMetadata(0, 4, 100))
+    assert table.check(KEY, 0, 5, 9).should_append
+    table.record(KEY, 0, BatchMetadata(5, 9, 105))
+    duplicate = table.check(KEY, 0, 0, 4)
+    assert duplicate.error == ErrorCode.NONE
+    assert duplicate.duplicate_of == 100
+    assert table.check(KEY, 0, 11, 12).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert table.check(KEY, 1, 3, 4).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # new epoch must restart
+    assert table.check(KEY, 1, 0, 0).should_append
+    table.record(KEY, 1, BatchMetadata(0, 0, 200))
+    assert table.check(KEY, 0, 10, 10).error == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_only_the_last_five_batches_are_remembered() -> None:
+    table = ProducerStateTable()
+    for i in range(MAX_CACHED_BATCHES + 1):
+        table.record(KEY, 0, BatchMetadata(i, i, 1000 + i))
+    assert table.check(KEY, 0, 1, 1).duplicate_of == 1001
+    assert table.check(KEY, 0, 0, 0).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_sequences_wrap_and_topics_can_be_forgotten() -> None:
+    assert next_sequence(MAX_SEQUENCE) == 0
+    table = ProducerStateTable()
+    table.record(KEY, 0, BatchMetadata(MAX_SEQUENCE - 1, MAX_SEQUENCE, 1))
+    assert table.check(KEY, 0, 0, 3).should_append
+    table.forget_topic("t")
+    assert table.check(KEY, 0, 77, 80).should_append  # unknown again: accepted at any sequence
