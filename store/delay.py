@@ -1,0 +1,39 @@
+"""Delay levels (RocketMQ ``messageDelayLevel``).
+
+Level N (1-based) waits ``levels[N-1]`` milliseconds; a delayed message is parked in
+``SCHEDULE_TOPIC_XXXX`` queue ``N-1`` with its deliver timestamp as the ConsumeQueue tagsCode.
+Levels above the table clamp to the last level.
+"""
+
+from __future__ import annotations
+
+from store.config import DEFAULT_DELAY_LEVELS
+from store.errors import InvalidArgument
+
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> tuple[int, ...]:
+    """Parse ``"1s 5s ... 2h"`` into milliseconds per level (units ms, s, m, h, d)."""
+    levels: list[int] = []
+    for token in spec.split():
+        unit = "ms" if token.endswith("ms") else token[-1]
+        number = token[: -len(unit)]
+        if unit not in _UNIT_MS or not number.isdigit():
+            raise InvalidArgument(f"bad delay level {token!r} in {spec!r}: expected e.g. 5s, 1m, 2h")
+        levels.append(int(number) * _UNIT_MS[unit])
+    if not levels:
+        raise InvalidArgument("delay level table is empty")
+    return tuple(levels)
+
+
+def clamp_delay_level(level: int, levels: tuple[int, ...]) -> int:
+    """RocketMQ rule: levels above the table become the highest level; <= 0 means no delay."""
+    if level <= 0:
+        return 0
+    return min(level, len(levels))
+
+
+def deliver_timestamp_ms(level: int, store_timestamp_ms: int, levels: tuple[int, ...]) -> int:
+    """When a message stored at ``store_timestamp_ms`` with ``level`` becomes due."""
+    return store_timestamp_ms + levels[clamp_delay_level(level, levels) - 1]
