@@ -412,8 +412,12 @@ class ConsumeQueue:
         return f
 
     def _cut(self, new_max: int) -> None:
-        """Zero units from ``new_max`` on and delete files that start at or after it."""
-        keep = [f for f in self._files if f.first_offset < new_max]
+        """Zero units from ``new_max`` on and delete files that start after it.
+
+        The file that holds ``new_max`` is kept (even when ``new_max`` is its first unit), so a
+        reopened queue finds the same min/max offsets.
+        """
+        keep = [f for f in self._files if f.first_offset <= new_max]
         for f in self._files[len(keep) :]:
             f.path.unlink(missing_ok=True)
         self._files = keep
@@ -484,10 +488,22 @@ class ConsumeQueue:
                 files.append(f)
             self._files = files
             if files:
-                start = next((i for i, f in enumerate(files) if f.end_offset > self._max), len(files))
-                self._max = self._scan_max(files, start, max(self._max, files[0].first_offset))
-                self._min = max(self._min, self._first_real_unit(0))
+                self._max = self._rescan_max(files, self._max)
+                self._min = min(max(self._min, self._first_real_unit(0)), self._max)
             return self._max
+
+    @classmethod
+    def _rescan_max(cls, files: list[_CQFile], known_max: int) -> int:
+        """Scan on from ``known_max``, or from the start when the writer cut below it."""
+        first = files[0].first_offset
+        stale = known_max < first or known_max > files[-1].end_offset
+        if not stale and known_max > first:
+            last = cls._units_at(files, np.array([known_max - 1], dtype=np.int64))
+            stale = bool(_end_marker(last)[0])
+        if stale:
+            return cls._scan_max(files, 0, first)
+        start = next((i for i, f in enumerate(files) if f.end_offset > known_max), len(files))
+        return cls._scan_max(files, start, known_max)
 
     def flush(self) -> bool:
         """msync the files written since the last flush; True when something was flushed."""

@@ -145,7 +145,10 @@ def test_truncate_dirty(tmp_path: Path) -> None:
     assert again.max_offset == 5
     assert put_range(again, 5, 2) == 2
     assert again.truncate_dirty(0) == 0
-    assert files_of(tmp_path / "q") == []
+    assert files_of(tmp_path / "q") == [f"{0:020d}"]  # kept, zeroed: reopening agrees
+    again.close()
+    again = ConsumeQueue(tmp_path / "q", units_per_file=4)
+    assert (again.min_offset, again.max_offset) == (0, 0)
     assert put_range(again, 0, 1) == 1
 
 
@@ -408,3 +411,75 @@ def test_store_delete_topic_and_read_only_discovery(tmp_path: Path) -> None:
     assert list(store.queues()) == [("b", 0)]
     store.destroy()
     assert list(root.iterdir()) == []
+
+
+def test_read_only_follower_notices_a_writer_truncation(tmp_path: Path) -> None:
+    writer = ConsumeQueue(tmp_path / "q", units_per_file=4)
+    put_range(writer, 0, 10)
+    reader = ConsumeQueue(tmp_path / "q", units_per_file=4, read_only=True)
+    assert reader.max_offset == 10
+    writer.truncate_dirty(3 * STEP)
+    assert reader.refresh() == 3
+    put_range(writer, 3, 2)
+    assert reader.refresh() == 5
+
+
+def test_store_level_recovery_and_retention(tmp_path: Path) -> None:
+    store = ConsumeQueueStore(tmp_path / "cq", units_per_file=4)
+    put_range(store.get_or_create("a", 0), 0, 10)
+    put_range(store.get_or_create("b", 0), 0, 3)
+    store.recover()
+    store.truncate_dirty(8 * STEP)
+    assert store.max_commitlog_end() == 8 * STEP
+    assert store.delete_files_below(5 * STEP) == 1
+    store.correct_min_offsets(6 * STEP)
+    queue_a, queue_b = store.get("a", 0), store.get("b", 0)
+    assert queue_a is not None
+    assert queue_b is not None
+    assert (queue_a.min_offset, queue_a.max_offset) == (6, 8)
+    assert (queue_b.min_offset, queue_b.max_offset) == (3, 3)
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.integers(1, 9)),
+        st.tuples(st.just("replay"), st.integers(1, 5)),
+        st.tuples(st.just("truncate"), st.integers(0, 40)),
+        st.tuples(st.just("retain"), st.integers(0, 40)),
+        st.tuples(st.just("reopen"), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations)
+def test_queue_matches_a_model_across_crashes(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]]
+) -> None:
+    directory = tmp_path_factory.mktemp("model") / "q"
+    cq = ConsumeQueue(directory, units_per_file=3)
+    lo = hi = commitlog_min = 0
+    for op, arg in ops:
+        if op == "put":
+            put_range(cq, hi, arg)
+            hi += arg
+        elif op == "replay":  # the dispatcher re-sends units it already wrote, plus one new
+            start = max(lo, hi - arg)
+            put_range(cq, start, hi - start + 1)
+            hi += 1
+        elif op == "truncate":  # CommitLog valid end cut mid-record: units from `arg` on are dirty
+            cq.truncate_dirty(arg * STEP + STEP // 2)
+            hi = min(hi, max(lo, arg))
+        elif op == "retain":  # the CommitLog min never passes the written end
+            commitlog_min = max(commitlog_min, min(arg, hi) * STEP)
+            cq.delete_files_below(commitlog_min)
+            lo = max(lo, commitlog_min // STEP)
+        else:  # crash and reopen: recover, then correct the min like the store does
+            cq.close()
+            cq = ConsumeQueue(directory, units_per_file=3)
+            cq.recover()
+            cq.correct_min_offset(commitlog_min)
+        assert (cq.min_offset, cq.max_offset) == (lo, hi), ops
+        assert cq.read_units(lo, 1_000)["offset"].tolist() == [i * STEP for i in range(lo, hi)]
+    cq.close()

@@ -305,3 +305,10 @@ def test_query_matches_brute_force(
         expected = [r[1] for r in reversed(rows) if r[4] == key]
         assert svc.query("t", key, max_results=1_000) == expected
     svc.close()
+
+
+def test_true_hash_collisions_are_returned_for_the_caller_to_filter(service: IndexService) -> None:
+    assert index_key_hash("t#Aa") == index_key_hash("t#BB")  # Java: "Aa".hashCode() == "BB".hashCode()
+    service.dispatch(make_batch([("t", 0, T0, None, "Aa", 0), ("t", 100, T0, None, "BB", 0)]))
+    assert service.query("t", "Aa") == [100, 0]
+    assert service.query("t", "BB") == [100, 0]
