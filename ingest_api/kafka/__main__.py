@@ -9,11 +9,10 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from store.message_store import MessageStore
-
 from ingest_api.kafka.context import GatewayConfig
 from ingest_api.kafka.server import start_kafka_gateway
 from store.config import StoreConfig
+from store.message_store import MessageStore
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -83,6 +83,10 @@ class KafkaGateway:
         conn = Connection(next(self._ids), str(peer[0]), int(peer[1]))
         try:
             await self._serve(conn, reader, writer)
+        except asyncio.CancelledError:
+            # close() cancels live connections; end the task normally so asyncio's stream
+            # callback does not report the cancellation as an error.
+            pass
         finally:
             self._connections.discard(task)
             writer.close()
@@ -135,6 +139,7 @@ class KafkaGateway:
         self._closed = True
         if self._ctx.arrivals is not None:
             self._ctx.arrivals.closed = True
+            self._ctx.store.remove_arrival_listener(self._ctx.arrivals.on_arrival)
         if self._server is not None:
             self._server.close()
         if self._tick_task is not None:

@@ -9,17 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-import pyarrow as pa
-
-from store.types import Boundary, GetStatus, Message, PutResult
-
-
-class BatchRead(Protocol):
-    status: GetStatus
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    batch: pa.RecordBatch
+from store.queue_reader import BatchReadResult
+from store.types import Boundary, Message, PutResult
 
 
 class KafkaStore(Protocol):
@@ -43,14 +34,15 @@ class KafkaStore(Protocol):
         *,
         tag_expression: str | None = "*",
         end_offset: int | None = None,
-    ) -> BatchRead: ...
+    ) -> BatchReadResult: ...
 
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def max_offset(self, topic: str, queue_id: int) -> int: ...
     def offset_for_timestamp(
         self, topic: str, queue_id: int, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
     ) -> int: ...
-    def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None: ...
+    def add_arrival_listener(self, listener: Callable[[str, int, int], None]) -> None: ...
+    def remove_arrival_listener(self, listener: Callable[[str, int, int], None]) -> None: ...
 
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
     def committed_offsets(self, group: str, topic: str) -> dict[int, int]: ...

@@ -1,0 +1,75 @@
+"""Run the gateway next to the HTTP API, on the broker's event loop (``sparkmq serve``).
+
+``ingest_api.app.create_app(config, companions=[KafkaCompanion(port=9092)])`` starts the
+gateway after the store opens and closes it before the store closes. ``sparkmq serve``
+registers :func:`serve_companions`, which turns ``--kafka-port`` (off when absent) and
+``--kafka-advertised-host`` into a companion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ingest_api.kafka.context import GatewayConfig
+from ingest_api.kafka.server import KafkaGateway, start_kafka_gateway
+from ingest_api.kafka.store_port import KafkaStore
+
+
+class _HasStore(Protocol):
+    @property
+    def store(self) -> Any: ...
+
+
+class KafkaCompanion:
+    """A companion factory: ``companion(broker)`` is an async context manager running the gateway.
+
+    ``gateway`` is the running gateway while the broker is up (e.g. to read the bound port
+    when ``port=0``).
+    """
+
+    def __init__(
+        self,
+        port: int = 9092,
+        host: str = "127.0.0.1",
+        advertised_host: str | None = None,
+        config: GatewayConfig | None = None,
+    ) -> None:
+        base = config or GatewayConfig()
+        self.config = replace(base, host=host, port=port, advertised_host=advertised_host).validate()
+        self.gateway: KafkaGateway | None = None
+
+    def __call__(self, broker: _HasStore) -> AbstractAsyncContextManager[KafkaGateway]:
+        return self._run(broker.store)
+
+    @asynccontextmanager
+    async def _run(self, store: KafkaStore) -> AsyncIterator[KafkaGateway]:
+        gateway = await start_kafka_gateway(store, config=self.config)
+        self.gateway = gateway
+        try:
+            yield gateway
+        finally:
+            self.gateway = None
+            await gateway.close()
+
+
+class _ServeOptions(Protocol):
+    @property
+    def config(self) -> Any: ...
+    @property
+    def extra(self) -> Mapping[str, Any]: ...
+
+
+def serve_companions(options: _ServeOptions) -> list[KafkaCompanion]:
+    """``sparkmq serve`` hook: one gateway when ``extra["kafka_port"]`` is set, else none.
+
+    Binds the HTTP host unless ``extra["kafka_host"]`` says otherwise.
+    """
+    port = options.extra.get("kafka_port")
+    if port is None:
+        return []
+    host = str(options.extra.get("kafka_host") or getattr(options.config, "host", "127.0.0.1"))
+    advertised = options.extra.get("kafka_advertised_host")
+    return [KafkaCompanion(port=int(port), host=host, advertised_host=advertised)]
