@@ -362,13 +362,7 @@ class ConsumeQueue:
             raise InvalidArgument(f"{self.directory}: queue offsets of one put must be consecutive")
         first = int(queue_offsets[0])
         with self._lock:
-            if not self._files and first > self._max:
-                self._min = self._max = self._flushed = first
-            skip = self._max - first
-            if skip < 0:
-                raise InvalidArgument(
-                    f"{self.directory}: queue offset {first} leaves a gap after max offset {self._max}"
-                )
+            skip = self._skip_count(first)
             if skip >= n:
                 return 0
             units = encode_units(
@@ -376,6 +370,32 @@ class ConsumeQueue:
             )
             self._write(units)
             return n - skip
+
+    def put_unit(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """Scalar :meth:`put_units` (the one-message put path); True when written."""
+        self._require_writable()
+        unit = encode_unit(commitlog_offset, size, tags_code)
+        with self._lock:
+            if self._skip_count(queue_offset) >= 1:
+                return False
+            f = self._file_for(self._max)
+            at = (self._max - f.first_offset) * CQ_UNIT_SIZE
+            f.mm[at : at + _SIZE_START] = unit[:_SIZE_START]
+            f.mm[at + _SIZE_END : at + CQ_UNIT_SIZE] = unit[_SIZE_END:]
+            f.mm[at + _SIZE_START : at + _SIZE_END] = unit[_SIZE_START:_SIZE_END]  # commit point
+            self._max += 1
+            return True
+
+    def _skip_count(self, first: int) -> int:
+        """How many leading units of a put starting at ``first`` are already written (lock held)."""
+        if not self._files and first > self._max:
+            self._min = self._max = self._flushed = first
+        skip = self._max - first
+        if skip < 0:
+            raise InvalidArgument(
+                f"{self.directory}: queue offset {first} leaves a gap after max offset {self._max}"
+            )
+        return skip
 
     def _write(self, units: Units) -> None:
         data = units.view(np.uint8)
@@ -509,15 +529,17 @@ class ConsumeQueue:
         """msync the files written since the last flush; True when something was flushed."""
         if self.read_only:
             return False
+        with self._lock:  # msync runs outside the lock so puts are not held up by it
+            flushed, upto, files = self._flushed, self._max, self._files
+        if upto <= flushed:
+            return False
+        for f in files:
+            if f.end_offset > flushed and f.first_offset < upto:
+                f.mm.flush()
         with self._lock:
-            flushed, upto = self._flushed, self._max
-            if upto <= flushed:
-                return False
-            for f in self._files:
-                if f.end_offset > flushed and f.first_offset < upto:
-                    f.mm.flush()
-            self._flushed = upto
-            return True
+            if self._flushed == flushed:
+                self._flushed = upto
+        return True
 
     def close(self) -> None:
         with self._lock:
@@ -596,6 +618,8 @@ class ConsumeQueueStore:
         ``CommitLogDispatcherBuildConsumeQueue``). Rows are grouped per (topic, queue) with one
         stable argsort, so each queue gets one vectorised ``put_units``.
         """
+        if len(batch) == 1:
+            return self._dispatch_one(batch)
         tx_type = batch.sys_flags & TX_TYPE_MASK
         rows = np.flatnonzero((tx_type != TX_PREPARED) & (tx_type != TX_ROLLBACK))
         if len(rows) == 0:
@@ -619,6 +643,19 @@ class ConsumeQueueStore:
             )
         self._last_dispatched_ts = max(self._last_dispatched_ts, int(batch.store_timestamps_ms[rows].max()))
         return written
+
+    def _dispatch_one(self, batch: DispatchBatch) -> int:
+        if int(batch.sys_flags[0]) & TX_TYPE_MASK in (TX_PREPARED, TX_ROLLBACK):
+            return 0
+        queue = self.get_or_create(batch.topics[int(batch.topic_codes[0])], int(batch.queue_ids[0]))
+        written = queue.put_unit(
+            int(batch.queue_offsets[0]),
+            int(batch.commitlog_offsets[0]),
+            int(batch.sizes[0]),
+            int(batch.tags_codes[0]),
+        )
+        self._last_dispatched_ts = max(self._last_dispatched_ts, int(batch.store_timestamps_ms[0]))
+        return int(written)
 
     def max_commitlog_end(self) -> int:
         """Largest ``offset + size`` over all queues (0 when empty): where CQ dispatch reached."""

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -328,6 +329,25 @@ def random_batch(
     )
 
 
+COLUMNS = (
+    "commitlog_offsets",
+    "sizes",
+    "tags_codes",
+    "queue_ids",
+    "queue_offsets",
+    "store_timestamps_ms",
+    "sys_flags",
+    "topic_codes",
+)
+
+
+def row_of(batch: DispatchBatch, i: int) -> DispatchBatch:
+    columns: dict[str, Any] = {name: getattr(batch, name)[i : i + 1] for name in COLUMNS}
+    return DispatchBatch(
+        **columns, topics=batch.topics, uniq_keys=batch.uniq_keys[i : i + 1], keys=batch.keys[i : i + 1]
+    )
+
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -342,6 +362,7 @@ def test_vectorised_dispatch_equals_scalar_reference(tmp_path: Path) -> None:
         end = batches[-1].end_offset
     fast = ConsumeQueueStore(tmp_path / "fast", units_per_file=16)
     slow = ConsumeQueueStore(tmp_path / "slow", units_per_file=16)
+    one_by_one = ConsumeQueueStore(tmp_path / "one", units_per_file=16)
     for batch in batches:
         fast.dispatch(batch)
         fast.dispatch(batch)  # replay is a no-op
@@ -349,13 +370,15 @@ def test_vectorised_dispatch_equals_scalar_reference(tmp_path: Path) -> None:
             if int(batch.sys_flags[i]) & 0xC in (0x4, 0xC):
                 continue
             queue = slow.get_or_create(batch.topics[int(batch.topic_codes[i])], int(batch.queue_ids[i]))
-            queue.put_units(
-                batch.queue_offsets[i : i + 1],
-                batch.commitlog_offsets[i : i + 1],
-                batch.sizes[i : i + 1],
-                batch.tags_codes[i : i + 1],
+            queue.put_unit(
+                int(batch.queue_offsets[i]),
+                int(batch.commitlog_offsets[i]),
+                int(batch.sizes[i]),
+                int(batch.tags_codes[i]),
             )
+            one_by_one.dispatch(row_of(batch, i))
     assert tree_bytes(tmp_path / "fast") == tree_bytes(tmp_path / "slow")
+    assert tree_bytes(tmp_path / "fast") == tree_bytes(tmp_path / "one")
     assert len(tree_bytes(tmp_path / "fast")) > 9
     kept = [(b, i) for b in batches for i in range(len(b)) if int(b.sys_flags[i]) & 0xC not in (0x4, 0xC)]
     assert fast.flush() == max(int(b.store_timestamps_ms[i]) for b, i in kept)
