@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import mmap
 import os
 import struct
@@ -70,6 +71,8 @@ TX_ROLLBACK = 0xC
 
 #: Samples per round of the k-ary searches (one ``store_ts_of`` call per round).
 _SEARCH_FANOUT = 32
+
+log = logging.getLogger(__name__)
 
 if CQ_UNIT_DTYPE.itemsize != CQ_UNIT_SIZE:  # pragma: no cover - layout defined twice, keep in sync
     raise ImportError("CQ_UNIT and CQ_UNIT_DTYPE disagree")
@@ -431,13 +434,22 @@ class ConsumeQueue:
         self._files = [*files, f]
         return f
 
-    def _cut(self, new_max: int) -> None:
+    def _cut(self, new_max: int, reason: str) -> None:
         """Zero units from ``new_max`` on and delete files that start after it.
 
         The file that holds ``new_max`` is kept (even when ``new_max`` is its first unit), so a
         reopened queue finds the same min/max offsets.
         """
         keep = [f for f in self._files if f.first_offset <= new_max]
+        if new_max < self._max or len(keep) < len(self._files):
+            log.warning(
+                "%s: ConsumeQueue cut from max offset %d to %d, %d file(s) deleted (%s)",
+                self.directory,
+                self._max,
+                new_max,
+                len(self._files) - len(keep),
+                reason,
+            )
         for f in self._files[len(keep) :]:
             f.path.unlink(missing_ok=True)
         self._files = keep
@@ -463,14 +475,14 @@ class ConsumeQueue:
 
             new_max = leftmost(self._min, self._max, dirty)
             if new_max < self._max:
-                self._cut(new_max)
+                self._cut(new_max, f"units end beyond the valid CommitLog end {max_commitlog_offset}")
             return self._max
 
     def recover(self) -> int:
         """Re-scan the last three files for the end marker, clear anything after it."""
         self._require_writable()
         with self._lock:
-            self._cut(self._scan_max(self._files, max(0, len(self._files) - 3)))
+            self._cut(self._scan_max(self._files, max(0, len(self._files) - 3)), "first unwritten unit")
             return self._max
 
     def correct_min_offset(self, min_commitlog_offset: int) -> int:
@@ -485,6 +497,7 @@ class ConsumeQueue:
         deleted = 0
         with self._lock:
             while len(self._files) > 1 and int(self._files[0].units["offset"][-1]) < min_commitlog_offset:
+                log.info("%s: retention deletes %s", self.directory, self._files[0].path.name)
                 self._files[0].path.unlink(missing_ok=True)
                 self._files = self._files[1:]
                 deleted += 1

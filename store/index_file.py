@@ -26,6 +26,7 @@ mapping) never follows a slot to an unwritten entry: it ignores slot values abov
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -75,6 +76,8 @@ INVALID_INDEX = 0
 INT_MAX = 0x7FFFFFFF
 KEY_SEPARATOR = "#"
 FILE_NAME_FORMAT = "%Y%m%d%H%M%S"  # + 3 digits of milliseconds
+
+log = logging.getLogger(__name__)
 
 if INDEX_ENTRY_DTYPE.itemsize != INDEX_ENTRY_SIZE:  # pragma: no cover - layout defined twice
     raise ImportError("INDEX_ENTRY and INDEX_ENTRY_DTYPE disagree")
@@ -459,16 +462,18 @@ class IndexService:
         with self._lock:
             files = self._files
             doomed = [f for f in files[:-1] if f.header.end_phy_offset < min_commitlog_offset]
-            return self._drop(doomed)
+            return self._drop(doomed, f"endPhyOffset below the CommitLog min {min_commitlog_offset}")
 
     def destroy_newer_than(self, timestamp_ms: int) -> int:
         """Abnormal recovery: delete files whose endTimestamp > checkpoint indexMsgTimestamp."""
         self._require_writable()
         with self._lock:
-            return self._drop([f for f in self._files if f.header.end_timestamp_ms > timestamp_ms])
+            newer = [f for f in self._files if f.header.end_timestamp_ms > timestamp_ms]
+            return self._drop(newer, f"endTimestamp after the checkpoint's {timestamp_ms}")
 
-    def _drop(self, doomed: list[IndexFile]) -> int:
+    def _drop(self, doomed: list[IndexFile], reason: str) -> int:
         for f in doomed:
+            log.warning("%s: deleting index file %s (%s)", self.directory, f.path.name, reason)
             f.path.unlink(missing_ok=True)
         gone = {id(f) for f in doomed}
         self._files = [f for f in self._files if id(f) not in gone]

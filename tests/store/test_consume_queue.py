@@ -135,11 +135,12 @@ def test_fresh_queue_may_start_mid_file(tmp_path: Path) -> None:
     assert again.read_units(6, 10)["offset"].tolist() == [600, 700, 800]
 
 
-def test_truncate_dirty(tmp_path: Path) -> None:
+def test_truncate_dirty(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cq = ConsumeQueue(tmp_path / "q", units_per_file=4)
     put_range(cq, 0, 10)
     assert cq.truncate_dirty(10 * STEP) == 10
     assert cq.truncate_dirty(5 * STEP + 50) == 5  # unit 5 ends at 600 > 550
+    assert "cut from max offset 10 to 5, 1 file(s) deleted (units end beyond" in caplog.text
     assert files_of(tmp_path / "q") == [f"{0:020d}", f"{80:020d}"]
     cq.close()
     again = ConsumeQueue(tmp_path / "q", units_per_file=4)
