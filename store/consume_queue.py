@@ -270,6 +270,18 @@ class ConsumeQueue:
             out[mask] = f.units[positions[mask] - f.first_offset]
         return out
 
+    def _snapshot(self) -> tuple[list[_CQFile], int, int]:
+        """Files and the ``[min, max)`` range they cover, consistent without taking the lock.
+
+        ``max`` is read first: the writer appends a file before moving ``max`` into it, so the
+        files read afterwards cover it; the range is clamped in case retention or a cut ran.
+        """
+        hi, lo, files = self._max, self._min, self._files
+        if not files:
+            return files, hi, hi
+        lo = max(lo, files[0].first_offset)
+        return files, lo, max(lo, min(hi, files[-1].end_offset))
+
     # Queries ---------------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
@@ -286,7 +298,7 @@ class ConsumeQueue:
         Zero-copy view when the range sits in one file, a copy when it spans files. Empty
         when ``start`` is outside ``[min_offset, max_offset)``.
         """
-        files, lo, hi = self._files, self._min, self._max
+        files, lo, hi = self._snapshot()
         end = min(hi, start + max(0, max_units))
         if start < lo or start >= end:
             return np.empty(0, dtype=CQ_UNIT_DTYPE)
@@ -330,9 +342,8 @@ class ConsumeQueue:
         * UPPER: last offset whose store ts <= T, i.e. ``LOWER(T + 1) - 1``; one less than
           the first searchable offset when T precedes every message.
         """
-        files, hi = self._files, self._max
-        lo = self._min
-        if files and lo < hi:
+        files, lo, hi = self._snapshot()
+        if lo < hi:
             lo = leftmost(lo, hi, lambda p: self._units_at(files, p)["offset"] >= min_commitlog_offset)
         target = timestamp_ms if boundary is Boundary.LOWER else timestamp_ms + 1
 
