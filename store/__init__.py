@@ -23,12 +23,13 @@ from store.errors import (
     UnknownQueue,
     UnknownTopic,
 )
-from store.message_store import MessageStore, StoreStats
+from store.message_store import BatchPutResult, MessageStore, StoreStats
 from store.queue_reader import BatchReadResult
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 
 __all__ = [
     "MESSAGE_SCHEMA",
+    "BatchPutResult",
     "BatchReadResult",
     "Boundary",
     "DataLost",

@@ -92,10 +92,6 @@ class StoreConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
         checks: list[tuple[bool, str]] = [
             (self.commitlog_file_size_bytes >= 4096, "commitlog_file_size_bytes must be >= 4096"),
-            (
-                self.commitlog_file_size_bytes >= self.max_message_size_bytes // 64,
-                "commitlog_file_size_bytes is too small for max_message_size_bytes",
-            ),
             (self.consume_queue_units_per_file >= 1, "consume_queue_units_per_file must be >= 1"),
             (self.index_hash_slots >= 1, "index_hash_slots must be >= 1"),
             (self.index_max_entries >= 2, "index_max_entries must be >= 2"),

@@ -26,9 +26,17 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from store.batch_codec import EncodedBatch, UniqKeyGenerator
+from store.batch_codec import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
 from store.checkpoint import StoreCheckpoint
-from store.codec import PROPERTY_KEYS, BodyPolicy, decode_msg_id, encode_msg_id, encode_record
+from store.codec import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    BodyPolicy,
+    decode_msg_id,
+    encode_msg_id,
+    encode_record,
+)
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, StoreConfig
 from store.consume_queue import ConsumeQueueStore
@@ -38,6 +46,7 @@ from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, Unknown
 from store.flush import GroupCommitService
 from store.fs import FileSystem, OsFileSystem
 from store.index_file import IndexService
+from store.java_hash import java_string_hash
 from store.lock import DirectoryLock, remove_abort_file, write_abort_file
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_group, validate_topic
 from store.offset_table import ConsumerOffsetTable, DelayOffsetTable
@@ -56,6 +65,42 @@ _SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18, TRANS_HALF_TOPIC: 1}
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPutResult:
+    """Where a columnar batch landed: one entry per message, in input order."""
+
+    topic: str
+    queue_ids: npt.NDArray[np.int32]
+    queue_offsets: npt.NDArray[np.int64]
+    commitlog_offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int32]
+    uniq_keys: Sequence[str]
+    store_timestamp_ms: int
+    store_host: tuple[str, int]
+
+    def __len__(self) -> int:
+        return len(self.queue_ids)
+
+    def msg_id(self, i: int) -> str:
+        return encode_msg_id(self.store_host, int(self.commitlog_offsets[i]))
+
+    def results(self) -> list[PutResult]:
+        """The same information as :class:`PutResult` objects (one Python object each)."""
+        return [
+            PutResult(
+                msg_id=self.msg_id(i),
+                uniq_key=self.uniq_keys[i],
+                topic=self.topic,
+                queue_id=int(self.queue_ids[i]),
+                queue_offset=int(self.queue_offsets[i]),
+                commitlog_offset=int(self.commitlog_offsets[i]),
+                store_timestamp_ms=self.store_timestamp_ms,
+                size_bytes=int(self.sizes[i]),
+            )
+            for i in range(len(self))
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +132,7 @@ class MessageStore:
         self._listeners: list[ArrivalListener] = []
         self._queue_next: dict[tuple[str, int], int] = {}
         self._round_robin: dict[str, int] = {}
+        self._producible: set[str] = set()
         self._last_store_ts = 0
         self._messages_put = 0
         self._bytes_put = 0
@@ -151,6 +197,7 @@ class MessageStore:
 
     def _after_recovery(self) -> None:
         self._indexed_to = self._commitlog.max_offset
+        self._queues.correct_min_offsets(self._commitlog.min_offset)
         for (topic, _), cq in self._queues.queues().items():
             if topic not in self._topics and not is_system_topic(topic):
                 queues = 1 + max(q for (t, q) in self._queues.queues(topic))
@@ -247,7 +294,9 @@ class MessageStore:
         """Create ``topic`` or grow it to ``queues`` queues (never shrinks); returns the count."""
         self._ensure_open()
         count = self.config.default_queues_per_topic if queues is None else queues
-        return self._topics.create_or_grow(topic, count).queues
+        created = self._topics.create_or_grow(topic, count).queues
+        self._topics.persist()
+        return created
 
     def delete_topic(self, topic: str) -> bool:
         """Forget ``topic``: its config, ConsumeQueues and group offsets (bytes age out)."""
@@ -275,13 +324,18 @@ class MessageStore:
         return tc.queues
 
     def _queue_count_for_put(self, topic: str) -> int:
+        """Queue count of a user topic a producer writes to (auto-created when allowed)."""
+        if topic not in self._producible:
+            validate_topic(topic)  # refuses bad names and system topics
+            self._producible.add(topic)
         tc = self._topics.get(topic)
         if tc is not None:
             return tc.queues
-        validate_topic(topic)
         if not self.config.auto_create_topics:
             raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)")
-        return self._topics.create_or_grow(topic, self.config.default_queues_per_topic).queues
+        created = self._topics.create_or_grow(topic, self.config.default_queues_per_topic).queues
+        self._topics.persist()
+        return created
 
     def _has_queue(self, topic: str, queue_id: int) -> bool:
         tc = self._topics.get(topic)
@@ -323,12 +377,140 @@ class MessageStore:
                 )
             )
         encoded = EncodedBatch.from_records([encode_record(r) for r in records], uniq_keys)
-        return self._append(
+        topics = [r.topic for r in records]
+        props = [r.properties or {} for r in records]
+        topic_names = tuple(dict.fromkeys(topics))
+        code_of = {t: i for i, t in enumerate(topic_names)}
+        batch = self._append(
             encoded,
-            [r.topic for r in records],
+            topic_names,
+            np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=len(records)),
             np.fromiter((r.queue_id for r in records), dtype=np.int32, count=len(records)),
-            [dict(r.properties or {}) for r in records],
+            lambda store_ts: np.fromiter(
+                (
+                    tags_code_for(t, p, store_ts, self.delay_levels)
+                    for t, p in zip(topics, props, strict=True)
+                ),
+                dtype=np.int64,
+                count=len(records),
+            ),
+            tuple(p.get(PROPERTY_KEYS) for p in props),
         )
+        return [
+            PutResult(
+                msg_id=encode_msg_id(self._store_host, int(batch.commitlog_offsets[i])),
+                uniq_key=uniq_keys[i],
+                topic=topics[i],
+                queue_id=int(batch.queue_ids[i]),
+                queue_offset=int(batch.queue_offsets[i]),
+                commitlog_offset=int(batch.commitlog_offsets[i]),
+                store_timestamp_ms=batch.store_timestamp_ms,
+                size_bytes=int(batch.sizes[i]),
+            )
+            for i in range(len(records))
+        ]
+
+    def _append_columns(
+        self,
+        encoded: EncodedBatch,
+        topic: str,
+        queue_ids: npt.NDArray[np.int32],
+        tags: Sequence[str | None],
+        keys: Sequence[str | None],
+    ) -> BatchPutResult:
+        n = len(queue_ids)
+        distinct = {t for t in tags if t}
+        if not distinct:
+            codes = np.zeros(n, dtype=np.int64)
+        elif len(distinct) == 1 and all(tags):
+            codes = np.full(n, java_string_hash(next(iter(distinct))), dtype=np.int64)
+        else:
+            table = {t: java_string_hash(t) for t in distinct}
+            codes = np.fromiter((table[t] if t else 0 for t in tags), dtype=np.int64, count=n)
+        return self._append(
+            encoded, (topic,), np.zeros(n, dtype=np.int32), queue_ids, lambda _ts: codes, tuple(keys)
+        )
+
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
+        tags: str | Sequence[str | None] | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: Mapping[str, str | Sequence[str | None]] | None = None,
+        uniq_keys: Sequence[str | None] | None = None,
+        born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
+    ) -> BatchPutResult:
+        """Columnar :meth:`put_messages` for one topic: no Python object per message.
+
+        ``keys`` holds each message's KEYS value (space-separated tokens, None for none);
+        ``properties`` maps a name to one value for all or a value per message. Delay levels
+        and transactions are not taken here (use :meth:`put_messages`). All or nothing.
+        """
+        self._ensure_open()
+        n = len(bodies)
+        count = self._queue_count_for_put(topic)
+        if n == 0:
+            empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
+            return BatchPutResult(topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
+        qids = self._choose_queues(topic, queue_ids, count, n)
+        if uniq_keys is None or not all(uniq_keys):
+            generated = self._uniq.next_batch(n)
+            keys_out = (
+                generated
+                if uniq_keys is None
+                else [k or g for k, g in zip(uniq_keys, generated, strict=True)]
+            )
+        else:
+            keys_out = list(uniq_keys)  # type: ignore[arg-type]
+        columns: dict[str, str | Sequence[str | None] | None] = dict(properties or {})
+        for reserved in (PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS):
+            if reserved in columns:
+                raise InvalidArgument(f"property {reserved} is set through its own argument")
+        columns[PROPERTY_UNIQ_KEY] = keys_out
+        if keys is not None:
+            _check_column_length("keys", keys, n)
+            columns[PROPERTY_KEYS] = keys
+        if tags is not None:
+            if not isinstance(tags, str):
+                _check_column_length("tags", tags, n)
+            columns[PROPERTY_TAGS] = tags
+        born = self._clock() if born_timestamps_ms is None else born_timestamps_ms
+        encoded = encode_columns(
+            BatchColumns(
+                topic=topic,
+                bodies=bodies,
+                queue_ids=qids,
+                properties=columns,
+                born_timestamps_ms=born,
+                store_host=self._store_host,
+            ),
+            self._policy,
+        )
+        encoded.uniq_keys = keys_out
+        tags_list = [tags] * n if isinstance(tags, str) or tags is None else list(tags)
+        keys_list: Sequence[str | None] = [None] * n if keys is None else keys
+        return self._append_columns(encoded, topic, qids, tags_list, keys_list)
+
+    def _choose_queues(
+        self, topic: str, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None, count: int, n: int
+    ) -> npt.NDArray[np.int32]:
+        if queue_ids is None:
+            with self._put_lock:
+                first = self._round_robin.get(topic, 0)
+                self._round_robin[topic] = first + n
+            return ((first + np.arange(n, dtype=np.int64)) % count).astype(np.int32)
+        qids = np.broadcast_to(np.asarray(queue_ids, dtype=np.int64), (n,))
+        bad = (qids < 0) | (qids >= count)
+        if bool(bad.any()):
+            first_bad = int(np.flatnonzero(bad)[0])
+            raise UnknownQueue(
+                f"message {first_bad}: queue {int(qids[first_bad])} does not exist: "
+                f"topic {topic!r} has {count} queues"
+            )
+        return qids.astype(np.int32)
 
     def _choose_queue(self, topic: str, queue_id: int | None, count: int) -> int:
         if queue_id is None:
@@ -343,16 +525,15 @@ class MessageStore:
     def _append(
         self,
         encoded: EncodedBatch,
-        topics: Sequence[str],
+        topic_names: tuple[str, ...],
+        topic_codes: npt.NDArray[np.int32],
         queue_ids: npt.NDArray[np.int32],
-        properties: Sequence[Mapping[str, str]],
-    ) -> list[PutResult]:
+        tags_codes_at: Callable[[int], npt.NDArray[np.int64]],
+        keys: tuple[str | None, ...],
+    ) -> BatchPutResult:
+        """Append under the put lock: queue offsets, CommitLog, ConsumeQueue dispatch."""
         n = len(encoded)
-        topic_names = tuple(dict.fromkeys(topics))
-        code_of = {t: i for i, t in enumerate(topic_names)}
-        topic_codes = np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=n)
         uniq_keys = tuple(encoded.uniq_keys)
-        keys = tuple(p.get(PROPERTY_KEYS) for p in properties)
         with self._put_lock:
             self._ensure_open()
             store_ts = max(self._clock(), self._last_store_ts)
@@ -360,18 +541,10 @@ class MessageStore:
             encoded.patch_queue_offsets(queue_offsets)
             start = self._commitlog.max_offset
             appended = self._commitlog.append(encoded, store_ts)
-            tags_codes = np.fromiter(
-                (
-                    tags_code_for(t, p, store_ts, self.delay_levels)
-                    for t, p in zip(topics, properties, strict=True)
-                ),
-                dtype=np.int64,
-                count=n,
-            )
             dispatch = DispatchBatch(
                 appended.commitlog_offsets,
                 appended.sizes,
-                tags_codes,
+                tags_codes_at(store_ts),
                 queue_ids,
                 queue_offsets,
                 np.full(n, store_ts, dtype=np.int64),
@@ -394,19 +567,16 @@ class MessageStore:
         self._notify_arrivals(topic_names, topic_codes, queue_ids)
         if self._group_commit is not None:
             self._group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
-        return [
-            PutResult(
-                msg_id=encode_msg_id(self._store_host, int(appended.commitlog_offsets[i])),
-                uniq_key=uniq_keys[i],
-                topic=topics[i],
-                queue_id=int(queue_ids[i]),
-                queue_offset=int(queue_offsets[i]),
-                commitlog_offset=int(appended.commitlog_offsets[i]),
-                store_timestamp_ms=store_ts,
-                size_bytes=int(appended.sizes[i]),
-            )
-            for i in range(n)
-        ]
+        return BatchPutResult(
+            topic_names[0],
+            queue_ids,
+            queue_offsets,
+            appended.commitlog_offsets,
+            appended.sizes,
+            uniq_keys,
+            store_ts,
+            self._store_host,
+        )
 
     def _next_offset(self, topic: str, queue_id: int) -> int:
         key = (topic, queue_id)
@@ -750,6 +920,11 @@ class MessageStore:
         """Close and delete the whole store directory."""
         self.close()
         shutil.rmtree(self.config.store_dir, ignore_errors=True)
+
+
+def _check_column_length(name: str, column: Sequence[object], n: int) -> None:
+    if len(column) != n:
+        raise InvalidArgument(f"{name} has {len(column)} values for {n} bodies")
 
 
 def _check_read_args(offset: int, max_messages: int) -> None:

@@ -83,7 +83,7 @@ class QueueReader:
         self,
         queues: ConsumeQueueStore,
         commitlog: CommitLogReadable,
-        store_host: tuple[str, int],
+        store_host: tuple[str, int] | None,
         has_queue: Callable[[str, int], bool] | None = None,
     ) -> None:
         self._queues = queues
