@@ -1,0 +1,178 @@
+"""HTTP broker throughput: single produce, JSON batch, Arrow batch, Arrow pull (100-byte bodies).
+
+    python -m bench.http_bench                 # starts `sparkmq serve` on a temp store
+    python -m bench.http_bench --url http://127.0.0.1:8080 --seconds 10
+
+Client and server share the machine (and the CPU with anything else running), so the figures
+are what this box does end to end, not what the server could do alone. Not a CI gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pyarrow as pa
+
+ARROW = "application/vnd.apache.arrow.stream"
+BODY = b"x" * 100
+
+
+@dataclass
+class Figure:
+    name: str
+    count: int
+    seconds: float
+    unit: str
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+    def line(self) -> str:
+        return f"{self.name:<34} {self.rate:>14,.0f} {self.unit}/s   ({self.count:,} in {self.seconds:.2f} s)"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def local_broker() -> Iterator[str]:
+    """`sparkmq serve` on a temporary store in a child process; stopped with SIGTERM."""
+    with tempfile.TemporaryDirectory(prefix="sparkmq-bench-") as store_dir:
+        port = _free_port()
+        command = [
+            sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", store_dir,
+            "--port", str(port), "--log-level", "warning", "--max-batch", "100000",
+        ]  # fmt: skip
+        process = subprocess.Popen(command, env=os.environ.copy())
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("broker did not start") from None
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        process.wait(timeout=0.1)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+async def bench_single(url: str, topic: str, seconds: float, clients: int) -> Figure:
+    payload = json.dumps({"body": BODY.decode()}).encode()
+    headers = {"content-type": "application/json"}
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def client_loop(http: httpx.AsyncClient) -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            response = await http.post(f"/topics/{topic}/messages", content=payload, headers=headers)
+            response.raise_for_status()
+            done += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(client_loop(http) for _ in range(clients)))
+        return Figure(f"single produce ({clients} clients)", done, time.perf_counter() - started, "req")
+
+
+def bench_batches(url: str, topic: str, seconds: float, batch_size: int, arrow: bool) -> Figure:
+    if arrow:
+        table = pa.table({"body": pa.array([BODY] * batch_size, pa.binary())})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        content, media = sink.getvalue().to_pybytes(), ARROW
+    else:
+        content = json.dumps({"messages": [{"body": BODY.decode()}] * batch_size}).encode()
+        media = "application/json"
+    sent = 0
+    with httpx.Client(base_url=url, timeout=60) as http:
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            response = http.post(
+                f"/topics/{topic}/messages:batch", content=content, headers={"content-type": media}
+            )
+            response.raise_for_status()
+            sent += batch_size
+        elapsed = time.perf_counter() - started
+    kind = "Arrow" if arrow else "JSON"
+    return Figure(f"{kind} batch produce ({batch_size}/req)", sent, elapsed, "msg")
+
+
+def bench_arrow_pull(url: str, topic: str, queues: int, page: int) -> Figure:
+    received = 0
+    with httpx.Client(base_url=url, timeout=60, headers={"accept": ARROW}) as http:
+        started = time.perf_counter()
+        for queue_id in range(queues):
+            offset = 0
+            while True:
+                response = http.get(
+                    f"/topics/{topic}/queues/{queue_id}/messages",
+                    params={"offset": offset, "max_messages": page},
+                )
+                response.raise_for_status()
+                rows = pa.ipc.open_stream(response.content).read_all().num_rows
+                if rows == 0:
+                    break
+                received += rows
+                offset = int(response.headers["x-next-offset"])
+        elapsed = time.perf_counter() - started
+    return Figure(f"Arrow pull ({page}/req)", received, elapsed, "msg")
+
+
+def run(url: str, seconds: float, clients: int) -> list[Figure]:
+    queues = 4
+    suffix = str(int(time.time()))
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for name in ("single", "json", "arrow"):
+            http.put(f"/topics/bench_{name}_{suffix}", json={"queues": queues}).raise_for_status()
+    figures = [asyncio.run(bench_single(url, f"bench_single_{suffix}", seconds, clients))]
+    print(figures[-1].line(), flush=True)
+    figures.append(bench_batches(url, f"bench_json_{suffix}", seconds, 1000, arrow=False))
+    print(figures[-1].line(), flush=True)
+    figures.append(bench_batches(url, f"bench_arrow_{suffix}", seconds, 10_000, arrow=True))
+    print(figures[-1].line(), flush=True)
+    figures.append(bench_arrow_pull(url, f"bench_arrow_{suffix}", queues, 50_000))
+    print(figures[-1].line(), flush=True)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="Benchmark a running broker instead of starting one.")
+    parser.add_argument("--seconds", type=float, default=5.0, help="Duration of each produce phase.")
+    parser.add_argument("--clients", type=int, default=16, help="Concurrent single-produce clients.")
+    args = parser.parse_args()
+    print(f"sparkmq HTTP benchmark: 100-byte bodies, {os.cpu_count()} CPUs shared by client and server")
+    if args.url:
+        run(args.url, args.seconds, args.clients)
+    else:
+        with local_broker() as url:
+            run(url, args.seconds, args.clients)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The FastAPI app factory: ``create_app(config)`` returns an app whose lifespan opens the
+store and closes it (a clean stop removes the store's ``abort`` file).
+
+Companions are async context managers entered after the store opens and exited before it
+closes, on the same event loop; the Kafka gateway plugs in this way::
+
+    create_app(config, companions=[lambda broker: kafka_gateway(broker, port=9092)])
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+import sparkmq
+from ingest_api.auth import load_token_table
+from ingest_api.broker import Broker
+from ingest_api.config import ServerConfig
+from ingest_api.errors import install_error_handlers
+from ingest_api.limits import RequestSizeLimit
+from ingest_api.longpoll import ArrivalHub
+from ingest_api.metrics import BrokerMetrics
+from ingest_api.routers import groups, messages, ops, queues, topics
+from ingest_api.schemas import ProduceBatchIn
+from store.config import StoreConfig
+from store.message_store import MessageStore
+
+#: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
+Companion = Callable[[Broker], AbstractAsyncContextManager[Any]]
+
+
+def _lifespan(config: ServerConfig, companions: Sequence[Companion]) -> Callable[[FastAPI], Any]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tokens = load_token_table(config.auth_file) if config.auth_file is not None else None
+        store = await run_in_threadpool(MessageStore.open, config.store)
+        try:
+            hub = ArrivalHub(asyncio.get_running_loop())
+            store.add_arrival_listener(hub.on_arrival)
+            broker = Broker(config=config, store=store, hub=hub, metrics=BrokerMetrics(), tokens=tokens)
+            app.state.broker = broker
+            try:
+                async with AsyncExitStack() as stack:
+                    for companion in companions:
+                        await stack.enter_async_context(companion(broker))
+                    yield
+            finally:
+                hub.close()
+        finally:
+            await run_in_threadpool(store.close)
+
+    return lifespan
+
+
+def _openapi_with_batch_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The generated spec plus ``ProduceBatchIn`` (the batch route reads its body by hand)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = generate()
+            schema = ProduceBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = spec.setdefault("components", {}).setdefault("schemas", {})
+            components.update(schema.pop("$defs", {}))
+            components["ProduceBatchIn"] = schema
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    return openapi
+
+
+def create_app(config: ServerConfig | StoreConfig, companions: Sequence[Companion] = ()) -> FastAPI:
+    """A broker app for ``config`` (a bare :class:`StoreConfig` gets default server settings)."""
+    server_config = config if isinstance(config, ServerConfig) else ServerConfig(store=config)
+    server_config.validate()
+    app = FastAPI(
+        title="sparkmq",
+        version=sparkmq.__version__,
+        description="RocketMQ-compatible message queue: HTTP ingest, pull and admin API.",
+        lifespan=_lifespan(server_config, companions),
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
+    for module in (topics, messages, queues, groups, ops):
+        app.include_router(module.router)
+    app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,1 @@
+"""One router per resource: topics, messages (produce and query), queues (pull), groups, ops."""

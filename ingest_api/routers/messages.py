@@ -1,0 +1,187 @@
+"""Producing (one or a batch) and querying messages by key or id."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from ingest_api import batches, producing
+from ingest_api.auth import Right, authorize
+from ingest_api.broker import Broker
+from ingest_api.deps import BrokerDep, JsonBody, PrincipalDep, media_type
+from ingest_api.errors import ApiError
+from ingest_api.params import TopicPath
+from ingest_api.schemas import ErrorOut, MessageOut, ProduceBatchOut, ProduceIn, ProduceOut, QueryOut
+from store.errors import InvalidArgument, UnknownTopic
+from store.message_store import MessageStore
+from store.names import validate_topic
+from store.types import MessageView
+
+router = APIRouter(tags=["messages"])
+
+_PRODUCE_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (400, 404, 413, 415, 422, 503)
+}
+
+_BATCH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            batches.JSON: {"schema": {"$ref": "#/components/schemas/ProduceBatchIn"}},
+            batches.NDJSON: {
+                "schema": {"type": "string", "description": "One ProduceIn JSON object per line."}
+            },
+            batches.ARROW_STREAM: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Arrow IPC stream: body (binary|string) and optional tags, keys "
+                    "(list<string>), properties (map<string,string>), queue_id, sharding_key, delay_level.",
+                }
+            },
+        },
+    }
+}
+
+
+@router.post(
+    "/topics/{topic}/messages",
+    status_code=201,
+    response_model=ProduceOut,
+    dependencies=[JsonBody],
+    responses=_PRODUCE_ERRORS,
+)
+async def produce(
+    topic: TopicPath, entry: ProduceIn, broker: BrokerDep, principal: PrincipalDep
+) -> ProduceOut:
+    """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH)."""
+    authorize(principal, Right.PRODUCE, topic)
+    started = time.perf_counter()
+    result = await run_in_threadpool(producing.put_one, broker.store, topic, entry)
+    body_bytes = len(entry.body.encode()) if entry.body is not None else len(entry.body_base64 or "") * 3 // 4
+    broker.metrics.produced(topic, 1, body_bytes, "single", time.perf_counter() - started)
+    return ProduceOut.of(result)
+
+
+def _produce_batch(broker: Broker, topic: str, content_type: str, raw: bytes) -> tuple[str, int, int]:
+    """Decode, validate and store a batch; returns (JSON response, messages, body bytes). Worker thread."""
+    limit = broker.config.max_batch_messages
+    if content_type == batches.ARROW_STREAM:
+        arrow_batch = batches.parse_arrow_batch(raw, limit)
+        results = producing.put_arrow(broker.store, topic, arrow_batch)
+        body_bytes = arrow_batch.body.nbytes
+    else:
+        if content_type == batches.NDJSON:
+            entries = batches.parse_ndjson_batch(raw, limit)
+        else:
+            entries = batches.parse_json_batch(raw, limit)
+        results = producing.put_entries(broker.store, topic, entries)
+        body_bytes = len(raw)
+    payload = ProduceBatchOut(results=[ProduceOut.of(r) for r in results]).model_dump_json()
+    return payload, len(results), body_bytes
+
+
+@router.post(
+    "/topics/{topic}/messages:batch",
+    status_code=201,
+    response_model=ProduceBatchOut,
+    openapi_extra=_BATCH_BODY,
+    responses=_PRODUCE_ERRORS,
+)
+async def produce_batch(
+    topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+) -> Response:
+    """Produce many messages atomically: all are stored or none (an invalid entry's ``index`` is
+    reported). Accepts JSON ``{"messages": [...]}``, NDJSON, or an Arrow IPC stream."""
+    authorize(principal, Right.PRODUCE, topic)
+    content_type = media_type(request) or batches.JSON
+    if content_type not in (batches.JSON, batches.NDJSON, batches.ARROW_STREAM):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"unsupported Content-Type {content_type!r}; use {batches.JSON}, {batches.NDJSON} "
+            f"or {batches.ARROW_STREAM}",
+        )
+    raw = await request.body()
+    started = time.perf_counter()
+    payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, topic, content_type, raw)
+    broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
+    return Response(payload, status_code=201, media_type="application/json")
+
+
+def _query_by_key(
+    store: MessageStore, topic: str, key: str, *, begin_ms: int, end_ms: int, limit: int
+) -> QueryOut:
+    validate_topic(topic)
+    if not store.has_topic(topic):
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    views = store.query_by_key(topic, key, begin_ms, end_ms, limit)
+    return QueryOut(messages=[MessageOut.of(view) for view in views])
+
+
+@router.get("/topics/{topic}/messages", response_model=QueryOut, responses={404: {"model": ErrorOut}})
+async def query_by_key(
+    *,
+    topic: TopicPath,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    key: Annotated[str, Query(min_length=1, max_length=1024, description="A key given at produce time.")],
+    begin_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time lower bound (ms).")] = 0,
+    end_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time upper bound (ms).")] = 2**62,
+    max_results: Annotated[int, Query(alias="max", ge=1, le=1000)] = 64,
+) -> QueryOut:
+    """Messages with ``key`` stored between ``begin_ms`` and ``end_ms``, newest first."""
+    authorize(principal, Right.CONSUME, topic)
+    return await run_in_threadpool(
+        _query_by_key, broker.store, topic, key, begin_ms=begin_ms, end_ms=end_ms, limit=max_results
+    )
+
+
+def _real_topic(view: MessageView) -> str:
+    return view.properties.get("REAL_TOPIC", view.topic)
+
+
+def _find_message(store: MessageStore, msg_id: str, topic: str | None) -> MessageView:
+    view: MessageView | None = None
+    if len(msg_id) == 32:
+        try:
+            view = store.get_by_msg_id(msg_id)
+        except InvalidArgument:
+            view = None
+        if view is not None and view.msg_id.upper() != msg_id.upper():
+            view = None
+        if view is not None and topic is not None and _real_topic(view) != topic:
+            view = None
+    if view is None:
+        if topic is not None:
+            validate_topic(topic)
+        candidates = [topic] if topic is not None else sorted(store.topics())
+        for candidate in candidates:
+            if store.has_topic(candidate):
+                view = store.get_by_uniq_key(candidate, msg_id)
+                if view is not None:
+                    break
+    if view is None:
+        raise ApiError(404, "message_not_found", f"no message with id {msg_id!r}")
+    return view
+
+
+@router.get("/messages/{msg_id}", response_model=MessageOut, responses={404: {"model": ErrorOut}})
+async def get_message(
+    msg_id: Annotated[str, Path(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")],
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    topic: Annotated[
+        str | None, Query(max_length=255, description="Restrict a UNIQ_KEY lookup to this topic.")
+    ] = None,
+) -> MessageOut:
+    """One message by offsetMsgId (32 hex chars) or by UNIQ_KEY (searched in ``topic``, or in
+    every topic when omitted)."""
+    view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
+    authorize(principal, Right.CONSUME, _real_topic(view))
+    out = MessageOut.of(view)
+    broker.metrics.consumed(view.topic, 1, len(view.body))
+    return out
