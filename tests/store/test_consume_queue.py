@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -507,3 +509,40 @@ def test_queue_matches_a_model_across_crashes(
         assert (cq.min_offset, cq.max_offset) == (lo, hi), ops
         assert cq.read_units(lo, 1_000)["offset"].tolist() == [i * STEP for i in range(lo, hi)]
     cq.close()
+
+
+def test_concurrent_writer_and_followers_see_only_whole_units(tmp_path: Path) -> None:
+    total = 3_000
+    writer = ConsumeQueue(tmp_path / "q", units_per_file=64)
+    follower = ConsumeQueue(tmp_path / "q", units_per_file=64, read_only=True)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            rng = np.random.default_rng(5)
+            done = 0
+            while done < total:
+                count = min(total - done, int(rng.integers(1, 90)))
+                if count == 1:
+                    writer.put_unit(done, done * STEP, STEP, done * 7)
+                else:
+                    put_range(writer, done, count)
+                done += count
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < total and time.monotonic() < deadline:
+        for queue in (writer, follower):
+            queue.refresh()
+            units = queue.read_units(0, total)
+            assert units["offset"].tolist() == [i * STEP for i in range(len(units))]
+            assert (units["size"] == STEP).all()
+            assert units["tags_code"].tolist() == [i * 7 for i in range(len(units))]
+        seen = len(follower.read_units(0, total))
+    thread.join()
+    assert errors == []
+    assert seen == total
