@@ -1,0 +1,374 @@
+"""Vectorised CommitLog -> Arrow decoding, checked against a per-record reference.
+
+The reference decodes each record with :func:`store.codec.decode_record` (obviously correct,
+slow) and builds the same ``MESSAGE_SCHEMA`` batch; the vectorised decoder must equal it
+exactly, for Hypothesis-generated slices: random bodies (empty, > 4 KiB and compressed),
+optional TAGS/KEYS/UNIQ_KEY and other properties, unicode, V2 topics (> 127 bytes), several
+topics, gaps between records, unsorted and repeated starts.
+"""
+
+from __future__ import annotations
+
+import mmap
+import zlib
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from store.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
+from store.batch_decode import decode_int_field, decode_records_to_arrow, decode_store_timestamps
+from store.codec import (
+    BODY_POS,
+    MAGIC_POS,
+    PROPS_LEN,
+    QUEUE_ID_POS,
+    TOTAL_SIZE_POS,
+    BodyPolicy,
+    RecordFields,
+    decode_record,
+    encode_msg_id,
+    encode_record,
+    prepare_body,
+)
+from store.errors import CorruptStore, InvalidArgument
+
+COMPRESS_OVER = 4096
+POLICY = BodyPolicy(max_body_bytes=1 << 20, compress_over_bytes=COMPRESS_OVER)
+
+
+# --- the reference ---------------------------------------------------------------------------
+
+
+def reference_batch(
+    buf: bytes, starts: Sequence[int], store_host: tuple[str, int] | None = None
+) -> pa.RecordBatch:
+    """One :func:`decode_record` per start, assembled into a ``MESSAGE_SCHEMA`` batch."""
+    rows = []
+    for start in starts:
+        view = decode_record(buf, start)
+        props = view.properties
+        rows.append(
+            {
+                "topic": view.topic,
+                "queue_id": view.queue_id,
+                "queue_offset": view.queue_offset,
+                "commitlog_offset": view.commitlog_offset,
+                "msg_id": view.msg_id
+                if store_host is None
+                else encode_msg_id(store_host, view.commitlog_offset),
+                "uniq_key": view.uniq_key,
+                "tags": view.tags,
+                "keys": view.keys,
+                "body": view.body,
+                "properties": [(k, v) for k, v in props.items() if k not in COLUMN_PROPERTIES],
+                "born_timestamp": view.born_timestamp_ms * 1000,
+                "store_timestamp": view.store_timestamp_ms * 1000,
+                "reconsume_times": view.reconsume_times,
+            }
+        )
+    return pa.RecordBatch.from_pylist(rows, schema=MESSAGE_SCHEMA)
+
+
+def assert_same(actual: pa.RecordBatch, expected: pa.RecordBatch) -> None:
+    assert actual.schema == MESSAGE_SCHEMA
+    actual.validate(full=True)
+    for name in MESSAGE_SCHEMA.names:
+        assert actual.column(name).to_pylist() == expected.column(name).to_pylist(), name
+    assert actual.equals(expected)
+
+
+# --- building slices -------------------------------------------------------------------------
+
+
+def stored(fields: RecordFields) -> RecordFields:
+    """The record as the store writes it: large bodies zlib-compressed and flagged."""
+    body, sys_flag = prepare_body(fields.body, POLICY)
+    return replace(fields, body=body, sys_flag=fields.sys_flag | sys_flag)
+
+
+def build_slice(records: Sequence[RecordFields], gaps: Sequence[bytes] = ()) -> tuple[bytes, list[int]]:
+    """Records laid out one after another, ``gaps[i]`` of junk before record i."""
+    parts: list[bytes] = []
+    starts: list[int] = []
+    position = 0
+    for i, fields in enumerate(records):
+        gap = gaps[i] if i < len(gaps) else b""
+        position += len(gap)
+        encoded = encode_record(replace(stored(fields), physical_offset=position + 1_000_000))
+        parts += [gap, encoded]
+        starts.append(position)
+        position += len(encoded)
+    return b"".join(parts), starts
+
+
+def as_array(buf: bytes) -> npt.NDArray[np.uint8]:
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+# --- strategies ------------------------------------------------------------------------------
+
+_text = st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",))
+names = st.text(_text, min_size=1, max_size=12)
+values = st.text(_text, min_size=0, max_size=16)  # empty values are dropped by the encoder
+keys = st.lists(
+    st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), max_size=8),
+    max_size=4,
+)
+hosts = st.tuples(st.sampled_from(["127.0.0.1", "10.0.0.7", "192.168.255.1"]), st.integers(0, 65535))
+topics = st.one_of(
+    st.sampled_from(["orders", "payments", "%RETRY%group"]),
+    st.text(_text, min_size=1, max_size=80),  # unicode: may pass 127 bytes -> V2
+    st.text(st.sampled_from("abcXYZ-_"), min_size=120, max_size=300),  # around and past V1's 127
+)
+bodies = st.one_of(
+    st.binary(max_size=64),
+    st.binary(min_size=COMPRESS_OVER + 1, max_size=COMPRESS_OVER + 3000),
+    st.builds(lambda n, b: b * n, st.integers(1000, 3000), st.binary(min_size=1, max_size=8)),
+)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> RecordFields:
+    properties = draw(st.dictionaries(names, values, max_size=4))
+    if draw(st.booleans()):
+        properties["TAGS"] = draw(values)
+    if draw(st.booleans()):
+        properties["KEYS"] = " ".join(draw(keys))
+    if draw(st.booleans()):
+        properties["UNIQ_KEY"] = draw(st.text(st.sampled_from("0123456789ABCDEF"), min_size=1, max_size=32))
+    return RecordFields(
+        topic=draw(topics),
+        body=draw(bodies),
+        queue_id=draw(st.integers(0, 2**31 - 1)),
+        flag=draw(st.integers(-(2**31), 2**31 - 1)),
+        properties=properties,
+        born_timestamp_ms=draw(st.integers(0, 2**45)),
+        store_timestamp_ms=draw(st.integers(0, 2**45)),
+        born_host=draw(hosts),
+        store_host=draw(hosts),
+        reconsume_times=draw(st.integers(0, 16)),
+        queue_offset=draw(st.integers(0, 2**62)),
+    )
+
+
+# --- properties against the reference --------------------------------------------------------
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(st.lists(records(), min_size=1, max_size=12), st.lists(st.binary(max_size=24), max_size=12), st.data())
+def test_matches_per_record_reference(
+    recs: list[RecordFields], gaps: list[bytes], data: st.DataObject
+) -> None:
+    buf, starts = build_slice(recs, gaps)
+    order = data.draw(st.sampled_from(["ascending", "shuffled", "repeated"]))
+    if order == "shuffled":
+        starts = data.draw(st.permutations(starts))
+    elif order == "repeated":
+        starts = data.draw(st.lists(st.sampled_from(starts), min_size=1, max_size=20))
+    assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(records(), min_size=1, max_size=6), hosts)
+def test_store_host_override_builds_msg_ids_from_it(recs: list[RecordFields], host: tuple[str, int]) -> None:
+    buf, starts = build_slice(recs)
+    batch = decode_records_to_arrow(as_array(buf), np.array(starts), store_host=host)
+    assert_same(batch, reference_batch(buf, starts, store_host=host))
+
+
+def test_one_thousand_mixed_records_with_gaps() -> None:
+    recs = [
+        RecordFields(
+            topic=("t" * 200 if i % 7 == 0 else f"topic-{i % 3}"),
+            body=(bytes(range(256)) * 40 if i % 11 == 0 else f"body-{i}".encode()),
+            queue_id=i % 4,
+            queue_offset=i,
+            properties={"UNIQ_KEY": f"{i:032X}", "TAGS": "TagA", "KEYS": f"k{i} o{i}", "WAIT": "true"}
+            if i % 5
+            else {"é": "ü" * (i % 9 + 1)},
+            store_host=("10.0.0.7", 10911) if i % 13 else ("10.0.0.8", 10912),
+            store_timestamp_ms=1_763_700_000_000 + i,
+        )
+        for i in range(1000)
+    ]
+    buf, starts = build_slice(recs, [b"\x00" * (i % 3) for i in range(1000)])
+    assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
+
+
+def test_compressed_bodies_are_inflated() -> None:
+    big = b"0123456789abcdef" * 1000
+    buf, starts = build_slice([RecordFields(topic="t", body=big), RecordFields(topic="t", body=b"small")])
+    assert decode_record(buf, starts[0]).sys_flag & 1, "the fixture must really compress"
+    batch = decode_records_to_arrow(as_array(buf), np.array(starts))
+    assert batch.column("body").to_pylist() == [big, b"small"]
+
+
+# --- shape and inputs ------------------------------------------------------------------------
+
+
+def test_empty_input_gives_empty_batch_with_schema() -> None:
+    batch = decode_records_to_arrow(np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64))
+    assert batch.num_rows == 0
+    assert batch.schema == MESSAGE_SCHEMA
+    assert decode_records_to_arrow(b"\x00" * 10, []).schema == MESSAGE_SCHEMA
+
+
+def test_schema_is_exactly_message_schema_including_nullability() -> None:
+    buf, starts = build_slice([RecordFields(topic="t", body=b"x", properties={"TAGS": "a"})])
+    batch = decode_records_to_arrow(as_array(buf), np.array(starts))
+    assert batch.schema == MESSAGE_SCHEMA
+    assert [f.nullable for f in batch.schema] == [f.nullable for f in MESSAGE_SCHEMA]
+    assert batch.schema.field("properties").type == MESSAGE_SCHEMA.field("properties").type
+
+
+def test_accepts_bytes_memoryview_and_mmap(tmp_path: object) -> None:
+    buf, starts = build_slice([RecordFields(topic="t", body=b"x" * i, queue_offset=i) for i in range(5)])
+    expected = reference_batch(buf, starts)
+    assert_same(decode_records_to_arrow(buf, starts), expected)
+    assert_same(decode_records_to_arrow(memoryview(buf), np.array(starts, dtype=np.int32)), expected)
+    with mmap.mmap(-1, len(buf) + 100) as region:
+        region[: len(buf)] = buf
+        view = memoryview(region)
+        try:
+            assert_same(decode_records_to_arrow(np.frombuffer(view, dtype=np.uint8), starts), expected)
+        finally:
+            view.release()
+
+
+def test_rejects_unusable_buffers() -> None:
+    with pytest.raises(InvalidArgument):
+        decode_records_to_arrow(np.zeros((2, 2), dtype=np.uint8), [0])
+    with pytest.raises(InvalidArgument):
+        decode_records_to_arrow(np.zeros(200, dtype=np.int32), [0])
+
+
+# --- properties that are not in the canonical encoding ---------------------------------------
+
+
+def _with_properties(raw: bytes) -> tuple[bytes, list[int]]:
+    """One record whose properties bytes are replaced by ``raw`` (same length as written)."""
+    placeholder = {"P": "x" * (len(raw) - 3)}  # "P\x01" + value + "\x02"
+    buf, starts = build_slice([RecordFields(topic="t", body=b"b", properties=placeholder)] * 2)
+    out = bytearray(buf)
+    for start in starts:
+        end = start + int.from_bytes(buf[start + TOTAL_SIZE_POS : start + TOTAL_SIZE_POS + 4], "big")
+        out[end - len(raw) : end] = raw
+    return bytes(out), starts
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"A\x01xyz\x01",  # no trailing \x02, a \x01 inside the value
+        b"\x02A\x01xy\x02",  # an empty item first
+        b"A\x01\x02B\x01c\x02",  # an empty value
+        b"TAGS\x01a\x02TAGS\x01b\x02",  # a column property twice: last wins
+        b"A\xff\x01xyz\x02",  # not UTF-8: replaced like decode_properties does
+        b"KEYS\x01  a\x02",  # empty key tokens
+        b"justtext",
+    ],
+)
+def test_non_canonical_properties_fall_back_to_codec_semantics(raw: bytes) -> None:
+    buf, starts = _with_properties(raw)
+    assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
+
+
+# --- corruption ------------------------------------------------------------------------------
+
+
+def _two_records() -> tuple[bytearray, list[int]]:
+    buf, starts = build_slice([RecordFields(topic="t", body=b"abc"), RecordFields(topic="u", body=b"de")])
+    return bytearray(buf), starts
+
+
+def _put_i32(buf: bytearray, at: int, value: int) -> None:
+    buf[at : at + 4] = value.to_bytes(4, "big", signed=True)
+
+
+def test_bad_magic_names_the_position() -> None:
+    buf, starts = _two_records()
+    _put_i32(buf, starts[1] + MAGIC_POS, 0x12345678)
+    with pytest.raises(CorruptStore, match=f"position {starts[1]}: bad magic"):
+        decode_records_to_arrow(as_array(bytes(buf)), starts)
+
+
+@pytest.mark.parametrize(
+    ("field", "delta", "reason"),
+    [
+        (TOTAL_SIZE_POS, 1, "lengths do not add up"),
+        (TOTAL_SIZE_POS, -80, "impossible total size"),
+        (BODY_POS - 4, 50, "body"),
+    ],
+)
+def test_inconsistent_lengths_are_corrupt(field: int, delta: int, reason: str) -> None:
+    buf, starts = _two_records()
+    at = starts[0] + field
+    _put_i32(buf, at, int.from_bytes(buf[at : at + 4], "big", signed=True) + delta)
+    with pytest.raises(CorruptStore, match=reason):
+        decode_records_to_arrow(as_array(bytes(buf)), starts[:1])
+
+
+def test_starts_outside_or_overlapping_are_corrupt() -> None:
+    buf, starts = _two_records()
+    with pytest.raises(CorruptStore, match="past the end"):
+        decode_records_to_arrow(as_array(bytes(buf)), [len(buf) - 10])
+    with pytest.raises(CorruptStore):
+        decode_records_to_arrow(as_array(bytes(buf)), [starts[0], starts[0] + 4])
+    with pytest.raises(CorruptStore):
+        decode_records_to_arrow(as_array(bytes(buf)), [-1])
+
+
+def test_non_utf8_topic_is_corrupt() -> None:
+    buf, starts = build_slice([RecordFields(topic="ab", body=b"")])
+    raw = bytearray(buf)
+    raw[BODY_POS + 1] = 0xFF  # first topic byte, after the 1-byte length
+    with pytest.raises(CorruptStore, match="topic is not UTF-8"):
+        decode_records_to_arrow(as_array(bytes(raw)), starts)
+
+
+def test_undecompressable_body_is_corrupt() -> None:
+    buf, starts = build_slice([RecordFields(topic="t", body=b"z" * 10_000)])
+    raw = bytearray(buf)
+    raw[BODY_POS : BODY_POS + 4] = b"\x00\x00\x00\x00"  # break the zlib header
+    with pytest.raises(CorruptStore, match="does not inflate"):
+        decode_records_to_arrow(as_array(bytes(raw)), starts)
+
+
+# --- single fields ---------------------------------------------------------------------------
+
+
+def test_store_timestamps_and_single_fields() -> None:
+    recs = [
+        RecordFields(topic="t", body=b"x" * i, queue_id=i, store_timestamp_ms=10**12 + i) for i in range(20)
+    ]
+    buf, starts = build_slice(recs, [b"\x07" * i for i in range(20)])
+    picked = np.array(starts[::-3])
+    assert decode_store_timestamps(as_array(buf), picked).tolist() == [
+        decode_record(buf, int(s)).store_timestamp_ms for s in picked
+    ]
+    queue_ids = decode_int_field(buf, picked, QUEUE_ID_POS, ">i4")
+    assert queue_ids.dtype == np.dtype(np.int32)
+    assert queue_ids.tolist() == [decode_record(buf, int(s)).queue_id for s in picked]
+    with pytest.raises(InvalidArgument):
+        decode_int_field(buf, [len(buf) - 2], QUEUE_ID_POS, ">i4")
+
+
+def test_properties_blob_layout_constant_is_the_codecs() -> None:
+    # The decoder reads PROPLEN with the codec's struct format; a V1 record ends with it.
+    buf, starts = build_slice([RecordFields(topic="t", body=b"", properties={})])
+    assert buf[-PROPS_LEN.size :] == b"\x00\x00"
+    assert decode_records_to_arrow(buf, starts).column("properties").to_pylist() == [[]]
+
+
+def test_zlib_is_what_compressed_means() -> None:
+    # guard for the fixture: prepare_body compresses with zlib above the threshold
+    body, flag = prepare_body(b"a" * (COMPRESS_OVER + 1), POLICY)
+    assert flag & 1 and zlib.decompress(body) == b"a" * (COMPRESS_OVER + 1)
