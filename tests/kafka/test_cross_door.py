@@ -1,0 +1,173 @@
+"""One storage, three doors: Kafka <-> store <-> HTTP, with the gateway running as a companion
+of the real HTTP broker (the ``sparkmq serve --kafka-port`` path)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from ingest_api.config import ServerConfig
+from ingest_api.kafka.companion import KafkaCompanion
+from ingest_api.server import BrokerServer, build_server
+from store import Message, MessageStore
+from tests.kafka.conftest import gateway_config, store_config, wait_until
+from tests.kafka.test_confluent import consumer as ck_consumer
+from tests.kafka.test_confluent import poll_values
+from tests.kafka.test_kafka_python import CONSUMER, FAST
+
+pytestmark = pytest.mark.kafka
+
+
+@dataclass
+class Broker:
+    server: BrokerServer
+    thread: threading.Thread
+    http: httpx.Client
+    kafka: KafkaCompanion
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.kafka.gateway is not None
+        return f"127.0.0.1:{self.kafka.gateway.port}"
+
+    @property
+    def store(self) -> MessageStore:
+        assert self.kafka.gateway is not None
+        store = self.kafka.gateway.context.store
+        assert isinstance(store, MessageStore)
+        return store
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    kafka = KafkaCompanion(port=0, config=gateway_config())
+    config = ServerConfig(store=store_config(tmp_path / "store"), port=port, log_level="warning")
+    server = build_server(config.validate(), companions=[kafka])
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), 30, "the HTTP broker to start")
+    assert server.started and kafka.gateway is not None
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+        yield Broker(server, thread, http, kafka)
+    server.should_exit = True
+    thread.join(30)
+    sock.close()
+    assert kafka.gateway is None  # the companion closed the gateway before the store
+
+
+def test_kafka_produce_is_readable_from_store_and_http(broker: Broker) -> None:
+    broker.store.create_topic("door-k", 1)
+    born = int(time.time() * 1000) - 60_000
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, **FAST)
+    producer.send(
+        "door-k",
+        key=b"order-1",
+        value=b"hello",
+        timestamp_ms=born,
+        headers=[("color", b"red"), ("raw", b"\xff")],
+    )
+    producer.send("door-k", key=None, value=b"second")
+    producer.flush(10)
+    producer.close(5)
+
+    result = broker.store.get_messages("door-k", 0, 0, 10)
+    first, second = result.messages
+    assert (first.body, first.keys, first.born_timestamp_ms) == (b"hello", ["order-1"], born)
+    assert first.properties["color"] == "red"
+    assert second.keys == []
+    batch = broker.store.read_batch("door-k", 0, 0, 10).batch
+    assert batch.column("keys").to_pylist()[0] == ["order-1"]
+    assert batch.column("body").to_pylist() == [b"hello", b"second"]
+    assert broker.store.wait_indexed(10)
+    assert [m.body for m in broker.store.query_by_key("door-k", "order-1")] == [b"hello"]
+
+    pulled = broker.http.get("/topics/door-k/queues/0/messages", params={"offset": 0}).json()
+    message = pulled["messages"][0]
+    assert (message["body"], message["keys"], message["born_timestamp"]) == ("hello", ["order-1"], born)
+    assert message["properties"]["color"] == "red"
+
+
+def test_http_and_store_produce_are_consumed_by_kafka(broker: Broker) -> None:
+    broker.store.create_topic("door-h", 1)
+    response = broker.http.post(
+        "/topics/door-h/messages",
+        json={"body": "from-http", "keys": ["a", "b"], "properties": {"p": "v"}, "tags": "T", "queue_id": 0},
+    )
+    assert response.status_code == 201, response.text
+    broker.store.put_messages(
+        [Message(topic="door-h", body=b"\x00bin", keys=("s-1",), properties={"x": "y"}, queue_id=0)]
+    )
+
+    ck = ck_consumer(broker.bootstrap, **{"group.id": "door-ck"})
+    try:
+        ck.subscribe(["door-h"])
+        got = poll_values(ck, 2)
+        assert [(m.key(), m.value(), m.headers()) for m in got] == [
+            (b"a b", b"from-http", [("p", b"v")]),
+            (b"s-1", b"\x00bin", [("x", b"y")]),
+        ]
+    finally:
+        ck.close()
+    kp = KafkaConsumer("door-h", bootstrap_servers=broker.bootstrap, group_id="door-kp", **CONSUMER)
+    try:
+        seen: list[Any] = []
+        wait_until(lambda: seen.extend(r for rs in kp.poll(100).values() for r in rs) or len(seen) >= 2)
+        assert [(r.key, r.value, list(r.headers)) for r in seen] == [
+            (b"a b", b"from-http", [("p", b"v")]),
+            (b"s-1", b"\x00bin", [("x", b"y")]),
+        ]
+    finally:
+        kp.close()
+
+
+def test_kafka_commits_show_in_http_lag(broker: Broker) -> None:
+    broker.store.create_topic("door-lag", 2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, **FAST)
+    for i in range(10):
+        producer.send("door-lag", value=b"%d" % i, partition=i % 2)
+    producer.flush(10)
+    producer.close(5)
+
+    def lag() -> dict[str, Any]:
+        return broker.http.get("/groups/door-g/lag", params={"topic": "door-lag"}).json()
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "door-g",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe(["door-lag"])
+        assert len(poll_values(consumer, 10)) == 10
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    body = lag()
+    assert body["total_lag"] == 0
+    assert {q["queue_id"]: q["committed_offset"] for q in body["queues"]} == {0: 5, 1: 5}
+    assert broker.store.lag("door-g", "door-lag") == {0: 0, 1: 0}
+    reset = broker.http.put("/groups/door-g/offsets", json={"topic": "door-lag", "offsets": {"0": 2}})
+    assert reset.status_code == 200, reset.text
+    kp = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="door-g", **CONSUMER)
+    try:  # an offset set over HTTP is what Kafka's OffsetFetch returns
+        assert kp.committed(TopicPartition("door-lag", 0)) == 2
+        assert kp.committed(TopicPartition("door-lag", 1)) == 5
+    finally:
+        kp.close()
+    assert lag()["total_lag"] == 3
