@@ -26,15 +26,25 @@ import numpy as np
 import numpy.typing as npt
 
 from store.codec import (
+    BLANK_RECORD,
     BODY_CRC_POS,
+    BODY_LEN_POS,
     BODY_POS,
     BORN_TIMESTAMP_POS,
+    FIXED_OVERHEAD_V1,
+    FIXED_OVERHEAD_V2,
     FLAG_POS,
+    MAGIC_POS,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_BYTES,
     PHYSICAL_OFFSET_POS,
     PREPARED_TX_OFFSET_POS,
+    PROPS_LEN,
     QUEUE_ID_POS,
     QUEUE_OFFSET_POS,
     RECONSUME_TIMES_POS,
+    RECORD_HEADER,
     STORE_TIMESTAMP_POS,
     SYS_FLAG_POS,
     UNIQ_COUNTER_SPAN,
@@ -47,7 +57,10 @@ from store.codec import (
     ip4_bytes,
     month_start_ms,
     prepare_body,
+    record_size,
+    topic_length_prefix,
 )
+from store.errors import InvalidArgument, MessageTooLarge
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -112,6 +125,21 @@ class EncodedBatch:
 
     def patch_store_timestamps(self, store_timestamps_ms: npt.ArrayLike) -> None:
         self._patch(STORE_TIMESTAMP_POS, store_timestamps_ms, 8)
+
+    @staticmethod
+    def from_parts(parts: Sequence[bytes], n: int) -> EncodedBatch:
+        """From 5 parts per record (header, body, topic, properties length, properties)."""
+        sizes = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)).reshape(n, 5).sum(axis=1)
+        return EncodedBatch._from_joined(b"".join(parts), sizes.astype(np.int32))
+
+    @staticmethod
+    def _from_joined(joined: bytes, sizes: I32) -> EncodedBatch:
+        n = len(sizes)
+        starts = np.zeros(n, dtype=np.int64)
+        if n > 1:
+            np.cumsum(sizes[:-1], out=starts[1:])
+        uniform = int(sizes[0]) if n and bool((sizes == sizes[0]).all()) else None
+        return EncodedBatch(np.frombuffer(bytearray(joined), dtype=np.uint8), starts, sizes, uniform)
 
     @staticmethod
     def from_records(records: Sequence[bytes], uniq_keys: Sequence[str] = ()) -> EncodedBatch:
@@ -188,14 +216,86 @@ def encode_columns(cols: BatchColumns, policy: BodyPolicy) -> EncodedBatch:
     fast = _encode_uniform(cols, stored) if extra is None else None
     if fast is not None:
         return fast
-    return EncodedBatch.from_records(
-        [encode_record(record_fields(cols, i, stored[i], extra[i] if extra else 0)) for i in range(n)]
+    return _encode_general(cols, stored, extra)
+
+
+def _int_list(column: IntColumn, n: int) -> Sequence[int]:
+    if isinstance(column, int | np.integer):
+        return [int(column)] * n
+    return np.asarray(column, dtype=np.int64).tolist() if isinstance(column, np.ndarray) else column
+
+
+def _property_strings(cols: BatchColumns, n: int) -> list[str]:
+    """Each message's properties string, built column by column (validated like
+    :func:`store.codec.encode_properties`)."""
+    segments: list[Sequence[str]] = []
+    for name, column in cols.properties.items():
+        if column is None or isinstance(column, str):
+            if column:
+                encode_properties({name: column})  # validates name and value
+                segments.append([f"{name}\x01{column}\x02"] * n)
+            continue
+        encode_properties({name: "-"})  # validates the name
+        values = "".join(v for v in column if v)
+        if "\x01" in values or "\x02" in values:
+            raise InvalidArgument(f"a value of property {name!r} contains \\x01 or \\x02")
+        head = f"{name}\x01"
+        segments.append([f"{head}{v}\x02" if v else "" for v in column])
+    if not segments:
+        return [""] * n
+    return ["".join(parts) for parts in zip(*segments, strict=True)]
+
+
+def _encode_general(cols: BatchColumns, bodies: Sequence[bytes], extra: Sequence[int] | None) -> EncodedBatch:
+    """Record by record, with everything constant hoisted out of the loop."""
+    n = len(bodies)
+    topic_bytes = cols.topic.encode("utf-8")
+    magic, topic_prefix = topic_length_prefix(topic_bytes)
+    topic_part = topic_prefix.pack(len(topic_bytes)) + topic_bytes
+    overhead = record_size(0, len(topic_bytes), 0)
+    born_ip, born_port = ip4_bytes(cols.born_host[0]), cols.born_host[1]
+    store_ip, store_port = ip4_bytes(cols.store_host[0]), cols.store_host[1]
+    sys_flags = _int_list(cols.sys_flags, n)
+    if extra is not None:
+        sys_flags = [flags | bits for flags, bits in zip(sys_flags, extra, strict=True)]
+    columns = zip(
+        bodies,
+        _property_strings(cols, n),
+        _int_list(cols.queue_ids, n),
+        _int_list(cols.flags, n),
+        _int_list(cols.queue_offsets, n),
+        sys_flags,
+        _int_list(cols.born_timestamps_ms, n),
+        _int_list(cols.reconsume_times, n),
+        _int_list(cols.prepared_transaction_offsets, n),
+        strict=True,
     )
+    pack, crc32, pack_props_len = RECORD_HEADER.pack, zlib.crc32, PROPS_LEN.pack
+    store_ts = cols.store_timestamp_ms
+    parts: list[bytes] = []
+    append = parts.append
+    for body, prop_text, queue_id, flag, queue_offset, sys_flag, born_ts, reconsume, prepared in columns:
+        props = prop_text.encode("utf-8")
+        if len(props) > MAX_PROPERTIES_BYTES:
+            raise MessageTooLarge(f"properties are {len(props)} bytes, at most {MAX_PROPERTIES_BYTES}")
+        body_len = len(body)
+        append(
+            pack(
+                overhead + body_len + len(props), magic, crc32(body) & 0x7FFFFFFF, queue_id, flag,
+                queue_offset, 0, sys_flag, born_ts, born_ip, born_port, store_ts, store_ip, store_port,
+                reconsume, prepared, body_len,
+            )
+        )
+        append(body)
+        append(topic_part)
+        append(pack_props_len(len(props)))
+        append(props)
+    return EncodedBatch.from_parts(parts, n)
 
 
 def _uniform_value_bytes(column: Sequence[str | None], n: int) -> bytes | None:
     """Joined UTF-8 values when all n are present, ASCII and of one length; else None."""
-    if len(column) != n or any(v is None for v in column):
+    if len(column) != n or None in column:
         return None
     values: Sequence[str] = column  # type: ignore[assignment]
     width = len(values[0])
@@ -333,3 +433,103 @@ class UniqKeyGenerator:
 
     def next(self) -> str:
         return self.next_batch(1)[0]
+
+
+# --- Validating runs of records (recovery and dispatch scans) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRun:
+    """The consecutive records at the start of a buffer that pass every check of
+    :func:`store.codec.check_record`; ``end`` is where the first record not in the run
+    starts (classify it with ``check_record``)."""
+
+    starts: I64
+    sizes: I64
+    end: int
+    queue_ids: I32
+    queue_offsets: I64
+    store_timestamps_ms: I64
+    sys_flags: I32
+    topics: list[str]
+    properties_starts: I64
+    properties_lengths: I64
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def _gather(arr: U8, positions: I64, dtype: str) -> npt.NDArray[np.int64]:
+    """Big-endian values of ``dtype`` (e.g. ``>i8``) at ``positions``; clipped to the buffer."""
+    width = np.dtype(dtype).itemsize
+    index = np.minimum(positions[:, None] + np.arange(width, dtype=np.int64), len(arr) - 1)
+    return np.ascontiguousarray(arr[np.maximum(index, 0)]).view(dtype).ravel().astype(np.int64)
+
+
+def _chain(buf: bytes) -> tuple[list[int], list[int], int]:
+    """Follow TOTALSIZE from position 0 while the magic is a record's and it fits."""
+    starts: list[int] = []
+    sizes: list[int] = []
+    unpack, limit, pos = BLANK_RECORD.unpack_from, len(buf), 0
+    while pos + BLANK_RECORD.size <= limit:
+        size, magic = unpack(buf, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or size < FIXED_OVERHEAD_V1 or size > limit - pos:
+            break
+        starts.append(pos)
+        sizes.append(size)
+        pos += size
+    return starts, sizes, pos
+
+
+def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
+    """Vectorised :func:`store.codec.check_record` over the records at the start of ``buf``."""
+    starts_list, sizes_list, end = _chain(buf)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    starts = np.asarray(starts_list, dtype=np.int64)
+    sizes = np.asarray(sizes_list, dtype=np.int64)
+    ends = starts + sizes
+    body_lens = _gather(arr, starts + BODY_LEN_POS, ">i4")
+    v2 = _gather(arr, starts + MAGIC_POS, ">u4") == MAGIC_V2
+    topic_len_pos = starts + BODY_POS + body_lens
+    overheads = np.where(v2, FIXED_OVERHEAD_V2, FIXED_OVERHEAD_V1)
+    ok = (body_lens >= 0) & (topic_len_pos + overheads - BODY_POS <= ends)
+    topic_lens = np.where(v2, _gather(arr, topic_len_pos, ">u2"), _gather(arr, topic_len_pos, ">u1"))
+    topic_starts = topic_len_pos + np.where(v2, 2, 1)
+    props_len_pos = topic_starts + topic_lens
+    ok &= props_len_pos + PROPS_LEN.size <= ends
+    props_lens = _gather(arr, props_len_pos, ">u2")
+    ok &= props_len_pos + PROPS_LEN.size + props_lens == ends
+    if check_crc and len(starts):
+        view = memoryview(buf)
+        spans = zip((starts + BODY_POS).tolist(), np.maximum(body_lens, 0).tolist(), strict=True)
+        bodies = (view[s : s + n] for s, n in spans)
+        crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(starts)) & 0x7FFFFFFF
+        ok &= crcs == _gather(arr, starts + BODY_CRC_POS, ">u4")
+    count = int(np.argmin(ok)) if len(ok) and not ok.all() else len(ok)
+    topics: list[str] = []
+    names: dict[bytes, str] = {}
+    for s, n in zip(topic_starts[:count].tolist(), topic_lens[:count].tolist(), strict=True):
+        raw = buf[s : s + n]
+        topic = names.get(raw)
+        if topic is None:
+            try:
+                topic = names[raw] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                count = len(topics)
+                break
+        topics.append(topic)
+    if count < len(starts):
+        end = int(starts[count])
+    cut = slice(0, count)
+    return RecordRun(
+        starts[cut],
+        sizes[cut],
+        end,
+        _gather(arr, starts[cut] + QUEUE_ID_POS, ">i4").astype(np.int32),
+        _gather(arr, starts[cut] + QUEUE_OFFSET_POS, ">i8"),
+        _gather(arr, starts[cut] + STORE_TIMESTAMP_POS, ">i8"),
+        _gather(arr, starts[cut] + SYS_FLAG_POS, ">i4").astype(np.int32),
+        topics,
+        props_len_pos[cut] + PROPS_LEN.size,
+        props_lens[cut],
+    )

@@ -30,6 +30,7 @@ of a whole batch (vectorised) lives in :mod:`store.batch_codec`, built on these 
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import functools
 import ipaddress
@@ -511,8 +512,6 @@ def uniq_key_prefix(ip: str, pid: int, loader_hash: int) -> str:
 
 def month_start_ms(epoch_ms: int) -> int:
     """Start (UTC) of the month containing ``epoch_ms``; RocketMQ uses the local calendar."""
-    import datetime as dt  # noqa: PLC0415 - only needed here
-
     now = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return int(start.timestamp() * 1000)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from store.batch_codec import I32, I64, EncodedBatch
+from store.batch_codec import I32, I64, EncodedBatch, RecordRun, validate_run
 from store.codec import (
     BLANK_RECORD,
     END_OF_FILE_MIN_BLANK,
@@ -34,17 +34,17 @@ from store.codec import (
     PROPERTY_UNIQ_KEY,
     RECORD_HEADER,
     STORE_TIMESTAMP_POS,
-    RecordCheck,
     RecordHeader,
     RecordStatus,
     check_record,
+    decode_properties,
     decode_record,
     encode_blank,
 )
 from store.dispatch_batch import DispatchBatch
 from store.errors import CorruptStore, DataLost, MessageTooLarge, StoreNotWritable
 from store.fs import FileSystem
-from store.java_hash import java_string_hash
+from store.java_hash import java_string_hash, java_string_hashes
 from store.mapped_file import MappedFile, MappedFileQueue
 from store.types import MessageView
 
@@ -312,35 +312,35 @@ class CommitLog:
 
     # --- scanning -------------------------------------------------------------------------
 
-    def _walk(self, from_offset: int, check_crc: bool, stop: _Stop) -> Iterator[tuple[int, RecordCheck]]:
-        """Yield (offset, check) of every valid record from ``from_offset`` up to the written
-        end; fills ``stop`` with where and why the walk ended."""
+    def _runs(self, from_offset: int, check_crc: bool, stop: _Stop) -> Iterator[tuple[int, bytes, RecordRun]]:
+        """Yield (absolute offset of ``chunk[0]``, chunk, run of valid records) from
+        ``from_offset`` up to the written end; fills ``stop`` with where and why it ended."""
         stop.offset = from_offset
         mapped = self.queue.find_file(from_offset)
         while mapped is not None:
-            position = from_offset - mapped.start_offset
-            limit = mapped.wrote_position
-            chunk_start, chunk = position, b""
+            position, limit = from_offset - mapped.start_offset, mapped.wrote_position
+            want = SCAN_CHUNK_BYTES
             while True:
                 if position >= limit:
                     stop.reason = "end of data"
                     return
-                rel = position - chunk_start
-                if rel + RECORD_HEADER.size > len(chunk) and chunk_start + len(chunk) < limit:
-                    chunk_start, rel = position, 0
-                    chunk = mapped.read(position, min(limit - position, SCAN_CHUNK_BYTES))
-                size = int.from_bytes(chunk[rel : rel + 4], "big", signed=True)
-                if size > len(chunk) - rel and chunk_start + len(chunk) < limit:
-                    chunk_start, rel = position, 0
-                    chunk = mapped.read(position, min(limit - position, max(size, SCAN_CHUNK_BYTES)))
-                check = check_record(chunk, rel, check_crc)
-                if check.status is RecordStatus.OK:
-                    yield mapped.start_offset + position, check
-                    position += check.size
+                chunk = mapped.read(position, min(limit - position, want))
+                run = validate_run(chunk, check_crc)
+                if len(run):
+                    yield mapped.start_offset + position, chunk, run
+                    position += run.end
                     stop.offset = mapped.start_offset + position
-                    continue
+                rest = len(chunk) - run.end
+                if position + rest < limit:  # the chunk stops short of the written end
+                    size = int.from_bytes(chunk[run.end : run.end + 4], "big") if rest >= 4 else 0
+                    if rest < BLANK_RECORD.size or size > rest:  # next record cut by the chunk
+                        want = max(SCAN_CHUNK_BYTES, size)
+                        continue
+                check = check_record(chunk, run.end, check_crc)
                 if check.status is RecordStatus.BLANK:
                     break
+                if check.status is RecordStatus.OK:
+                    raise CorruptStore(f"record checks disagree at offset {stop.offset} in {mapped.path}")
                 stop.reason, stop.corrupt = check.reason, check.status is RecordStatus.CORRUPT
                 return
             nxt = self.queue.find_file(mapped.start_offset + self.file_size)
@@ -361,14 +361,9 @@ class CommitLog:
         """Parse records from ``from_offset`` into DispatchBatch chunks of at most
         ``max_records``, stopping at the written end or at the first bad record."""
         stop = _Stop(from_offset)
-        rows: list[tuple[int, RecordCheck]] = []
-        for item in self._walk(from_offset, check_crc, stop):
-            rows.append(item)
-            if len(rows) >= max_records:
-                yield _dispatch_batch(rows, tags_code_for)
-                rows = []
-        if rows:
-            yield _dispatch_batch(rows, tags_code_for)
+        for base, chunk, run in self._runs(from_offset, check_crc, stop):
+            for lo in range(0, len(run), max_records):
+                yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_code_for)
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -393,7 +388,7 @@ class CommitLog:
 
     def _recover(self, start: int, check_crc: bool) -> int:
         stop = _Stop(start)
-        for _ in self._walk(start, check_crc, stop):
+        for _ in self._runs(start, check_crc, stop):
             pass
         end = stop.offset
         mapped = self.queue.find_file(end) or self.queue.last_file()
@@ -436,30 +431,33 @@ def _first_store_timestamp(mapped: MappedFile) -> int | None:
     return int(header.store_timestamp)
 
 
-def _dispatch_batch(rows: list[tuple[int, RecordCheck]], tags_code_for: TagsCodeFn) -> DispatchBatch:
-    n = len(rows)
+def _dispatch_batch(
+    base: int, chunk: bytes, run: RecordRun, lo: int, hi: int, tags_code_for: TagsCodeFn
+) -> DispatchBatch:
+    """Records ``lo:hi`` of a run as a DispatchBatch (properties decoded here)."""
+    spans = zip(run.properties_starts[lo:hi].tolist(), run.properties_lengths[lo:hi].tolist(), strict=True)
+    props = [decode_properties(chunk[s : s + n]) for s, n in spans]
+    topics = run.topics[lo:hi]
+    store_ts = run.store_timestamps_ms[lo:hi]
+    if tags_code_for is default_tags_code:
+        tags_codes = java_string_hashes([p.get(PROPERTY_TAGS) or "" for p in props]).astype(np.int64)
+    else:
+        triples = zip(topics, props, store_ts.tolist(), strict=True)
+        tags_codes = np.fromiter((tags_code_for(*t) for t in triples), dtype=np.int64, count=hi - lo)
     topic_index: dict[str, int] = {}
-    offsets = np.empty(n, np.int64)
-    sizes = np.empty(n, np.int32)
-    tags = np.empty(n, np.int64)
-    queue_ids = np.empty(n, np.int32)
-    queue_offsets = np.empty(n, np.int64)
-    store_ts = np.empty(n, np.int64)
-    sys_flags = np.empty(n, np.int32)
-    topic_codes = np.empty(n, np.int32)
-    uniq_keys: list[str | None] = []
-    keys: list[str | None] = []
-    for i, (offset, check) in enumerate(rows):
-        header, props = check.header, check.properties or {}
-        assert header is not None
-        offsets[i], sizes[i] = offset, check.size
-        queue_ids[i], queue_offsets[i] = header.queue_id, header.queue_offset
-        store_ts[i], sys_flags[i] = header.store_timestamp, header.sys_flag
-        topic_codes[i] = topic_index.setdefault(check.topic, len(topic_index))
-        tags[i] = tags_code_for(check.topic, props, header.store_timestamp)
-        uniq_keys.append(props.get(PROPERTY_UNIQ_KEY))
-        keys.append(props.get(PROPERTY_KEYS))
+    topic_codes = np.fromiter(
+        (topic_index.setdefault(t, len(topic_index)) for t in topics), dtype=np.int32, count=hi - lo
+    )
     return DispatchBatch(
-        offsets, sizes, tags, queue_ids, queue_offsets, store_ts, sys_flags, topic_codes,
-        tuple(topic_index), tuple(uniq_keys), tuple(keys),
+        commitlog_offsets=base + run.starts[lo:hi],
+        sizes=run.sizes[lo:hi].astype(np.int32),
+        tags_codes=tags_codes,
+        queue_ids=run.queue_ids[lo:hi],
+        queue_offsets=run.queue_offsets[lo:hi],
+        store_timestamps_ms=store_ts,
+        sys_flags=run.sys_flags[lo:hi],
+        topic_codes=topic_codes,
+        topics=tuple(topic_index),
+        uniq_keys=tuple(p.get(PROPERTY_UNIQ_KEY) for p in props),
+        keys=tuple(p.get(PROPERTY_KEYS) for p in props),
     )

@@ -5,12 +5,16 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store import codec
+from store import commitlog as commitlog_module
 from store.batch_codec import EncodedBatch
 from store.codec import RecordFields, encode_record
 from store.commitlog import CommitLog
@@ -95,7 +99,7 @@ def test_batch_straddling_files_is_split_and_patched(tmp_path: Path) -> None:
         assert view is not None
         assert (view.commitlog_offset, view.store_timestamp_ms, view.queue_offset) == (offset, 77, i)
     scanned = list(log.scan(0, check_crc=True, max_records=7))
-    assert [len(b) for b in scanned] == [7, 7, 7, 7, 2]
+    assert [len(b) for b in scanned] == [7, 4, 7, 4, 7, 1]  # chunks never cross a file end
     assert np.concatenate([b.commitlog_offsets for b in scanned]).tolist() == [0, *offsets]
     log.close()
 
@@ -289,3 +293,54 @@ def test_read_only_follower_sees_new_and_deleted_files(tmp_path: Path) -> None:
     assert follower.min_offset == FILE_SIZE
     follower.close()
     writer.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=400), min_size=1, max_size=25),
+    topics=st.lists(st.sampled_from(["a", "orders", "t" * 140]), min_size=25, max_size=25),
+    damage=st.one_of(st.none(), st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255))),
+    chunk_bytes=st.sampled_from([200, 1000, 1 << 20]),
+)
+def test_vectorised_walk_agrees_with_check_record(
+    bodies: list[bytes], topics: list[str], damage: tuple[float, int] | None, chunk_bytes: int
+) -> None:
+    file_size = 1 << 16
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        log = CommitLog(directory, file_size)
+        log.load()
+        for i, body in enumerate(bodies):
+            props = {"TAGS": f"t{i}", "UNIQ_KEY": f"u{i}"}
+            log.append_record(encode_record(RecordFields(topics[i], body, queue_offset=i, properties=props)))
+        end = log.max_offset
+        log.close()
+        path = directory / "00000000000000000000"
+        data = bytearray(path.read_bytes())
+        if damage is not None:
+            data[int(damage[0] * end)] ^= damage[1]
+            path.write_bytes(bytes(data))
+        expected, checks, position = [], [], 0
+        while (check := codec.check_record(data, position, check_crc=True)).status is codec.RecordStatus.OK:
+            expected.append(position)
+            checks.append(check)  # the damage may hit a topic or a property: no CRC covers them
+            position += check.size
+        saved, commitlog_module.SCAN_CHUNK_BYTES = commitlog_module.SCAN_CHUNK_BYTES, chunk_bytes
+        try:
+            reopened = CommitLog(directory, file_size)
+            reopened.load()
+            assert reopened.recover_abnormally(0, check_crc=True) == position
+            scanned = list(reopened.scan(0, check_crc=True))
+            offsets = np.concatenate([b.commitlog_offsets for b in scanned]).tolist() if scanned else []
+            assert offsets == expected
+            for batch in scanned:
+                for row, offset in enumerate(batch.commitlog_offsets.tolist()):
+                    reference = checks[expected.index(offset)]
+                    props = reference.properties or {}
+                    assert batch.topics[batch.topic_codes[row]] == reference.topic
+                    assert batch.tags_codes[row] == java_string_hash(props.get("TAGS", ""))
+                    assert batch.uniq_keys[row] == props.get("UNIQ_KEY")
+                    assert batch.sizes[row] == reference.size
+            reopened.close()
+        finally:
+            commitlog_module.SCAN_CHUNK_BYTES = saved
