@@ -23,6 +23,7 @@ from store.errors import (
     UnknownQueue,
     UnknownTopic,
 )
+from store.idempotence import ProducerRef
 from store.message_store import BatchPutResult, MessageStore, StoreStats
 from store.queue_reader import BatchReadResult
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
@@ -41,6 +42,7 @@ __all__ = [
     "MessageStore",
     "MessageTooLarge",
     "MessageView",
+    "ProducerRef",
     "PutResult",
     "SparkMQError",
     "StoreClosed",

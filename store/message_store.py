@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +45,7 @@ from store.dispatch_batch import DispatchBatch
 from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownQueue, UnknownTopic
 from store.flush import GroupCommitService
 from store.fs import FileSystem, OsFileSystem
+from store.idempotence import ProducerRef, ProducerTable, request_uniq_keys
 from store.index_file import IndexService
 from store.java_hash import java_string_hash
 from store.lock import DirectoryLock, remove_abort_file, write_abort_file
@@ -145,6 +146,7 @@ class MessageStore:
         self._indexed_to = 0
         self.recovery: RecoveryReport | None = None
         self._uniq = UniqKeyGenerator(config.store_host, clock_ms=clock_ms)
+        self._producers = ProducerTable()
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -345,13 +347,69 @@ class MessageStore:
     def put_message(self, msg: Message) -> PutResult:
         return self.put_messages([msg])[0]
 
-    def put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
+    def put_messages(
+        self, messages: Sequence[Message], *, producer: ProducerRef | None = None
+    ) -> list[PutResult]:
         """Store all messages or none; results in input order.
 
         Every message is validated and encoded before anything is written; queue offsets are
-        assigned atomically (contiguous per queue within the call).
+        assigned atomically (contiguous per queue within the call). With ``producer`` the call
+        is idempotent: a retry with the same ref returns the original results (see
+        :mod:`store.idempotence`); the messages' UNIQ_KEYs are then derived from the ref.
         """
         self._ensure_open()
+        if producer is None or not messages:
+            return self._put_messages(messages)
+        ref = producer.validate()
+        with self._producers.request_lock(ref.producer_id):
+            cached = self._producers.recent(ref)
+            if isinstance(cached, list) and len(cached) == len(messages):
+                return cached
+            keys = request_uniq_keys(ref, len(messages))
+            topics = [place(m, 0, self.delay_levels).topic for m in messages]
+            stored = {} if self._producers.is_new(ref) else self._stored_prefix(topics, keys)
+            missing = [i for i in range(len(messages)) if i not in stored]
+            if missing:
+                fresh = self._put_messages([_with_uniq_key(messages[i], keys[i]) for i in missing])
+                stored.update(zip(missing, fresh, strict=True))
+            results = [stored[i] for i in range(len(messages))]
+            self._producers.remember(ref, results)
+            return results
+
+    def _stored_prefix(self, topics: Sequence[str], keys: Sequence[str]) -> dict[int, PutResult]:
+        """Results of the messages of an earlier attempt of this request that are stored.
+
+        An attempt is all-or-nothing while the store runs; only a crash can tear it, and then
+        a prefix survives (records are appended in order). So: look up the first message,
+        then binary-search the end of the stored prefix.
+        """
+
+        def lookup(i: int) -> PutResult | None:
+            view = self.get_by_uniq_key(topics[i], keys[i])
+            return None if view is None else _put_result(view)
+
+        first = lookup(0)
+        if first is None:
+            return {}
+        found = {0: first}
+        lo, hi = 0, len(keys)  # lookup(lo) exists; everything from hi on does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            hit = lookup(mid)
+            if hit is None:
+                hi = mid
+            else:
+                found[mid] = hit
+                lo = mid
+        for i in range(1, hi):
+            if i not in found:
+                hit = lookup(i)
+                if hit is None:  # not a prefix after all: treat the rest as missing
+                    break
+                found[i] = hit
+        return found
+
+    def _put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
         if not messages:
             return []
         now = self._clock()
@@ -442,6 +500,7 @@ class MessageStore:
         properties: Mapping[str, str | Sequence[str | None]] | None = None,
         uniq_keys: Sequence[str | None] | None = None,
         born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
+        producer: ProducerRef | None = None,
     ) -> BatchPutResult:
         """Columnar :meth:`put_messages` for one topic: no Python object per message.
 
@@ -450,6 +509,10 @@ class MessageStore:
         and transactions are not taken here (use :meth:`put_messages`). All or nothing.
         """
         self._ensure_open()
+        if producer is not None and len(bodies):
+            return self._put_batch_idempotent(
+                producer.validate(), topic, bodies, queue_ids, tags, keys, properties, born_timestamps_ms
+            )
         n = len(bodies)
         count = self._queue_count_for_put(topic)
         if n == 0:
@@ -493,6 +556,53 @@ class MessageStore:
         tags_list = [tags] * n if isinstance(tags, str) or tags is None else list(tags)
         keys_list: Sequence[str | None] = [None] * n if keys is None else keys
         return self._append_columns(encoded, topic, qids, tags_list, keys_list)
+
+    def _put_batch_idempotent(
+        self,
+        ref: ProducerRef,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None,
+        tags: str | Sequence[str | None] | None,
+        keys: Sequence[str | None] | None,
+        properties: Mapping[str, str | Sequence[str | None]] | None,
+        born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None,
+    ) -> BatchPutResult:
+        n = len(bodies)
+        with self._producers.request_lock(ref.producer_id):
+            cached = self._producers.recent(ref)
+            if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == topic:
+                return cached
+            uniq = request_uniq_keys(ref, n)
+            stored = {} if self._producers.is_new(ref) else self._stored_prefix([topic] * n, uniq)
+            if stored:
+                missing = np.array([i for i in range(n) if i not in stored], dtype=np.int64)
+                if len(missing):
+                    self.put_batch(
+                        topic,
+                        [bodies[i] for i in missing.tolist()],
+                        queue_ids=_take(queue_ids, missing),
+                        tags=_take(tags, missing),
+                        keys=_take(keys, missing),
+                        properties={k: _take(v, missing) for k, v in (properties or {}).items()},
+                        uniq_keys=[uniq[i] for i in missing.tolist()],
+                        born_timestamps_ms=_take(born_timestamps_ms, missing),
+                    )
+                    stored.update(self._stored_prefix([topic] * n, uniq))
+                result = _batch_result(topic, [stored[i] for i in range(n)], self._store_host)
+            else:
+                result = self.put_batch(
+                    topic,
+                    bodies,
+                    queue_ids=queue_ids,
+                    tags=tags,
+                    keys=keys,
+                    properties=properties,
+                    uniq_keys=uniq,
+                    born_timestamps_ms=born_timestamps_ms,
+                )
+            self._producers.remember(ref, result)
+            return result
 
     def _choose_queues(
         self, topic: str, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None, count: int, n: int
@@ -920,6 +1030,48 @@ class MessageStore:
         """Close and delete the whole store directory."""
         self.close()
         shutil.rmtree(self.config.store_dir, ignore_errors=True)
+
+
+def _with_uniq_key(msg: Message, uniq_key: str) -> Message:
+    copy = Message(**{f: getattr(msg, f) for f in Message.__slots__})  # type: ignore[attr-defined]
+    copy.uniq_key = uniq_key
+    return copy
+
+
+def _put_result(view: MessageView) -> PutResult:
+    return PutResult(
+        msg_id=view.msg_id,
+        uniq_key=view.uniq_key or "",
+        topic=view.topic,
+        queue_id=view.queue_id,
+        queue_offset=view.queue_offset,
+        commitlog_offset=view.commitlog_offset,
+        store_timestamp_ms=view.store_timestamp_ms,
+        size_bytes=view.size_bytes,
+    )
+
+
+def _batch_result(topic: str, results: Sequence[PutResult], store_host: tuple[str, int]) -> BatchPutResult:
+    return BatchPutResult(
+        topic,
+        np.array([r.queue_id for r in results], dtype=np.int32),
+        np.array([r.queue_offset for r in results], dtype=np.int64),
+        np.array([r.commitlog_offset for r in results], dtype=np.int64),
+        np.array([r.size_bytes for r in results], dtype=np.int32),
+        [r.uniq_key for r in results],
+        max(r.store_timestamp_ms for r in results),
+        store_host,
+    )
+
+
+def _take(column: object, rows: npt.NDArray[np.int64]) -> Any:
+    """Select ``rows`` of a per-message column; scalars and None pass through."""
+    if column is None or isinstance(column, str | int | np.integer):
+        return column
+    if isinstance(column, np.ndarray):
+        return column[rows]
+    values = list(column)  # type: ignore[call-overload]
+    return [values[i] for i in rows.tolist()]
 
 
 def _check_column_length(name: str, column: Sequence[object], n: int) -> None:

@@ -1,0 +1,109 @@
+"""Idempotent produce: a retried request returns the original results instead of writing twice.
+
+A request carries a :class:`ProducerRef` ``(producer_id, sequence)``. Message ``i`` of the
+request is stored with a *deterministic* UNIQ_KEY derived from ``(producer_id, sequence, i)``
+(:func:`request_uniq_keys`). The CommitLog therefore records, in the messages themselves,
+which requests it holds, and the key index (rebuilt from the CommitLog by recovery) finds
+them again after a restart: the durable dedupe state is the data, nothing else is persisted.
+
+On top of that, :class:`ProducerTable` keeps the results of recent requests in memory (LRU,
+bounded by ``max_producers`` x ``requests_per_producer``) so that quick retries cost nothing,
+and the highest sequence seen per producer so that a producer using increasing sequences
+(the Kafka model) needs no index lookup for new requests. Producers that use one-off keys
+(``sequence`` always 0, e.g. an HTTP ``Idempotency-Key``) cost one index lookup per request.
+
+A request torn by a crash (its first messages stored, the rest not) is completed by the retry:
+only the missing messages are written. Dedupe reaches back as far as retention keeps data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from store.errors import InvalidArgument
+
+MAX_PRODUCER_ID_CHARS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRef:
+    """Identifies one produce request: retries of it must use the same values."""
+
+    producer_id: str
+    sequence: int = 0
+
+    def validate(self) -> ProducerRef:
+        if not self.producer_id or len(self.producer_id) > MAX_PRODUCER_ID_CHARS:
+            raise InvalidArgument(f"producer id must be 1-{MAX_PRODUCER_ID_CHARS} characters")
+        if not 0 <= self.sequence < 2**63:
+            raise InvalidArgument(f"producer sequence must be in [0, 2**63), got {self.sequence}")
+        return self
+
+
+def request_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
+    """The UNIQ_KEYs of the ``count`` messages of request ``ref`` (32 upper-case hex chars)."""
+    prefix = hashlib.blake2b(f"{ref.producer_id}\x00{ref.sequence}".encode(), digest_size=12).digest()
+    return [(prefix + i.to_bytes(4, "big")).hex().upper() for i in range(count)]
+
+
+class ProducerTable:
+    """Recent request results and the highest sequence per producer (thread-safe, bounded)."""
+
+    def __init__(self, max_producers: int = 100_000, requests_per_producer: int = 8) -> None:
+        self._max_producers = max_producers
+        self._per_producer = requests_per_producer
+        self._lock = threading.Lock()
+        self._producers: OrderedDict[str, _ProducerState] = OrderedDict()
+        self._request_locks: dict[str, threading.Lock] = {}
+
+    def request_lock(self, producer_id: str) -> threading.Lock:
+        """Serialises requests of one producer (a retry racing its original)."""
+        with self._lock:
+            lock = self._request_locks.get(producer_id)
+            if lock is None:
+                if len(self._request_locks) > 4 * self._max_producers:
+                    self._request_locks = {p: lk for p, lk in self._request_locks.items() if lk.locked()}
+                lock = self._request_locks[producer_id] = threading.Lock()
+            return lock
+
+    def recent(self, ref: ProducerRef) -> object | None:
+        with self._lock:
+            state = self._producers.get(ref.producer_id)
+            if state is None:
+                return None
+            self._producers.move_to_end(ref.producer_id)
+            return state.results.get(ref.sequence)
+
+    def is_new(self, ref: ProducerRef) -> bool:
+        """True when ``ref`` is known to be newer than anything this producer stored."""
+        with self._lock:
+            state = self._producers.get(ref.producer_id)
+            return state is not None and state.max_sequence is not None and ref.sequence > state.max_sequence
+
+    def remember(self, ref: ProducerRef, results: object) -> None:
+        with self._lock:
+            state = self._producers.get(ref.producer_id)
+            if state is None:
+                state = self._producers[ref.producer_id] = _ProducerState()
+                while len(self._producers) > self._max_producers:
+                    self._producers.popitem(last=False)
+            self._producers.move_to_end(ref.producer_id)
+            state.results[ref.sequence] = results
+            while len(state.results) > self._per_producer:
+                state.results.popitem(last=False)
+            if state.max_sequence is None or ref.sequence > state.max_sequence:
+                state.max_sequence = ref.sequence
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+
+class _ProducerState:
+    __slots__ = ("max_sequence", "results")
+
+    def __init__(self) -> None:
+        self.max_sequence: int | None = None
+        self.results: OrderedDict[int, object] = OrderedDict()
