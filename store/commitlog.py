@@ -216,7 +216,8 @@ class CommitLog:
         last = self.queue.last_file()
         files: list[MappedFile] = [last] if last is not None and not last.is_full else []
         created: list[MappedFile] = []
-        marks: list[tuple[MappedFile, int]] = []
+        #: (file, wrote position before this append, end of the furthest attempted write)
+        marks: list[tuple[MappedFile, int, int]] = []
         try:
             for _ in range(new_files):
                 created.append(self.queue.create_next())
@@ -224,18 +225,21 @@ class CommitLog:
             for write in writes:
                 target = files[write.file_index]
                 if not marks or marks[-1][0] is not target:
-                    marks.append((target, target.wrote_position))
+                    marks.append((target, target.wrote_position, target.wrote_position))
+                marks[-1] = (target, marks[-1][1], target.wrote_position + len(write.data))
                 target.append(write.data)
         except (OSError, ValueError) as exc:
             self._roll_back(marks, created, exc)
             raise StoreNotWritable(f"commitlog append failed, nothing written: {exc}") from exc
 
     def _roll_back(
-        self, marks: list[tuple[MappedFile, int]], created: list[MappedFile], exc: Exception
+        self, marks: list[tuple[MappedFile, int, int]], created: list[MappedFile], exc: Exception
     ) -> None:
-        """Zero what the failed append wrote and delete the files it created."""
+        """Zero what the failed append wrote (or may have half-written) and delete the files
+        it created; if even that fails, refuse every later append."""
         try:
-            for mapped, position in reversed(marks):
+            for mapped, position, attempted_end in reversed(marks):
+                mapped.zero_range(position, attempted_end)
                 mapped.truncate_to(position)
             for mapped in reversed(created):
                 self.queue.remove_file(mapped, f"rolling back a failed append ({exc})")

@@ -208,18 +208,21 @@ class _Countdown:
         self.remaining = 0
         self.error = errno.ENOSPC
         self.calls = 0
+        self.persistent = False
+        self.failing = False
 
-    def arm(self, nth: int, error: int) -> None:
+    def arm(self, nth: int, error: int, persistent: bool) -> None:
         if nth < 1:
             raise ValueError("nth is 1-based")
-        self.remaining, self.error = nth, error
+        self.remaining, self.error, self.persistent, self.failing = nth, error, persistent, False
 
     def tick(self, what: str, path: Path) -> None:
         self.calls += 1
-        if self.remaining == 0:
-            return
-        self.remaining -= 1
-        if self.remaining == 0:
+        if self.remaining > 0:
+            self.remaining -= 1
+            self.failing = self.remaining == 0
+        if self.failing:
+            self.failing = self.persistent
             raise OSError(self.error, f"injected {what} failure: {os.strerror(self.error)}", str(path))
 
 
@@ -260,8 +263,9 @@ class FaultyFileSystem:
     """A :class:`FileSystem` that fails on demand (tests only).
 
     ``fail_nth("write", 3)`` makes the third ``FileHandle.write`` from now raise
-    ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``) and ``"create"``. Each
-    trigger fires once. ``calls(kind)`` counts calls seen so far.
+    ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``) and ``"create"``. A
+    trigger fires once, or on every call from the Nth on with ``persistent=True`` (a disk
+    that stays full) until :meth:`heal`. ``calls(kind)`` counts calls seen so far.
     """
 
     KINDS = ("write", "fsync", "create")
@@ -271,9 +275,14 @@ class FaultyFileSystem:
         self._lock = threading.Lock()
         self._triggers = {kind: _Countdown() for kind in self.KINDS}
 
-    def fail_nth(self, kind: str, nth: int = 1, error: int = errno.ENOSPC) -> None:
+    def fail_nth(self, kind: str, nth: int = 1, error: int = errno.ENOSPC, persistent: bool = False) -> None:
         with self._lock:
-            self._triggers[kind].arm(nth, error)
+            self._triggers[kind].arm(nth, error, persistent)
+
+    def heal(self) -> None:
+        """Disarm every trigger."""
+        with self._lock:
+            self._triggers = {kind: _Countdown() for kind in self.KINDS}
 
     def calls(self, kind: str) -> int:
         return self._triggers[kind].calls

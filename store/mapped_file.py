@@ -102,16 +102,19 @@ class MappedFile:
             return self.flushed_position
 
     def truncate_to(self, position: int) -> None:
-        """Forget everything from ``position`` on: zero it and move both positions back."""
-        position = max(0, min(position, self.size))
-        self.zero_tail(position)
+        """Forget everything from ``position`` on: zero ``[position, wrote)`` (bytes past the
+        wrote position are zero already; a freshly loaded file counts as fully written) and
+        move both positions back. Never moves them forward."""
+        position = max(0, min(position, self.wrote_position))
+        self.zero_range(position, self.wrote_position)
         self.wrote_position = position
         self.flushed_position = min(self.flushed_position, position)
 
-    def zero_tail(self, position: int) -> None:
-        """Zero ``[position, size)`` chunk by chunk, skipping chunks that are already zero."""
-        while position < self.size:
-            length = min(len(_ZERO_CHUNK), self.size - position)
+    def zero_range(self, position: int, end: int) -> None:
+        """Zero ``[position, end)`` chunk by chunk, skipping chunks that are already zero."""
+        end = min(end, self.size)
+        while position < end:
+            length = min(len(_ZERO_CHUNK), end - position)
             if self._handle.read(position, length) != _ZERO_CHUNK[:length]:
                 self._handle.write(position, _ZERO_CHUNK[:length])
                 self._handle.sync(position, position + length)

@@ -344,3 +344,17 @@ def test_vectorised_walk_agrees_with_check_record(
             reopened.close()
         finally:
             commitlog_module.SCAN_CHUNK_BYTES = saved
+
+
+def test_rollback_that_cannot_write_makes_the_log_refuse_appends(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs)
+    log.append_record(record(0))
+    fs.fail_nth("write", 2, persistent=True)  # the disk fills up in the middle of the batch
+    batch = EncodedBatch.from_records([record(i) for i in range(1, 20)])
+    with pytest.raises(StoreNotWritable, match="could not be undone"):
+        log.append(batch)
+    fs.heal()
+    with pytest.raises(StoreNotWritable, match="not writable"):
+        log.append_record(record(20))
+    log.close()

@@ -52,3 +52,17 @@ def test_faulty_file_system_fails_the_nth_call_once(tmp_path: Path, kind: str) -
     assert f"injected {kind}" in str(info.value)
     call(2)
     assert fs.calls(kind) == 3
+
+
+def test_persistent_failure_until_healed(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    handle = fs.create(tmp_path / "f", 4096)
+    fs.fail_nth("write", 2, persistent=True)
+    handle.write(0, b"a")
+    for _ in range(3):
+        with pytest.raises(OSError, match="injected write"):
+            handle.write(0, b"b")
+    fs.heal()
+    handle.write(0, b"c")
+    assert handle.read(0, 1) == b"c"
+    handle.close()
