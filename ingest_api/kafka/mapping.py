@@ -26,7 +26,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ingest_api.kafka.records import Header, KafkaRecord
 from store.types import Message
@@ -149,6 +150,51 @@ def record_to_message(topic: str, partition: int, record: KafkaRecord) -> Messag
         properties=properties,
         queue_id=partition,
         born_timestamp_ms=born,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoreColumns:
+    """Arguments for ``MessageStore.put_batch``: one entry per record, one column per property."""
+
+    bodies: list[bytes]
+    keys: list[str | None] | None
+    properties: dict[str, list[str | None]]
+    born_timestamps_ms: list[int]
+
+
+def records_to_columns(records: Sequence[KafkaRecord], now_ms: int) -> StoreColumns | None:
+    """Columnar form of ``records`` (same mapping as :func:`record_to_message`).
+
+    Returns ``None`` when records carry differently ordered property names: the columnar put
+    would store them in column order and headers must come back in the producer's order, so
+    the caller falls back to one ``Message`` per record.
+    """
+    n = len(records)
+    keys: list[str | None] = [None] * n
+    columns: dict[str, list[str | None]] = {}
+    names: tuple[str, ...] | None = None
+    for i, record in enumerate(records):
+        properties: dict[str, str] = {}
+        if record.key is not None:
+            tokens, properties = key_to_store(record.key)
+            keys[i] = " ".join(tokens) or None
+        if record.headers:
+            properties.update(headers_to_properties(record.headers))
+        if record.value is None:
+            properties[NULL_VALUE_PROPERTY] = "1"
+        if names is None:
+            names = tuple(properties)
+            columns = {name: [None] * n for name in names}
+        elif tuple(properties) != names:
+            return None
+        for name, value in properties.items():
+            columns[name][i] = value
+    return StoreColumns(
+        bodies=[record.value or b"" for record in records],
+        keys=keys if any(k is not None for k in keys) else None,
+        properties=columns,
+        born_timestamps_ms=[r.timestamp_ms if r.timestamp_ms >= 0 else now_ms for r in records],
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from store.message_store import BatchPutResult
 from store.queue_reader import BatchReadResult
 from store.types import Boundary, Message, PutResult
 
@@ -23,7 +24,17 @@ class KafkaStore(Protocol):
     def create_topic(self, topic: str, queues: int | None = None) -> int: ...
     def delete_topic(self, topic: str) -> bool: ...
 
-    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]: ...
+    def put_messages(self, messages: Sequence[Message]) -> list[PutResult]: ...
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        queue_ids: int | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: Mapping[str, str | Sequence[str | None]] | None = None,
+        born_timestamps_ms: Sequence[int] | None = None,
+    ) -> BatchPutResult: ...
 
     def read_batch(
         self,

@@ -2,18 +2,20 @@
 
 Produce runs in four steps so the event loop never blocks and idempotence is exact:
 
-1. (thread pool) decode and validate every partition's batches (CRC, codec, magic) and
-   convert records to store messages (:mod:`ingest_api.kafka.mapping`);
+1. (thread pool) decode and validate every partition's batches (CRC, codec, magic);
 2. (loop, under the producer id's lock) check sequences: duplicates are answered with their
    original base offset and not written, gaps get OUT_OF_ORDER_SEQUENCE_NUMBER;
-3. (thread pool) ``put_messages`` per partition: all records of a partition are appended
-   atomically and contiguously, so ``base_offset`` is the first record's queue offset;
+3. (thread pool) map records to store columns (:mod:`ingest_api.kafka.mapping`) and append
+   them with the columnar ``put_batch`` (``put_messages`` when records order their headers
+   differently): all records of a partition land atomically and contiguously, so
+   ``base_offset`` is the first record's queue offset;
 4. (loop) record the batches' sequences and answer (nothing at all for acks=0).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +26,10 @@ from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_error
-from ingest_api.kafka.mapping import record_to_message
+from ingest_api.kafka.mapping import record_to_message, records_to_columns
 from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next_sequence
-from ingest_api.kafka.records import ProducedBatch, decode_batches
+from ingest_api.kafka.records import KafkaRecord, ProducedBatch, decode_batches
+from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
 from store.errors import (
     InvalidArgument,
@@ -37,7 +40,6 @@ from store.errors import (
     UnknownQueue,
     UnknownTopic,
 )
-from store.types import Message
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,6 @@ class _PartitionWork:
     partition: int
     error: ErrorCode = ErrorCode.NONE
     batches: list[ProducedBatch] = field(default_factory=list)
-    messages: list[list[Message]] = field(default_factory=list)  # per batch
     keep: list[bool] = field(default_factory=list)  # per batch: append it?
     duplicate_of: int | None = None
     base_offset: int = -1
@@ -76,10 +77,6 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
             if any(batch.is_transactional for batch in item.batches):
                 item.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 continue
-            item.messages = [
-                [record_to_message(item.topic, item.partition, record) for record in batch.records]
-                for batch in item.batches
-            ]
             item.keep = [True] * len(item.batches)
     return work
 
@@ -110,11 +107,12 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
     for item in work:
         if item.error != ErrorCode.NONE:
             continue
-        messages = [m for batch, keep in zip(item.messages, item.keep, strict=True) if keep for m in batch]
+        records = [
+            r for batch, keep in zip(item.batches, item.keep, strict=True) if keep for r in batch.records
+        ]
         try:
-            if messages:
-                results = ctx.store.put_messages(messages)
-                item.base_offset = results[0].queue_offset
+            if records:
+                item.base_offset = _put(ctx.store, item.topic, item.partition, records)
             else:
                 item.base_offset = item.duplicate_of if item.duplicate_of is not None else -1
             item.log_start_offset = ctx.store.min_offset(item.topic, item.partition)
@@ -131,6 +129,23 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
         except StoreError:
             log.exception("produce %s-%d failed", item.topic, item.partition)
             item.error = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _put(store: KafkaStore, topic: str, partition: int, records: list[KafkaRecord]) -> int:
+    """Append ``records`` contiguously to one queue; returns the first queue offset."""
+    columns = records_to_columns(records, int(time.time() * 1000))
+    if columns is None:
+        results = store.put_messages([record_to_message(topic, partition, record) for record in records])
+        return results[0].queue_offset
+    result = store.put_batch(
+        topic,
+        columns.bodies,
+        queue_ids=partition,
+        keys=columns.keys,
+        properties=dict(columns.properties) or None,
+        born_timestamps_ms=columns.born_timestamps_ms,
+    )
+    return int(result.queue_offsets[0])
 
 
 def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:

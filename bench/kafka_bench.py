@@ -1,0 +1,174 @@
+"""Kafka gateway throughput: produce and consume msgs/s of 100-byte messages.
+
+Runs the gateway in a separate process (``python -m ingest_api.kafka``, its own GIL) on a
+temporary store, then drives it with confluent-kafka (librdkafka) and kafka-python::
+
+    .venv/bin/python -m bench.kafka_bench                    # defaults below
+    .venv/bin/python -m bench.kafka_bench --messages 500000 --clients confluent
+
+Figures depend heavily on the machine and on what else runs on it; this prints them, it does
+not gate anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+
+MESSAGE = b"x" * 100
+PARTITIONS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_gateway(store_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ingest_api.kafka", "--store-dir", str(store_dir), "--port", str(port),
+         "--initial-rebalance-delay-ms", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return process
+        except OSError:
+            if process.poll() is not None:
+                raise RuntimeError("gateway exited during startup") from None
+            time.sleep(0.05)
+    process.kill()
+    raise TimeoutError("gateway did not start")
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
+
+
+def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "acks": 1,
+        }
+    )
+    started = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, MESSAGE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    assert remaining == 0, f"{remaining} messages not delivered"
+    return elapsed
+
+
+def confluent_consume(bootstrap: str, topic: str, count: int) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-ck",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * 1024 * 1024,
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    started = time.perf_counter()
+    deadline = time.monotonic() + 300
+    while got < count and time.monotonic() < deadline:
+        got += sum(1 for m in consumer.consume(10_000, 1.0) if not m.error())
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    assert got >= count, f"consumed only {got}"
+    return elapsed
+
+
+def kafka_python_produce(bootstrap: str, topic: str, count: int) -> float:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=512 * 1024, acks=1,
+                             enable_idempotence=False)
+    started = time.perf_counter()
+    for _ in range(count):
+        producer.send(topic, MESSAGE)
+    producer.flush(300)
+    elapsed = time.perf_counter() - started
+    producer.close()
+    return elapsed
+
+
+def kafka_python_consume(bootstrap: str, topic: str, count: int) -> float:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=50 * 1024 * 1024)
+    partitions = [KpTopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    got = 0
+    started = time.perf_counter()
+    deadline = time.monotonic() + 300
+    while got < count and time.monotonic() < deadline:
+        got += sum(len(records) for records in consumer.poll(1000, max_records=50_000).values())
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    assert got >= count, f"consumed only {got}"
+    return elapsed
+
+
+CLIENTS: dict[str, tuple[Callable[[str, str, int], float], Callable[[str, str, int], float]]] = {
+    "confluent": (confluent_produce, confluent_consume),
+    "kafka-python": (kafka_python_produce, kafka_python_consume),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=300_000, help="per client (confluent)")
+    parser.add_argument("--kafka-python-messages", type=int, default=60_000)
+    parser.add_argument("--clients", nargs="+", default=list(CLIENTS), choices=list(CLIENTS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kafka-bench-") as tmp:
+        port = free_port()
+        gateway = start_gateway(Path(tmp) / "store", port)
+        bootstrap = f"127.0.0.1:{port}"
+        try:
+            print(f"gateway pid {gateway.pid} on {bootstrap}; {os.cpu_count()} CPUs (shared); 100-byte messages")
+            print(f"{'client':<14}{'messages':>10}{'produce msg/s':>16}{'consume msg/s':>16}")
+            for name in args.clients:
+                produce, consume = CLIENTS[name]
+                count = args.messages if name == "confluent" else args.kafka_python_messages
+                topic = f"bench-{name}"
+                create_topic(bootstrap, topic)
+                produce_s = produce(bootstrap, topic, count)
+                consume_s = consume(bootstrap, topic, count)
+                print(f"{name:<14}{count:>10}{count / produce_s:>16,.0f}{count / consume_s:>16,.0f}")
+        finally:
+            gateway.terminate()
+            gateway.wait(30)
+
+
+if __name__ == "__main__":
+    main()
