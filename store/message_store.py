@@ -1089,11 +1089,18 @@ def _check_read_args(offset: int, max_messages: int) -> None:
 def _last_per_queue(
     topic_codes: npt.NDArray[np.int32], queue_ids: npt.NDArray[np.int32], values: npt.NDArray[np.int64]
 ) -> Iterable[tuple[int, int, int]]:
-    """(topic code, queue id, last value) for each distinct queue, in first-seen order."""
-    seen: dict[tuple[int, int], int] = {}
-    for code, qid, value in zip(topic_codes.tolist(), queue_ids.tolist(), values.tolist(), strict=True):
-        seen[(code, qid)] = value
-    return [(code, qid, value) for (code, qid), value in seen.items()]
+    """(topic code, queue id, value of its last message) for each distinct queue of a batch."""
+    keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
+    if len(keys) == 0:
+        return []
+    if bool(np.all(keys == keys[0])):
+        return [(int(topic_codes[0]), int(queue_ids[0]), int(values[-1]))]
+    distinct, first_from_end = np.unique(keys[::-1], return_index=True)
+    last = len(keys) - 1 - first_from_end
+    return [
+        (int(key >> 32), int(key & 0xFFFFFFFF), int(value))
+        for key, value in zip(distinct.tolist(), values[last].tolist(), strict=True)
+    ]
 
 
 def _disk_used_ratio(path: os.PathLike[str] | str) -> float:
