@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import struct
 import threading
 import time
 import zlib
@@ -213,10 +214,11 @@ def encode_columns(cols: BatchColumns, policy: BodyPolicy) -> EncodedBatch:
         prepared = [prepare_body(body, policy) for body in cols.bodies]
         stored = [body for body, _ in prepared]
         extra = [bits for _, bits in prepared]
-    fast = _encode_uniform(cols, stored) if extra is None else None
-    if fast is not None:
-        return fast
-    return _encode_general(cols, stored, extra)
+    try:
+        fast = _encode_uniform(cols, stored) if extra is None else None
+        return fast if fast is not None else _encode_general(cols, stored, extra)
+    except (OverflowError, struct.error) as exc:
+        raise InvalidArgument(f"a record field is out of range for its Java type: {exc}") from exc
 
 
 def _int_list(column: IntColumn, n: int) -> Sequence[int]:

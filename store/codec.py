@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument, MessageTooLarge
 from store.types import MessageView
 
@@ -195,12 +196,9 @@ class BodyPolicy(NamedTuple):
     compress_level: int = 5
 
     @staticmethod
-    def from_config(config: object) -> BodyPolicy:
-        """Read ``max_message_size_bytes``/``compress_body_over_bytes``/``compress_level``."""
+    def from_config(config: StoreConfig) -> BodyPolicy:
         return BodyPolicy(
-            int(getattr(config, "max_message_size_bytes")),  # noqa: B009 - duck-typed config
-            int(getattr(config, "compress_body_over_bytes")),  # noqa: B009
-            int(getattr(config, "compress_level")),  # noqa: B009
+            config.max_message_size_bytes, config.compress_body_over_bytes, config.compress_level
         )
 
 
@@ -373,25 +371,28 @@ def encode_record(rec: RecordFields) -> bytes:
     magic, topic_len = topic_length_prefix(topic_bytes)
     props = encode_properties(rec.properties)
     size = record_size(len(rec.body), len(topic_bytes), len(props))
-    header = RECORD_HEADER.pack(
-        size,
-        magic,
-        body_crc(rec.body),
-        rec.queue_id,
-        rec.flag,
-        rec.queue_offset,
-        rec.physical_offset,
-        rec.sys_flag,
-        rec.born_timestamp_ms,
-        ip4_bytes(rec.born_host[0]),
-        rec.born_host[1],
-        rec.store_timestamp_ms,
-        ip4_bytes(rec.store_host[0]),
-        rec.store_host[1],
-        rec.reconsume_times,
-        rec.prepared_transaction_offset,
-        len(rec.body),
-    )
+    try:
+        header = RECORD_HEADER.pack(
+            size,
+            magic,
+            body_crc(rec.body),
+            rec.queue_id,
+            rec.flag,
+            rec.queue_offset,
+            rec.physical_offset,
+            rec.sys_flag,
+            rec.born_timestamp_ms,
+            ip4_bytes(rec.born_host[0]),
+            rec.born_host[1],
+            rec.store_timestamp_ms,
+            ip4_bytes(rec.store_host[0]),
+            rec.store_host[1],
+            rec.reconsume_times,
+            rec.prepared_transaction_offset,
+            len(rec.body),
+        )
+    except struct.error as exc:
+        raise InvalidArgument(f"a record field is out of range for its Java type: {exc}") from exc
     return b"".join(
         (header, rec.body, topic_len.pack(len(topic_bytes)), topic_bytes, PROPS_LEN.pack(len(props)), props)
     )

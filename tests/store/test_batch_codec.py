@@ -129,7 +129,7 @@ def test_patching_offsets_and_timestamps(record_size: str | None) -> None:
 def test_patch_be_writes_big_endian() -> None:
     buffer = np.zeros(16, dtype=np.uint8)
     patch_be(buffer, np.array([0, 8]), [-1, 0x0102030405060708], 8)
-    assert buffer.tobytes().hex() == "ffffffffffffffff" "0102030405060708"
+    assert buffer.tobytes().hex() == "ffffffffffffffff0102030405060708"
 
 
 def test_batch_refuses_before_encoding_anything() -> None:
@@ -154,8 +154,8 @@ MONTH_START = 1_698_796_800_000  # 2023-11-01T00:00:00Z
 
 def test_uniq_key_golden() -> None:
     gen = UniqKeyGenerator("10.0.0.1", pid=0x1234, loader_hash=0xCAFEBABE, clock_ms=lambda: MONTH_START + 5)
-    assert gen.next() == "0A000001" "1234" "CAFEBABE" "00000005" "0000"
-    assert gen.next() == "0A000001" "1234" "CAFEBABE" "00000005" "0001"
+    assert gen.next() == "0A0000011234CAFEBABE000000050000"
+    assert gen.next() == "0A0000011234CAFEBABE000000050001"
     assert codec.month_start_ms(MONTH_START + 29 * 86_400_000) == MONTH_START
 
 
@@ -188,3 +188,11 @@ def test_uniq_key_round_trip(n: int, since: int) -> None:
         ip, pid, loader, _diff, _counter = codec.decode_uniq_key(key)
         assert (ip, pid, loader) == ("10.9.8.7", 77, 5)
         assert key == key.upper()
+
+
+@pytest.mark.parametrize("queue_ids", [2**31, [0, 2**31]])
+def test_out_of_range_fields_are_invalid_arguments(queue_ids: int | list[int]) -> None:
+    with pytest.raises(InvalidArgument, match="out of range"):
+        encode_columns(BatchColumns("t", [b"x", b"y"], queue_ids=queue_ids), POLICY)
+    with pytest.raises(InvalidArgument, match="out of range"):
+        encode_record(RecordFields(topic="t", body=b"", queue_id=2**31))
