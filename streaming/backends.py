@@ -4,7 +4,7 @@
 Arrow read of a queue range and the group-offset commit. Two implementations return
 identical rows:
 
-* :class:`PathBackend` reads a store directory with the lock-free :class:`store.StoreReader`
+* :class:`PathBackend` reads a store directory with the lock-free :class:`store.reader.StoreReader`
   (ConsumeQueue + CommitLog files, mmap'd). Group offsets have to go through the store's
   *owner* (only it may write ``consumerOffset.json``): see :class:`PathBackend.commit_group_offsets`.
 * :class:`EndpointBackend` talks to ``sparkmq serve`` with httpx; message ranges arrive as
@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -26,7 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.arrow_schema import MESSAGE_SCHEMA
-from store.errors import SparkMQError, StoreError
+from store.config import StoreConfig
+from store.errors import SparkMQError, StoreError, UnknownTopic
+from store.message_store import MessageStore
+
+# The reader infers file sizes from the files; the short owner open must use the same sizes.
+# (Private helpers of store.reader: a public "config of an existing directory" would be better.)
+from store.reader import StoreReader, _commitlog_file_size, _cq_units_per_file
 from store.types import Boundary, GetStatus
 
 #: ``{queue_id: (min_offset, max_offset)}``; max offset = next offset to be written.
@@ -52,6 +59,9 @@ class ReadChunk:
 
 
 class Backend(Protocol):
+    def refresh(self) -> None:
+        """Drop cached views of the store (a Spark task calls it once before reading)."""
+
     def queue_heads(self, topic: str) -> QueueHeads:
         """Per-queue (min, max) offsets; ``{}`` when the topic does not exist (yet)."""
 
@@ -73,33 +83,35 @@ class Backend(Protocol):
 class PathBackend:
     """A store directory read without its lock.
 
-    The :class:`store.StoreReader` is opened lazily (the object must stay cheap to build on
-    every Spark worker). Group offsets are written by briefly opening the store as its owner
-    (:meth:`commit_group_offsets`), which only works while no other process holds it; with a
-    running broker give the source ``endpoint`` as well and offsets go over HTTP instead.
+    The :class:`store.reader.StoreReader` is opened lazily (the object must stay cheap to
+    build on every Spark worker). Group offsets are written by briefly opening the store as
+    its owner (:meth:`commit_group_offsets`), which only works while no other process holds
+    it; with a running broker give the source ``endpoint`` as well and offsets go over HTTP.
     """
 
     def __init__(self, store_dir: str) -> None:
         self.store_dir = store_dir
-        self._reader: Any = None
+        self._reader: StoreReader | None = None
         self._lock = threading.Lock()
 
-    def _store_reader(self) -> Any:
+    def _store_reader(self) -> StoreReader:
         with self._lock:
             if self._reader is None:
-                from store import StoreReader
-
-                self._reader = StoreReader.open(self.store_dir)
+                self._reader = StoreReader(self.store_dir)
             return self._reader
 
+    def refresh(self) -> None:
+        # Retention may have deleted files since this worker last looked: see them go.
+        self._store_reader().refresh()
+
     def queue_heads(self, topic: str) -> QueueHeads:
-        reader = self._store_reader()
-        if not reader.has_topic(topic):
+        try:
+            return dict(self._store_reader().queue_offsets(topic))
+        except UnknownTopic:
             return {}
-        return {int(q): (int(lo), int(hi)) for q, (lo, hi) in reader.queue_offsets(topic).items()}
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        return int(self._store_reader().offset_for_timestamp(topic, queue_id, timestamp_ms, Boundary.LOWER))
+        return self._store_reader().offset_for_timestamp(topic, queue_id, timestamp_ms, Boundary.LOWER)
 
     def read_range(
         self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
@@ -110,30 +122,44 @@ class PathBackend:
         return ReadChunk(res.status, res.next_offset, res.min_offset, res.max_offset, res.batch)
 
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        from store import MessageStore
-
-        with MessageStore.open_existing(self.store_dir) as owner:
+        """Open the directory as its owner for one commit (raises ``StoreLocked`` if owned)."""
+        with MessageStore.open(owner_config(self.store_dir)) as owner:
             owner.commit_offsets(group, topic, dict(offsets))
+
+
+def owner_config(store_dir: str) -> StoreConfig:
+    """A config that opens an existing directory as it was written: file sizes are taken from
+    the files (as :class:`StoreReader` does); no background services for a short open."""
+    return StoreConfig(
+        store_dir=Path(store_dir),
+        commitlog_file_size_bytes=_commitlog_file_size(Path(store_dir)),
+        consume_queue_units_per_file=_cq_units_per_file(Path(store_dir)),
+        background_services=False,
+    ).validate()
 
 
 # -- endpoint mode -----------------------------------------------------------------------------
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+#: The broker's cap on ``max_messages`` per pull (``ingest_api.config.MAX_PULL_MESSAGES``).
+MAX_PULL_MESSAGES = 100_000
 
 
 class EndpointBackend:
     """A broker's HTTP API (``ingest_api``), one pooled httpx client per process."""
 
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, auth_token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._client: Any = None
+        self.auth_token = auth_token
+        self._client: httpx.Client | None = None
         self._lock = threading.Lock()
 
-    def _http(self) -> Any:
+    def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s)
+                headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+                self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers)
             return self._client
 
     def _get(self, url: str, **kwargs: Any) -> Any:
@@ -141,6 +167,9 @@ class EndpointBackend:
             return self._http().get(url, **kwargs)
         except httpx.HTTPError as exc:
             raise BackendError(f"GET {self.base_url}{url} failed: {exc!r}") from exc
+
+    def refresh(self) -> None:
+        """Nothing cached: every call asks the broker."""
 
     def queue_heads(self, topic: str) -> QueueHeads:
         resp = self._get(f"/topics/{topic}")
@@ -160,8 +189,8 @@ class EndpointBackend:
     def read_range(
         self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
     ) -> ReadChunk:
-        want = max(0, min(max_messages, end_offset - offset))
-        params: dict[str, Any] = {"offset": offset, "max_messages": want, "end_offset": end_offset}
+        want = max(1, min(max_messages, end_offset - offset, MAX_PULL_MESSAGES))
+        params: dict[str, Any] = {"offset": offset, "max_messages": want}
         if tags != "*":
             params["tags"] = tags
         resp = self._get(
@@ -198,15 +227,9 @@ def _raise_for_status(resp: Any) -> None:
 
 
 def _parse_queue_heads(doc: Any) -> QueueHeads:
-    queues = doc.get("queues", doc) if isinstance(doc, dict) else doc
-    heads: QueueHeads = {}
-    if isinstance(queues, dict):
-        for queue_id, entry in queues.items():
-            heads[int(queue_id)] = (int(entry["min_offset"]), int(entry["max_offset"]))
-    else:
-        for entry in queues:
-            heads[int(entry["queue_id"])] = (int(entry["min_offset"]), int(entry["max_offset"]))
-    return heads
+    """``GET /topics/{topic}`` -> ``{"queue_offsets": [{"queue_id", "min_offset", "max_offset"}]}``."""
+    entries = doc.get("queue_offsets") or []
+    return {int(e["queue_id"]): (int(e["min_offset"]), int(e["max_offset"])) for e in entries}
 
 
 def _empty_batch() -> pa.RecordBatch:
@@ -227,17 +250,20 @@ def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
 
 # -- per-process cache -------------------------------------------------------------------------
 
-_BACKENDS: dict[tuple[str, str], Backend] = {}
+_BACKENDS: dict[tuple[str, str, float, str | None], Backend] = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
-def backend_for(mode: str, location: str, timeout_s: float = 30.0) -> Backend:
+def backend_for(mode: str, location: str, timeout_s: float = 30.0, auth_token: str | None = None) -> Backend:
     """The process-wide backend for a store directory (``mode="path"``) or broker URL."""
-    key = (mode, location)
+    key = (mode, location, timeout_s, auth_token)
     with _BACKENDS_LOCK:
         backend = _BACKENDS.get(key)
         if backend is None:
-            backend = PathBackend(location) if mode == "path" else EndpointBackend(location, timeout_s)
+            if mode == "path":
+                backend = PathBackend(location)
+            else:
+                backend = EndpointBackend(location, timeout_s, auth_token)
             _BACKENDS[key] = backend
         return backend
 

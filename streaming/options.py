@@ -101,6 +101,8 @@ class SourceOptions:
     request_timeout_s: float
     #: Messages per store read / HTTP request inside one queue range.
     read_chunk_messages: int
+    #: Bearer token for a broker with auth enabled (endpoint mode).
+    auth_token: str | None = field(default=None, repr=False)
 
     @property
     def data_mode(self) -> str:
@@ -141,7 +143,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "endpoint", "path", "topic", "topics", "tags", "startingoffsets", "startingtimestamp",
         "startingoffsetsbytimestamp", "endingoffsets", "endingtimestamp", "maxmessagespertrigger",
         "maxoffsetspertrigger", "minpartitions", "group", "failondataloss", "requesttimeoutms",
-        "readchunkmessages",
+        "readchunkmessages", "authtoken",
     }  # fmt: skip
     unknown = sorted(set(lower) - known)
     if unknown:
@@ -162,6 +164,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_parse_bool(lower, "failOnDataLoss", default=True),
         request_timeout_s=(_optional_positive_int(lower, "requestTimeoutMs") or 30_000) / 1000.0,
         read_chunk_messages=_optional_positive_int(lower, "readChunkMessages") or 65_536,
+        auth_token=lower.get("authtoken") or None,
     )
 
 

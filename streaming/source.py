@@ -136,13 +136,13 @@ def _backend(options: SourceOptions) -> Backend:
     if options.path is not None:
         return backend_for("path", options.path)
     assert options.endpoint is not None
-    return backend_for("endpoint", options.endpoint, options.request_timeout_s)
+    return backend_for("endpoint", options.endpoint, options.request_timeout_s, options.auth_token)
 
 
 def _mirror_backend(options: SourceOptions) -> Backend:
     """Group offsets go to the broker when one is named, else to the store directory's owner."""
     if options.endpoint is not None:
-        return backend_for("endpoint", options.endpoint, options.request_timeout_s)
+        return backend_for("endpoint", options.endpoint, options.request_timeout_s, options.auth_token)
     return _backend(options)
 
 
@@ -204,8 +204,8 @@ def plan_partitions(
 def _data_loss(options: SourceOptions, message: str) -> None:
     if options.fail_on_data_loss:
         raise DataLost(
-            f"{message}. Retention removed messages this query has not read yet; set "
-            "failOnDataLoss=false to skip ahead to the earliest available offset instead"
+            f"{message}: messages this query has not read are gone (retention, or the queue was "
+            "reset). Set failOnDataLoss=false to skip ahead to the earliest available offset instead"
         )
     log.warning("sparkmq: %s; skipping ahead (failOnDataLoss=false)", message)
 
@@ -213,6 +213,7 @@ def _data_loss(options: SourceOptions, message: str) -> None:
 def read_ranges(options: SourceOptions, ranges: Sequence[QueueRange]) -> Iterator[pa.RecordBatch]:
     """Executor side: Arrow batches of ``ranges``, exactly the planned offsets (tags filtered)."""
     backend = _backend(options)
+    backend.refresh()
     for rng in ranges:
         offset = rng.start
         where = queue_key(rng.topic, rng.queue_id)

@@ -8,13 +8,20 @@ checkpoint directory and its own store directory.
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
+
+from ingest_api.config import ServerConfig
+from ingest_api.server import build_server
+from store import Message, MessageStore, StoreConfig
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -23,8 +30,6 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
         SparkSession.builder.master("local[2]")
@@ -58,3 +63,62 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, poll_
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         time.sleep(poll_s)
+
+
+def open_store(store_dir: Path, **changes: Any) -> Any:
+    """A real MessageStore on ``store_dir`` (background services on: delay delivery, flush)."""
+    config = StoreConfig(store_dir=store_dir, **changes).validate()
+    return MessageStore.open(config)
+
+
+def produce(
+    store: Any, topic: str, count: int, *, queues: int = 4, tags: Any = None, start: int = 0
+) -> list[Any]:
+    """``count`` messages spread round-robin over ``queues`` queues; body ``b"msg-<i>"``."""
+    if not store.has_topic(topic):
+        store.create_topic(topic, queues)
+    messages = [
+        Message(
+            topic=topic,
+            body=f"msg-{i}".encode(),
+            queue_id=i % queues,
+            tags=tags(i) if callable(tags) else tags,
+            keys=(f"k{i}",),
+        )
+        for i in range(start, start + count)
+    ]
+    return list(store.put_messages(messages))
+
+
+class Broker:
+    """``sparkmq serve`` in a background thread on a free 127.0.0.1 port."""
+
+    def __init__(self, store_dir: Path, **changes: Any) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        store_config = StoreConfig(store_dir=store_dir, **changes).validate()
+        config = ServerConfig(store=store_config, port=port, log_level="warning").validate()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = build_server(config)
+        self.thread = threading.Thread(target=self.server.run, name="sparkmq-broker", daemon=True)
+        self.thread.start()
+        wait_until(lambda: bool(self.server.started), 30, "the broker to start")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def broker_factory() -> Iterator[Callable[..., Broker]]:
+    started: list[Broker] = []
+
+    def start(store_dir: Path, **changes: Any) -> Broker:
+        broker = Broker(store_dir, **changes)
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()

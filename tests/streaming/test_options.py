@@ -92,7 +92,10 @@ def test_starting_and_ending_positions(store_dir: str) -> None:
         ({"endpoint": "http://h:1", "topic": "SCHEDULE_TOPIC_XXXX"}, "topic"),
         ({"endpoint": "http://h:1", "topic": "t", "tags": "a || "}, "tags"),
         ({"endpoint": "http://h:1", "topic": "t", "startingOffsets": "sometime"}, "startingOffsets"),
-        ({"endpoint": "http://h:1", "topic": "t", "startingOffsets": '{"other": {"0": 1}}'}, "startingOffsets"),
+        (
+            {"endpoint": "http://h:1", "topic": "t", "startingOffsets": '{"other": {"0": 1}}'},
+            "startingOffsets",
+        ),
         ({"endpoint": "http://h:1", "topic": "t", "startingOffsets": '{"t": {"x": 1}}'}, "startingOffsets"),
         ({"endpoint": "http://h:1", "topic": "t", "startingOffsets": '{"t": {"0": -7}}'}, "startingOffsets"),
         ({"endpoint": "http://h:1", "topic": "t", "startingOffsets": '{"t": {"0": "1"}}'}, "startingOffsets"),

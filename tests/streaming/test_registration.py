@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from store.arrow_schema import MESSAGE_SCHEMA
 from streaming.source import MESSAGE_DDL, MESSAGE_STRUCT, SparkMQDataSource
@@ -14,9 +16,6 @@ pytestmark = pytest.mark.spark
 
 
 def test_ddl_struct_and_arrow_schema_agree(spark: Any) -> None:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
     parsed = StructType.fromDDL(MESSAGE_DDL)
     assert parsed == MESSAGE_STRUCT
     assert to_arrow_schema(parsed, timezone="UTC").equals(MESSAGE_SCHEMA)
