@@ -2,7 +2,8 @@
 
 Mapped files never touch ``os``/``mmap`` directly: they go through a :class:`FileSystem`, so
 tests can swap in :class:`FaultyFileSystem` and make the Nth create, write or fsync fail
-(``OSError(ENOSPC)`` by default) to check that nothing is left half-written.
+(``OSError(ENOSPC)`` by default) to check that nothing is left half-written, or cut the
+power and lose (or tear) everything that was not fsynced.
 
 A :class:`FileHandle` is one fixed-size file, preallocated at creation (so a full disk shows
 up as an error at creation, not as a SIGBUS on a later write into a sparse mapping) and
@@ -15,6 +16,7 @@ import contextlib
 import errno
 import mmap
 import os
+import random
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -254,6 +256,9 @@ class _FaultyHandle:
     def sync(self, start: int, end: int) -> None:
         self._owner.before("fsync", self._inner.path)
         self._inner.sync(start, end)
+        if end > start:
+            aligned = start - start % PAGE_SIZE
+            self._owner.synced(self._inner.path, aligned, self._inner.read(aligned, end - aligned))
 
     def close(self) -> None:
         self._inner.close()
@@ -266,14 +271,51 @@ class FaultyFileSystem:
     ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``) and ``"create"``. A
     trigger fires once, or on every call from the Nth on with ``persistent=True`` (a disk
     that stays full) until :meth:`heal`. ``calls(kind)`` counts calls seen so far.
+
+    With ``track_unsynced=True`` it also remembers what each file held at its last fsync;
+    :meth:`crash` then simulates a power loss (unsynced bytes vanish, or with a random
+    generator, survive sector by sector: torn writes).
     """
 
     KINDS = ("write", "fsync", "create")
 
-    def __init__(self, inner: FileSystem | None = None) -> None:
+    def __init__(self, inner: FileSystem | None = None, track_unsynced: bool = False) -> None:
         self._inner: FileSystem = inner if inner is not None else OsFileSystem()
         self._lock = threading.Lock()
         self._triggers = {kind: _Countdown() for kind in self.KINDS}
+        #: With ``track_unsynced``: the durable content of every file, for :meth:`crash`.
+        self._durable: dict[Path, bytearray] | None = {} if track_unsynced else None
+
+    def synced(self, path: Path, position: int, data: bytes) -> None:
+        """Record that ``data`` at ``position`` of ``path`` is durable."""
+        with self._lock:
+            if self._durable is not None and path in self._durable:
+                self._durable[path][position : position + len(data)] = data
+
+    def crash(self, rng: random.Random | None = None, sector_bytes: int = 512) -> None:
+        """Power loss (tests only; close every handle first): each tracked file goes back to
+        its last synced content. With ``rng``, each unsynced sector survives with
+        probability 1/2 instead (torn writes)."""
+        if self._durable is None:
+            raise ValueError("crash() needs FaultyFileSystem(track_unsynced=True)")
+        with self._lock:
+            for path, durable in self._durable.items():
+                current = path.read_bytes()
+                image = bytearray(durable)
+                for start in range(0, len(image), sector_bytes) if rng is not None else ():
+                    end = start + sector_bytes
+                    if current[start:end] != image[start:end] and rng is not None and rng.random() < 0.5:
+                        image[start:end] = current[start:end]
+                path.write_bytes(bytes(image))
+                self._durable[path] = image
+
+    def _track(self, handle: FileHandle, content: bytes | None) -> FileHandle:
+        with self._lock:
+            if self._durable is not None:
+                self._durable[handle.path] = bytearray(
+                    content if content is not None else handle.read(0, handle.size)
+                )
+        return _FaultyHandle(handle, self)
 
     def fail_nth(self, kind: str, nth: int = 1, error: int = errno.ENOSPC, persistent: bool = False) -> None:
         with self._lock:
@@ -293,13 +335,16 @@ class FaultyFileSystem:
 
     def create(self, path: Path, size: int) -> FileHandle:
         self.before("create", path)
-        return _FaultyHandle(self._inner.create(path, size), self)
+        return self._track(self._inner.create(path, size), bytes(size))  # created and fsynced
 
     def open(self, path: Path, read_only: bool = False) -> FileHandle:
-        return _FaultyHandle(self._inner.open(path, read_only), self)
+        return self._track(self._inner.open(path, read_only), None)
 
     def resize(self, path: Path, size: int) -> None:
         self._inner.resize(path, size)
+        with self._lock:
+            if self._durable is not None and path in self._durable:
+                self._durable[path] = bytearray(self._durable[path][:size].ljust(size, b"\x00"))
 
     def file_size(self, path: Path) -> int:
         return self._inner.file_size(path)
@@ -309,6 +354,9 @@ class FaultyFileSystem:
 
     def remove(self, path: Path) -> None:
         self._inner.remove(path)
+        with self._lock:
+            if self._durable is not None:
+                self._durable.pop(path, None)
 
     def list_dir(self, directory: Path) -> list[str]:
         return self._inner.list_dir(directory)

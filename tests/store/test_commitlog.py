@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import random
 import tempfile
 from pathlib import Path
 
@@ -358,3 +359,57 @@ def test_rollback_that_cannot_write_makes_the_log_refuse_appends(tmp_path: Path)
     with pytest.raises(StoreNotWritable, match="not writable"):
         log.append_record(record(20))
     log.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.lists(st.integers(0, 700), min_size=1, max_size=8)),
+            st.tuples(st.just("flush"), st.just([0])),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    torn_seed=st.one_of(st.none(), st.integers(0, 2**32)),
+)
+def test_crash_and_reopen_keeps_every_flushed_record(
+    steps: list[tuple[str, list[int]]], torn_seed: int | None
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        fs = FaultyFileSystem(track_unsynced=True)
+        log = open_log(directory, fs)
+        written: dict[int, bytes] = {}
+        synced_end, counter = 0, 0
+        for kind, body_lens in steps:
+            if kind == "flush":
+                synced_end = log.flush()
+                continue
+            batch = EncodedBatch.from_records([record(counter + k, n) for k, n in enumerate(body_lens)])
+            counter += len(body_lens)
+            result = log.append(batch, store_timestamp_ms=counter)
+            for i, offset in enumerate(result.commitlog_offsets.tolist()):
+                written[offset] = batch.record(i)
+        written_end = log.max_offset
+        log.close()
+        fs.crash(random.Random(torn_seed) if torn_seed is not None else None)
+
+        reopened = CommitLog(directory, FILE_SIZE, fs)
+        reopened.load()
+        end = reopened.recover_abnormally(0, check_crc=True)
+        assert synced_end <= end <= written_end
+        boundaries = {o + len(r) for o, r in written.items()} | {0}
+        assert end in boundaries or end % FILE_SIZE == 0
+        for offset, raw in written.items():
+            if offset + len(raw) <= synced_end:
+                assert reopened.read(offset, len(raw)) == raw
+        scanned = [o for b in reopened.scan(0) for o in b.commitlog_offsets.tolist()]
+        assert scanned == sorted(o for o in written if o < end)
+        offset = reopened.append_record(record(999))
+        reopened.close()
+
+        again = CommitLog(directory, FILE_SIZE, fs)
+        again.load()
+        assert again.recover_normally(check_crc=True) == offset + REC
+        again.close()

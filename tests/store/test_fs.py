@@ -66,3 +66,28 @@ def test_persistent_failure_until_healed(tmp_path: Path) -> None:
     handle.write(0, b"c")
     assert handle.read(0, 1) == b"c"
     handle.close()
+
+
+def test_crash_drops_unsynced_bytes(tmp_path: Path) -> None:
+    fs = FaultyFileSystem(track_unsynced=True)
+    handle = fs.create(tmp_path / "f", 8192)
+    handle.write(0, b"a" * 100)
+    handle.sync(0, 100)
+    handle.write(100, b"b" * 100)  # never synced
+    handle.write(4096, b"c" * 10)  # never synced
+    handle.close()
+    fs.crash()
+    assert (tmp_path / "f").read_bytes() == b"a" * 100 + bytes(8092)
+
+
+def test_torn_crash_keeps_some_unsynced_sectors(tmp_path: Path) -> None:
+    import random
+
+    fs = FaultyFileSystem(track_unsynced=True)
+    handle = fs.create(tmp_path / "f", 8192)
+    handle.write(0, b"x" * 8192)
+    handle.close()
+    fs.crash(random.Random(7), sector_bytes=512)
+    data = (tmp_path / "f").read_bytes()
+    sectors = {data[i : i + 512] for i in range(0, 8192, 512)}
+    assert sectors == {b"x" * 512, bytes(512)}  # whole sectors survive or vanish
