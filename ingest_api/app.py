@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 import sparkmq
 from ingest_api.auth import load_token_table
 from ingest_api.broker import Broker
+from ingest_api.coalescer import ProduceCoalescer
 from ingest_api.config import ServerConfig
 from ingest_api.errors import install_error_handlers
 from ingest_api.limits import RequestSizeLimit
@@ -42,7 +43,14 @@ def _lifespan(config: ServerConfig, companions: Sequence[Companion]) -> Callable
         try:
             hub = ArrivalHub(asyncio.get_running_loop())
             store.add_arrival_listener(hub.on_arrival)
-            broker = Broker(config=config, store=store, hub=hub, metrics=BrokerMetrics(), tokens=tokens)
+            broker = Broker(
+                config=config,
+                store=store,
+                hub=hub,
+                metrics=BrokerMetrics(),
+                producer=ProduceCoalescer(store),
+                tokens=tokens,
+            )
             app.state.broker = broker
             try:
                 async with AsyncExitStack() as stack:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ingest_api.auth import TokenTable
+from ingest_api.coalescer import ProduceCoalescer
 from ingest_api.config import ServerConfig
 from ingest_api.longpoll import ArrivalHub
 from ingest_api.metrics import BrokerMetrics
@@ -19,5 +20,7 @@ class Broker:
     store: MessageStore
     hub: ArrivalHub
     metrics: BrokerMetrics
+    #: Group commit of single-message produces.
+    producer: ProduceCoalescer
     #: ``None`` when auth is off.
     tokens: TokenTable | None

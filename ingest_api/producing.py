@@ -9,7 +9,6 @@ else ``None``, which lets the store go round robin.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -21,11 +20,11 @@ from ingest_api.errors import ApiError
 from ingest_api.schemas import ProduceIn
 from store.errors import UnknownTopic
 from store.java_hash import java_string_hash, java_string_hashes
+from store.message_store import BatchPutResult, MessageStore
 from store.names import validate_topic
 from store.types import Message, PutResult
 
-if TYPE_CHECKING:
-    from store.message_store import MessageStore
+ProduceOutcome = BatchPutResult | list[PutResult]
 
 
 def sharding_queue(key: str, queue_count: int) -> int:
@@ -48,6 +47,13 @@ def ensure_topic(store: MessageStore, topic: str) -> int:
     return store.queue_count(topic)
 
 
+def known_queue_count(store: MessageStore, topic: str) -> int | None:
+    """Queue count of an existing topic, None when it does not exist. Never blocks on I/O, so
+    the event loop may call it."""
+    validate_topic(topic)
+    return store.queue_count(topic) if store.has_topic(topic) else None
+
+
 def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | None = None) -> ApiError:
     where = f"messages[{index}]: " if index is not None else ""
     return ApiError(
@@ -65,9 +71,10 @@ def _too_large(size: int, limit: int, index: int | None = None) -> ApiError:
     )
 
 
-def _entry_message(
+def entry_message(
     topic: str, entry: ProduceIn, queue_count: int, max_body: int, index: int | None
 ) -> Message:
+    """The store message for a validated entry: queue resolved, body size checked."""
     queue_id = entry.queue_id
     if queue_id is not None and queue_id >= queue_count:
         raise _unknown_queue(queue_id, topic, queue_count, index)
@@ -79,18 +86,40 @@ def _entry_message(
     return message
 
 
-def put_one(store: MessageStore, topic: str, entry: ProduceIn) -> PutResult:
-    queue_count = ensure_topic(store, topic)
-    message = _entry_message(topic, entry, queue_count, store.config.max_message_size_bytes, None)
-    return store.put_message(message)
-
-
-def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -> list[PutResult]:
+def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -> ProduceOutcome:
     """All-or-nothing: every entry is checked before the store's atomic ``put_messages``."""
     queue_count = ensure_topic(store, topic)
     max_body = store.config.max_message_size_bytes
-    messages = [_entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
-    return store.put_messages(messages)
+    messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
+    return put_rows(store, topic, messages)
+
+
+def put_rows(store: MessageStore, topic: str, messages: Sequence[Message]) -> ProduceOutcome:
+    """Messages of one topic through the columnar ``put_batch`` when they fit it (no delay
+    levels, queue ids on every message or on none, a modest set of property names); else
+    ``put_messages``. Both are all-or-nothing."""
+    placed = sum(m.queue_id is not None for m in messages)
+    names: set[str] = set()
+    for message in messages:
+        names.update(message.properties)
+    if (
+        any(m.delay_level for m in messages)
+        or 0 < placed < len(messages)
+        or len(names) > MAX_PROPERTY_COLUMNS
+    ):
+        return list(store.put_messages(messages))
+    tags = [m.tags for m in messages]
+    keys = [" ".join(m.keys) or None for m in messages]
+    return store.put_batch(
+        topic,
+        [m.body for m in messages],
+        queue_ids=np.fromiter((m.queue_id or 0 for m in messages), np.int32, len(messages))
+        if placed
+        else None,
+        tags=tags if any(t is not None for t in tags) else None,
+        keys=keys if any(k is not None for k in keys) else None,
+        properties={name: [m.properties.get(name) for m in messages] for name in sorted(names)} or None,
+    )
 
 
 def arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> npt.NDArray[np.int32] | None:
@@ -138,8 +167,58 @@ def arrow_messages(topic: str, batch: ArrowBatch, queue_ids: npt.NDArray[np.int3
     ]
 
 
-def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> list[PutResult]:
+#: Above this many distinct property names an Arrow batch goes row by row.
+MAX_PROPERTY_COLUMNS = 64
+
+
+def property_columns(column: pa.MapArray, n: int) -> dict[str, list[str | None]] | None:
+    """Per-row property maps pivoted to one column per name (None where a row lacks it), or
+    None when there are too many distinct names for columns to pay."""
+    offsets = column.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    lengths[~column.is_valid().to_numpy(zero_copy_only=False)] = 0
+    if not lengths.any():
+        return {}
+    names = column.keys.to_pylist()
+    values = column.items.to_pylist()
+    distinct = set(names)
+    if len(distinct) > MAX_PROPERTY_COLUMNS:
+        return None
+    pivot: dict[str, list[str | None]] = {name: [None] * n for name in sorted(distinct)}
+    starts = offsets[:-1] - offsets[0]
+    for row in np.flatnonzero(lengths).tolist():
+        for item in range(int(starts[row]), int(starts[row] + lengths[row])):
+            pivot[names[item]][row] = values[item]
+    return pivot
+
+
+def _columnar_queue_ids(queue_ids: npt.NDArray[np.int32] | None) -> tuple[bool, npt.NDArray[np.int32] | None]:
+    """(usable by ``put_batch``, its queue_ids): it takes all rows placed or none."""
+    if queue_ids is None:
+        return True, None
+    return bool((queue_ids >= 0).all()), queue_ids
+
+
+def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> ProduceOutcome:
+    """The columnar ``put_batch`` when the batch fits it (no delay levels, queue ids on every
+    row or on none, a modest set of property names); else ``put_messages`` row by row."""
     queue_count = ensure_topic(store, topic)
     check_body_sizes(pc.binary_length(batch.body), store.config.max_message_size_bytes)
     queue_ids = arrow_queue_ids(topic, batch, queue_count)
-    return store.put_messages(arrow_messages(topic, batch, queue_ids))
+    columnar, batch_queue_ids = _columnar_queue_ids(queue_ids)
+    has_delay = batch.delay_level is not None and batch.delay_level.null_count < len(batch)
+    properties = property_columns(batch.properties, len(batch)) if batch.properties is not None else {}
+    if not columnar or has_delay or properties is None:
+        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids))
+    keys = None
+    if batch.keys is not None:
+        joined = pc.binary_join(batch.keys, " ")
+        keys = pc.if_else(pc.equal(joined, ""), None, joined).to_pylist()
+    return store.put_batch(
+        topic,
+        batch.body.to_pylist(),
+        queue_ids=batch_queue_ids,
+        tags=batch.tags.to_pylist() if batch.tags is not None else None,
+        keys=keys,
+        properties=properties or None,
+    )

@@ -14,7 +14,15 @@ from ingest_api.broker import Broker
 from ingest_api.deps import BrokerDep, JsonBody, PrincipalDep, media_type
 from ingest_api.errors import ApiError
 from ingest_api.params import TopicPath
-from ingest_api.schemas import ErrorOut, MessageOut, ProduceBatchOut, ProduceIn, ProduceOut, QueryOut
+from ingest_api.schemas import (
+    ErrorOut,
+    MessageOut,
+    ProduceBatchOut,
+    ProduceIn,
+    ProduceOut,
+    QueryOut,
+    produce_batch_json,
+)
 from store.errors import InvalidArgument, UnknownTopic
 from store.message_store import MessageStore
 from store.names import validate_topic
@@ -60,9 +68,13 @@ async def produce(
     """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH)."""
     authorize(principal, Right.PRODUCE, topic)
     started = time.perf_counter()
-    result = await run_in_threadpool(producing.put_one, broker.store, topic, entry)
-    body_bytes = len(entry.body.encode()) if entry.body is not None else len(entry.body_base64 or "") * 3 // 4
-    broker.metrics.produced(topic, 1, body_bytes, "single", time.perf_counter() - started)
+    store = broker.store
+    queue_count = producing.known_queue_count(store, topic)
+    if queue_count is None:
+        queue_count = await run_in_threadpool(producing.ensure_topic, store, topic)
+    message = producing.entry_message(topic, entry, queue_count, store.config.max_message_size_bytes, None)
+    result = await broker.producer.put(message)
+    broker.metrics.produced(topic, 1, len(message.body), "single", time.perf_counter() - started)
     return ProduceOut.of(result)
 
 
@@ -80,8 +92,7 @@ def _produce_batch(broker: Broker, topic: str, content_type: str, raw: bytes) ->
             entries = batches.parse_json_batch(raw, limit)
         results = producing.put_entries(broker.store, topic, entries)
         body_bytes = len(raw)
-    payload = ProduceBatchOut(results=[ProduceOut.of(r) for r in results]).model_dump_json()
-    return payload, len(results), body_bytes
+    return produce_batch_json(results), len(results), body_bytes
 
 
 @router.post(

@@ -220,6 +220,51 @@ class TestProduceBatch:
         expected = sharding_queue("user-1", 4)
         assert [r["queue_id"] for r in response.json()["results"]] == [expected, expected]
 
+    def test_arrow_batch_mixed_rows_fall_back_to_row_path(self, client: httpx.Client, topic: str) -> None:
+        client.put(f"/topics/{topic}", json={"queues": 2})
+        table = pa.table(
+            {
+                "body": pa.array([b"p0", b"p1", b"p2"]),
+                "properties": pa.array(
+                    [[("color", "red")], None, [("size", "L"), ("color", "blue")]],
+                    pa.map_(pa.string(), pa.string()),
+                ),
+                "keys": pa.array([["a", "b"], [], None], pa.list_(pa.string())),
+                "queue_id": pa.array([1, None, 1], pa.int32()),
+                "delay_level": pa.array([None, None, None], pa.int32()),
+            }
+        )
+        response = client.post(
+            f"/topics/{topic}/messages:batch", content=arrow_bytes(table), headers={"content-type": ARROW}
+        )
+        assert response.status_code == 201, response.text
+        assert [r["queue_id"] for r in response.json()["results"]][::2] == [1, 1]
+        pulled = client.get(f"/topics/{topic}/queues/1/messages").json()["messages"]
+        assert [(m["body"], m["properties"], m["keys"]) for m in pulled] == [
+            ("p0", {"color": "red"}, ["a", "b"]),
+            ("p2", {"size": "L", "color": "blue"}, []),
+        ]
+
+    def test_arrow_batch_columnar_properties(self, client: httpx.Client, topic: str) -> None:
+        client.put(f"/topics/{topic}", json={"queues": 1})
+        table = pa.table(
+            {
+                "body": pa.array([b"c0", b"c1"]),
+                "properties": pa.array([[("color", "red")], None], pa.map_(pa.string(), pa.string())),
+                "keys": pa.array([["a", "b"], []], pa.list_(pa.string())),
+                "tags": pa.array(["t", None]),
+            }
+        )
+        response = client.post(
+            f"/topics/{topic}/messages:batch", content=arrow_bytes(table), headers={"content-type": ARROW}
+        )
+        assert response.status_code == 201, response.text
+        pulled = client.get(f"/topics/{topic}/queues/0/messages").json()["messages"]
+        assert [(m["properties"], m["keys"], m["tags"]) for m in pulled] == [
+            ({"color": "red"}, ["a", "b"], "t"),
+            ({}, [], None),
+        ]
+
     @pytest.mark.parametrize("kind", ["json", "ndjson", "arrow"])
     def test_invalid_entry_refuses_whole_batch(self, client: httpx.Client, topic: str, kind: str) -> None:
         client.put(f"/topics/{topic}", json={"queues": 1})

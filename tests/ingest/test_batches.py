@@ -9,7 +9,13 @@ import pytest
 
 from ingest_api import batches
 from ingest_api.errors import ApiError
-from ingest_api.producing import arrow_messages, arrow_queue_ids, sharding_queue, sharding_queues
+from ingest_api.producing import (
+    arrow_messages,
+    arrow_queue_ids,
+    property_columns,
+    sharding_queue,
+    sharding_queues,
+)
 
 
 def arrow_bytes(table: pa.Table) -> bytes:
@@ -169,3 +175,43 @@ def test_sharding_matches_rocketmq_select_by_hash() -> None:
     assert sharding_queues(keys, 8).tolist() == expected
     assert all(0 <= q < 8 for q in expected)
     assert sharding_queue("abc", 8) == abs(96354) % 8  # "abc".hashCode() == 96354
+
+
+def test_property_columns_pivot() -> None:
+    column = pa.array([[("a", "1")], None, [], [("b", "2"), ("a", "3")]], pa.map_(pa.string(), pa.string()))
+    assert property_columns(column, 4) == {"a": ["1", None, None, "3"], "b": [None, None, None, "2"]}
+    assert property_columns(pa.array([None, []], pa.map_(pa.string(), pa.string())), 2) == {}
+    many = pa.array([[(f"p{i}", "v") for i in range(100)]], pa.map_(pa.string(), pa.string()))
+    assert property_columns(many, 1) is None
+
+
+def test_produce_batch_json_matches_the_model() -> None:
+    import json as json_module
+
+    import numpy as np
+
+    from ingest_api.schemas import ProduceBatchOut, ProduceOut, produce_batch_json
+    from store.codec import encode_msg_id
+    from store.message_store import BatchPutResult
+    from store.types import PutResult
+
+    host = ("10.1.2.3", 10911)
+    batch = BatchPutResult(
+        topic='we"ird',
+        queue_ids=np.array([0, 3], np.int32),
+        queue_offsets=np.array([7, 8], np.int64),
+        commitlog_offsets=np.array([0, 2**40 + 5], np.int64),
+        sizes=np.array([100, 100], np.int32),
+        uniq_keys=("AB" * 16, "CD" * 16),
+        store_timestamp_ms=1_763_700_000_000,
+        store_host=host,
+    )
+    expected = ProduceBatchOut(results=[ProduceOut.of(r) for r in batch.results()])
+    assert json_module.loads(produce_batch_json(batch)) == json_module.loads(expected.model_dump_json())
+    assert json_module.loads(produce_batch_json(batch))["results"][1]["msg_id"] == encode_msg_id(
+        host, 2**40 + 5
+    )
+    rows = [PutResult("M" * 32, "U" * 32, "SCHEDULE_TOPIC_XXXX", 2, 9, 10, 11, 12)]
+    assert json_module.loads(produce_batch_json(rows)) == json_module.loads(
+        ProduceBatchOut(results=[ProduceOut.of(r) for r in rows]).model_dump_json()
+    )
