@@ -38,8 +38,17 @@ def free_port() -> int:
 
 def start_gateway(store_dir: Path, port: int) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "ingest_api.kafka", "--store-dir", str(store_dir), "--port", str(port),
-         "--initial-rebalance-delay-ms", "0"],
+        [
+            sys.executable,
+            "-m",
+            "ingest_api.kafka",
+            "--store-dir",
+            str(store_dir),
+            "--port",
+            str(port),
+            "--initial-rebalance-delay-ms",
+            "0",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -110,8 +119,9 @@ def confluent_consume(bootstrap: str, topic: str, count: int) -> float:
 
 
 def kafka_python_produce(bootstrap: str, topic: str, count: int) -> float:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=512 * 1024, acks=1,
-                             enable_idempotence=False)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=5, batch_size=512 * 1024, acks=1, enable_idempotence=False
+    )
     started = time.perf_counter()
     for _ in range(count):
         producer.send(topic, MESSAGE)
@@ -122,8 +132,12 @@ def kafka_python_produce(bootstrap: str, topic: str, count: int) -> float:
 
 
 def kafka_python_consume(bootstrap: str, topic: str, count: int) -> float:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=50 * 1024 * 1024)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=50 * 1024 * 1024,
+    )
     partitions = [KpTopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer.assign(partitions)
     consumer.seek_to_beginning()
@@ -155,7 +169,9 @@ def main() -> None:
         gateway = start_gateway(Path(tmp) / "store", port)
         bootstrap = f"127.0.0.1:{port}"
         try:
-            print(f"gateway pid {gateway.pid} on {bootstrap}; {os.cpu_count()} CPUs (shared); 100-byte messages")
+            print(
+                f"gateway pid {gateway.pid} on {bootstrap}; {os.cpu_count()} CPUs (shared); 100-byte messages"
+            )
             print(f"{'client':<14}{'messages':>10}{'produce msg/s':>16}{'consume msg/s':>16}")
             for name in args.clients:
                 produce, consume = CLIENTS[name]

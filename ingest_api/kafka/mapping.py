@@ -170,31 +170,51 @@ def records_to_columns(records: Sequence[KafkaRecord], now_ms: int) -> StoreColu
     would store them in column order and headers must come back in the producer's order, so
     the caller falls back to one ``Message`` per record.
     """
-    n = len(records)
-    keys: list[str | None] = [None] * n
+    return batch_to_columns(
+        [r.timestamp_ms for r in records],
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+        now_ms,
+    )
+
+
+def batch_to_columns(
+    timestamps_ms: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[tuple[Header, ...]],
+    now_ms: int,
+) -> StoreColumns | None:
+    """:func:`records_to_columns` for records already held as columns."""
+    n = len(values)
+    store_keys: list[str | None] = [None] * n
     columns: dict[str, list[str | None]] = {}
-    names: tuple[str, ...] | None = None
-    for i, record in enumerate(records):
-        properties: dict[str, str] = {}
-        if record.key is not None:
-            tokens, properties = key_to_store(record.key)
-            keys[i] = " ".join(tokens) or None
-        if record.headers:
-            properties.update(headers_to_properties(record.headers))
-        if record.value is None:
-            properties[NULL_VALUE_PROPERTY] = "1"
-        if names is None:
-            names = tuple(properties)
-            columns = {name: [None] * n for name in names}
-        elif tuple(properties) != names:
-            return None
-        for name, value in properties.items():
-            columns[name][i] = value
+    names: tuple[str, ...] | None = ()
+    if any(k is not None for k in keys) or any(headers) or None in values:
+        names = None
+        for i in range(n):
+            properties: dict[str, str] = {}
+            key = keys[i]
+            if key is not None:
+                tokens, properties = key_to_store(key)
+                store_keys[i] = " ".join(tokens) or None
+            if headers[i]:
+                properties.update(headers_to_properties(headers[i]))
+            if values[i] is None:
+                properties[NULL_VALUE_PROPERTY] = "1"
+            if names is None:
+                names = tuple(properties)
+                columns = {name: [None] * n for name in names}
+            elif tuple(properties) != names:
+                return None
+            for name, value in properties.items():
+                columns[name][i] = value
     return StoreColumns(
-        bodies=[record.value or b"" for record in records],
-        keys=keys if any(k is not None for k in keys) else None,
+        bodies=[v or b"" for v in values],
+        keys=store_keys if any(k is not None for k in store_keys) else None,
         properties=columns,
-        born_timestamps_ms=[r.timestamp_ms if r.timestamp_ms >= 0 else now_ms for r in records],
+        born_timestamps_ms=[t if t >= 0 else now_ms for t in timestamps_ms],
     )
 
 

@@ -15,24 +15,53 @@ Pure functions on bytes: no I/O, no clock.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+import crc32c
+from kafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
 
-#: Prefix common to every magic version: baseOffset i64, batchLength i32, leaderEpoch i32, magic i8.
-BATCH_PREFIX = struct.Struct(">qiib")
+#: The v2 batch header, one field per format character (61 bytes).
+BATCH_HEADER = struct.Struct(
+    ">q"  # baseOffset
+    "i"  # batchLength: bytes after this field
+    "i"  # partitionLeaderEpoch
+    "b"  # magic
+    "I"  # crc: CRC-32C of bytes [CRC_START:]
+    "h"  # attributes
+    "i"  # lastOffsetDelta
+    "q"  # baseTimestamp
+    "q"  # maxTimestamp
+    "q"  # producerId
+    "h"  # producerEpoch
+    "i"  # baseSequence
+    "i"  # recordCount
+)
+#: baseOffset + batchLength: the part of a batch not counted by batchLength.
+LOG_OVERHEAD = 12
+MAGIC_OFFSET = 16
+CRC_START = 21  # attributes onwards
 BASE_OFFSET = struct.Struct(">q")
 MAGIC_V2 = 2
 CODEC_MASK = 0x07
-MAX_CODEC_ID = 4  # zstd
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
 NO_SEQUENCE = -1
 #: Largest int32 sequence; sequences wrap to 0 after it.
 MAX_SEQUENCE = 2**31 - 1
+#: Largest varint (10 bytes of 7 bits).
+MAX_VARINT_SHIFT = 63
+
+_DECOMPRESS: dict[int, Callable[[bytes], bytes]] = {
+    1: gzip_decode,
+    2: snappy_decode,
+    3: lz4_decode,
+    4: zstd_decode,
+}
 
 Header = tuple[str, bytes | None]
 
@@ -49,19 +78,29 @@ class KafkaRecord:
 
 @dataclass(frozen=True, slots=True)
 class ProducedBatch:
-    """A validated, decompressed batch from a Produce request."""
+    """A validated, decompressed batch from a Produce request, held column by column."""
 
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    records: tuple[KafkaRecord, ...]
     is_transactional: bool
+    timestamps_ms: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[Header, ...]]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def records(self) -> tuple[KafkaRecord, ...]:
+        return tuple(map(KafkaRecord, self.timestamps_ms, self.keys, self.values, self.headers))
 
     @property
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
-        return (self.base_sequence + len(self.records) - 1) % (MAX_SEQUENCE + 1)
+        return (self.base_sequence + len(self) - 1) % (MAX_SEQUENCE + 1)
 
     @property
     def is_idempotent(self) -> bool:
@@ -72,54 +111,156 @@ def decode_batches(data: bytes | None) -> list[ProducedBatch]:
     """Decode every batch of a Produce partition's ``records``.
 
     Raises :class:`CorruptBatch` with the Kafka error to return: CORRUPT_MESSAGE for a bad
-    CRC or structure, INVALID_RECORD for old magic or control batches,
+    CRC, length or record structure, INVALID_RECORD for old magic or control batches,
     UNSUPPORTED_COMPRESSION_TYPE for an unknown codec id.
     """
     if not data:
         raise CorruptBatch("produce request carries no records", ErrorCode.INVALID_RECORD)
     raw = bytes(data)
     batches: list[ProducedBatch] = []
-    try:
-        records = MemoryRecords(raw)
-        while records.has_next():
-            batches.append(_decode_one(records.next_batch()))
-        valid = records.valid_bytes()
-    except CorruptBatch:
-        raise
-    except Exception as exc:  # struct.error / CorruptRecordError on a garbled batch frame
-        raise CorruptBatch(f"cannot frame record batches: {exc!r}", ErrorCode.CORRUPT_MESSAGE) from exc
-    if not batches or valid != len(raw):
-        raise CorruptBatch(
-            f"records hold {len(raw) - valid} trailing bytes that are not a whole batch",
-            ErrorCode.CORRUPT_MESSAGE,
-        )
+    pos = 0
+    while pos < len(raw):
+        if len(raw) - pos < BATCH_HEADER.size:
+            raise CorruptBatch(
+                f"{len(raw) - pos} trailing bytes are not a whole batch", ErrorCode.CORRUPT_MESSAGE
+            )
+        (batch_length,) = struct.unpack_from(">i", raw, pos + 8)
+        end = pos + LOG_OVERHEAD + batch_length
+        if batch_length < BATCH_HEADER.size - LOG_OVERHEAD or end > len(raw):
+            raise CorruptBatch(
+                f"batch length {batch_length} does not fit the records", ErrorCode.CORRUPT_MESSAGE
+            )
+        batches.append(_decode_one(raw[pos:end]))
+        pos = end
     return batches
 
 
-def _decode_one(batch: Any) -> ProducedBatch:
-    if not isinstance(batch, DefaultRecordBatch):
-        raise CorruptBatch(f"record batch magic {batch.magic} < 2 is not accepted", ErrorCode.INVALID_RECORD)
-    if batch.compression_type > MAX_CODEC_ID:
-        raise CorruptBatch(
-            f"compression codec {batch.compression_type} is unknown", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-        )
-    if batch.is_control_batch:
-        raise CorruptBatch("control batches are not accepted from producers", ErrorCode.INVALID_RECORD)
-    if not batch.validate_crc():
-        raise CorruptBatch("record batch CRC-32C mismatch", ErrorCode.CORRUPT_MESSAGE)
-    try:
-        records = tuple(KafkaRecord(rec.timestamp, rec.key, rec.value, tuple(rec.headers)) for rec in batch)
-    except Exception as exc:  # kafka.record raises CorruptRecordError, codec errors, ValueError
-        raise CorruptBatch(f"cannot decode records: {exc!r}", ErrorCode.CORRUPT_MESSAGE) from exc
-    if len(records) != batch.records_count:
-        raise CorruptBatch("record count does not match the batch header", ErrorCode.CORRUPT_MESSAGE)
-    return ProducedBatch(
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        records=records,
-        is_transactional=bool(batch.is_transactional),
+def _decode_one(batch: bytes) -> ProducedBatch:
+    (_, _, _, magic, crc, attributes, _, base_ts, _, producer_id, epoch, base_seq, count) = (
+        BATCH_HEADER.unpack_from(batch)
     )
+    if magic != MAGIC_V2:
+        raise CorruptBatch(f"record batch magic {magic} is not accepted (v2 only)", ErrorCode.INVALID_RECORD)
+    if attributes & CONTROL_MASK:
+        raise CorruptBatch("control batches are not accepted from producers", ErrorCode.INVALID_RECORD)
+    if crc32c.crc32c(memoryview(batch)[CRC_START:]) != crc:
+        raise CorruptBatch("record batch CRC-32C mismatch", ErrorCode.CORRUPT_MESSAGE)
+    codec = attributes & CODEC_MASK
+    body = batch[BATCH_HEADER.size :]
+    if codec:
+        decompress = _DECOMPRESS.get(codec)
+        if decompress is None:
+            raise CorruptBatch(
+                f"compression codec {codec} is unknown", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+            )
+        try:
+            body = bytes(decompress(body))
+        except Exception as exc:  # each codec library raises its own error type
+            raise CorruptBatch(
+                f"cannot decompress codec {codec}: {exc!r}", ErrorCode.CORRUPT_MESSAGE
+            ) from exc
+    if count < 0:
+        raise CorruptBatch(f"negative record count {count}", ErrorCode.CORRUPT_MESSAGE)
+    timestamps, keys, values, headers = _decode_records(body, count, base_ts)
+    return ProducedBatch(
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=base_seq,
+        is_transactional=bool(attributes & TRANSACTIONAL_MASK),
+        timestamps_ms=timestamps,
+        keys=keys,
+        values=values,
+        headers=headers,
+    )
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """Zig-zag varint at ``pos`` -> (value, next position)."""
+    byte = data[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    result = byte & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > MAX_VARINT_SHIFT:
+            raise CorruptBatch("varint longer than 10 bytes", ErrorCode.CORRUPT_MESSAGE)
+
+
+def _decode_records(
+    data: bytes, count: int, base_ts: int
+) -> tuple[list[int], list[bytes | None], list[bytes | None], list[tuple[Header, ...]]]:
+    """Columns of ``count`` records::
+
+    length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
+    keyLength varint | key | valueLength varint | value | headerCount varint |
+    (headerKeyLength varint | headerKey utf8 | headerValueLength varint | headerValue)*
+    """
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[tuple[Header, ...]] = []
+    varint = _varint
+    pos = 0
+    try:
+        for _ in range(count):
+            length, pos = varint(data, pos)
+            start = pos
+            ts_delta, pos = varint(data, pos + 1)  # + 1: the unused attributes byte
+            _, pos = varint(data, pos)  # offset delta: records are contiguous by position
+            size, pos = varint(data, pos)
+            if size >= 0:
+                keys.append(data[pos : pos + size])
+                pos += size
+            else:
+                keys.append(None)
+            size, pos = varint(data, pos)
+            if size >= 0:
+                values.append(data[pos : pos + size])
+                pos += size
+            else:
+                values.append(None)
+            header_count, pos = varint(data, pos)
+            if header_count:
+                record_headers, pos = _decode_headers(data, pos, header_count)
+                headers.append(record_headers)
+            else:
+                headers.append(())
+            if pos - start != length or pos > len(data):
+                raise CorruptBatch(
+                    f"record length {length} does not match its fields", ErrorCode.CORRUPT_MESSAGE
+                )
+            timestamps.append(base_ts + ts_delta)
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise CorruptBatch(f"truncated or invalid record: {exc!r}", ErrorCode.CORRUPT_MESSAGE) from exc
+    if pos != len(data):
+        raise CorruptBatch(f"{len(data) - pos} bytes after the last record", ErrorCode.CORRUPT_MESSAGE)
+    return timestamps, keys, values, headers
+
+
+def _decode_headers(data: bytes, pos: int, count: int) -> tuple[tuple[Header, ...], int]:
+    if count < 0:
+        raise CorruptBatch(f"negative header count {count}", ErrorCode.CORRUPT_MESSAGE)
+    result: list[Header] = []
+    for _ in range(count):
+        size, pos = _varint(data, pos)
+        if size < 0:
+            raise CorruptBatch("null header key", ErrorCode.CORRUPT_MESSAGE)
+        name = data[pos : pos + size].decode("utf-8")
+        pos += size
+        size, pos = _varint(data, pos)
+        if size >= 0:
+            result.append((name, data[pos : pos + size]))
+            pos += size
+        else:
+            result.append((name, None))
+    return tuple(result), pos
 
 
 def encode_batch(base_offset: int, records: Iterable[KafkaRecord], max_bytes: int) -> tuple[bytes, int]:

@@ -6,6 +6,8 @@ import struct
 
 import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
@@ -139,3 +141,53 @@ def test_encode_respects_budget_but_always_takes_one() -> None:
     assert written == 1
     assert len(data) > 5000
     assert encode_batch(0, [], 100) == (b"", 0)
+
+
+record_strategy = st.builds(
+    KafkaRecord,
+    st.integers(0, 2**41),
+    st.one_of(st.none(), st.binary(max_size=200)),
+    st.one_of(st.none(), st.binary(max_size=400)),
+    st.lists(st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=150))), max_size=4).map(
+        tuple
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_strategy, min_size=1, max_size=20), compression=st.integers(0, 4))
+def test_decoder_agrees_with_kafka_python(records: list[KafkaRecord], compression: int) -> None:
+    raw = _produce_batch(records, compression)
+    (reference,) = list(MemoryRecords(raw))
+    expected = tuple(KafkaRecord(r.timestamp, r.key, r.value, tuple(r.headers)) for r in reference)
+    (batch,) = decode_batches(raw)
+    assert batch.records == expected == tuple(records)
+
+
+def test_record_structure_is_checked_even_with_a_valid_crc() -> None:
+    raw = bytearray(_produce_batch(RECORDS[:2]))
+    raw[61] += 2  # first record's length varint: claims one byte more than its fields
+    with pytest.raises(CorruptBatch) as err:
+        decode_batches(_with_crc(bytes(raw)))
+    assert err.value.error_code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_old_magic_and_control_batches_are_invalid_records() -> None:
+    raw = bytearray(_produce_batch(RECORDS[:1]))
+    raw[16] = 1
+    with pytest.raises(CorruptBatch) as err:
+        decode_batches(bytes(raw))
+    assert err.value.error_code == ErrorCode.INVALID_RECORD
+    control = bytearray(_produce_batch(RECORDS[:1]))
+    control[22] |= 0x20  # attributes low byte: control bit
+    with pytest.raises(CorruptBatch) as err:
+        decode_batches(_with_crc(bytes(control)))
+    assert err.value.error_code == ErrorCode.INVALID_RECORD
+
+
+def test_unknown_codec_is_unsupported_compression() -> None:
+    raw = bytearray(_produce_batch(RECORDS[:1]))
+    raw[22] |= 0x07
+    with pytest.raises(CorruptBatch) as err:
+        decode_batches(_with_crc(bytes(raw)))
+    assert err.value.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE

@@ -26,9 +26,9 @@ from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_error
-from ingest_api.kafka.mapping import record_to_message, records_to_columns
+from ingest_api.kafka.mapping import batch_to_columns, record_to_message
 from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next_sequence
-from ingest_api.kafka.records import KafkaRecord, ProducedBatch, decode_batches
+from ingest_api.kafka.records import ProducedBatch, decode_batches
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
 from store.errors import (
@@ -107,12 +107,10 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
     for item in work:
         if item.error != ErrorCode.NONE:
             continue
-        records = [
-            r for batch, keep in zip(item.batches, item.keep, strict=True) if keep for r in batch.records
-        ]
+        kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
         try:
-            if records:
-                item.base_offset = _put(ctx.store, item.topic, item.partition, records)
+            if kept:
+                item.base_offset = _put(ctx.store, item.topic, item.partition, kept)
             else:
                 item.base_offset = item.duplicate_of if item.duplicate_of is not None else -1
             item.log_start_offset = ctx.store.min_offset(item.topic, item.partition)
@@ -131,12 +129,20 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
             item.error = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-def _put(store: KafkaStore, topic: str, partition: int, records: list[KafkaRecord]) -> int:
-    """Append ``records`` contiguously to one queue; returns the first queue offset."""
-    columns = records_to_columns(records, int(time.time() * 1000))
+def _put(store: KafkaStore, topic: str, partition: int, batches: list[ProducedBatch]) -> int:
+    """Append the batches' records contiguously to one queue; returns the first queue offset."""
+    if len(batches) == 1:
+        (only,) = batches
+        timestamps, keys, values, headers = only.timestamps_ms, only.keys, only.values, only.headers
+    else:
+        timestamps = [t for b in batches for t in b.timestamps_ms]
+        keys = [k for b in batches for k in b.keys]
+        values = [v for b in batches for v in b.values]
+        headers = [h for b in batches for h in b.headers]
+    columns = batch_to_columns(timestamps, keys, values, headers, int(time.time() * 1000))
     if columns is None:
-        results = store.put_messages([record_to_message(topic, partition, record) for record in records])
-        return results[0].queue_offset
+        messages = [record_to_message(topic, partition, r) for b in batches for r in b.records]
+        return store.put_messages(messages)[0].queue_offset
     result = store.put_batch(
         topic,
         columns.bodies,
@@ -159,7 +165,7 @@ def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
             key = (batch.producer_id, item.topic, item.partition)
             metadata = BatchMetadata(batch.base_sequence, batch.last_sequence, offset)
             ctx.producers.record(key, batch.producer_epoch, metadata)
-        offset += len(batch.records)
+        offset += len(batch)
 
 
 async def handle_produce(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes | None:
