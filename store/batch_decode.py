@@ -4,17 +4,19 @@ The hot path of every read (Spark, HTTP Arrow pull, Kafka fetch). The record lay
 one in :mod:`store.codec`; every position used here is imported from there. Input is ONE
 contiguous CommitLog slice (``uint8``; an mmap view is fine) plus each record's start in it::
 
-    starts ─► one BODY_POS-byte header gather per record ─► int/timestamp columns, msg_id hex
+    starts ─► per chunk of rows: one BODY_POS-byte header gather per record ─► int and
+      │       timestamp columns, msg_id hex (lookup table), body/topic/properties ranges
       │
-      └─► body / topic / properties ranges ─► Arrow ``take`` over an "interleaved" binary
-          array laid on the slice (elements: field, gap, field, gap, ...): a C++ gather into
-          one contiguous buffer per column
+      └─► body, topic, properties: Arrow ``take`` over an "interleaved" binary array laid on
+          the slice (elements: field, gap, field, gap, ...) = a C++ gather into one buffer
 
-    properties blob ─► positions of \\x01 and \\x02 (two NumPy scans) ─► name/value ranges
-          ─► TAGS / KEYS / UNIQ_KEY scattered to their rows, every other pair into the map
+    properties blob ─► per chunk of rows: positions of \\x01 and \\x02 (NumPy scans) ─►
+          name/value ranges ─► TAGS/KEYS/UNIQ_KEY ranges per row, other pairs for the map
+          ─► one ``take`` per output column
 
-Records flagged COMPRESSED are the only per-row Python work (their bodies are inflated one by
-one). Properties not in the canonical ``name\\x01value\\x02`` form that
+NumPy work runs over chunks of ``_CHUNK_ROWS`` rows so temporaries stay in cache. Records
+flagged COMPRESSED are the only per-row Python work (their bodies are inflated one by one).
+Properties not in the canonical ``name\\x01value\\x02`` form that
 :func:`store.codec.encode_properties` writes (foreign or damaged bytes) send the batch through
 :func:`store.codec.decode_properties` row by row, so the result always equals what
 :func:`store.codec.decode_record` gives. A name other than TAGS/KEYS/UNIQ_KEY is assumed to
@@ -71,17 +73,22 @@ Bools = npt.NDArray[np.bool_]
 #: One contiguous CommitLog slice.
 SliceBytes = npt.NDArray[np.uint8] | memoryview | bytes | bytearray | mmap
 
+#: Rows per NumPy pass: big enough to amortise Python overhead, small enough for L2/L3.
+_CHUNK_ROWS: Final = 1 << 15
 #: Widths derived from the codec's positions (a field ends where the next one starts).
 _STORE_HOST_WIDTH: Final = RECONSUME_TIMES_POS - STORE_HOST_POS  # IPv4 4 + port 4
 _PHYSICAL_OFFSET_WIDTH: Final = SYS_FLAG_POS - PHYSICAL_OFFSET_POS
 assert MSG_ID.size == _STORE_HOST_WIDTH + _PHYSICAL_OFFSET_WIDTH, "offsetMsgId = store host + offset"
+_MSG_ID_DIGITS: Final = 2 * MSG_ID.size
+_HOST_DIGITS: Final = 2 * _STORE_HOST_WIDTH
 _SEP_NAME: Final = ord(NAME_VALUE_SEPARATOR)
 _SEP_PAIR: Final = ord(PROPERTY_SEPARATOR)
 _KEY_SEPARATOR: Final = ord(" ")
 _NO_BYTES: Final[U8] = np.zeros(0, dtype=np.uint8)
-#: Two upper-case hex digits per byte value, as one little-endian uint16 (first digit first).
-_HEX_PAIRS: Final = np.array(
-    [ord(f"{b:02X}"[0]) | (ord(f"{b:02X}"[1]) << 8) for b in range(256)], dtype=np.uint16
+#: Upper-case hex of a byte / of a little-endian byte pair, as ASCII in memory order.
+_HEX_OF_BYTE: Final = np.array([int.from_bytes(f"{b:02X}".encode(), "little") for b in range(256)], "<u2")
+_HEX_OF_PAIR: Final = _HEX_OF_BYTE[np.arange(1 << 16) & 0xFF].astype("<u4") | (
+    _HEX_OF_BYTE[np.arange(1 << 16) >> 8].astype("<u4") << 16
 )
 _KEYS_TYPE: Final = MESSAGE_SCHEMA.field("keys").type
 _PROPERTIES_TYPE: Final = MESSAGE_SCHEMA.field("properties").type
@@ -96,20 +103,22 @@ def decode_records_to_arrow(
     """Decode the records starting at ``buf[starts[i]]`` into one batch in ``MESSAGE_SCHEMA``.
 
     ``buf`` is one contiguous CommitLog slice (NumPy ``uint8``, memoryview, bytes, mmap);
-    ``starts`` are record positions *within it* (int64; any order, repeats allowed; rows come
-    out in ``starts`` order). ``msg_id`` is the offsetMsgId built from each record's STOREHOST
-    and PHYSICALOFFSET, like :func:`store.codec.decode_record`; pass ``store_host`` to build
-    it from that (ip, port) instead. Bodies are decompressed.
+    ``starts`` are record positions *within it* (integers; any order, repeats allowed; rows
+    come out in ``starts`` order, fastest when strictly ascending). ``msg_id`` is the
+    offsetMsgId of each record's STOREHOST and PHYSICALOFFSET, as in
+    :func:`store.codec.decode_record`; ``store_host`` (ip, port) replaces the STOREHOST part.
+    Bodies are decompressed.
 
     Raises :class:`CorruptStore` naming the first bad position when a start does not point at
     a complete V1/V2 record (bad magic, impossible or overlapping sizes, lengths that do not
-    add up, non-UTF-8 topic) and :class:`InvalidArgument` for an unusable ``buf``/``starts``.
-    Column buffers are limited by Arrow's int32 offsets: keep one batch's bodies < 2 GiB.
+    add up, non-UTF-8 topic, a body that does not inflate) and :class:`InvalidArgument` for an
+    unusable ``buf``/``starts``. Arrow's int32 offsets limit one batch to < 2 GiB of bodies.
     """
     data = _as_bytes(buf)
-    positions = np.asarray(starts, dtype=np.int64).reshape(-1)
-    if positions.ndim != 1 or (len(positions) and positions.dtype.kind != "i"):
+    positions = np.asarray(starts)
+    if positions.ndim != 1 or (len(positions) and positions.dtype.kind not in "iu"):
         raise InvalidArgument("starts must be a 1-D array of integer positions")
+    positions = positions.astype(np.int64, copy=False)
     if len(positions) == 0:
         return pa.RecordBatch.from_pylist([], schema=MESSAGE_SCHEMA)
     if len(positions) > 1 and not bool(np.all(positions[1:] > positions[:-1])):
@@ -120,7 +129,7 @@ def decode_records_to_arrow(
 
 def decode_store_timestamps(buf: SliceBytes, starts: npt.ArrayLike) -> I64:
     """STORETIMESTAMP (ms) of the records at ``starts``: one gather, no other parsing."""
-    return decode_int_field(buf, starts, STORE_TIMESTAMP_POS, ">i8").astype(np.int64)
+    return decode_int_field(buf, starts, STORE_TIMESTAMP_POS, ">i8").astype(np.int64, copy=False)
 
 
 def decode_int_field(
@@ -141,67 +150,114 @@ def decode_int_field(
     return _overlapping(data, dtype)[at].astype(np.dtype(dtype).newbyteorder("="))
 
 
-# --- the pipeline ----------------------------------------------------------------------------
+# --- fixed fields and record layout ------------------------------------------------------------
+
+
+class _Records:
+    """Per-record outputs of the header pass (columns and field ranges), filled by chunks."""
+
+    def __init__(self, count: int, store_host: tuple[str, int] | None) -> None:
+        self.queue_id = np.empty(count, dtype=np.int32)
+        self.queue_offset = np.empty(count, dtype=np.int64)
+        self.commitlog_offset = np.empty(count, dtype=np.int64)
+        self.sys_flag = np.empty(count, dtype=np.int32)
+        self.born_us = np.empty(count, dtype=np.int64)
+        self.store_us = np.empty(count, dtype=np.int64)
+        self.reconsume_times = np.empty(count, dtype=np.int32)
+        self.msg_id_digits = np.empty((count, _MSG_ID_DIGITS), dtype=np.uint8)
+        if store_host is not None:
+            host = MSG_ID.pack(ip4_bytes(store_host[0]), store_host[1], 0)[:_STORE_HOST_WIDTH]
+            self.msg_id_digits[:, :_HOST_DIGITS] = _hex(np.frombuffer(host, dtype=np.uint8)[None, :])
+        self.host_digits_done = store_host is not None
+        self.body_begin = np.empty(count, dtype=np.int64)
+        self.body_len = np.empty(count, dtype=np.int64)
+        self.topic_begin = np.empty(count, dtype=np.int64)
+        self.topic_len = np.empty(count, dtype=np.int64)
+        self.props_begin = np.empty(count, dtype=np.int64)
+        self.props_len = np.empty(count, dtype=np.int64)
+
+    def fill(self, data: U8, starts: I64, lo: int, hi: int) -> None:
+        """Decode and validate the headers of rows ``[lo, hi)``."""
+        at = starts[lo:hi]
+        headers = _gather_headers(data, at)
+        self.queue_id[lo:hi] = _header_field(headers, QUEUE_ID_POS, ">i4")
+        self.queue_offset[lo:hi] = _header_field(headers, QUEUE_OFFSET_POS, ">i8")
+        self.commitlog_offset[lo:hi] = _header_field(headers, PHYSICAL_OFFSET_POS, ">i8")
+        self.sys_flag[lo:hi] = _header_field(headers, SYS_FLAG_POS, ">i4")
+        np.multiply(_header_field(headers, BORN_TIMESTAMP_POS, ">i8"), 1000, out=self.born_us[lo:hi])
+        np.multiply(_header_field(headers, STORE_TIMESTAMP_POS, ">i8"), 1000, out=self.store_us[lo:hi])
+        self.reconsume_times[lo:hi] = _header_field(headers, RECONSUME_TIMES_POS, ">i4")
+        digits = self.msg_id_digits[lo:hi]
+        if not self.host_digits_done:
+            hosts = headers[:, STORE_HOST_POS : STORE_HOST_POS + _STORE_HOST_WIDTH]
+            same_host = bool(np.all(hosts == hosts[0]))
+            digits[:, :_HOST_DIGITS] = _hex(hosts[:1] if same_host else hosts)
+        digits[:, _HOST_DIGITS:] = _hex(
+            headers[:, PHYSICAL_OFFSET_POS : PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET_WIDTH]
+        )
+        self._locate(data, starts, lo, hi, headers)
+
+    def _locate(self, data: U8, starts: I64, lo: int, hi: int, headers: U8) -> None:
+        """Body/topic/properties ranges of rows ``[lo, hi)``, checked like ``check_record``."""
+        at = starts[lo:hi]
+        total = _header_field(headers, TOTAL_SIZE_POS, ">i4").astype(np.int64)
+        magic = _header_field(headers, MAGIC_POS, ">u4")
+        is_v2 = magic == MAGIC_V2
+        _require(at, (magic == MAGIC_V1) | is_v2, "bad magic code")
+        wide_prefix = is_v2 * (TOPIC_LEN_V2.size - TOPIC_LEN_V1.size)
+        overhead = FIXED_OVERHEAD_V1 + wide_prefix
+        _require(at, total >= overhead, "impossible total size")
+        ends = at + total
+        _require(at, ends <= len(data), "record runs past the end of the slice")
+        next_at = starts[lo + 1 : hi + 1]
+        _require(at, ends[: len(next_at)] <= next_at, "record overlaps the next start")
+        body_begin = self.body_begin[lo:hi]
+        body_len = self.body_len[lo:hi]
+        np.add(at, BODY_POS, out=body_begin)
+        body_len[:] = _header_field(headers, BODY_LEN_POS, ">i4")
+        _require(at, (body_len >= 0) & (body_len <= total - overhead), "bad body length")
+        topic_len_at = body_begin + body_len
+        topic_len = self.topic_len[lo:hi]
+        topic_len[:] = _overlapping(data, TOPIC_LEN_V1.format)[topic_len_at]
+        if wide_prefix.any():
+            topic_len[is_v2] = _overlapping(data, TOPIC_LEN_V2.format)[topic_len_at[is_v2]]
+        topic_begin = self.topic_begin[lo:hi]
+        np.add(topic_len_at, TOPIC_LEN_V1.size + wide_prefix, out=topic_begin)
+        props_len_at = topic_begin + topic_len
+        _require(at, props_len_at + PROPS_LEN.size <= ends, "topic length exceeds the record")
+        props_begin = self.props_begin[lo:hi]
+        props_len = self.props_len[lo:hi]
+        np.add(props_len_at, PROPS_LEN.size, out=props_begin)
+        props_len[:] = _overlapping(data, PROPS_LEN.format)[props_len_at]
+        _require(at, props_begin + props_len == ends, "lengths do not add up to total size")
 
 
 def _decode_ascending(data: U8, starts: I64, store_host: tuple[str, int] | None) -> pa.RecordBatch:
     """The decoder proper, for strictly ascending ``starts``."""
-    headers = _gather_headers(data, starts)
-    total = _header_field(headers, TOTAL_SIZE_POS, ">i4").astype(np.int64)
-    layout = _RecordLayout(data, starts, headers, total)
-    slice_buffer = pa.py_buffer(data)
-    sys_flags = _header_field(headers, SYS_FLAG_POS, ">i4")
-    topics = _gather_ranges(slice_buffer, layout.topic_begin, layout.topic_len, pa.string())
+    count = len(starts)
+    records = _Records(count, store_host)
+    for lo in range(0, count, _CHUNK_ROWS):
+        records.fill(data, starts, lo, min(lo + _CHUNK_ROWS, count))
+    source = pa.py_buffer(data)
+    topics = _gather_ranges(source, records.topic_begin, records.topic_len, pa.string())
     _require_utf8(topics, starts, "topic")
-    props = _gather_ranges(slice_buffer, layout.props_begin, layout.props_len, pa.string())
-    prop_columns = _property_columns(props)
+    props = _property_columns(_gather_ranges(source, records.props_begin, records.props_len, pa.string()))
     columns: list[pa.Array] = [
         topics,
-        pa.array(_header_field(headers, QUEUE_ID_POS, ">i4")),
-        pa.array(_header_field(headers, QUEUE_OFFSET_POS, ">i8")),
-        pa.array(_header_field(headers, PHYSICAL_OFFSET_POS, ">i8")),
-        _msg_ids(headers, store_host),
-        prop_columns.uniq_key,
-        prop_columns.tags,
-        prop_columns.keys,
-        _bodies(data, slice_buffer, layout, sys_flags),
-        prop_columns.properties,
-        _timestamps(_header_field(headers, BORN_TIMESTAMP_POS, ">i8")),
-        _timestamps(_header_field(headers, STORE_TIMESTAMP_POS, ">i8")),
-        pa.array(_header_field(headers, RECONSUME_TIMES_POS, ">i4")),
+        pa.array(records.queue_id),
+        pa.array(records.queue_offset),
+        pa.array(records.commitlog_offset),
+        _fixed_width_strings(records.msg_id_digits),
+        props.uniq_key,
+        props.tags,
+        props.keys,
+        _bodies(data, source, records),
+        props.properties,
+        pa.Array.from_buffers(TIMESTAMP, count, [None, pa.py_buffer(records.born_us)]),
+        pa.Array.from_buffers(TIMESTAMP, count, [None, pa.py_buffer(records.store_us)]),
+        pa.array(records.reconsume_times),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=MESSAGE_SCHEMA)
-
-
-class _RecordLayout:
-    """Where each record's body, topic and properties lie in the slice; validates as it goes."""
-
-    __slots__ = ("body_begin", "body_len", "props_begin", "props_len", "topic_begin", "topic_len")
-
-    def __init__(self, data: U8, starts: I64, headers: U8, total: I64) -> None:
-        magic = _header_field(headers, MAGIC_POS, ">u4")
-        is_v2 = magic == MAGIC_V2
-        _require(starts, (magic == MAGIC_V1) | is_v2, "bad magic code")
-        extra_prefix = TOPIC_LEN_V2.size - TOPIC_LEN_V1.size
-        overhead = FIXED_OVERHEAD_V1 + extra_prefix * is_v2.astype(np.int64)
-        _require(starts, total >= overhead, "impossible total size")
-        ends = starts + total
-        _require(starts, ends <= len(data), "record runs past the end of the slice")
-        _require(starts[:-1], ends[:-1] <= starts[1:], "record overlaps the next start")
-        self.body_begin = starts + BODY_POS
-        self.body_len = _header_field(headers, BODY_LEN_POS, ">i4").astype(np.int64)
-        _require(starts, (self.body_len >= 0) & (self.body_len <= total - overhead), "bad body length")
-        topic_len_at = self.body_begin + self.body_len
-        self.topic_len = _overlapping(data, TOPIC_LEN_V1.format)[topic_len_at].astype(np.int64)
-        if is_v2.any():
-            wide = _overlapping(data, TOPIC_LEN_V2.format)[topic_len_at[is_v2]]
-            self.topic_len[is_v2] = wide
-        self.topic_begin = topic_len_at + TOPIC_LEN_V1.size + extra_prefix * is_v2.astype(np.int64)
-        props_len_at = self.topic_begin + self.topic_len
-        _require(starts, props_len_at + PROPS_LEN.size <= ends, "topic length exceeds the record")
-        self.props_begin = props_len_at + PROPS_LEN.size
-        self.props_len = _overlapping(data, PROPS_LEN.format)[props_len_at].astype(np.int64)
-        _require(starts, self.props_begin + self.props_len == ends, "lengths do not add up to total size")
 
 
 def _require(starts: I64, ok: Bools, reason: str) -> None:
@@ -226,18 +282,32 @@ def _overlapping(data: U8, dtype: str | np.dtype[np.generic]) -> npt.NDArray[np.
 
 def _gather_headers(data: U8, starts: I64) -> U8:
     """The fixed part (``BODY_POS`` bytes) of every record, as an ``(n, BODY_POS)`` array."""
-    _require(
-        starts, (starts >= 0) & (starts + BODY_POS <= len(data)), "record runs past the end of the slice"
-    )
+    inside = (starts >= 0) & (starts + BODY_POS <= len(data))
+    _require(starts, inside, "record runs past the end of the slice")
     rows = _overlapping(data, np.dtype((np.void, BODY_POS)))[starts]
     return rows.view(np.uint8).reshape(len(starts), BODY_POS)
 
 
 def _header_field(headers: U8, position: int, dtype: str) -> npt.NDArray[np.integer]:
-    """One big-endian header field of every row, converted to native byte order."""
-    item = np.dtype(dtype)
-    column = np.ndarray((len(headers),), dtype=item, buffer=headers, offset=position, strides=(BODY_POS,))
-    return column.astype(item.newbyteorder("="))
+    """One big-endian header field of every row (a strided view: no copy)."""
+    count = len(headers)
+    return np.ndarray((count,), dtype=dtype, buffer=headers, offset=position, strides=(BODY_POS,))
+
+
+def _hex(raw: U8) -> U8:
+    """``(rows, k)`` bytes -> ``(rows, 2k)`` upper-case hex digits (ASCII)."""
+    if raw.shape[1] % 2:
+        digits: U8 = _HEX_OF_BYTE[raw].view(np.uint8)
+    else:
+        digits = _HEX_OF_PAIR[np.ascontiguousarray(raw).view("<u2")].view(np.uint8)
+    return digits
+
+
+def _fixed_width_strings(chars: U8) -> pa.Array:
+    """A string array whose i-th value is row i of the ``(n, width)`` ASCII array."""
+    count, width = chars.shape
+    offsets = np.arange(0, width * (count + 1), width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(chars)])
 
 
 def _gather_ranges(source: pa.Buffer, begins: I64, lengths: I64, value_type: pa.DataType) -> pa.Array:
@@ -250,10 +320,12 @@ def _gather_ranges(source: pa.Buffer, begins: I64, lengths: I64, value_type: pa.
     large = source.size > np.iinfo(np.int32).max
     offsets = np.empty(2 * count + 1, dtype=np.int64 if large else np.int32)
     offsets[0:-1:2] = begins
-    offsets[1::2] = begins + lengths
+    np.add(begins, lengths, out=offsets[1::2])
     offsets[-1] = offsets[-2] if count else 0
     base_type = (
-        {pa.binary(): pa.large_binary(), pa.string(): pa.large_string()}[value_type] if large else value_type
+        ({pa.binary(): pa.large_binary(), pa.string(): pa.large_string()}[value_type])
+        if large
+        else value_type
     )
     interleaved = pa.Array.from_buffers(base_type, 2 * count, [None, pa.py_buffer(offsets), source])
     picked = interleaved.take(pa.array(np.arange(0, 2 * count, 2, dtype=np.int64)))
@@ -261,66 +333,37 @@ def _gather_ranges(source: pa.Buffer, begins: I64, lengths: I64, value_type: pa.
 
 
 def _require_utf8(strings: pa.Array, starts: I64, what: str) -> None:
+    if _is_utf8(strings):
+        return
+    for row, value in enumerate(strings.cast(pa.binary()).to_pylist()):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptStore(
+                f"no valid record at slice position {starts[row]}: {what} is not UTF-8"
+            ) from None
+
+
+def _is_utf8(strings: pa.Array) -> bool:
     try:
         strings.validate(full=True)
     except pa.ArrowInvalid:
-        for row, value in enumerate(strings.cast(pa.binary()).to_pylist()):
-            try:
-                value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptStore(
-                    f"no valid record at slice position {starts[row]}: {what} is not UTF-8"
-                ) from None
-        raise
+        return False
+    return True
 
 
-def _timestamps(epoch_ms: npt.NDArray[np.integer]) -> pa.Array:
-    micros = epoch_ms.astype(np.int64) * 1000
-    return pa.Array.from_buffers(TIMESTAMP, len(micros), [None, pa.py_buffer(micros)])
-
-
-def _msg_ids(headers: U8, store_host: tuple[str, int] | None) -> pa.Array:
-    """offsetMsgId strings: upper-case hex of STOREHOST + PHYSICALOFFSET (as the codec's)."""
-    count = len(headers)
-    width = 2 * MSG_ID.size
-    digits = np.empty((count, width), dtype=np.uint8)
-    host_digits = 2 * _STORE_HOST_WIDTH
-    if store_host is not None:
-        host = MSG_ID.pack(ip4_bytes(store_host[0]), store_host[1], 0)[:_STORE_HOST_WIDTH]
-        digits[:, :host_digits] = _hex(np.frombuffer(host, dtype=np.uint8)[None, :])
-    else:
-        hosts = headers[:, STORE_HOST_POS : STORE_HOST_POS + _STORE_HOST_WIDTH]
-        if bool(np.all(hosts == hosts[0])):
-            digits[:, :host_digits] = _hex(hosts[:1])
-        else:
-            digits[:, :host_digits] = _hex(hosts)
-    offsets = headers[:, PHYSICAL_OFFSET_POS : PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET_WIDTH]
-    digits[:, host_digits:] = _hex(offsets)
-    string_offsets = np.arange(0, width * (count + 1), width, dtype=np.int32)
-    return pa.Array.from_buffers(
-        pa.string(), count, [None, pa.py_buffer(string_offsets), pa.py_buffer(digits)]
-    )
-
-
-def _hex(raw: U8) -> U8:
-    """``(rows, k)`` bytes -> ``(rows, 2k)`` upper-case hex digits (ASCII)."""
-    return _HEX_PAIRS[raw].view(np.uint8)
-
-
-def _bodies(
-    data: U8, source: pa.Buffer, layout: _RecordLayout, sys_flags: npt.NDArray[np.integer]
-) -> pa.Array:
+def _bodies(data: U8, source: pa.Buffer, records: _Records) -> pa.Array:
     """Stored bodies, with the COMPRESSED ones inflated (the only per-row loop)."""
-    bodies = _gather_ranges(source, layout.body_begin, layout.body_len, pa.binary())
-    compressed = np.flatnonzero(sys_flags & SYSFLAG_COMPRESSED)
+    bodies = _gather_ranges(source, records.body_begin, records.body_len, pa.binary())
+    compressed = np.flatnonzero(records.sys_flag & SYSFLAG_COMPRESSED)
     if len(compressed) == 0:
         return bodies
     inflated: list[bytes] = []
     for row in compressed.tolist():
-        begin = int(layout.body_begin[row])
-        stored = data[begin : begin + int(layout.body_len[row])].tobytes()
+        begin = int(records.body_begin[row])
+        stored = data[begin : begin + int(records.body_len[row])].tobytes()
         try:
-            inflated.append(restore_body(stored, int(sys_flags[row])))
+            inflated.append(restore_body(stored, int(records.sys_flag[row])))
         except zlib.error as exc:
             raise CorruptStore(f"body at slice position {begin} does not inflate: {exc}") from exc
     index = np.arange(len(bodies), dtype=np.int64)
@@ -339,91 +382,142 @@ class _PropertyColumns(NamedTuple):
 
 
 class _Pairs(NamedTuple):
-    """The ``name\\x01value\\x02`` pairs of a properties blob, as positions in the blob."""
+    """The ``name\\x01value\\x02`` pairs of a run of rows, as positions in their bytes."""
 
     name_begin: I64
-    name_end: I64  # position of the pair's \x01
-    value_end: I64  # position of the pair's \x02
+    name_len: I64
+    value_begin: I64
+    value_len: I64
     row_pairs: I64  # pairs of row r are [row_pairs[r], row_pairs[r + 1])
+
+
+class _PropertyRanges:
+    """Where each output value lies in the properties blob, filled chunk by chunk.
+
+    TAGS/KEYS/UNIQ_KEY: one (begin, length, present) per row; absent rows get an empty range
+    at their own start so that the ranges stay ascending. Other pairs: lists per chunk.
+    """
+
+    def __init__(self, row_bytes: I64) -> None:
+        count = len(row_bytes) - 1
+        self.row_bytes = row_bytes
+        self.begin = {name: row_bytes[:-1].copy() for name in COLUMN_PROPERTIES}
+        self.length = {name: np.zeros(count, dtype=np.int64) for name in COLUMN_PROPERTIES}
+        self.present = {name: np.zeros(count, dtype=np.bool_) for name in COLUMN_PROPERTIES}
+        self.map_entries = np.zeros(count, dtype=np.int64)
+        self.kept: list[tuple[I64, I64, I64, I64]] = []
+
+    def parse(self, blob: U8, lo: int, hi: int) -> bool:
+        """Parse rows ``[lo, hi)``; False when they are not in the canonical encoding."""
+        base = int(self.row_bytes[lo])
+        local = self.row_bytes[lo : hi + 1] - base
+        segment = blob[base : int(self.row_bytes[hi])]
+        pairs = _canonical_pairs(segment, local)
+        if pairs is None:
+            return False
+        found = _find_names(segment, pairs.name_begin, pairs.name_len, COLUMN_PROPERTIES)
+        pairs_per_row = np.diff(pairs.row_pairs)
+        pair_rows = np.repeat(np.arange(lo, hi, dtype=np.int64), pairs_per_row)
+        kept = np.ones(len(pairs.name_begin), dtype=np.bool_)
+        self.map_entries[lo:hi] = pairs_per_row
+        for name, idx in found.items():
+            rows = pair_rows[idx]
+            if len(rows) > 1 and bool(np.any(rows[1:] == rows[:-1])):
+                return False  # a column property twice in one record
+            self.begin[name][rows] = pairs.value_begin[idx] + base
+            self.length[name][rows] = pairs.value_len[idx]
+            self.present[name][rows] = True
+            self.map_entries[rows] -= 1
+            kept[idx] = False
+        if len(found) and not bool(kept.all()):
+            keep = np.flatnonzero(kept)
+            pairs = _Pairs(
+                pairs.name_begin[keep],
+                pairs.name_len[keep],
+                pairs.value_begin[keep],
+                pairs.value_len[keep],
+                pairs.row_pairs,
+            )
+        self.kept.append((pairs.name_begin + base, pairs.name_len, pairs.value_begin + base, pairs.value_len))
+        return True
+
+    def columns(self, blob: pa.Buffer) -> _PropertyColumns:
+        count = len(self.row_bytes) - 1
+        keys_rows = np.flatnonzero(self.present[PROPERTY_KEYS])
+        keys_values = _gather_ranges(
+            blob, self.begin[PROPERTY_KEYS][keys_rows], self.length[PROPERTY_KEYS][keys_rows], pa.string()
+        )
+        name_begin, name_len, value_begin, value_len = (
+            np.concatenate(part) for part in zip(*self.kept, strict=True)
+        )
+        map_offsets = np.zeros(count + 1, dtype=np.int32)
+        np.cumsum(self.map_entries, out=map_offsets[1:])
+        properties = pa.MapArray.from_arrays(
+            pa.array(map_offsets),
+            _gather_ranges(blob, name_begin, name_len, pa.string()),
+            _gather_ranges(blob, value_begin, value_len, pa.string()),
+            type=_PROPERTIES_TYPE,
+        )
+        return _PropertyColumns(
+            self._nullable_strings(blob, PROPERTY_UNIQ_KEY),
+            self._nullable_strings(blob, PROPERTY_TAGS),
+            _split_keys(keys_values, keys_rows, count),
+            properties,
+        )
+
+    def _nullable_strings(self, blob: pa.Buffer, name: str) -> pa.Array:
+        strings = _gather_ranges(blob, self.begin[name], self.length[name], pa.string())
+        present = self.present[name]
+        missing = len(present) - int(np.count_nonzero(present))
+        if missing == 0:
+            return strings
+        validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+        return pa.Array.from_buffers(
+            pa.string(), len(present), [validity, *strings.buffers()[1:]], null_count=missing
+        )
 
 
 def _property_columns(props: pa.Array) -> _PropertyColumns:
     """uniq_key, tags, keys and properties columns from each record's properties string."""
-    blob_buffer = _data_buffer(props)
-    row_bytes = np.frombuffer(props.buffers()[1], dtype=np.int32, count=len(props) + 1).astype(np.int64)
+    count = len(props)
+    row_bytes = np.frombuffer(props.buffers()[1], dtype=np.int32, count=count + 1).astype(np.int64)
+    blob_buffer = props.buffers()[2] if props.buffers()[2] is not None else pa.py_buffer(b"")
     blob = (
         np.frombuffer(blob_buffer, dtype=np.uint8, count=int(row_bytes[-1])) if row_bytes[-1] else _NO_BYTES
     )
-    pairs = _canonical_pairs(props, blob, row_bytes)
-    if pairs is None:
+    if not _is_utf8(props):
         return _property_columns_per_row(props)
-    name_len = pairs.name_end - pairs.name_begin
-    found = _find_names(blob, pairs.name_begin, name_len, COLUMN_PROPERTIES)
-    pair_rows = np.repeat(np.arange(len(props), dtype=np.int64), np.diff(pairs.row_pairs))
-    rows = {name: pair_rows[idx] for name, idx in found.items()}
-    if any(bool(np.any(r[1:] == r[:-1])) for r in rows.values()):
-        return _property_columns_per_row(props)  # a column property twice in a record
-
-    def values(idx: I64) -> tuple[I64, I64]:
-        return pairs.name_end[idx] + 1, pairs.value_end[idx] - pairs.name_end[idx] - 1
-
-    def scattered(name: str) -> pa.Array:
-        return _scatter_strings(blob_buffer, row_bytes, rows[name], *values(found[name]))
-
-    keys_values = _gather_ranges(blob_buffer, *values(found[PROPERTY_KEYS]), pa.string())
-    kept = np.ones(len(name_len), dtype=np.bool_)
-    for idx in found.values():
-        kept[idx] = False
-    kept_before = np.concatenate(([0], np.cumsum(kept, dtype=np.int64)))
-    kept_idx = np.flatnonzero(kept)
-    properties = pa.MapArray.from_arrays(
-        pa.array(kept_before[pairs.row_pairs].astype(np.int32)),
-        _gather_ranges(blob_buffer, pairs.name_begin[kept_idx], name_len[kept_idx], pa.string()),
-        _gather_ranges(blob_buffer, *values(kept_idx), pa.string()),
-        type=_PROPERTIES_TYPE,
-    )
-    keys = _split_keys(keys_values, rows[PROPERTY_KEYS], len(props))
-    return _PropertyColumns(scattered(PROPERTY_UNIQ_KEY), scattered(PROPERTY_TAGS), keys, properties)
+    ranges = _PropertyRanges(row_bytes)
+    for lo in range(0, count, _CHUNK_ROWS):
+        if not ranges.parse(blob, lo, min(lo + _CHUNK_ROWS, count)):
+            return _property_columns_per_row(props)
+    return ranges.columns(blob_buffer)
 
 
-def _canonical_pairs(props: pa.Array, blob: U8, row_bytes: I64) -> _Pairs | None:
+def _canonical_pairs(segment: U8, row_bytes: I64) -> _Pairs | None:
     """The pairs when every row is exactly ``(name\\x01value\\x02)*`` with non-empty names and
-    values in valid UTF-8 (what the encoder writes); None otherwise."""
-    name_end = np.flatnonzero(blob == _SEP_NAME)
-    value_end = np.flatnonzero(blob == _SEP_PAIR)
-    if len(name_end) != len(value_end) or not _is_utf8(props):
-        return None
-    name_begin = np.empty(len(value_end), dtype=np.int64)
-    name_begin[:1] = 0
-    name_begin[1:] = value_end[:-1] + 1
-    if len(value_end) and (
-        int(value_end[-1]) != len(blob) - 1
-        or not bool(np.all(name_begin < name_end))
-        or not bool(np.all(name_end + 1 < value_end))
-    ):
-        return None
-    if len(value_end) == 0 and len(blob):
-        return None
+    values (what the encoder writes); None otherwise. ``row_bytes`` are row offsets in it."""
+    name_end = np.flatnonzero(segment == _SEP_NAME)
+    value_end = np.flatnonzero(segment == _SEP_PAIR)
     row_pairs = np.zeros(len(row_bytes), dtype=np.int64)
+    if len(name_end) != len(value_end):
+        return None
+    if len(value_end) == 0:
+        return _Pairs(value_end, value_end, value_end, value_end, row_pairs) if len(segment) == 0 else None
+    name_begin = np.empty(len(value_end), dtype=np.int64)
+    name_begin[0] = 0
+    np.add(value_end[:-1], 1, out=name_begin[1:])
+    name_len = name_end - name_begin
+    value_len = value_end - name_end
+    value_len -= 1
+    if int(value_end[-1]) != len(segment) - 1 or int(name_len.min()) <= 0 or int(value_len.min()) <= 0:
+        return None
     row_pairs[1:] = np.searchsorted(value_end, row_bytes[1:])
-    nonempty = np.flatnonzero(row_bytes[1:] > row_bytes[:-1])
-    if not bool(np.all(value_end[row_pairs[nonempty + 1] - 1] == row_bytes[nonempty + 1] - 1)):
+    ends = row_bytes[1:]
+    nonempty = np.flatnonzero(ends > row_bytes[:-1])
+    if not np.array_equal(value_end[row_pairs[nonempty + 1] - 1], ends[nonempty] - 1):
         return None  # a row whose bytes do not end with a \x02
-    return _Pairs(name_begin, name_end, value_end, row_pairs)
-
-
-def _data_buffer(strings: pa.Array) -> pa.Buffer:
-    """The character buffer of a fresh (offset 0) string/binary array, empty if it has none."""
-    data = strings.buffers()[2]
-    return pa.py_buffer(b"") if data is None else data
-
-
-def _is_utf8(strings: pa.Array) -> bool:
-    try:
-        strings.validate(full=True)
-    except pa.ArrowInvalid:
-        return False
-    return True
+    return _Pairs(name_begin, name_len, name_end + 1, value_len, row_pairs)
 
 
 def _find_names(blob: U8, name_begin: I64, name_len: I64, names: frozenset[str]) -> dict[str, I64]:
@@ -436,47 +530,30 @@ def _find_names(blob: U8, name_begin: I64, name_len: I64, names: frozenset[str])
     found: dict[str, I64] = {}
     for name, target in targets.items():
         word = np.frombuffer(target[:head], dtype=f"<u{head}")[0]
-        candidates = np.flatnonzero((heads == word) & (name_len == len(target)))
+        candidates = np.flatnonzero(heads == word)
+        candidates = candidates[name_len[candidates] == len(target)]
         for done in range(head, len(target)):
             candidates = candidates[blob[name_begin[candidates] + done] == target[done]]
         found[name] = candidates
     return found
 
 
-def _scatter_strings(source: pa.Buffer, row_bytes: I64, rows: I64, begins: I64, lengths: I64) -> pa.Array:
-    """A string per row: ``source[begins[i]:+lengths[i]]`` at ``rows[i]``, null elsewhere."""
-    count = len(row_bytes) - 1
-    all_begins = row_bytes[:-1].copy()  # an empty range inside the row keeps ranges ascending
-    all_lengths = np.zeros(count, dtype=np.int64)
-    all_begins[rows] = begins
-    all_lengths[rows] = lengths
-    strings = _gather_ranges(source, all_begins, all_lengths, pa.string())
-    if len(rows) == count:
-        return strings
-    present = np.zeros(count, dtype=np.bool_)
-    present[rows] = True
-    validity = pa.py_buffer(np.packbits(present, bitorder="little"))
-    return pa.Array.from_buffers(
-        pa.string(), count, [validity, *strings.buffers()[1:]], null_count=count - len(rows)
-    )
-
-
 def _split_keys(keys_values: pa.Array, rows: I64, count: int) -> pa.Array:
     """The ``keys`` list column: each KEYS value split on spaces, empty lists elsewhere."""
     if len(keys_values) == 0:
-        return pa.ListArray.from_arrays(
-            pa.array(np.zeros(count + 1, dtype=np.int32)), keys_values, type=_KEYS_TYPE
-        )
+        empty = pa.array(np.zeros(count + 1, dtype=np.int32))
+        return pa.ListArray.from_arrays(empty, keys_values, type=_KEYS_TYPE)
     value_bytes = np.frombuffer(keys_values.buffers()[1], dtype=np.int32, count=len(keys_values) + 1)
     total = int(value_bytes[-1])
-    blob = np.frombuffer(keys_values.buffers()[2], dtype=np.uint8, count=total) if total else _NO_BYTES
+    data = keys_values.buffers()[2]
+    blob = np.frombuffer(data, dtype=np.uint8, count=total) if total else _NO_BYTES
     spaces = np.flatnonzero(blob == _KEY_SEPARATOR)
     if len(spaces) == 0:
         tokens, per_value = keys_values, np.ones(len(rows), dtype=np.int64)
     else:
         begins = np.sort(np.concatenate((value_bytes[:-1].astype(np.int64), spaces + 1)), kind="stable")
         ends = np.sort(np.concatenate((spaces, value_bytes[1:].astype(np.int64))), kind="stable")
-        tokens = _gather_ranges(_data_buffer(keys_values), begins, ends - begins, pa.string())
+        tokens = _gather_ranges(data, begins, ends - begins, pa.string())
         per_value = np.diff(np.searchsorted(spaces, value_bytes)) + 1
     per_row = np.zeros(count, dtype=np.int64)
     per_row[rows] = per_value
