@@ -444,7 +444,7 @@ class UniqKeyGenerator:
 class RecordRun:
     """The consecutive records at the start of a buffer that pass every check of
     :func:`store.codec.check_record`; ``end`` is where the first record not in the run
-    starts (classify it with ``check_record``)."""
+    starts (classify it with ``check_record``). Topics are dictionary-encoded."""
 
     starts: I64
     sizes: I64
@@ -453,7 +453,8 @@ class RecordRun:
     queue_offsets: I64
     store_timestamps_ms: I64
     sys_flags: I32
-    topics: list[str]
+    topic_codes: I32
+    topic_names: list[str]
     properties_starts: I64
     properties_lengths: I64
 
@@ -468,27 +469,65 @@ def _gather(arr: U8, positions: I64, dtype: str) -> npt.NDArray[np.int64]:
     return np.ascontiguousarray(arr[np.maximum(index, 0)]).view(dtype).ravel().astype(np.int64)
 
 
-def _chain(buf: bytes) -> tuple[list[int], list[int], int]:
-    """Follow TOTALSIZE from position 0 while the magic is a record's and it fits."""
+def _chain(buf: bytes, arr: U8) -> tuple[I64, I64, int]:
+    """Follow TOTALSIZE from position 0 while the magic is a record's and the record fits.
+
+    After two records of the same size it checks the whole stride ahead at once (batches
+    of one layout are common), falling back to one record at a time where it breaks.
+    """
     starts: list[int] = []
     sizes: list[int] = []
-    unpack, limit, pos = BLANK_RECORD.unpack_from, len(buf), 0
+    strides: list[tuple[I64, I64]] = []
+    unpack, limit, pos, previous = BLANK_RECORD.unpack_from, len(buf), 0, -1
     while pos + BLANK_RECORD.size <= limit:
         size, magic = unpack(buf, pos)
         if magic not in (MAGIC_V1, MAGIC_V2) or size < FIXED_OVERHEAD_V1 or size > limit - pos:
             break
+        if size == previous:
+            candidates = pos + size * np.arange((limit - pos) // size, dtype=np.int64)
+            same = _gather(arr, candidates, ">i4") == size
+            same &= np.isin(_gather(arr, candidates + MAGIC_POS, ">u4"), (MAGIC_V1, MAGIC_V2))
+            count = len(same) if same.all() else int(np.argmin(same))
+            strides.append((np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)))
+            strides.append((candidates[:count], np.full(count, size, dtype=np.int64)))
+            starts, sizes, previous = [], [], -1
+            pos += count * size
+            continue
         starts.append(pos)
         sizes.append(size)
+        previous = size
         pos += size
-    return starts, sizes, pos
+    strides.append((np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)))
+    return np.concatenate([a for a, _ in strides]), np.concatenate([b for _, b in strides]), pos
+
+
+def _topics(arr: U8, topic_starts: I64, topic_lens: I64) -> tuple[I32, list[str], int]:
+    """(code per record, names, number of leading records whose topic is valid UTF-8)."""
+    codes = np.zeros(len(topic_starts), dtype=np.int32)
+    names: list[str] = []
+    valid = len(topic_starts)
+    for length in np.unique(topic_lens).tolist():
+        rows = np.flatnonzero(topic_lens == length)
+        if length == 0:
+            codes[rows] = len(names)
+            names.append("")
+            continue
+        matrix = np.ascontiguousarray(arr[topic_starts[rows, None] + np.arange(length, dtype=np.int64)])
+        distinct, inverse = np.unique(matrix.view(f"V{length}").ravel(), return_inverse=True)
+        codes[rows] = inverse.ravel() + len(names)
+        for i, raw in enumerate(distinct.tolist()):
+            try:
+                names.append(bytes(raw).decode("utf-8"))
+            except UnicodeDecodeError:
+                names.append("")
+                valid = min(valid, int(rows[np.argmax(inverse.ravel() == i)]))
+    return codes, names, valid
 
 
 def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
     """Vectorised :func:`store.codec.check_record` over the records at the start of ``buf``."""
-    starts_list, sizes_list, end = _chain(buf)
     arr = np.frombuffer(buf, dtype=np.uint8)
-    starts = np.asarray(starts_list, dtype=np.int64)
-    sizes = np.asarray(sizes_list, dtype=np.int64)
+    starts, sizes, end = _chain(buf, arr)
     ends = starts + sizes
     body_lens = _gather(arr, starts + BODY_LEN_POS, ">i4")
     v2 = _gather(arr, starts + MAGIC_POS, ">u4") == MAGIC_V2
@@ -508,18 +547,7 @@ def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
         crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(starts)) & 0x7FFFFFFF
         ok &= crcs == _gather(arr, starts + BODY_CRC_POS, ">u4")
     count = int(np.argmin(ok)) if len(ok) and not ok.all() else len(ok)
-    topics: list[str] = []
-    names: dict[bytes, str] = {}
-    for s, n in zip(topic_starts[:count].tolist(), topic_lens[:count].tolist(), strict=True):
-        raw = buf[s : s + n]
-        topic = names.get(raw)
-        if topic is None:
-            try:
-                topic = names[raw] = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                count = len(topics)
-                break
-        topics.append(topic)
+    topic_codes, topic_names, count = _topics(arr, topic_starts[:count], topic_lens[:count])
     if count < len(starts):
         end = int(starts[count])
     cut = slice(0, count)
@@ -531,7 +559,8 @@ def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
         _gather(arr, starts[cut] + QUEUE_OFFSET_POS, ">i8"),
         _gather(arr, starts[cut] + STORE_TIMESTAMP_POS, ">i8"),
         _gather(arr, starts[cut] + SYS_FLAG_POS, ">i4").astype(np.int32),
-        topics,
+        topic_codes[cut],
+        topic_names,
         props_len_pos[cut] + PROPS_LEN.size,
         props_lens[cut],
     )

@@ -441,17 +441,15 @@ def _dispatch_batch(
     """Records ``lo:hi`` of a run as a DispatchBatch (properties decoded here)."""
     spans = zip(run.properties_starts[lo:hi].tolist(), run.properties_lengths[lo:hi].tolist(), strict=True)
     props = [decode_properties(chunk[s : s + n]) for s, n in spans]
-    topics = run.topics[lo:hi]
+    used, topic_codes = np.unique(run.topic_codes[lo:hi], return_inverse=True)
+    topics = tuple(run.topic_names[code] for code in used.tolist())
     store_ts = run.store_timestamps_ms[lo:hi]
     if tags_code_for is default_tags_code:
         tags_codes = java_string_hashes([p.get(PROPERTY_TAGS) or "" for p in props]).astype(np.int64)
     else:
-        triples = zip(topics, props, store_ts.tolist(), strict=True)
+        per_record = (topics[code] for code in topic_codes.tolist())
+        triples = zip(per_record, props, store_ts.tolist(), strict=True)
         tags_codes = np.fromiter((tags_code_for(*t) for t in triples), dtype=np.int64, count=hi - lo)
-    topic_index: dict[str, int] = {}
-    topic_codes = np.fromiter(
-        (topic_index.setdefault(t, len(topic_index)) for t in topics), dtype=np.int32, count=hi - lo
-    )
     return DispatchBatch(
         commitlog_offsets=base + run.starts[lo:hi],
         sizes=run.sizes[lo:hi].astype(np.int32),
@@ -460,8 +458,8 @@ def _dispatch_batch(
         queue_offsets=run.queue_offsets[lo:hi],
         store_timestamps_ms=store_ts,
         sys_flags=run.sys_flags[lo:hi],
-        topic_codes=topic_codes,
-        topics=tuple(topic_index),
+        topic_codes=topic_codes.astype(np.int32).ravel(),
+        topics=topics,
         uniq_keys=tuple(p.get(PROPERTY_UNIQ_KEY) for p in props),
         keys=tuple(p.get(PROPERTY_KEYS) for p in props),
     )

@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import codec
-from store.batch_codec import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns, patch_be
+from store.batch_codec import (
+    BatchColumns,
+    EncodedBatch,
+    UniqKeyGenerator,
+    encode_columns,
+    patch_be,
+    validate_run,
+)
 from store.codec import BodyPolicy, RecordFields, decode_record, encode_record, prepare_body
 from store.errors import InvalidArgument, MessageTooLarge
 
@@ -196,3 +203,32 @@ def test_out_of_range_fields_are_invalid_arguments(queue_ids: int | list[int]) -
         encode_columns(BatchColumns("t", [b"x", b"y"], queue_ids=queue_ids), POLICY)
     with pytest.raises(InvalidArgument, match="out of range"):
         encode_record(RecordFields(topic="t", body=b"", queue_id=2**31))
+
+
+def test_validate_run_stops_at_a_non_utf8_topic_inside_a_stride() -> None:
+    records = [encode_record(RecordFields("abc", bytes([i]) * 20, queue_offset=i)) for i in range(10)]
+    bad = bytearray(records[6])
+    topic_at = codec.BODY_POS + 20 + 1
+    bad[topic_at : topic_at + 3] = b"\xff\xfe\xfd"
+    buf = b"".join(records[:6]) + bytes(bad) + b"".join(records[7:])
+    run = validate_run(buf, check_crc=True)
+    assert len(run) == 6
+    assert run.end == 6 * len(records[0])
+    assert run.starts.tolist() == [i * len(records[0]) for i in range(6)]
+    assert run.queue_offsets.tolist() == list(range(6))
+    assert [run.topic_names[c] for c in run.topic_codes.tolist()] == ["abc"] * 6
+    assert codec.check_record(buf, run.end, check_crc=True).reason == "topic is not UTF-8"
+
+
+def test_validate_run_mixed_sizes_and_topics() -> None:
+    records = [
+        encode_record(RecordFields(topic=t, body=b"x" * n, queue_id=i))
+        for i, (t, n) in enumerate([("a", 5), ("a", 5), ("a", 5), ("bb", 1), ("a", 7), ("z" * 200, 0)])
+    ]
+    buf = b"".join(records) + codec.encode_blank(100)
+    run = validate_run(buf, check_crc=False)
+    assert len(run) == 6
+    assert run.end == sum(map(len, records))
+    assert [run.topic_names[c] for c in run.topic_codes.tolist()] == ["a", "a", "a", "bb", "a", "z" * 200]
+    assert run.queue_ids.tolist() == list(range(6))
+    assert run.sizes.tolist() == [len(r) for r in records]

@@ -296,23 +296,31 @@ def test_read_only_follower_sees_new_and_deleted_files(tmp_path: Path) -> None:
     writer.close()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     bodies=st.lists(st.binary(max_size=400), min_size=1, max_size=25),
     topics=st.lists(st.sampled_from(["a", "orders", "t" * 140]), min_size=25, max_size=25),
     damage=st.one_of(st.none(), st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255))),
     chunk_bytes=st.sampled_from([200, 1000, 1 << 20]),
+    same_size=st.booleans(),
 )
 def test_vectorised_walk_agrees_with_check_record(
-    bodies: list[bytes], topics: list[str], damage: tuple[float, int] | None, chunk_bytes: int
+    bodies: list[bytes],
+    topics: list[str],
+    damage: tuple[float, int] | None,
+    chunk_bytes: int,
+    same_size: bool,
 ) -> None:
     file_size = 1 << 16
+    if same_size:  # one layout: exercises the strided walk
+        bodies = [bytes([i]) * len(bodies[0]) for i in range(len(bodies))]
+        topics = [topics[0]] * len(topics)
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         log = CommitLog(directory, file_size)
         log.load()
         for i, body in enumerate(bodies):
-            props = {"TAGS": f"t{i}", "UNIQ_KEY": f"u{i}"}
+            props = {"TAGS": f"t{i:02d}", "UNIQ_KEY": f"u{i:02d}"}
             log.append_record(encode_record(RecordFields(topics[i], body, queue_offset=i, properties=props)))
         end = log.max_offset
         log.close()
