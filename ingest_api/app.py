@@ -33,13 +33,17 @@ from store.message_store import MessageStore
 
 #: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
 Companion = Callable[[Broker], AbstractAsyncContextManager[Any]]
+#: How the lifespan opens the store (tests pass one with a fault-injecting file system).
+StoreOpener = Callable[[StoreConfig], MessageStore]
 
 
-def _lifespan(config: ServerConfig, companions: Sequence[Companion]) -> Callable[[FastAPI], Any]:
+def _lifespan(
+    config: ServerConfig, companions: Sequence[Companion], open_store: StoreOpener
+) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tokens = load_token_table(config.auth_file) if config.auth_file is not None else None
-        store = await run_in_threadpool(MessageStore.open, config.store)
+        store = await run_in_threadpool(open_store, config.store)
         try:
             hub = ArrivalHub(asyncio.get_running_loop())
             store.add_arrival_listener(hub.on_arrival)
@@ -82,7 +86,11 @@ def _openapi_with_batch_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def create_app(config: ServerConfig | StoreConfig, companions: Sequence[Companion] = ()) -> FastAPI:
+def create_app(
+    config: ServerConfig | StoreConfig,
+    companions: Sequence[Companion] = (),
+    open_store: StoreOpener = MessageStore.open,
+) -> FastAPI:
     """A broker app for ``config`` (a bare :class:`StoreConfig` gets default server settings)."""
     server_config = config if isinstance(config, ServerConfig) else ServerConfig(store=config)
     server_config.validate()
@@ -90,7 +98,7 @@ def create_app(config: ServerConfig | StoreConfig, companions: Sequence[Companio
         title="sparkmq",
         version=sparkmq.__version__,
         description="RocketMQ-compatible message queue: HTTP ingest, pull and admin API.",
-        lifespan=_lifespan(server_config, companions),
+        lifespan=_lifespan(server_config, companions, open_store),
         openapi_url=None,
         docs_url=None,
         redoc_url=None,

@@ -16,7 +16,7 @@ from ingest_api.errors import ApiError
 _bearer_scheme = HTTPBearer(auto_error=False, description="Only when the broker runs with --auth-file.")
 
 
-def get_broker(request: Request) -> Broker:
+async def get_broker(request: Request) -> Broker:
     broker: Broker = request.app.state.broker
     return broker
 
@@ -24,7 +24,7 @@ def get_broker(request: Request) -> Broker:
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 
 
-def get_principal(
+async def get_principal(
     request: Request,
     broker: BrokerDep,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
@@ -46,7 +46,7 @@ def media_type(request: Request, header: str = "content-type") -> str:
     return parsed.get_content_type().lower()
 
 
-def require_json_body(request: Request) -> None:
+async def require_json_body(request: Request) -> None:
     """415 unless the request body is declared as JSON (an absent Content-Type is accepted)."""
     declared = media_type(request)
     if declared and declared != "application/json" and not declared.endswith("+json"):

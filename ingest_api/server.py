@@ -17,8 +17,9 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from ingest_api.app import Companion, create_app
+from ingest_api.app import Companion, StoreOpener, create_app
 from ingest_api.config import ServerConfig
+from store.message_store import MessageStore
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -55,8 +56,10 @@ class BrokerServer(uvicorn.Server):
         self.should_exit = True
 
 
-def build_server(config: ServerConfig, companions: Sequence[Companion] = ()) -> BrokerServer:
-    app = create_app(config, companions)
+def build_server(
+    config: ServerConfig, companions: Sequence[Companion] = (), open_store: StoreOpener = MessageStore.open
+) -> BrokerServer:
+    app = create_app(config, companions, open_store)
     uv_config = uvicorn.Config(
         app,
         host=config.host,

@@ -12,9 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ingest_api.app import StoreOpener
 from ingest_api.config import ServerConfig
 from ingest_api.server import BrokerServer, build_server
 from store.config import StoreConfig
+from store.message_store import MessageStore
 
 START_TIMEOUT_S = 30.0
 
@@ -60,12 +62,12 @@ class RunningBroker:
         assert not self.thread.is_alive(), "broker did not stop"
 
 
-def start_broker(config: ServerConfig) -> RunningBroker:
+def start_broker(config: ServerConfig, open_store: StoreOpener = MessageStore.open) -> RunningBroker:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(config.with_changes(port=port, log_level="warning"))
+    server = build_server(config.with_changes(port=port, log_level="warning"), open_store=open_store)
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -97,11 +99,14 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
     started: list[RunningBroker] = []
 
     def factory(
-        store_dir: Path | None = None, store: dict[str, object] | None = None, **server: object
+        store_dir: Path | None = None,
+        store: dict[str, object] | None = None,
+        open_store: StoreOpener = MessageStore.open,
+        **server: object,
     ) -> RunningBroker:
         directory = store_dir or tmp_path / f"store-{len(started)}"
         config = ServerConfig(store=small_store_config(directory, **(store or {})), **server)  # type: ignore[arg-type]
-        running = start_broker(config)
+        running = start_broker(config, open_store)
         started.append(running)
         return running
 
