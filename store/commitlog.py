@@ -187,11 +187,13 @@ class CommitLog:
                 f"record of {int(sizes.max())} bytes cannot fit in a {self.file_size}-byte commitlog file"
             )
         last = self.queue.last_file()
-        file_start = last.start_offset if last is not None else self.queue.max_offset
-        wrote = last.wrote_position if last is not None else 0
-        file_index, new_files = 0, 0 if last is not None and not last.is_full else 1
-        if last is not None and last.is_full:
-            file_start, wrote = file_start + self.file_size, 0
+        if last is not None and not last.is_full:  # continue the current file
+            file_start, wrote, new_files = last.start_offset, last.wrote_position, 0
+        elif last is not None:  # it is full: start the next one
+            file_start, wrote, new_files = last.start_offset + self.file_size, 0, 1
+        else:  # no file yet (or all deleted): start where the queue says
+            file_start, wrote, new_files = self.queue.max_offset, 0, 1
+        file_index = 0  # index into [current file if writable] + new files
         offsets = np.empty(n, dtype=np.int64)
         writes: list[_Write] = []
         view = memoryview(batch.buffer)  # type: ignore[arg-type]

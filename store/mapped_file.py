@@ -301,7 +301,11 @@ class MappedFileQueue:
         """fsync every file with unflushed bytes; returns the flushed offset."""
         for mapped in self._files:
             if mapped.flushed_position < mapped.wrote_position:
-                mapped.flush()
+                try:
+                    mapped.flush()
+                except ValueError:  # closed: fine if retention deleted it meanwhile
+                    if mapped in self._files:
+                        raise
         return self.flushed_offset
 
     def truncate(self, offset: int, reason: str = "truncate") -> None:
