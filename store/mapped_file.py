@@ -1,9 +1,9 @@
 """Fixed-size memory-mapped files and the directory of them (RocketMQ ``MappedFile(Queue)``).
 
 A :class:`MappedFileQueue` is a directory of equal-size files, each named by the absolute
-offset of its first byte as 20 zero-padded digits (``00000000000001073741824``), so offset
-``o`` lives in the file starting at ``o - o % file_size``. The CommitLog and the
-ConsumeQueue both sit on it.
+offset of its first byte as 20 zero-padded digits (``00000000001073741824``), so offset
+``o`` lives in the file starting at ``o - o % file_size``. The CommitLog sits on it; nothing
+in it is CommitLog-specific (file size, directory and naming are parameters).
 
 Positions: ``wrote_position`` is where the next append goes, ``flushed_position`` how far
 ``flush`` has made the file durable. Bytes past ``wrote_position`` are always zero (appends
