@@ -276,11 +276,17 @@ def body_crc(body: bytes | memoryview) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def ip4_bytes(host: str) -> bytes:
-    """IPv4 dotted quad -> 4 bytes (InvalidArgument for anything else, IPv6 included)."""
+    """IPv4 address -> 4 bytes. IPv4-mapped IPv6 (``::ffff:a.b.c.d``) is accepted; any other
+    host raises InvalidArgument (records carry IPv4 hosts only: no BORNHOST_V6 layout)."""
     try:
-        return ipaddress.IPv4Address(host).packed
+        address = ipaddress.ip_address(host)
     except ValueError as exc:
-        raise InvalidArgument(f"not an IPv4 address: {host!r}") from exc
+        raise InvalidArgument(f"not an IP address: {host!r}") from exc
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is None:
+            raise InvalidArgument(f"IPv6 host {host!r} cannot be stored (IPv4 records only)")
+        address = address.ipv4_mapped
+    return address.packed
 
 
 def topic_length_prefix(topic_bytes: bytes) -> tuple[int, struct.Struct]:

@@ -37,14 +37,20 @@ GOLDEN_RECORD_HEX = (
     "0000000000000003"  # PHYSICALOFFSET
     "00000000"  # SYSFLAG
     "0000000000000004"  # BORNTIMESTAMP
-    "0a000001" "00000005"  # BORNHOST 10.0.0.1:5
+    "0a000001"
+    "00000005"  # BORNHOST 10.0.0.1:5
     "0000000000000006"  # STORETIMESTAMP
-    "0a000002" "00000007"  # STOREHOST 10.0.0.2:7
+    "0a000002"
+    "00000007"  # STOREHOST 10.0.0.2:7
     "00000000"  # RECONSUMETIMES
     "0000000000000000"  # PREPARED_TX_OFFSET
-    "00000002" "6869"  # BODYLEN + "hi"
-    "01" "54"  # TOPICLEN (1 byte) + "T"
-    "0007" "5441475301" "6102"  # PROPLEN + "TAGS\x01a\x02"
+    "00000002"
+    "6869"  # BODYLEN + "hi"
+    "01"
+    "54"  # TOPICLEN (1 byte) + "T"
+    "0007"
+    "5441475301"
+    "6102"  # PROPLEN + "TAGS\x01a\x02"
 )
 
 GOLDEN_FIELDS = RecordFields(
@@ -82,11 +88,11 @@ def test_golden_record_decodes() -> None:
     assert view.store_host == ("10.0.0.2", 7)
     assert view.tags == "a"
     assert view.size_bytes == 101
-    assert view.msg_id == "0A000002" "00000007" "0000000000000003"
+    assert view.msg_id == "0A000002000000070000000000000003"
 
 
 def test_golden_blank_record() -> None:
-    assert encode_blank(4000).hex() == "00000fa0" "cbd43194"
+    assert encode_blank(4000).hex() == "00000fa0cbd43194"
     check = check_record(encode_blank(4000) + bytes(100), 0, check_crc=True)
     assert (check.status, check.size) == (RecordStatus.BLANK, 4000)
 
@@ -98,17 +104,22 @@ def test_golden_v2_record_for_long_topic() -> None:
         f"{92 + 200:08x}"  # TOTALSIZE = 92 + topic
         "daa320ab"  # MAGICCODE V2
         "00000000"  # crc32(b"") = 0
-        "00000000" "00000000"  # QUEUEID, FLAG
+        "00000000"
+        "00000000"  # QUEUEID, FLAG
         + "00" * 16  # QUEUEOFFSET, PHYSICALOFFSET
         + "00000000"  # SYSFLAG
         + "00" * 8  # BORNTIMESTAMP
-        + "7f000001" "00000000"  # BORNHOST 127.0.0.1:0
-        + "00" * 8  # STORETIMESTAMP
-        + "01020304" "00002a9f"  # STOREHOST 1.2.3.4:10911
+        + "7f000001"
+        "00000000"  # BORNHOST 127.0.0.1:0
+        + "00"
+        * 8  # STORETIMESTAMP
+        + "01020304"
+        "00002a9f"  # STOREHOST 1.2.3.4:10911
         + "00000000"  # RECONSUMETIMES
         + "00" * 8  # PREPARED_TX_OFFSET
         + "00000000"  # BODYLEN
-        + "00c8" + "74" * 200  # TOPICLEN (2 bytes) + topic
+        + "00c8"
+        + "74" * 200  # TOPICLEN (2 bytes) + topic
         + "0000"  # PROPLEN
     )
     assert encode_record(rec).hex() == expected
@@ -116,17 +127,25 @@ def test_golden_v2_record_for_long_topic() -> None:
 
 
 def test_golden_msg_id() -> None:
-    assert encode_msg_id(("192.168.0.1", 10911), 0x1234) == "C0A80001" "00002A9F" "0000000000001234"
+    assert encode_msg_id(("192.168.0.1", 10911), 0x1234) == "C0A8000100002A9F0000000000001234"
     assert decode_msg_id("C0A8000100002A9F0000000000001234") == (("192.168.0.1", 10911), 0x1234)
     with pytest.raises(InvalidArgument):
         decode_msg_id("XYZ")
 
 
+def test_hosts_are_ipv4() -> None:
+    assert codec.ip4_bytes("10.0.0.1") == b"\x0a\x00\x00\x01"
+    assert codec.ip4_bytes("::ffff:10.0.0.1") == b"\x0a\x00\x00\x01"
+    for bad in ("::1", "localhost", "1.2.3"):
+        with pytest.raises(InvalidArgument):
+            codec.ip4_bytes(bad)
+
+
 def test_golden_uniq_key() -> None:
     prefix = codec.uniq_key_prefix("10.0.0.1", 0x1234, 0xCAFEBABE)
-    assert prefix == "0A000001" "1234" "CAFEBABE"
+    assert prefix == "0A0000011234CAFEBABE"
     key = codec.encode_uniq_key(prefix, 0x01020304, 0xFFFF)
-    assert key == "0A0000011234CAFEBABE" "01020304" "FFFF"
+    assert key == "0A0000011234CAFEBABE01020304FFFF"
     assert codec.decode_uniq_key(key) == ("10.0.0.1", 0x1234, 0xCAFEBABE, 0x01020304, 0xFFFF)
 
 
