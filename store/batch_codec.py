@@ -41,6 +41,7 @@ from store.codec import (
     MAX_PROPERTIES_BYTES,
     PHYSICAL_OFFSET_POS,
     PREPARED_TX_OFFSET_POS,
+    PROPERTY_UNIQ_KEY,
     PROPS_LEN,
     QUEUE_ID_POS,
     QUEUE_OFFSET_POS,
@@ -145,13 +146,10 @@ class EncodedBatch:
     @staticmethod
     def from_records(records: Sequence[bytes], uniq_keys: Sequence[str] = ()) -> EncodedBatch:
         """Concatenate already-encoded records."""
-        sizes = np.fromiter((len(r) for r in records), dtype=np.int32, count=len(records))
-        starts = np.zeros(len(records), dtype=np.int64)
-        if len(records) > 1:
-            np.cumsum(sizes[:-1], out=starts[1:])
-        buffer = np.frombuffer(bytearray(b"".join(records)), dtype=np.uint8)
-        uniform = int(sizes[0]) if len(records) and bool((sizes == sizes[0]).all()) else None
-        return EncodedBatch(buffer, starts, sizes, uniform, uniq_keys)
+        sizes = np.fromiter(map(len, records), dtype=np.int32, count=len(records))
+        batch = EncodedBatch._from_joined(b"".join(records), sizes)
+        batch.uniq_keys = uniq_keys
+        return batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +214,13 @@ def encode_columns(cols: BatchColumns, policy: BodyPolicy) -> EncodedBatch:
         extra = [bits for _, bits in prepared]
     try:
         fast = _encode_uniform(cols, stored) if extra is None else None
-        return fast if fast is not None else _encode_general(cols, stored, extra)
+        batch = fast if fast is not None else _encode_general(cols, stored, extra)
     except (OverflowError, struct.error) as exc:
         raise InvalidArgument(f"a record field is out of range for its Java type: {exc}") from exc
+    uniq = cols.properties.get(PROPERTY_UNIQ_KEY)
+    if uniq is not None and not isinstance(uniq, str) and None not in uniq:
+        batch.uniq_keys = uniq  # type: ignore[assignment]
+    return batch
 
 
 def _int_list(column: IntColumn, n: int) -> Sequence[int]:
@@ -354,11 +356,9 @@ def _encode_uniform(cols: BatchColumns, bodies: Sequence[bytes]) -> EncodedBatch
         if name in value_columns:
             rows[:, cursor : cursor + width] = np.frombuffer(value_columns[name], np.uint8).reshape(n, width)
         cursor += width + 1
-    uniq = cols.properties.get("UNIQ_KEY")
     starts = np.arange(n, dtype=np.int64) * size
     sizes = np.full(n, size, dtype=np.int32)
-    keys: Sequence[str] = uniq if isinstance(uniq, Sequence) and not isinstance(uniq, str) else ()  # type: ignore[assignment]
-    return EncodedBatch(rows.reshape(-1), starts, sizes, size, keys)
+    return EncodedBatch(rows.reshape(-1), starts, sizes, size)
 
 
 # --- UNIQ_KEY generation -------------------------------------------------------------------

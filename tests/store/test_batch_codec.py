@@ -232,3 +232,11 @@ def test_validate_run_mixed_sizes_and_topics() -> None:
     assert [run.topic_names[c] for c in run.topic_codes.tolist()] == ["a", "a", "a", "bb", "a", "z" * 200]
     assert run.queue_ids.tolist() == list(range(6))
     assert run.sizes.tolist() == [len(r) for r in records]
+
+
+@pytest.mark.parametrize("bodies", [[b"x", b"y"], [b"x", b"yy"]])  # template path, general path
+def test_uniq_keys_are_carried_by_both_paths(bodies: list[bytes]) -> None:
+    keys = UniqKeyGenerator().next_batch(2)
+    batch = encode_columns(BatchColumns("t", bodies, properties={"UNIQ_KEY": keys}), POLICY)
+    assert list(batch.uniq_keys) == keys
+    assert [decode_record(batch.record(i)).uniq_key for i in range(2)] == keys
