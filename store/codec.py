@@ -332,9 +332,9 @@ def encode_properties(properties: Mapping[str, str] | None) -> bytes:
 def decode_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
     """``string2messageProperties``: items without a name or a value are ignored."""
     result: dict[str, str] = {}
-    for item in bytes(raw).decode("utf-8", errors="replace").split("\x02"):
-        name, sep, value = item.partition("\x01")
-        if sep and name and value:
+    for item in str(raw, "utf-8", "replace").split("\x02"):
+        name, _, value = item.partition("\x01")
+        if name and value:  # no separator leaves the value empty
             result[name] = value
     return result
 
