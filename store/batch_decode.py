@@ -86,6 +86,8 @@ _SEP_PAIR: Final = ord(PROPERTY_SEPARATOR)
 _KEY_SEPARATOR: Final = ord(" ")
 _NO_BYTES: Final[U8] = np.zeros(0, dtype=np.uint8)
 #: Upper-case hex of a byte / of a little-endian byte pair, as ASCII in memory order.
+#: Longest topic checked for "every record has the same topic" (then no per-row topic gather).
+_COMMON_TOPIC_MAX_BYTES: Final = 64
 _HEX_OF_BYTE: Final = np.array([int.from_bytes(f"{b:02X}".encode(), "little") for b in range(256)], "<u2")
 _HEX_OF_PAIR: Final = _HEX_OF_BYTE[np.arange(1 << 16) & 0xFF].astype("<u4") | (
     _HEX_OF_BYTE[np.arange(1 << 16) >> 8].astype("<u4") << 16
@@ -175,6 +177,8 @@ class _Records:
         self.topic_len = np.empty(count, dtype=np.int64)
         self.props_begin = np.empty(count, dtype=np.int64)
         self.props_len = np.empty(count, dtype=np.int64)
+        #: The topic of every record so far, while they all share one (None once they differ).
+        self.common_topic: bytes | None = None
 
     def fill(self, data: U8, starts: I64, lo: int, hi: int) -> None:
         """Decode and validate the headers of rows ``[lo, hi)``."""
@@ -223,6 +227,7 @@ class _Records:
             topic_len[is_v2] = _overlapping(data, TOPIC_LEN_V2.format)[topic_len_at[is_v2]]
         topic_begin = self.topic_begin[lo:hi]
         np.add(topic_len_at, TOPIC_LEN_V1.size + wide_prefix, out=topic_begin)
+        self._track_common_topic(data, lo, topic_begin, topic_len)
         props_len_at = topic_begin + topic_len
         _require(at, props_len_at + PROPS_LEN.size <= ends, "topic length exceeds the record")
         props_begin = self.props_begin[lo:hi]
@@ -230,6 +235,42 @@ class _Records:
         np.add(props_len_at, PROPS_LEN.size, out=props_begin)
         props_len[:] = _overlapping(data, PROPS_LEN.format)[props_len_at]
         _require(at, props_begin + props_len == ends, "lengths do not add up to total size")
+
+    def _track_common_topic(self, data: U8, lo: int, topic_begin: I64, topic_len: I64) -> None:
+        """Keep ``common_topic`` while every record's topic equals the first one (compared as
+        8-byte words, read while the topic's cache line is hot)."""
+        if lo == 0:
+            first = int(topic_begin[0])
+            self.common_topic = data[first : first + int(topic_len[0])].tobytes()
+        topic = self.common_topic
+        if topic is None:
+            return
+        if len(topic) > _COMMON_TOPIC_MAX_BYTES or not bool(np.all(topic_len == len(topic))):
+            self.common_topic = None
+            return
+        words = _overlapping(data, "<u8").view(np.uint64)
+        for offset, expected, mask in _topic_words(topic):
+            if not bool(np.all((words[topic_begin + offset] & mask) == expected)):
+                self.common_topic = None
+                return
+
+
+def _topic_words(topic: bytes) -> list[tuple[int, np.uint64, np.uint64]]:
+    """(offset from the topic's start, expected little-endian word, mask) covering ``topic``.
+
+    A topic shorter than 8 bytes is read as the word *ending* at its last byte (the bytes
+    before it belong to the same record) and masked to its own bytes.
+    """
+    length = len(topic)
+    if length == 0:
+        return []
+    if length < 8:
+        shift = 8 * (8 - length)
+        mask = ((1 << 64) - 1) >> shift << shift
+        return [(length - 8, np.uint64(int.from_bytes(topic, "little") << shift), np.uint64(mask))]
+    offsets = [*range(0, length - 7, 8), *([length - 8] if length % 8 else [])]
+    every_bit = np.uint64((1 << 64) - 1)
+    return [(at, np.uint64(int.from_bytes(topic[at : at + 8], "little")), every_bit) for at in offsets]
 
 
 def _decode_ascending(data: U8, starts: I64, store_host: tuple[str, int] | None) -> pa.RecordBatch:
@@ -239,7 +280,10 @@ def _decode_ascending(data: U8, starts: I64, store_host: tuple[str, int] | None)
     for lo in range(0, count, _CHUNK_ROWS):
         records.fill(data, starts, lo, min(lo + _CHUNK_ROWS, count))
     source = pa.py_buffer(data)
-    topics = _gather_ranges(source, records.topic_begin, records.topic_len, pa.string())
+    if records.common_topic is None:
+        topics = _gather_ranges(source, records.topic_begin, records.topic_len, pa.string())
+    else:
+        topics = _repeated_string(records.common_topic, count)
     _require_utf8(topics, starts, "topic")
     props = _property_columns(_gather_ranges(source, records.props_begin, records.props_len, pa.string()))
     columns: list[pa.Array] = [
@@ -301,6 +345,12 @@ def _hex(raw: U8) -> U8:
     else:
         digits = _HEX_OF_PAIR[np.ascontiguousarray(raw).view("<u2")].view(np.uint8)
     return digits
+
+
+def _repeated_string(value: bytes, count: int) -> pa.Array:
+    """A string array of ``count`` times ``value`` (built without a per-row gather)."""
+    chars = np.tile(np.frombuffer(value, dtype=np.uint8), count).reshape(count, len(value))
+    return _fixed_width_strings(chars)
 
 
 def _fixed_width_strings(chars: U8) -> pa.Array:

@@ -203,6 +203,26 @@ def test_one_thousand_mixed_records_with_gaps() -> None:
     assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
 
 
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["ab", "ab", "ac"],  # short topics are compared as masked words ending at the topic
+        ["orders"] * 5 + ["orderz"],
+        ["x" * 60, "x" * 60, "x" * 59 + "y"],  # several words, the last one overlapping
+        ["x" * 16, "x" * 15 + "y"],
+        ["t", "t", "tt"],
+        ["é" * 40] * 3,
+    ],
+)
+def test_topic_column_when_topics_are_equal_or_nearly(names: list[str]) -> None:
+    recs = [RecordFields(topic=t, body=bytes([i]) * (i + 7)) for i, t in enumerate(names)]
+    buf, starts = build_slice(recs, [b"\xff" * 9] * len(recs))
+    assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
+    same = build_slice(recs[:1] * 3, [b"\xee" * 3] * 3)
+    batch = decode_records_to_arrow(as_array(same[0]), np.array(same[1]))
+    assert batch.column("topic").to_pylist() == [names[0]] * 3
+
+
 def test_compressed_bodies_are_inflated() -> None:
     big = b"0123456789abcdef" * 1000
     buf, starts = build_slice([RecordFields(topic="t", body=big), RecordFields(topic="t", body=b"small")])
