@@ -191,3 +191,18 @@ def test_unknown_codec_is_unsupported_compression() -> None:
     with pytest.raises(CorruptBatch) as err:
         decode_batches(_with_crc(bytes(raw)))
     assert err.value.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_strategy, min_size=1, max_size=20), budget=st.integers(1, 5000))
+def test_encoder_agrees_with_kafka_python(records: list[KafkaRecord], budget: int) -> None:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=budget)
+    expected = 0
+    for r in records:
+        if builder.append(r.timestamp_ms, r.key, r.value, list(r.headers)) is None:
+            break
+        expected += 1
+    builder.close()
+    reference = bytearray(builder.buffer())
+    reference[:8] = (77).to_bytes(8, "big")
+    assert encode_batch(77, records, budget) == (bytes(reference), expected)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest_api.kafka import codec
 from ingest_api.kafka.codec import KafkaRequest
@@ -28,7 +29,7 @@ from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_count
 from ingest_api.kafka.mapping import stored_record
-from ingest_api.kafka.records import KafkaRecord, encode_batch
+from ingest_api.kafka.records import Header, encode_records
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
 
@@ -54,38 +55,74 @@ class PartitionData:
     records: bytes = b""
 
 
-def records_from_arrow(batch: pa.RecordBatch) -> tuple[list[int], list[KafkaRecord]]:
-    """(queue offsets, Kafka records) of a ``MESSAGE_SCHEMA`` batch."""
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    offsets: list[int]
+    timestamps_ms: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[Header, ...]] | None  # None: no record has headers
+
+
+def _all_empty(column: pa.Array) -> bool:
+    """True when every entry of a list/map column is null or empty (from its offsets)."""
+    offsets = column.offsets
+    return len(column) == 0 or offsets[0].as_py() == offsets[len(offsets) - 1].as_py()
+
+
+def columns_from_arrow(batch: pa.RecordBatch) -> RecordColumns:
+    """Kafka record columns of a ``MESSAGE_SCHEMA`` batch (see :mod:`ingest_api.kafka.mapping`)."""
+    n = batch.num_rows
     offsets = batch.column("queue_offset").to_pylist()
-    born_us = batch.column("born_timestamp").cast(pa.int64()).to_pylist()
-    keys = batch.column("keys").to_pylist()
+    born_ms = pc.divide(batch.column("born_timestamp").cast(pa.int64()), 1000).to_pylist()
     bodies = batch.column("body").to_pylist()
-    properties = batch.column("properties").to_pylist()
+    keys_column = batch.column("keys")
+    properties_column = batch.column("properties")
+    if _all_empty(properties_column):  # no user properties: keys alone decide
+        if _all_empty(keys_column):
+            return RecordColumns(offsets, born_ms, [None] * n, bodies, None)
+        keys = [" ".join(k).encode("utf-8") if k else None for k in keys_column.to_pylist()]
+        return RecordColumns(offsets, born_ms, keys, bodies, None)
     records = [
         stored_record(
-            (born or 0) // 1000,
-            body or b"",
-            " ".join(key_list) if key_list else None,
-            dict(props) if props else {},
+            born, body or b"", " ".join(key_list) if key_list else None, dict(props) if props else {}
         )
-        for born, key_list, body, props in zip(born_us, keys, bodies, properties, strict=True)
+        for born, key_list, body, props in zip(
+            born_ms, keys_column.to_pylist(), bodies, properties_column.to_pylist(), strict=True
+        )
     ]
-    return offsets, records
+    return RecordColumns(
+        offsets,
+        born_ms,
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+    )
 
 
-def encode_runs(offsets: list[int], records: list[KafkaRecord], max_bytes: int) -> bytes:
-    """Batches for runs of consecutive offsets (normally one), within ``max_bytes``."""
+def encode_columns(columns: RecordColumns, max_bytes: int) -> bytes:
+    """Batches for runs of consecutive offsets (normally one run), within ``max_bytes``."""
+    offsets = columns.offsets
     out: list[bytes] = []
     used = 0
     start = 0
-    while start < len(records):
+    while start < len(offsets):
         end = start + 1
-        while end < len(records) and offsets[end] == offsets[end - 1] + 1:
+        if offsets[-1] - offsets[start] == len(offsets) - 1 - start:
+            end = len(offsets)  # the common case: the rest is one contiguous run
+        while end < len(offsets) and offsets[end] == offsets[end - 1] + 1:
             end += 1
         budget = max_bytes - used
         if budget <= 0:
             break
-        data, written = encode_batch(offsets[start], records[start:end], budget)
+        data, written = encode_records(
+            offsets[start],
+            columns.timestamps_ms[start:end],
+            columns.keys[start:end],
+            columns.values[start:end],
+            None if columns.headers is None else columns.headers[start:end],
+            budget,
+        )
         if data and out and used + len(data) > max_bytes:
             break
         out.append(data)
@@ -118,8 +155,7 @@ def read_partition(
     wanted = max(1, min(MAX_MESSAGES_PER_READ, budget // MIN_RECORD_BYTES, high - request.fetch_offset))
     read = store.read_batch(request.topic, request.partition, request.fetch_offset, wanted)
     if read.batch.num_rows:
-        offsets, records = records_from_arrow(read.batch)
-        encoded = encode_runs(offsets, records, budget)
+        encoded = encode_columns(columns_from_arrow(read.batch), budget)
         if allow_oversize or len(encoded) <= budget:
             result.records = encoded
     return result
