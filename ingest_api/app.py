@@ -63,6 +63,7 @@ def _lifespan(
                     yield
             finally:
                 hub.close()
+                store.remove_arrival_listener(hub.on_arrival)
         finally:
             await run_in_threadpool(store.close)
 

@@ -46,8 +46,18 @@ class ServeOptions:
     extra: dict[str, Any]
 
 
+def _kafka_companions(options: ServeOptions) -> list[Companion]:
+    """The Kafka gateway, when ``--kafka-port`` is given."""
+    if options.extra.get("kafka_port") is None:
+        return []
+    # Imported only when asked for, so the HTTP broker never depends on the gateway's code.
+    from ingest_api.kafka.companion import serve_companions
+
+    return list(serve_companions(options))
+
+
 #: Factories of companions run with ``serve`` (each may return none).
-SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = []
+SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [_kafka_companions]
 
 
 @app.command()
@@ -68,6 +78,15 @@ def serve(
     max_request_mib: Annotated[int, typer.Option(help="Largest request body, in MiB.")] = 64,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = False,
+    kafka_port: Annotated[
+        int | None, typer.Option(help="Also serve the Kafka wire protocol on this port (off when absent).")
+    ] = None,
+    kafka_host: Annotated[
+        str | None, typer.Option(help="Kafka gateway bind address (default: --host).")
+    ] = None,
+    kafka_advertised_host: Annotated[
+        str | None, typer.Option(help="Host the Kafka gateway tells clients to connect to.")
+    ] = None,
 ) -> None:
     """Run the broker: open the store and serve the HTTP API until SIGTERM or Ctrl-C."""
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +112,14 @@ def serve(
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)
         raise typer.Exit(2) from None
-    options = ServeOptions(config=config, extra={})
+    extra = {
+        "kafka_port": kafka_port,
+        "kafka_host": kafka_host,
+        "kafka_advertised_host": kafka_advertised_host,
+    }
+    options = ServeOptions(
+        config=config, extra={name: value for name, value in extra.items() if value is not None}
+    )
     companions = [companion for factory in SERVE_COMPANIONS for companion in factory(options)]
     if not run_server(config, companions):
         typer.echo("sparkmq serve: the broker failed to start (see the log above)", err=True)

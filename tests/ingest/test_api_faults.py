@@ -8,7 +8,7 @@ import json
 
 import pyarrow as pa
 
-from store.config import StoreConfig
+from store.config import FlushDiskType, StoreConfig
 from store.fs import FaultyFileSystem
 from store.message_store import MessageStore
 
@@ -62,3 +62,16 @@ def test_closed_store_is_503(broker_factory: BrokerFactory) -> None:
     assert batch.status_code == 503
     health = client.get("/healthz")
     assert (health.status_code, error_of(health)) == (503, "store_closed")
+
+
+def test_sync_flush_201_means_flushed(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory(store={"flush_disk_type": FlushDiskType.SYNC_FLUSH, "flush_interval_ms": 60_000})
+    client = broker.client()
+    store = broker.server.app.state.broker.store
+    for request in (
+        lambda: client.post("/topics/durable/messages", json={"body": "one"}),
+        lambda: client.post("/topics/durable/messages:batch", json={"messages": [{"body": "two"}] * 3}),
+    ):
+        assert request().status_code == 201
+        stats = store.stats()
+        assert stats.commitlog_flushed_offset >= stats.commitlog_max_offset > 0

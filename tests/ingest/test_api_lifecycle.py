@@ -102,7 +102,7 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float =
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signals) -> None:
-    store_dir, port = tmp_path / "served", _free_port()
+    store_dir, port, kafka_port = tmp_path / "served", _free_port(), _free_port()
     command = [
         sys.executable,
         "-m",
@@ -113,6 +113,8 @@ def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signa
         "--port",
         str(port),
     ]
+    if stop_signal is signal.SIGTERM:  # with the Kafka gateway on the same event loop
+        command += ["--kafka-port", str(kafka_port)]
     process = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy()
     )
@@ -121,6 +123,8 @@ def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signa
         _wait_healthy(url, process)
         assert (store_dir / "abort").exists()
         assert httpx.post(f"{url}/topics/sig/messages", json={"body": "x"}).status_code == 201
+        if stop_signal is signal.SIGTERM:
+            socket.create_connection(("127.0.0.1", kafka_port), timeout=5).close()
         process.send_signal(stop_signal)
         assert process.wait(timeout=60) == 0
     finally:
