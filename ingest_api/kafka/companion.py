@@ -8,7 +8,7 @@ registers :func:`serve_companions`, which turns ``--kafka-port`` (off when absen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -62,7 +62,7 @@ class _ServeOptions(Protocol):
     def extra(self) -> Mapping[str, Any]: ...
 
 
-def serve_companions(options: _ServeOptions) -> list[KafkaCompanion]:
+def serve_companions(options: _ServeOptions) -> list[Callable[[Any], AbstractAsyncContextManager[Any]]]:
     """``sparkmq serve`` hook: one gateway when ``extra["kafka_port"]`` is set, else none.
 
     Binds the HTTP host unless ``extra["kafka_host"]`` says otherwise.

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from ingest_api.config import ServerConfig
-from ingest_api.kafka.companion import KafkaCompanion
+from ingest_api.kafka.companion import KafkaCompanion, serve_companions
 from ingest_api.server import BrokerServer, build_server
 from store import Message, MessageStore
 from tests.kafka.conftest import gateway_config, store_config, wait_until
@@ -171,3 +171,20 @@ def test_kafka_commits_show_in_http_lag(broker: Broker) -> None:
     finally:
         kp.close()
     assert lag()["total_lag"] == 3
+
+
+def test_serve_hook_is_off_unless_a_kafka_port_is_given(tmp_path: Path) -> None:
+    from sparkmq.cli import ServeOptions
+
+    config = ServerConfig(store=store_config(tmp_path / "store"), host="127.0.0.2").validate()
+    assert serve_companions(ServeOptions(config=config, extra={})) == []
+    assert serve_companions(ServeOptions(config=config, extra={"kafka_port": None})) == []
+    (companion,) = serve_companions(
+        ServeOptions(config=config, extra={"kafka_port": 19092, "kafka_advertised_host": "kafka.example"})
+    )
+    assert isinstance(companion, KafkaCompanion)
+    assert (companion.config.host, companion.config.port, companion.config.advertised_host) == (
+        "127.0.0.2",
+        19092,
+        "kafka.example",
+    )
