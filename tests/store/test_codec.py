@@ -154,8 +154,9 @@ def test_properties_trailing_separator_like_rocketmq() -> None:
     assert encode_properties({}) == b""
     assert decode_properties(b"KEYS\x01a b\x02TAGS\x01x\x02") == {"KEYS": "a b", "TAGS": "x"}
     assert decode_properties(b"A\x01\x02\x01B\x02C\x01d") == {"C": "d"}  # Java drops empty parts
-    with pytest.raises(InvalidArgument):
-        encode_properties({"A": "x\x02y"})
+    for bad in ({"A": "x\x02y"}, {"A\x01": "x"}, {"": "x"}, {"A": "1", "": "x"}, {"A": "\x01"}):
+        with pytest.raises(InvalidArgument):
+            encode_properties(bad)
     with pytest.raises(MessageTooLarge):
         encode_properties({"A": "x" * 40_000})
 
@@ -274,3 +275,13 @@ def test_body_policy_round_trip(body: bytes, threshold: int) -> None:
     stored, flags = prepare_body(body, BodyPolicy(1 << 20, threshold))
     assert codec.restore_body(stored, flags) == body
     assert bool(flags & codec.SYSFLAG_COMPRESSED) == (len(body) > threshold)
+
+
+@given(st.dictionaries(st.text(alphabet="a\x01\x02", max_size=3), st.text(alphabet="b\x01\x02", max_size=3)))
+def test_properties_refused_exactly_when_separators_or_empty_names(props: dict[str, str]) -> None:
+    bad = any(v and (not k or {"\x01", "\x02"} & set(k + v)) for k, v in props.items())
+    if bad:
+        with pytest.raises(InvalidArgument):
+            encode_properties(props)
+    else:
+        assert decode_properties(encode_properties(props)) == {k: v for k, v in props.items() if v}
