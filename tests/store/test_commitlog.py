@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -421,3 +422,52 @@ def test_crash_and_reopen_keeps_every_flushed_record(
         again.load()
         assert again.recover_normally(check_crc=True) == offset + REC
         again.close()
+
+
+def test_concurrent_appends_flushes_and_scans(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    writers, batches, per_batch = 4, 40, 5
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def write(thread: int) -> None:
+        try:
+            for b in range(batches):
+                tags = [thread * 10_000 + b * per_batch + k for k in range(per_batch)]
+                log.append(EncodedBatch.from_records([record(t, body_len=50) for t in tags]))
+        except BaseException as exc:  # surfaced by the main thread
+            errors.append(exc)
+
+    def flush_and_scan() -> None:
+        try:
+            while not done.is_set():
+                log.flush()
+                offsets = [o for b in log.scan(0) for o in b.commitlog_offsets.tolist()]
+                assert offsets == sorted(set(offsets))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(writers)]
+    background = threading.Thread(target=flush_and_scan)
+    background.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    done.set()
+    background.join(timeout=30)
+    assert not errors
+    (offsets, queue_offsets) = ([], [])
+    for batch in log.scan(0, check_crc=True):
+        offsets += batch.commitlog_offsets.tolist()
+        queue_offsets += batch.queue_offsets.tolist()
+    assert len(offsets) == writers * batches * per_batch
+    assert sorted(queue_offsets) == sorted(
+        t * 10_000 + i for t in range(writers) for i in range(batches * per_batch)
+    )
+    for offset in offsets[::37]:
+        view = log.get_message(offset)
+        assert view is not None
+        assert view.commitlog_offset == offset
+    assert log.flush() == log.max_offset
+    log.close()
