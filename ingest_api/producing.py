@@ -1,9 +1,11 @@
 """Turning validated produce requests into store writes.
 
-Runs in a worker thread (every method blocks on the store). Queue choice: an explicit
-``queue_id``; else a ``sharding_key`` hashed like RocketMQ's ``SelectMessageQueueByHash``
-(``abs(key.hashCode()) % queues``, so one key always lands on one queue and keeps its order);
-else ``None``, which lets the store go round robin.
+The ``put_*`` functions and :func:`ensure_topic` block on the store and run in worker
+threads; the rest is pure or in-memory. Queue choice: an explicit ``queue_id``; else a
+``sharding_key`` hashed like RocketMQ's ``SelectMessageQueueByHash`` (``abs(key.hashCode()) %
+queues``, so one key always lands on one queue and keeps its order); else ``None``, which lets
+the store go round robin. Batches go through the store's columnar ``put_batch`` when they fit
+it and through ``put_messages`` otherwise; both are all-or-nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from store.names import validate_topic
 from store.types import Message, PutResult
 
 ProduceOutcome = BatchPutResult | list[PutResult]
+
+#: Above this many distinct property names a batch goes row by row (columns stop paying).
+MAX_PROPERTY_COLUMNS = 64
 
 
 def sharding_queue(key: str, queue_count: int) -> int:
@@ -86,12 +91,12 @@ def entry_message(
     return message
 
 
-def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -> ProduceOutcome:
-    """All-or-nothing: every entry is checked before the store's atomic ``put_messages``."""
+def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -> tuple[ProduceOutcome, int]:
+    """Every entry is checked before anything is stored; returns (outcome, body bytes)."""
     queue_count = ensure_topic(store, topic)
     max_body = store.config.max_message_size_bytes
     messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
-    return put_rows(store, topic, messages)
+    return put_rows(store, topic, messages), sum(len(m.body) for m in messages)
 
 
 def put_rows(store: MessageStore, topic: str, messages: Sequence[Message]) -> ProduceOutcome:
@@ -167,10 +172,6 @@ def arrow_messages(topic: str, batch: ArrowBatch, queue_ids: npt.NDArray[np.int3
     ]
 
 
-#: Above this many distinct property names an Arrow batch goes row by row.
-MAX_PROPERTY_COLUMNS = 64
-
-
 def property_columns(column: pa.MapArray, n: int) -> dict[str, list[str | None]] | None:
     """Per-row property maps pivoted to one column per name (None where a row lacks it), or
     None when there are too many distinct names for columns to pay."""
@@ -199,22 +200,25 @@ def _columnar_queue_ids(queue_ids: npt.NDArray[np.int32] | None) -> tuple[bool, 
     return bool((queue_ids >= 0).all()), queue_ids
 
 
-def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> ProduceOutcome:
+def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> tuple[ProduceOutcome, int]:
     """The columnar ``put_batch`` when the batch fits it (no delay levels, queue ids on every
-    row or on none, a modest set of property names); else ``put_messages`` row by row."""
+    row or on none, a modest set of property names); else ``put_messages`` row by row.
+    Returns (outcome, body bytes)."""
     queue_count = ensure_topic(store, topic)
-    check_body_sizes(pc.binary_length(batch.body), store.config.max_message_size_bytes)
+    sizes = pc.binary_length(batch.body)
+    check_body_sizes(sizes, store.config.max_message_size_bytes)
+    body_bytes = int(pc.sum(sizes).as_py() or 0)
     queue_ids = arrow_queue_ids(topic, batch, queue_count)
     columnar, batch_queue_ids = _columnar_queue_ids(queue_ids)
     has_delay = batch.delay_level is not None and batch.delay_level.null_count < len(batch)
     properties = property_columns(batch.properties, len(batch)) if batch.properties is not None else {}
     if not columnar or has_delay or properties is None:
-        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids))
+        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids)), body_bytes
     keys = None
     if batch.keys is not None:
         joined = pc.binary_join(batch.keys, " ")
         keys = pc.if_else(pc.equal(joined, ""), None, joined).to_pylist()
-    return store.put_batch(
+    outcome = store.put_batch(
         topic,
         batch.body.to_pylist(),
         queue_ids=batch_queue_ids,
@@ -222,3 +226,4 @@ def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> ProduceOutc
         keys=keys,
         properties=properties or None,
     )
+    return outcome, body_bytes

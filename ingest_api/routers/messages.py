@@ -82,16 +82,13 @@ def _produce_batch(broker: Broker, topic: str, content_type: str, raw: bytes) ->
     """Decode, validate and store a batch; returns (JSON response, messages, body bytes). Worker thread."""
     limit = broker.config.max_batch_messages
     if content_type == batches.ARROW_STREAM:
-        arrow_batch = batches.parse_arrow_batch(raw, limit)
-        results = producing.put_arrow(broker.store, topic, arrow_batch)
-        body_bytes = arrow_batch.body.nbytes
+        results, body_bytes = producing.put_arrow(broker.store, topic, batches.parse_arrow_batch(raw, limit))
     else:
         if content_type == batches.NDJSON:
             entries = batches.parse_ndjson_batch(raw, limit)
         else:
             entries = batches.parse_json_batch(raw, limit)
-        results = producing.put_entries(broker.store, topic, entries)
-        body_bytes = len(raw)
+        results, body_bytes = producing.put_entries(broker.store, topic, entries)
     return produce_batch_json(results), len(results), body_bytes
 
 

@@ -238,6 +238,7 @@ class TestOps:
         assert response.headers["content-type"].startswith("text/plain")
         lines = response.text.splitlines()
         assert f'sparkmq_messages_in_total{{topic="{topic}"}} 2' in lines
+        assert f'sparkmq_bytes_in_total{{topic="{topic}"}} 6' in lines
         assert f'sparkmq_messages_out_total{{topic="{topic}"}} 2' in lines
         assert f'sparkmq_bytes_out_total{{topic="{topic}"}} 6' in lines
         assert f'sparkmq_queue_max_offset{{topic="{topic}",queue_id="0"}} 2' in lines
