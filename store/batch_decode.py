@@ -25,6 +25,7 @@ appear once per record (the encoder writes a mapping); those three are checked.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from mmap import mmap
 from typing import Final, NamedTuple
@@ -378,8 +379,18 @@ def _gather_ranges(source: pa.Buffer, begins: I64, lengths: I64, value_type: pa.
         else value_type
     )
     interleaved = pa.Array.from_buffers(base_type, 2 * count, [None, pa.py_buffer(offsets), source])
-    picked = interleaved.take(pa.array(np.arange(0, 2 * count, 2, dtype=np.int64)))
+    picked = interleaved.take(_even_numbers(count))
     return picked.cast(value_type) if large else picked
+
+
+def _even_numbers(count: int) -> pa.Array:
+    """``[0, 2, 4, ...]`` (``count`` of them), sliced from a cached power-of-two-sized array."""
+    return _even_numbers_upto(max(1 << 10, 1 << (count - 1).bit_length())).slice(0, count)
+
+
+@functools.lru_cache(maxsize=1)
+def _even_numbers_upto(capacity: int) -> pa.Array:
+    return pa.array(np.arange(0, 2 * capacity, 2, dtype=np.int64))
 
 
 def _require_utf8(strings: pa.Array, starts: I64, what: str) -> None:
@@ -582,8 +593,15 @@ def _find_names(blob: U8, name_begin: I64, name_len: I64, names: frozenset[str])
         word = np.frombuffer(target[:head], dtype=f"<u{head}")[0]
         candidates = np.flatnonzero(heads == word)
         candidates = candidates[name_len[candidates] == len(target)]
-        for done in range(head, len(target)):
-            candidates = candidates[blob[name_begin[candidates] + done] == target[done]]
+        for done in range(head, len(target), head):
+            width = min(head, len(target) - done)
+            window = _overlapping(blob, f"<u{width}") if width in (1, 2, 4) else None
+            if window is None:
+                for at in range(done, done + width):
+                    candidates = candidates[blob[name_begin[candidates] + at] == target[at]]
+            else:
+                word = np.frombuffer(target[done : done + width], dtype=f"<u{width}")[0]
+                candidates = candidates[window[name_begin[candidates] + done] == word]
         found[name] = candidates
     return found
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import mmap
 import zlib
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -89,7 +88,7 @@ def assert_same(actual: pa.RecordBatch, expected: pa.RecordBatch) -> None:
 def stored(fields: RecordFields) -> RecordFields:
     """The record as the store writes it: large bodies zlib-compressed and flagged."""
     body, sys_flag = prepare_body(fields.body, POLICY)
-    return replace(fields, body=body, sys_flag=fields.sys_flag | sys_flag)
+    return fields._replace(body=body, sys_flag=fields.sys_flag | sys_flag)
 
 
 def build_slice(records: Sequence[RecordFields], gaps: Sequence[bytes] = ()) -> tuple[bytes, list[int]]:
@@ -100,7 +99,7 @@ def build_slice(records: Sequence[RecordFields], gaps: Sequence[bytes] = ()) -> 
     for i, fields in enumerate(records):
         gap = gaps[i] if i < len(gaps) else b""
         position += len(gap)
-        encoded = encode_record(replace(stored(fields), physical_offset=position + 1_000_000))
+        encoded = encode_record(stored(fields)._replace(physical_offset=position + 1_000_000))
         parts += [gap, encoded]
         starts.append(position)
         position += len(encoded)
