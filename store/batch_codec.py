@@ -285,9 +285,23 @@ def _encode_general(cols: BatchColumns, bodies: Sequence[bytes], extra: Sequence
         body_len = len(body)
         append(
             pack(
-                overhead + body_len + len(props), magic, crc32(body) & 0x7FFFFFFF, queue_id, flag,
-                queue_offset, 0, sys_flag, born_ts, born_ip, born_port, store_ts, store_ip, store_port,
-                reconsume, prepared, body_len,
+                overhead + body_len + len(props),
+                magic,
+                crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                flag,
+                queue_offset,
+                0,
+                sys_flag,
+                born_ts,
+                born_ip,
+                born_port,
+                store_ts,
+                store_ip,
+                store_port,
+                reconsume,
+                prepared,
+                body_len,
             )
         )
         append(body)

@@ -168,9 +168,7 @@ class CommitLog:
             offsets, writes, new_files = self._plan(batch)
             batch.patch_physical_offsets(offsets)
             self._execute(writes, new_files)
-            return AppendResult(
-                offsets, batch.sizes, self.queue.max_offset, sum(len(w.data) for w in writes)
-            )
+            return AppendResult(offsets, batch.sizes, self.queue.max_offset, sum(len(w.data) for w in writes))
 
     def append_record(self, record: bytes, store_timestamp_ms: int | None = None) -> int:
         """Append one encoded record; returns its CommitLog offset."""
