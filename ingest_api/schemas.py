@@ -10,8 +10,10 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from store.codec import encode_msg_id
@@ -242,11 +244,7 @@ class MessageOut(BaseModel):
 
     @classmethod
     def of(cls, view: MessageView) -> MessageOut:
-        try:
-            text: str | None = view.body.decode("utf-8")
-            encoded: str | None = None
-        except UnicodeDecodeError:
-            text, encoded = None, base64.b64encode(view.body).decode("ascii")
+        text, encoded = _body_fields(view.body)
         user_properties = {k: v for k, v in view.properties.items() if k not in ("TAGS", "KEYS", "UNIQ_KEY")}
         return cls(
             topic=view.topic,
@@ -264,6 +262,41 @@ class MessageOut(BaseModel):
             store_timestamp=view.store_timestamp_ms,
             reconsume_times=view.reconsume_times,
         )
+
+
+def _body_fields(body: bytes) -> tuple[str | None, str | None]:
+    try:
+        return body.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, base64.b64encode(body).decode("ascii")
+
+
+def messages_from_batch(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """:class:`MessageOut` dicts straight from a ``MESSAGE_SCHEMA`` record batch (column-wise
+    conversion; no model object per message)."""
+    if batch.num_rows == 0:
+        return []
+    columns = {name: batch.column(name).to_pylist() for name in _PLAIN_COLUMNS}
+    for name in ("born_timestamp", "store_timestamp"):
+        micros = pc.cast(batch.column(name), pa.int64()).to_numpy(zero_copy_only=False)
+        columns[name] = (micros // 1000).tolist()
+    bodies = batch.column("body").to_pylist()
+    properties = batch.column("properties").to_pylist()
+    keys = batch.column("keys").to_pylist()
+    rows = []
+    for i in range(batch.num_rows):
+        row = {name: values[i] for name, values in columns.items()}
+        row["keys"] = keys[i] or []
+        row["body"], row["body_base64"] = _body_fields(bodies[i])
+        row["properties"] = dict(properties[i] or ())
+        rows.append(row)
+    return rows
+
+
+#: MESSAGE_SCHEMA columns that convert to JSON as they are.
+_PLAIN_COLUMNS = (
+    "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "uniq_key", "tags", "reconsume_times",
+)  # fmt: skip
 
 
 class PullOut(BaseModel):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -16,11 +18,12 @@ from ingest_api.broker import Broker
 from ingest_api.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from ingest_api.deps import BrokerDep, PrincipalDep
 from ingest_api.params import QueuePath, TopicPath
-from ingest_api.schemas import ErrorOut, MessageOut, OffsetOut, PullOut
+from ingest_api.schemas import ErrorOut, OffsetOut, PullOut, messages_from_batch
 from store.arrow_schema import MESSAGE_SCHEMA
 from store.errors import UnknownQueue, UnknownTopic
 from store.message_store import MessageStore
 from store.names import validate_topic
+from store.queue_reader import BatchReadResult
 from store.types import Boundary, GetStatus
 
 router = APIRouter(prefix="/topics/{topic}/queues/{queue_id}", tags=["queues"])
@@ -59,23 +62,36 @@ class _PullSpec:
     tags: str
 
 
-def _pull_json(store: MessageStore, spec: _PullSpec) -> _Pulled:
-    result = store.get_messages(
+def _read(store: MessageStore, spec: _PullSpec) -> BatchReadResult:
+    result = store.read_batch(
         spec.topic, spec.queue_id, spec.offset, max_messages=spec.limit, tag_expression=spec.tags
     )
     if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
         _check_queue(store, spec.topic, spec.queue_id)
-    out = PullOut(
-        status=result.status.value,
-        messages=[MessageOut.of(view) for view in result.messages],
-        next_offset=result.next_offset,
-        min_offset=result.min_offset,
-        max_offset=result.max_offset,
+    return result
+
+
+def _body_bytes(batch: pa.RecordBatch) -> int:
+    return int(pc.sum(pc.binary_length(batch.column("body"))).as_py() or 0) if batch.num_rows else 0
+
+
+def _pull_json(store: MessageStore, spec: _PullSpec) -> _Pulled:
+    """Messages as ``PullOut`` JSON, converted column-wise from the batch read path."""
+    result = _read(store, spec)
+    payload = json.dumps(
+        {
+            "status": result.status.value,
+            "messages": messages_from_batch(result.batch),
+            "next_offset": result.next_offset,
+            "min_offset": result.min_offset,
+            "max_offset": result.max_offset,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
     )
-    body_bytes = sum(len(view.body) for view in result.messages)
     return _Pulled(
         result.status, result.next_offset, result.min_offset, result.max_offset,
-        len(result.messages), body_bytes, out.model_dump_json(),
+        result.batch.num_rows, _body_bytes(result.batch), payload,
     )  # fmt: skip
 
 
@@ -89,16 +105,11 @@ def arrow_stream_bytes(batch: pa.RecordBatch) -> memoryview:
 
 
 def _pull_arrow(store: MessageStore, spec: _PullSpec) -> _Pulled:
-    result = store.read_batch(
-        spec.topic, spec.queue_id, spec.offset, max_messages=spec.limit, tag_expression=spec.tags
-    )
-    if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
-        _check_queue(store, spec.topic, spec.queue_id)
+    result = _read(store, spec)
     batch = result.batch
-    body_bytes = batch.column("body").nbytes if batch.num_rows else 0
     return _Pulled(
         result.status, result.next_offset, result.min_offset, result.max_offset,
-        batch.num_rows, body_bytes, arrow_stream_bytes(batch),
+        batch.num_rows, _body_bytes(batch), arrow_stream_bytes(batch),
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 
@@ -44,6 +45,26 @@ class TestPull:
         assert [m["body"] for m in rest["messages"]] == [f"m{i}" for i in range(4, 10)]
         end = client.get(f"/topics/{topic}/queues/0/messages", params={"offset": 10}).json()
         assert (end["status"], end["messages"], end["next_offset"]) == ("NO_NEW_MESSAGE", [], 10)
+
+    def test_pulled_message_equals_lookup_by_id(self, client: httpx.Client, topic: str) -> None:
+        # Pull renders from the Arrow batch read path, lookup from a decoded MessageView.
+        client.put(f"/topics/{topic}", json={"queues": 1})
+        sent = [
+            {"body_base64": base64.b64encode(b"\xff\x00bin").decode(), "tags": "t", "keys": ["a", "b"]},
+            {"body": "ünï", "properties": {"p": "1", "q": "2"}},
+        ]
+        for message in sent:
+            assert (
+                client.post(f"/topics/{topic}/messages", json={**message, "queue_id": 0}).status_code == 201
+            )
+        pulled = client.get(f"/topics/{topic}/queues/0/messages").json()["messages"]
+        assert [client.get(f"/messages/{m['msg_id']}").json() for m in pulled] == pulled
+        assert (pulled[0]["body"], pulled[0]["body_base64"]) == (None, sent[0]["body_base64"])
+        assert (pulled[1]["body"], pulled[1]["properties"], pulled[1]["keys"]) == (
+            "ünï",
+            {"p": "1", "q": "2"},
+            [],
+        )
 
     def test_tag_filter(self, client: httpx.Client, topic: str) -> None:
         client.put(f"/topics/{topic}", json={"queues": 1})
