@@ -323,7 +323,18 @@ def test_batch_limit_and_request_size(broker_factory: BrokerFactory) -> None:
 
     response = client.post(path, content=chunks(), headers={"content-type": "application/json"})  # type: ignore[arg-type]
     assert (response.status_code, error_of(response)) == (413, "request_too_large")
+    single = client.post(
+        "/topics/limited/messages", content=chunks(), headers={"content-type": "application/json"}
+    )  # type: ignore[arg-type]
+    assert (single.status_code, error_of(single)) == (413, "request_too_large")
     assert client.get("/topics/limited").status_code == 404
+
+    def small() -> object:
+        yield b'{"messages": [{"body": "chunked"},'
+        yield b' {"body": "ok"}]}'
+
+    response = client.post(path, content=small(), headers={"content-type": "application/json"})  # type: ignore[arg-type]
+    assert (response.status_code, len(response.json()["results"])) == (201, 2)
 
 
 def test_auto_create_off(broker_factory: BrokerFactory) -> None:
