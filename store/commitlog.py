@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,24 +44,26 @@ from store.codec import (
 from store.dispatch_batch import DispatchBatch
 from store.errors import CorruptStore, DataLost, MessageTooLarge, StoreNotWritable
 from store.fs import FileSystem
-from store.java_hash import java_string_hash, java_string_hashes
+from store.java_hash import java_string_hashes
 from store.mapped_file import MappedFile, MappedFileQueue
 from store.types import MessageView
 
 log = logging.getLogger("sparkmq.store")
 
-#: ``tags_code_for(topic, properties, store_timestamp_ms) -> tagsCode`` (the facade decides
-#: SCHEDULE_TOPIC_XXXX's deliver-time codes); :func:`default_tags_code` hashes TAGS.
-TagsCodeFn = Callable[[str, Mapping[str, str], int], int]
+#: ``tags_codes_for(topics, topic_codes, queue_ids, store_timestamps_ms, tags_hashes) -> codes``
+#: for a whole DispatchBatch (the facade decides SCHEDULE_TOPIC_XXXX's deliver-time codes);
+#: :func:`default_tags_codes` keeps the TAGS hashCodes.
+TagsCodesFn = Callable[[tuple[str, ...], I32, I32, I64, I64], I64]
 
 #: Bytes read from a file at a time while scanning.
 SCAN_CHUNK_BYTES = 4 << 20
 
 
-def default_tags_code(topic: str, properties: Mapping[str, str], store_timestamp_ms: int) -> int:
-    """Java ``TAGS.hashCode()``, 0 without tags."""
-    tags = properties.get(PROPERTY_TAGS)
-    return java_string_hash(tags) if tags else 0
+def default_tags_codes(
+    topics: tuple[str, ...], topic_codes: I32, queue_ids: I32, store_timestamps_ms: I64, tags_hashes: I64
+) -> I64:
+    """The ConsumeQueue tagsCode of ordinary topics: Java ``TAGS.hashCode()``, 0 without tags."""
+    return tags_hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,14 +362,14 @@ class CommitLog:
         check_crc: bool = False,
         *,
         max_records: int = 4096,
-        tags_code_for: TagsCodeFn = default_tags_code,
+        tags_codes_for: TagsCodesFn = default_tags_codes,
     ) -> Iterator[DispatchBatch]:
         """Parse records from ``from_offset`` into DispatchBatch chunks of at most
         ``max_records``, stopping at the written end or at the first bad record."""
         stop = _Stop(from_offset)
         for base, chunk, run in self._runs(from_offset, check_crc, stop):
             for lo in range(0, len(run), max_records):
-                yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_code_for)
+                yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_codes_for)
 
     # --- recovery -------------------------------------------------------------------------
 
@@ -436,7 +438,7 @@ def _first_store_timestamp(mapped: MappedFile) -> int | None:
 
 
 def _dispatch_batch(
-    base: int, chunk: bytes, run: RecordRun, lo: int, hi: int, tags_code_for: TagsCodeFn
+    base: int, chunk: bytes, run: RecordRun, lo: int, hi: int, tags_codes_for: TagsCodesFn
 ) -> DispatchBatch:
     """Records ``lo:hi`` of a run as a DispatchBatch (properties decoded here)."""
     spans = zip(run.properties_starts[lo:hi].tolist(), run.properties_lengths[lo:hi].tolist(), strict=True)
@@ -444,12 +446,9 @@ def _dispatch_batch(
     used, topic_codes = np.unique(run.topic_codes[lo:hi], return_inverse=True)
     topics = tuple(run.topic_names[code] for code in used.tolist())
     store_ts = run.store_timestamps_ms[lo:hi]
-    if tags_code_for is default_tags_code:
-        tags_codes = java_string_hashes([p.get(PROPERTY_TAGS) or "" for p in props]).astype(np.int64)
-    else:
-        per_record = (topics[code] for code in topic_codes.tolist())
-        triples = zip(per_record, props, store_ts.tolist(), strict=True)
-        tags_codes = np.fromiter((tags_code_for(*t) for t in triples), dtype=np.int64, count=hi - lo)
+    codes32: I32 = topic_codes.astype(np.int32).ravel()
+    hashes = java_string_hashes([p.get(PROPERTY_TAGS) or "" for p in props]).astype(np.int64)
+    tags_codes = tags_codes_for(topics, codes32, run.queue_ids[lo:hi], store_ts, hashes)
     return DispatchBatch(
         commitlog_offsets=base + run.starts[lo:hi],
         sizes=run.sizes[lo:hi].astype(np.int32),
@@ -458,7 +457,7 @@ def _dispatch_batch(
         queue_offsets=run.queue_offsets[lo:hi],
         store_timestamps_ms=store_ts,
         sys_flags=run.sys_flags[lo:hi],
-        topic_codes=topic_codes.astype(np.int32).ravel(),
+        topic_codes=codes32,
         topics=topics,
         uniq_keys=tuple(p.get(PROPERTY_UNIQ_KEY) for p in props),
         keys=tuple(p.get(PROPERTY_KEYS) for p in props),

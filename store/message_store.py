@@ -47,11 +47,10 @@ from store.flush import GroupCommitService
 from store.fs import FileSystem, OsFileSystem
 from store.idempotence import ProducerRef, ProducerTable, request_uniq_keys
 from store.index_file import IndexService
-from store.java_hash import java_string_hash
 from store.lock import DirectoryLock, remove_abort_file, write_abort_file
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_group, validate_topic
 from store.offset_table import ConsumerOffsetTable, DelayOffsetTable
-from store.producing import build_record, place, tags_code_for, validate_message
+from store.producing import build_record, place, tags_codes_for, tags_hashes_of, validate_message
 from store.queue_reader import BatchReadResult, QueueReader
 from store.recovery import RecoveryReport, rebuild_derived, recover
 from store.services import PeriodicService
@@ -444,14 +443,7 @@ class MessageStore:
             topic_names,
             np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=len(records)),
             np.fromiter((r.queue_id for r in records), dtype=np.int32, count=len(records)),
-            lambda store_ts: np.fromiter(
-                (
-                    tags_code_for(t, p, store_ts, self.delay_levels)
-                    for t, p in zip(topics, props, strict=True)
-                ),
-                dtype=np.int64,
-                count=len(records),
-            ),
+            tags_hashes_of([p.get(PROPERTY_TAGS) for p in props]),
             tuple(p.get(PROPERTY_KEYS) for p in props),
         )
         return [
@@ -477,16 +469,8 @@ class MessageStore:
         keys: Sequence[str | None],
     ) -> BatchPutResult:
         n = len(queue_ids)
-        distinct = {t for t in tags if t}
-        if not distinct:
-            codes = np.zeros(n, dtype=np.int64)
-        elif len(distinct) == 1 and all(tags):
-            codes = np.full(n, java_string_hash(next(iter(distinct))), dtype=np.int64)
-        else:
-            table = {t: java_string_hash(t) for t in distinct}
-            codes = np.fromiter((table[t] if t else 0 for t in tags), dtype=np.int64, count=n)
         return self._append(
-            encoded, (topic,), np.zeros(n, dtype=np.int32), queue_ids, lambda _ts: codes, tuple(keys)
+            encoded, (topic,), np.zeros(n, dtype=np.int32), queue_ids, tags_hashes_of(tags), tuple(keys)
         )
 
     def put_batch(
@@ -638,7 +622,7 @@ class MessageStore:
         topic_names: tuple[str, ...],
         topic_codes: npt.NDArray[np.int32],
         queue_ids: npt.NDArray[np.int32],
-        tags_codes_at: Callable[[int], npt.NDArray[np.int64]],
+        tags_hashes: npt.NDArray[np.int64],
         keys: tuple[str | None, ...],
     ) -> BatchPutResult:
         """Append under the put lock: queue offsets, CommitLog, ConsumeQueue dispatch."""
@@ -654,7 +638,9 @@ class MessageStore:
             dispatch = DispatchBatch(
                 appended.commitlog_offsets,
                 appended.sizes,
-                tags_codes_at(store_ts),
+                tags_codes_for(
+                    topic_names, topic_codes, queue_ids, np.full(n, store_ts), tags_hashes, self.delay_levels
+                ),
                 queue_ids,
                 queue_offsets,
                 np.full(n, store_ts, dtype=np.int64),

@@ -5,7 +5,7 @@ and RocketMQ's two topic rewrites:
 
 * a message with a delay level 1-18 (larger clamps to 18) goes to ``SCHEDULE_TOPIC_XXXX``
   queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``/``DELAY``; its ConsumeQueue tagsCode is
-  the deliver timestamp (see :func:`tags_code_for`);
+  the deliver timestamp (see :func:`tags_codes_for`);
 * a prepared transactional message goes to ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
   ``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG``/``__transactionId__`` and its transaction type reset
   to NOT_TYPE so that it is dispatched to the half topic's own ConsumeQueue.
@@ -13,8 +13,11 @@ and RocketMQ's two topic rewrites:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from store.codec import (
     PROPERTY_DELAY,
@@ -125,12 +128,32 @@ def build_record(
     )
 
 
-def tags_code_for(
-    topic: str, properties: Mapping[str, str], store_timestamp_ms: int, delay_levels: tuple[int, ...]
-) -> int:
-    """ConsumeQueue tagsCode: deliver timestamp for SCHEDULE_TOPIC_XXXX, else TAGS hashCode."""
-    if topic == SCHEDULE_TOPIC:
-        level = clamp_delay_level(int(properties.get(PROPERTY_DELAY, "1")), delay_levels)
-        return store_timestamp_ms + delay_levels[max(level, 1) - 1]
-    tags = properties.get(PROPERTY_TAGS)
-    return java_string_hash(tags) if tags else 0
+def tags_codes_for(
+    topics: tuple[str, ...],
+    topic_codes: npt.NDArray[np.int32],
+    queue_ids: npt.NDArray[np.int32],
+    store_timestamps_ms: npt.NDArray[np.int64],
+    tags_hashes: npt.NDArray[np.int64],
+    delay_levels: tuple[int, ...],
+) -> npt.NDArray[np.int64]:
+    """ConsumeQueue tagsCodes of a batch: the TAGS hashCode, except in SCHEDULE_TOPIC_XXXX
+    where it is the deliver timestamp (store time + the delay of the queue's level)."""
+    if SCHEDULE_TOPIC not in topics:
+        return tags_hashes
+    rows = topic_codes == topics.index(SCHEDULE_TOPIC)
+    delays = np.asarray(delay_levels, dtype=np.int64)
+    level_index = np.clip(queue_ids[rows], 0, len(delays) - 1)
+    codes = tags_hashes.copy()
+    codes[rows] = store_timestamps_ms[rows] + delays[level_index]
+    return codes
+
+
+def tags_hashes_of(tags: Sequence[str | None]) -> npt.NDArray[np.int64]:
+    """Java hashCode of each TAGS value (0 without tags)."""
+    distinct = {t for t in tags if t}
+    if not distinct:
+        return np.zeros(len(tags), dtype=np.int64)
+    if len(distinct) == 1 and all(tags):
+        return np.full(len(tags), java_string_hash(next(iter(distinct))), dtype=np.int64)
+    table = {t: java_string_hash(t) for t in distinct}
+    return np.fromiter((table[t] if t else 0 for t in tags), dtype=np.int64, count=len(tags))

@@ -16,15 +16,15 @@ ConsumeQueue is rebuilt from the CommitLog instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from store.batch_codec import I32, I64
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument
 from store.index_file import IndexService
-from store.producing import tags_code_for
+from store.producing import tags_codes_for
 
 log = logging.getLogger("sparkmq.store")
 
@@ -115,11 +115,11 @@ def _dispatch(
     from_offset: int,
     delay_levels: tuple[int, ...],
 ) -> int:
-    def code(topic: str, properties: Mapping[str, str], store_ts: int) -> int:
-        return tags_code_for(topic, properties, store_ts, delay_levels)
+    def codes(topics: tuple[str, ...], topic_codes: I32, queue_ids: I32, store_ts: I64, hashes: I64) -> I64:
+        return tags_codes_for(topics, topic_codes, queue_ids, store_ts, hashes, delay_levels)
 
     replayed = 0
-    for batch in commitlog.scan(from_offset, check_crc=False, tags_code_for=code):
+    for batch in commitlog.scan(from_offset, check_crc=False, tags_codes_for=codes):
         queues.dispatch(batch)
         if index is not None:
             index.dispatch(batch)

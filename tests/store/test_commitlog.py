@@ -154,7 +154,7 @@ def test_scan_fills_every_dispatch_field(tmp_path: Path) -> None:
     assert batch.uniq_keys == (f"U{0:031d}", f"U{1:031d}", None)
     assert batch.keys == ("k000 x", "k001 x", None)
     assert batch.end_offset == log.max_offset
-    (hooked,) = log.scan(small, tags_code_for=lambda topic, props, ts: ts * 2)
+    (hooked,) = log.scan(small, tags_codes_for=lambda topics, codes, qids, ts, hashes: ts * 2)
     assert hooked.tags_codes.tolist() == [2002, 10]
     log.close()
 
