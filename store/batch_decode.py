@@ -80,6 +80,7 @@ _CHUNK_ROWS: Final = 1 << 15
 _STORE_HOST_WIDTH: Final = RECONSUME_TIMES_POS - STORE_HOST_POS  # IPv4 4 + port 4
 _PHYSICAL_OFFSET_WIDTH: Final = SYS_FLAG_POS - PHYSICAL_OFFSET_POS
 assert MSG_ID.size == _STORE_HOST_WIDTH + _PHYSICAL_OFFSET_WIDTH, "offsetMsgId = store host + offset"
+assert _STORE_HOST_WIDTH == 8, "IPv4 store host: 4 address bytes + 4 port bytes"
 _MSG_ID_DIGITS: Final = 2 * MSG_ID.size
 _HOST_DIGITS: Final = 2 * _STORE_HOST_WIDTH
 _SEP_NAME: Final = ord(NAME_VALUE_SEPARATOR)
@@ -195,7 +196,8 @@ class _Records:
         digits = self.msg_id_digits[lo:hi]
         if not self.host_digits_done:
             hosts = headers[:, STORE_HOST_POS : STORE_HOST_POS + _STORE_HOST_WIDTH]
-            same_host = bool(np.all(hosts == hosts[0]))
+            host_words = _header_field(headers, STORE_HOST_POS, "<u8")  # ip + port as one word
+            same_host = bool(np.all(host_words == host_words[0]))
             digits[:, :_HOST_DIGITS] = _hex(hosts[:1] if same_host else hosts)
         digits[:, _HOST_DIGITS:] = _hex(
             headers[:, PHYSICAL_OFFSET_POS : PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET_WIDTH]
@@ -225,7 +227,7 @@ class _Records:
         topic_len = self.topic_len[lo:hi]
         topic_len[:] = _overlapping(data, TOPIC_LEN_V1.format)[topic_len_at]
         if wide_prefix.any():
-            topic_len[is_v2] = _overlapping(data, TOPIC_LEN_V2.format)[topic_len_at[is_v2]]
+            topic_len[is_v2] = _read_u16(data, topic_len_at[is_v2], TOPIC_LEN_V2.format)
         topic_begin = self.topic_begin[lo:hi]
         np.add(topic_len_at, TOPIC_LEN_V1.size + wide_prefix, out=topic_begin)
         self._track_common_topic(data, lo, topic_begin, topic_len)
@@ -234,7 +236,7 @@ class _Records:
         props_begin = self.props_begin[lo:hi]
         props_len = self.props_len[lo:hi]
         np.add(props_len_at, PROPS_LEN.size, out=props_begin)
-        props_len[:] = _overlapping(data, PROPS_LEN.format)[props_len_at]
+        props_len[:] = _read_u16(data, props_len_at, PROPS_LEN.format)
         _require(at, props_begin + props_len == ends, "lengths do not add up to total size")
 
     def _track_common_topic(self, data: U8, lo: int, topic_begin: I64, topic_len: I64) -> None:
@@ -337,6 +339,15 @@ def _header_field(headers: U8, position: int, dtype: str) -> npt.NDArray[np.inte
     """One big-endian header field of every row (a strided view: no copy)."""
     count = len(headers)
     return np.ndarray((count,), dtype=dtype, buffer=headers, offset=position, strides=(BODY_POS,))
+
+
+def _read_u16(data: U8, positions: I64, struct_format: str) -> I64:
+    """A 2-byte unsigned field at each position (two 1-byte gathers: NumPy's unaligned
+    multi-byte gathers take a slow path)."""
+    assert struct_format in (">H", "<H"), struct_format
+    first = data[positions].astype(np.int64)
+    second = data[positions + 1].astype(np.int64)
+    return (first << 8) | second if struct_format == ">H" else (second << 8) | first
 
 
 def _hex(raw: U8) -> U8:
