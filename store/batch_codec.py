@@ -56,6 +56,7 @@ from store.codec import (
     RecordFields,
     encode_properties,
     encode_record,
+    encode_uniq_key,
     ip4_bytes,
     month_start_ms,
     prepare_body,
@@ -380,6 +381,10 @@ def _encode_uniform(cols: BatchColumns, bodies: Sequence[bytes]) -> EncodedBatch
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 
 
+#: Up to this many keys are generated without NumPy.
+_SCALAR_KEYS = 8
+
+
 class UniqKeyGenerator:
     """RocketMQ ``MessageClientIDSetter``: 32 hex chars, unique per generator.
 
@@ -444,6 +449,14 @@ class UniqKeyGenerator:
 
     def next_batch(self, n: int) -> list[str]:
         """n keys, in generation order."""
+        if n <= _SCALAR_KEYS:  # NumPy's per-call overhead dominates tiny batches
+            start_ms, start_counter = self._reserve(n)
+            prefix = self._prefix.hex().upper()
+            base = start_ms - self._month_start(start_ms)
+            return [
+                encode_uniq_key(prefix, base + (linear >> 16), linear)
+                for linear in range(start_counter, start_counter + n)
+            ]
         text = self.next_batch_ascii(n).tobytes().decode("ascii")
         return [text[i : i + UNIQ_KEY_HEX_LEN] for i in range(0, len(text), UNIQ_KEY_HEX_LEN)]
 

@@ -240,3 +240,11 @@ def test_uniq_keys_are_carried_by_both_paths(bodies: list[bytes]) -> None:
     batch = encode_columns(BatchColumns("t", bodies, properties={"UNIQ_KEY": keys}), POLICY)
     assert list(batch.uniq_keys) == keys
     assert [decode_record(batch.record(i)).uniq_key for i in range(2)] == keys
+
+
+def test_scalar_and_batched_uniq_keys_agree_across_counter_wrap() -> None:
+    scalar = UniqKeyGenerator(clock_ms=lambda: 1_763_700_000_000, pid=1, loader_hash=2)
+    batched = UniqKeyGenerator(clock_ms=lambda: 1_763_700_000_000, pid=1, loader_hash=2)
+    one_by_one = [scalar.next() for _ in range(70_000)]
+    assert one_by_one == batched.next_batch(70_000)
+    assert len(set(one_by_one)) == 70_000
