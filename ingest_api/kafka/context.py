@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
 from ingest_api.kafka.framing import MAX_REQUEST_BYTES
+from ingest_api.kafka.names import KafkaNamedStore
 from ingest_api.kafka.producer_state import PRODUCER_IDS_FILE, ProducerIdAllocator, ProducerStateTable
 from ingest_api.kafka.store_port import KafkaStore
 from store.errors import InvalidArgument
@@ -121,6 +122,7 @@ class ArrivalNotifier:
 
 @dataclass
 class GatewayContext:
+    #: The broker's store seen through Kafka names (:mod:`ingest_api.kafka.names`).
     store: KafkaStore
     config: GatewayConfig
     loop: asyncio.AbstractEventLoop
@@ -149,7 +151,7 @@ class GatewayContext:
         )
         config_dir = Path(store.config.store_dir) / "config"
         return cls(
-            store=store,
+            store=KafkaNamedStore(store),
             config=config,
             loop=loop,
             executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),

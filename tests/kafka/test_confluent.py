@@ -80,20 +80,20 @@ def test_produce_flush_every_compression_and_acks(
 
 
 def test_group_consumer_with_auto_commit(bootstrap: str, store: MessageStore) -> None:
-    store.create_topic("ck-group", 3)
+    store.create_topic("ck%2Egroup", 3)  # Kafka "ck.group"
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **FAST})
     for i in range(60):
-        producer.produce("ck-group", value=b"m%d" % i, key=b"key-%d" % i, headers=[("n", b"%d" % i)])
+        producer.produce("ck.group", value=b"m%d" % i, key=b"key-%d" % i, headers=[("n", b"%d" % i)])
     assert producer.flush(10) == 0
-    client = consumer(bootstrap, **{"group.id": "ck-g1", "auto.commit.interval.ms": 100})
+    client = consumer(bootstrap, **{"group.id": "ck.g1", "auto.commit.interval.ms": 100})
     try:
-        client.subscribe(["ck-group"])
+        client.subscribe(["ck.group"])
         got = poll_values(client, 60)
         assert sorted(m.value() for m in got) == sorted(b"m%d" % i for i in range(60))
         assert all(m.headers() == [("n", m.value()[1:])] for m in got)
         assert all(m.key() == b"key-" + m.value()[1:] for m in got)
         wait_until(
-            lambda: (client.poll(0.05), store.lag("ck-g1", "ck-group"))[1] == {0: 0, 1: 0, 2: 0},
+            lambda: (client.poll(0.05), store.lag("ck%2Eg1", "ck%2Egroup"))[1] == {0: 0, 1: 0, 2: 0},
             10,
             "auto-commit to reach the end",
         )

@@ -43,7 +43,7 @@ class Broker:
     @property
     def store(self) -> MessageStore:
         assert self.kafka.gateway is not None
-        store = self.kafka.gateway.context.store
+        store = self.kafka.gateway.context.store.inner  # type: ignore[attr-defined]
         assert isinstance(store, MessageStore)
         return store
 

@@ -65,14 +65,14 @@ def test_produce_flush_every_compression_and_acks(
 
 
 def test_group_consumer_with_auto_commit(bootstrap: str, store: MessageStore) -> None:
-    store.create_topic("kp-group", 3)
+    store.create_topic("kp%2Egroup", 3)  # Kafka "kp.group" (see ingest_api/kafka/names.py)
     client = producer(bootstrap)
     for i in range(60):
-        client.send("kp-group", value=b"m%d" % i, key=b"key-%d" % (i % 7), headers=[("n", str(i).encode())])
+        client.send("kp.group", value=b"m%d" % i, key=b"key-%d" % (i % 7), headers=[("n", str(i).encode())])
     client.flush(10)
     client.close(5)
     consumer = KafkaConsumer(
-        "kp-group", bootstrap_servers=bootstrap, group_id="kp-g1", auto_commit_interval_ms=100, **CONSUMER
+        "kp.group", bootstrap_servers=bootstrap, group_id="kp.g1", auto_commit_interval_ms=100, **CONSUMER
     )
     seen: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = []
     try:
@@ -84,13 +84,13 @@ def test_group_consumer_with_auto_commit(bootstrap: str, store: MessageStore) ->
         assert {value for _, value, _ in seen} == {b"m%d" % i for i in range(60)}
         assert all(headers == [("n", value[1:])] for _, value, headers in seen)
         wait_until(
-            lambda: (consumer.poll(50), store.lag("kp-g1", "kp-group"))[1] == {0: 0, 1: 0, 2: 0},
+            lambda: (consumer.poll(50), store.lag("kp%2Eg1", "kp%2Egroup"))[1] == {0: 0, 1: 0, 2: 0},
             10,
             "auto-commit to reach the end",
         )
     finally:
         consumer.close()
-    assert sum(store.committed_offsets("kp-g1", "kp-group").values()) == 60
+    assert sum(store.committed_offsets("kp%2Eg1", "kp%2Egroup").values()) == 60
 
 
 def _assigned(consumer: KafkaConsumer) -> set[int]:
@@ -154,6 +154,9 @@ def test_offsets_for_times_and_seek(bootstrap: str, store: MessageStore) -> None
 
 def test_admin_create_and_delete_topics(admin: KafkaAdminClient, store: MessageStore) -> None:
     admin.create_topics([NewTopic("kp-admin", 4, 1), NewTopic("kp-admin-default", -1, -1)])
+    admin.create_topics([NewTopic("kp.dotted.name", 2, 1)])
+    assert store.queue_count("kp%2Edotted%2Ename") == 2
+    assert "kp.dotted.name" in admin.list_topics()
     assert store.queue_count("kp-admin") == 4
     assert store.queue_count("kp-admin-default") == 3  # the store's default queue count
     assert {"kp-admin", "kp-admin-default"} <= set(admin.list_topics())

@@ -2,8 +2,9 @@
 
 * Partitions = the store's queue count; ``num_partitions=-1`` uses the store default.
 * Replication factor must be -1 or 1 (single broker), else INVALID_REPLICATION_FACTOR.
-* Topic names follow the store's rules (``[%|a-zA-Z0-9_-]``, no ``.``); others get
-  INVALID_TOPIC_EXCEPTION. System topics can be neither created nor deleted.
+* Names are percent-encoded for the store where needed (:mod:`ingest_api.kafka.names`); a
+  name the store still refuses (too long) gets INVALID_TOPIC_EXCEPTION. System topics can be
+  neither created nor deleted.
 * Topic configs are accepted and ignored.
 """
 
