@@ -36,7 +36,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,14 +269,27 @@ class SinkStaging:
     one over a store it opened (it holds the directory lock); the broker builds one at start.
     """
 
-    def __init__(self, store: MessageStore, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_event(name)`` is called at each step of a commit (``decided``, ``chunk-<k>``
+        after chunk k is stored, ``published``): a seam for fault-injection tests."""
         if chunk_rows < 1:
             raise InvalidArgument("chunk_rows must be >= 1")
+        self._on_event = on_event
         self.store = store
         self.root = staging_root(store.config.store_dir)
         self.chunk_rows = chunk_rows
         self._guard = threading.Lock()
         self._sink_locks: dict[str, threading.Lock] = {}
+
+    def _event(self, name: str) -> None:
+        if self._on_event is not None:
+            self._on_event(name)
 
     def _sink_lock(self, sink_id: str) -> threading.Lock:
         with self._guard:
@@ -345,7 +358,9 @@ class SinkStaging:
                     "sink %s batch %d: replay; keeping the earlier decision (%d parts)",
                     sink_id, batch_id, len(manifest.parts),
                 )  # fmt: skip
+            self._event("decided")
             self._publish(manifest, resume=not decided_now)
+            self._event("published")
             self._mark_published(sink_id, batch_id)
             return CommitOutcome(sink_id, batch_id, manifest.rows, decided_now=decided_now)
 
@@ -446,6 +461,7 @@ class SinkStaging:
                 ref = ProducerRef(producer_id, sequence)
                 sequence += 1
                 resume = self._put_chunk(topic, chunk, delayed, ref, resume=resume)
+                self._event(f"chunk-{ref.sequence}")
 
     def _put_chunk(
         self, topic: str, chunk: pa.Table, delayed: bool, ref: ProducerRef, *, resume: bool

@@ -6,6 +6,7 @@ Not a conftest: imported explicitly by ``test_sink*.py`` / ``test_exactly_once*.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,260 @@ def assert_exactly_once(bodies: Iterable[bytes], expected: Iterable[bytes]) -> N
     assert not dupes, f"{len(dupes)} duplicated rows, e.g. {sorted(dupes.items())[:5]}"
     assert not missing, f"{len(missing)} lost rows, e.g. {missing[:5]}"
     assert not extra, f"{len(extra)} unexpected rows, e.g. {extra[:5]}"
+
+
+# -- Spark: registration, UDFs that fail once ----------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SUBPROCESS_TIMEOUT_S = 240.0
+
+
+def register_sink(spark: Any) -> None:
+    """Make ``format("sparkmq")`` writable on ``spark`` and let workers unpickle this module."""
+    import sys
+
+    from pyspark import cloudpickle
+
+    from streaming.sink import sink_enabled_source
+
+    if __name__ != "__main__":
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(sink_enabled_source())
+
+
+def fail_once(marker: str, poison: bytes) -> Any:
+    """A function for a UDF: raises on the row ``poison`` the first time only (marker file)."""
+
+    def check(body: bytes) -> bytes:
+        import os as _os
+
+        if bytes(body) == poison and not _os.path.exists(marker):
+            with open(marker, "w") as out:
+                out.write("failed once\n")
+            raise RuntimeError(f"injected task failure on {poison!r} (test)")
+        return bytes(body)
+
+    return check
+
+
+def wait_for(condition: Any, timeout_s: float, what: str, poll_s: float = 0.1) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def source_bodies(count: int, start: int = 0) -> list[bytes]:
+    return [b"id-%07d" % i for i in range(start, start + count)]
+
+
+def fill_source(store_dir: Path, topic: str, count: int, queues: int = 4) -> list[bytes]:
+    """A fresh store with ``count`` unique bodies in ``topic``; returns them."""
+    from store import MessageStore, StoreConfig
+
+    bodies = source_bodies(count)
+    with MessageStore.open(StoreConfig(store_dir=store_dir).validate()) as ms:
+        ms.create_topic(topic, queues)
+        ms.put_batch(topic, bodies)
+    return bodies
+
+
+# -- pipelines (run in the test's session or in a killable subprocess) -------------------------
+
+
+def start_pipeline(spark: Any, spec: dict[str, Any]) -> Any:
+    """Start the pipeline ``spec`` describes; returns the StreamingQuery.
+
+    spec: ``source`` (options of the sparkmq source), ``sink`` ("sparkmq" or "parquet"),
+    ``sink_options``, ``checkpoint``, ``output`` (parquet dir), ``fail_marker`` + ``poison``
+    (a task fails once on that body), ``shuffle`` (repartition: replays may partition rows
+    differently), ``trigger`` ("availableNow" or "processingTime").
+    """
+    from pyspark.sql.functions import col, udf
+
+    reader = spark.readStream.format("sparkmq")
+    for key, value in spec["source"].items():
+        reader = reader.option(key, value)
+    df = reader.load().select("body", "uniq_key")
+    if spec.get("fail_marker"):
+        check = udf(fail_once(spec["fail_marker"], spec["poison"].encode()), "binary")
+        df = df.withColumn("body", check(col("body")))
+    if spec.get("shuffle"):
+        df = df.repartition(3)
+    if spec["sink"] == "sparkmq":
+        writer = df.selectExpr("body", "uniq_key AS keys").writeStream.format("sparkmq")
+        for key, value in spec["sink_options"].items():
+            writer = writer.option(key, value)
+    else:
+        writer = df.select("body").writeStream.format("parquet").option("path", spec["output"])
+    writer = writer.option("checkpointLocation", spec["checkpoint"])
+    if spec.get("trigger", "availableNow") == "availableNow":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="200 milliseconds")
+    return writer.start()
+
+
+def run_to_end(spark: Any, spec: dict[str, Any], attempts: int = 4) -> list[str]:
+    """Run the pipeline until an AvailableNow run ends without error, restarting from the
+    checkpoint after each failure (as an operator would); returns the failures seen."""
+    from pyspark.errors import StreamingQueryException
+
+    failures: list[str] = []
+    for _ in range(attempts):
+        query = start_pipeline(spark, spec)
+        try:
+            finished = query.awaitTermination(SUBPROCESS_TIMEOUT_S)
+        except StreamingQueryException as exc:
+            failures.append(str(exc).splitlines()[0][:300])
+            continue
+        assert finished, "the AvailableNow run did not finish"
+        if query.exception() is None:
+            return failures
+        failures.append(str(query.exception())[:300])
+    raise AssertionError(f"pipeline still failing after {attempts} runs: {failures}")
+
+
+def parquet_bodies(spark: Any, output: str) -> list[bytes]:
+    return [bytes(r.body) for r in spark.read.parquet(output).collect()]
+
+
+def spark_env() -> dict[str, str]:
+    import os
+    import sys
+
+    env = dict(os.environ)
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None) -> Any:
+    """A subprocess in its own process group (so ``kill_group`` takes its JVM and workers too)."""
+    import subprocess
+    import sys
+
+    log = open(log_path, "wb")  # noqa: SIM115 (closed with the process by the caller's kill_group)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.streaming.eo_helpers", *args],
+        cwd=REPO_ROOT,
+        env=env or spark_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def kill_group(proc: Any) -> None:
+    """kill -9 the process and everything in its group (driver JVM, Python workers)."""
+    import os
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(group_gone, 60, "the killed process group to disappear")
+
+
+# -- a broker in a subprocess (killable), with the sinks router -----------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start_broker(store_dir: Path, port: int, log_path: Path, fault: str | None = None) -> Any:
+    """``sparkmq serve`` + sinks router in a subprocess; ``fault`` = ``<event>:<marker>`` makes
+    its sink publishing block at that event (once) until the test kills it."""
+    import httpx
+
+    args = ["broker", str(store_dir), str(port)] + ([fault] if fault else [])
+    proc = spawn(args, log_path)
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"broker exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, 60, "the broker subprocess to answer /healthz", poll_s=0.2)
+    return proc
+
+
+def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
+    import contextlib
+
+    from ingest_api.config import ServerConfig
+    from ingest_api.routers import sinks
+    from ingest_api.server import build_server
+    from store import StoreConfig
+    from store.sink_staging import SinkStaging
+    from streaming.sink import Fault
+
+    @contextlib.asynccontextmanager
+    async def fault_hook(broker: Any) -> Any:
+        if fault:
+            point, marker = fault.split(":", 1)
+            hook = Fault(point, "block", marker)
+            broker._sink_staging = SinkStaging(broker.store, on_event=hook.hit)
+        yield
+
+    config = ServerConfig(
+        store=StoreConfig(store_dir=Path(store_dir)).validate(), port=port, log_level="warning"
+    ).validate()
+    server = build_server(config, companions=[sinks.sink_recovery, fault_hook])
+    if not any(getattr(r, "path", "").startswith("/sinks") for r in server.app.routes):
+        server.app.include_router(sinks.router)
+    server.run()
+
+
+def _query_main(spec_json: str) -> None:
+    import json
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    spec = json.loads(spec_json)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("sparkmq-eo-driver")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sink(spark)
+    query = start_pipeline(spark, spec)
+    query.awaitTermination(SUBPROCESS_TIMEOUT_S)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1] == "broker":
+        _broker_main(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
+    elif sys.argv[1] == "query":
+        _query_main(sys.argv[2])

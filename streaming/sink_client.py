@@ -1,0 +1,94 @@
+"""The sink's HTTP client for ``endpoint`` mode (routes in ``ingest_api/routers/sinks.py``).
+
+Every call is idempotent (a part id is unique per task attempt; a commit of a decided batch
+publishes the earlier decision), so transport errors and 5xx answers — a broker restarting
+mid-batch — are retried with backoff until ``retry_timeout_s``; 4xx answers are final.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from store.errors import SparkMQError
+from store.sink_staging import StagedPart
+from streaming.sink_columns import SinkOptions
+
+ARROW_FILE = "application/vnd.apache.arrow.file"
+
+
+class SinkRequestFailed(SparkMQError):
+    """The broker refused a sink request, or stayed unreachable for the whole retry window."""
+
+    code = "sink_request_failed"
+
+
+class SinkClient:
+    """One pooled client per (endpoint, token) and process (Spark reuses its workers)."""
+
+    _cache: dict[tuple[str, str | None], SinkClient] = {}
+    _cache_lock = threading.Lock()
+
+    def __init__(self, endpoint: str, token: str | None, timeout_s: float, retry_timeout_s: float) -> None:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s)
+        self.retry_timeout_s = retry_timeout_s
+
+    @classmethod
+    def for_options(cls, options: SinkOptions) -> SinkClient:
+        assert options.endpoint is not None
+        key = (options.endpoint, options.auth_token)
+        with cls._cache_lock:
+            client = cls._cache.get(key)
+            if client is None:
+                client = cls._cache[key] = cls(
+                    options.endpoint, options.auth_token, options.request_timeout_s, options.retry_timeout_s
+                )
+            client.retry_timeout_s = options.retry_timeout_s
+            return client
+
+    def put_part(self, sink_id: str, batch_id: int, part_id: str, payload: bytes) -> int:
+        answer = self._call(
+            "PUT",
+            f"/sinks/{sink_id}/batches/{batch_id}/parts/{part_id}",
+            content=payload,
+            headers={"content-type": ARROW_FILE},
+        )
+        return int(answer["rows"])
+
+    def commit(self, sink_id: str, batch_id: int, parts: Sequence[StagedPart]) -> dict[str, Any]:
+        body = {"parts": [{"part_id": p.part_id, "rows": p.rows} for p in parts]}
+        return self._call("POST", f"/sinks/{sink_id}/batches/{batch_id}:commit", json=body)
+
+    def abort(self, sink_id: str, batch_id: int, part_ids: Sequence[str]) -> dict[str, Any]:
+        return self._call(
+            "POST", f"/sinks/{sink_id}/batches/{batch_id}:abort", json={"part_ids": list(part_ids)}
+        )
+
+    def _call(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + self.retry_timeout_s
+        delay = 0.1
+        while True:
+            try:
+                response = self._http.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 300:
+                    answer: dict[str, Any] = response.json()
+                    return answer
+                if response.status_code < 500:
+                    raise SinkRequestFailed(
+                        f"{method} {url}: HTTP {response.status_code}: {response.text[:500]}"
+                    )
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+            if time.monotonic() + delay > deadline:
+                raise SinkRequestFailed(
+                    f"{method} {url}: broker unavailable for {self.retry_timeout_s:.0f}s ({problem})"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -1,0 +1,239 @@
+"""Options and input columns of the ``sparkmq`` sink, and their conversion to staged parts.
+
+Pure (no I/O, no Spark session): :func:`parse_sink_options` turns Spark's ``str -> str``
+options into a frozen :class:`SinkOptions`; :func:`check_input_schema` refuses, at query start,
+a DataFrame without ``body`` or with a column of the wrong type (the message names the
+column); :func:`to_part_batch` turns one Arrow batch of the input into
+:data:`store.sink_staging.PART_SCHEMA` on the executors, vectorised.
+
+Input columns (all but ``body`` optional)::
+
+    body          binary | string        the message body (null is refused)
+    topic         string                 per-row topic; null or absent -> option ``topic``
+    tags          string
+    keys          string | array<string> RocketMQ KEYS (an array is joined with spaces)
+    properties    map<string,string>     user properties
+    queue_id      tinyint..bigint        explicit queue (wins over sharding_key)
+    sharding_key  string                 queue = abs(javaHash(key)) % queues (RocketMQ order)
+    delay_level   tinyint..bigint        1-18: delivered later through SCHEDULE_TOPIC_XXXX
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store.errors import InvalidArgument
+from store.names import validate_topic
+from store.sink_staging import PART_SCHEMA, check_id
+
+MIB = 1 << 20
+
+
+class InvalidSinkOption(InvalidArgument):
+    """An option of ``writeStream/write.format("sparkmq")`` is missing, malformed or contradictory."""
+
+    code = "invalid_sink_option"
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"sparkmq sink option '{option}': {problem}")
+        self.option = option
+
+
+class InvalidSinkColumn(InvalidArgument):
+    """The DataFrame written to ``sparkmq`` lacks ``body`` or has a column of the wrong type."""
+
+    code = "invalid_sink_column"
+
+    def __init__(self, column: str, problem: str) -> None:
+        super().__init__(f"sparkmq sink column '{column}': {problem} ({ACCEPTED_HELP})")
+        self.column = column
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Validated sink options. Picklable (travels to executors inside the writer)."""
+
+    endpoint: str | None
+    path: str | None
+    #: Topic of rows without a ``topic`` value.
+    topic: str | None
+    #: Fixed sink id; None = the streaming query's id (stable across restarts of a checkpoint).
+    sink_id: str | None
+    #: Batch writes only: a fixed batch id (with ``sinkId``, makes a re-run of a job a no-op).
+    batch_id: int | None
+    request_timeout_s: float
+    #: How long an upload or commit keeps retrying a broker that is down (restarting).
+    retry_timeout_s: float
+    #: Endpoint mode: a task uploads its rows in parts of about this many bytes.
+    part_max_bytes: int
+    auth_token: str | None = field(default=None, repr=False)
+    #: Test-only fault injection (see ``streaming.sink.Fault``); never documented for users.
+    fault: str | None = None
+
+
+_KNOWN = {
+    "endpoint", "path", "topic", "sinkid", "batchid", "requesttimeoutms", "retrytimeoutms",
+    "partmaxbytes", "authtoken", "checkpointlocation", "_faultinjection",
+}  # fmt: skip
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    lower = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(set(lower) - _KNOWN)
+    if unknown:
+        raise InvalidSinkOption(unknown[0], "unknown option (see docs/exactly_once.md)")
+    endpoint, path = lower.get("endpoint"), lower.get("path")
+    if (endpoint is None) == (path is None):
+        raise InvalidSinkOption(
+            "endpoint", "set exactly one of 'endpoint' (broker URL) and 'path' (store dir)"
+        )
+    if endpoint is not None:
+        parsed = urlparse(endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidSinkOption("endpoint", f"must be an http(s) URL, got {endpoint!r}")
+        endpoint = endpoint.rstrip("/")
+    if path is not None and not os.path.isdir(path):
+        raise InvalidSinkOption("path", f"{path!r} is not an existing store directory")
+    topic = lower.get("topic")
+    if topic is not None:
+        try:
+            validate_topic(topic)
+        except InvalidArgument as exc:
+            raise InvalidSinkOption("topic", str(exc)) from exc
+    sink_id = lower.get("sinkid")
+    if sink_id is not None:
+        try:
+            check_id("sink id", sink_id)
+        except InvalidArgument as exc:
+            raise InvalidSinkOption("sinkId", str(exc)) from exc
+    return SinkOptions(
+        endpoint=endpoint,
+        path=path,
+        topic=topic,
+        sink_id=sink_id,
+        batch_id=_int(lower, "batchId", None, minimum=0),
+        request_timeout_s=(_int(lower, "requestTimeoutMs", 30_000) or 30_000) / 1000,
+        retry_timeout_s=(_int(lower, "retryTimeoutMs", 120_000, minimum=0) or 0) / 1000,
+        part_max_bytes=_int(lower, "partMaxBytes", 32 * MIB) or 32 * MIB,
+        auth_token=lower.get("authtoken") or None,
+        fault=lower.get("_faultinjection") or None,
+    )
+
+
+def _int(lower: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+    raw = lower.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidSinkOption(name, f"must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidSinkOption(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+# -- input schema --------------------------------------------------------------------------------
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+ACCEPTED = {
+    "body": ("binary", "string"),
+    "topic": ("string",),
+    "tags": ("string",),
+    "keys": ("string", "array<string>"),
+    "properties": ("map<string,string>",),
+    "queue_id": _INTEGERS,
+    "sharding_key": ("string",),
+    "delay_level": _INTEGERS,
+}
+ACCEPTED_HELP = "accepted columns: " + ", ".join(f"{c} {'|'.join(t)}" for c, t in ACCEPTED.items())
+
+
+def check_input_schema(schema: Any, default_topic: str | None) -> None:
+    """Refuse a DataFrame the sink cannot write; ``schema`` is a pyspark ``StructType``."""
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
+    if "body" not in types:
+        raise InvalidSinkColumn("body", f"is required; the DataFrame has {sorted(types) or 'no columns'}")
+    for name, spark_type in types.items():
+        allowed = ACCEPTED.get(name)
+        if allowed is None:
+            raise InvalidSinkColumn(name, "is not a column the sink knows (rename or drop it)")
+        if spark_type not in allowed:
+            raise InvalidSinkColumn(name, f"has type {spark_type}; expected {' or '.join(allowed)}")
+    if default_topic is None and "topic" not in types:
+        raise InvalidSinkOption("topic", "is required unless the DataFrame has a 'topic' column")
+
+
+# -- executor-side conversion -----------------------------------------------------------------
+
+
+def to_part_batch(batch: pa.RecordBatch, default_topic: str | None) -> pa.RecordBatch:
+    """One input batch (checked schema) as a :data:`PART_SCHEMA` batch, column by column."""
+    n = batch.num_rows
+    names = set(batch.schema.names)
+
+    def column(name: str) -> pa.Array | None:
+        return batch.column(name) if name in names else None
+
+    body = column("body")
+    assert body is not None
+    if body.null_count:
+        raise InvalidSinkColumn("body", f"is null in {body.null_count} row(s); a message needs a body")
+    body = body.cast(pa.binary())
+    topic = _topic_column(column("topic"), default_topic, n)
+    keys = column("keys")
+    if keys is not None and (pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type)):
+        keys = pc.binary_join(keys, " ")
+    return pa.RecordBatch.from_arrays(
+        [
+            topic,
+            body,
+            _cast_or_nulls(column("tags"), pa.string(), n),
+            _cast_or_nulls(keys, pa.string(), n),
+            _map_column(column("properties"), n),
+            _cast_or_nulls(column("queue_id"), pa.int32(), n),
+            _cast_or_nulls(column("sharding_key"), pa.string(), n),
+            _cast_or_nulls(column("delay_level"), pa.int32(), n),
+        ],
+        schema=PART_SCHEMA,
+    )
+
+
+def _topic_column(topic: pa.Array | None, default: str | None, n: int) -> pa.Array:
+    if topic is None or topic.null_count == n:
+        if default is None:
+            raise InvalidSinkColumn("topic", "is null and no 'topic' option is set")
+        return pa.array([default] * n, pa.string()) if n else pa.array([], pa.string())
+    topic = topic.cast(pa.string())
+    if topic.null_count:
+        if default is None:
+            raise InvalidSinkColumn(
+                "topic", f"is null in {topic.null_count} row(s) and no 'topic' option is set"
+            )
+        topic = pc.fill_null(topic, default)
+    return topic
+
+
+def _cast_or_nulls(values: pa.Array | None, to: pa.DataType, n: int) -> pa.Array:
+    if values is None:
+        return pa.nulls(n, to)
+    return values if values.type == to else values.cast(to)
+
+
+def _map_column(values: pa.Array | None, n: int) -> pa.Array:
+    to = PART_SCHEMA.field("properties").type
+    if values is None:
+        return pa.nulls(n, to)
+    if values.type == to:
+        return values
+    return pa.MapArray.from_arrays(
+        values.offsets, values.keys.cast(pa.string()), values.items.cast(pa.string()),
+        mask=values.is_null() if values.null_count else None,
+    )  # fmt: skip
