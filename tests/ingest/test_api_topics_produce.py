@@ -155,6 +155,12 @@ class TestProduceOne:
         response = client.post(f"/topics/{topic}/messages", json={"body": "x" * (4 * 1024 * 1024 + 1)})
         assert (response.status_code, error_of(response)) == (413, "message_too_large")
 
+    def test_properties_over_32_kib_are_413(self, client: httpx.Client, topic: str) -> None:
+        response = client.post(
+            f"/topics/{topic}/messages", json={"body": "a", "properties": {"p": "v" * 40_000}}
+        )
+        assert (response.status_code, error_of(response)) == (413, "message_too_large")
+
     def test_wrong_media_type_is_415(self, client: httpx.Client, topic: str) -> None:
         response = client.post(
             f"/topics/{topic}/messages", content=b"hi", headers={"content-type": "text/plain"}
