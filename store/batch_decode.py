@@ -584,11 +584,17 @@ def _canonical_pairs(segment: U8, row_bytes: I64) -> _Pairs | None:
     value_len -= 1
     if int(value_end[-1]) != len(segment) - 1 or int(name_len.min()) <= 0 or int(value_len.min()) <= 0:
         return None
-    row_pairs[1:] = np.searchsorted(value_end, row_bytes[1:])
+    # A pair closes a row when the byte after its \x02 is a row boundary. Every non-empty row
+    # must be closed so (boundaries of empty rows coincide with another row's, or with 0).
     ends = row_bytes[1:]
-    nonempty = np.flatnonzero(ends > row_bytes[:-1])
-    if not np.array_equal(value_end[row_pairs[nonempty + 1] - 1], ends[nonempty] - 1):
+    nonempty = ends > row_bytes[:-1]
+    boundary = np.zeros(len(segment) + 1, dtype=np.bool_)
+    boundary[ends] = True
+    last_pairs = np.flatnonzero(boundary[value_end + 1])
+    if len(last_pairs) != int(np.count_nonzero(nonempty)):
         return None  # a row whose bytes do not end with a \x02
+    row_pairs[1:][nonempty] = last_pairs + 1
+    np.maximum.accumulate(row_pairs, out=row_pairs)
     return _Pairs(name_begin, name_len, name_end + 1, value_len, row_pairs)
 
 

@@ -300,6 +300,19 @@ def test_non_canonical_properties_fall_back_to_codec_semantics(raw: bytes) -> No
     assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
 
 
+def test_pair_straddling_two_records_is_not_parsed_across_them() -> None:
+    # Concatenated, the two properties strings look canonical ("AB\x01bc\x02C\x01d\x02"), but the
+    # first record's do not end with \x02: each record must be parsed on its own.
+    buf, starts = build_slice([RecordFields(topic="t", body=b"b", properties={"P": "xx"})] * 2)
+    out = bytearray(buf)
+    for start, raw in zip(starts, [b"AB\x01bc", b"\x02C\x01d\x02"], strict=True):
+        end = start + int.from_bytes(buf[start + TOTAL_SIZE_POS : start + TOTAL_SIZE_POS + 4], "big")
+        out[end - len(raw) : end] = raw
+    batch = decode_records_to_arrow(bytes(out), starts)
+    assert batch.column("properties").to_pylist() == [[("AB", "bc")], [("C", "d")]]
+    assert_same(batch, reference_batch(bytes(out), starts))
+
+
 # --- corruption ------------------------------------------------------------------------------
 
 
