@@ -212,29 +212,48 @@ def _decode_records(
     varint = _varint
     no_headers: tuple[Header, ...] = ()
     pos = 0
-    # Hot loop: one-byte varints (most attribute/delta/null-length fields) are decoded inline.
+    # Hot loop (about 2/3 of a produce's CPU): one- and two-byte varints, which cover record
+    # lengths, offset deltas and value lengths up to 8 KiB, are decoded inline.
     try:
         for _ in range(count):
-            length, pos = varint(data, pos)
+            first = data[pos]
+            if first < 0x80:
+                length = (first >> 1) ^ -(first & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                length = ((first & 0x7F) | (data[pos + 1] << 7)) >> 1
+                pos += 2
+            else:
+                length, pos = varint(data, pos)
             start = pos
-            byte = data[pos + 1]  # pos: the unused attributes byte
-            if byte < 0x80:
-                ts_delta, pos = (byte >> 1) ^ -(byte & 1), pos + 2
+            first = data[pos + 1]  # data[pos]: the unused attributes byte
+            if first < 0x80:
+                ts_delta = (first >> 1) ^ -(first & 1)
+                pos += 2
             else:
                 ts_delta, pos = varint(data, pos + 1)
             if data[pos] < 0x80:  # offset delta: records are contiguous by position
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                pos += 2
             else:
                 _, pos = varint(data, pos)
-            byte = data[pos]
-            if byte == 1:  # zig-zag -1: null key
+            if data[pos] == 1:  # zig-zag -1: null key
                 keys.append(None)
                 pos += 1
             else:
                 size, pos = varint(data, pos)
                 keys.append(data[pos : pos + size] if size >= 0 else None)
                 pos += max(size, 0)
-            size, pos = varint(data, pos)
+            first = data[pos]
+            if first < 0x80 and not first & 1:
+                size = first >> 1
+                pos += 1
+            elif first >= 0x80 and data[pos + 1] < 0x80 and not first & 1:
+                size = ((first & 0x7F) | (data[pos + 1] << 7)) >> 1
+                pos += 2
+            else:
+                size, pos = varint(data, pos)
             if size >= 0:
                 values.append(data[pos : pos + size])
                 pos += size

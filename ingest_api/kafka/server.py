@@ -34,6 +34,10 @@ from ingest_api.kafka.store_port import KafkaStore
 
 log = logging.getLogger(__name__)
 
+#: Read-ahead per connection: lets the next pipelined request (librdkafka keeps several in
+#: flight) arrive while the current one is processed, instead of pausing the socket at 64 KiB.
+STREAM_BUFFER_BYTES = 8 * 1024 * 1024
+
 
 class KafkaGateway:
     """A running gateway. ``port`` is the bound port; ``close()`` stops it (idempotent)."""
@@ -56,7 +60,9 @@ class KafkaGateway:
 
     async def _start(self) -> None:
         config = self._ctx.config
-        self._server = await asyncio.start_server(self._on_connect, config.host, config.port)
+        self._server = await asyncio.start_server(
+            self._on_connect, config.host, config.port, limit=STREAM_BUFFER_BYTES
+        )
         self._ctx.bound_port = self._server.sockets[0].getsockname()[1]
         assert self._ctx.arrivals is not None
         self._ctx.store.add_arrival_listener(self._ctx.arrivals.on_arrival)
