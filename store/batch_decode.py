@@ -494,12 +494,14 @@ class _PropertyRanges:
         self.map_entries[lo:hi] = pairs_per_row
         for name, idx in found.items():
             rows = pair_rows[idx]
-            if len(rows) > 1 and bool(np.any(rows[1:] == rows[:-1])):
+            if len(rows) > 1 and not bool(np.all(rows[1:] > rows[:-1])):
                 return False  # a column property twice in one record
-            self.begin[name][rows] = pairs.value_begin[idx] + base
-            self.length[name][rows] = pairs.value_len[idx]
-            self.present[name][rows] = True
-            self.map_entries[rows] -= 1
+            # every row has it (the usual case): plain slices instead of scatters
+            at: slice | I64 = slice(lo, hi) if len(rows) == hi - lo else rows
+            self.begin[name][at] = pairs.value_begin[idx] + base
+            self.length[name][at] = pairs.value_len[idx]
+            self.present[name][at] = True
+            self.map_entries[at] -= 1
             kept[idx] = False
         if len(found) and not bool(kept.all()):
             keep = np.flatnonzero(kept)
