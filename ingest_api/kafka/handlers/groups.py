@@ -116,14 +116,18 @@ async def handle_leave_group(ctx: GatewayContext, conn: Connection, request: Kaf
 async def handle_describe_groups(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     cls = codec.response_class(ApiKey.DESCRIBE_GROUPS)
     group_cls = cls.DescribedGroup
+    with_offsets = await ctx.run_blocking(ctx.store.groups)
     described = []
     for group_id in request.body.groups:
         group = ctx.coordinator.describe(group_id)
+        state = group.state
+        if state == GroupState.DEAD and group_id in with_offsets:
+            state = GroupState.EMPTY  # no members, but committed offsets (from any door)
         described.append(
             group_cls(
                 error_code=ErrorCode.NONE,
                 group_id=group.group_id,
-                group_state=group.state.value,
+                group_state=state.value,
                 protocol_type=group.protocol_type,
                 protocol_data=group.protocol_name,
                 members=[
