@@ -8,16 +8,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from store.codec import encode_msg_id
-from store.message_store import BatchPutResult
 from store.types import Message, MessageView, PutResult
 
 #: Property names the broker sets itself; a producer may not send them.
@@ -167,43 +161,6 @@ class ProduceBatchOut(BaseModel):
     results: list[ProduceOut]
 
 
-def _result_row(
-    msg_id: str, uniq_key: str, topic_json: str, queue_id: int, queue_offset: int, cl_offset: int, ts: int
-) -> str:
-    return (
-        f'{{"msg_id":"{msg_id}","uniq_key":{json.dumps(uniq_key)},"topic":{topic_json},"queue_id":{queue_id},'
-        f'"queue_offset":{queue_offset},"commitlog_offset":{cl_offset},"store_timestamp":{ts}}}'
-    )
-
-
-def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> str:
-    """:class:`ProduceBatchOut` as JSON text, built without a model object per message (the
-    same bytes as ``model_dump_json``; tested)."""
-    if isinstance(outcome, BatchPutResult):
-        prefix = encode_msg_id(outcome.store_host, 0)[:-16]
-        topic_json = json.dumps(outcome.topic)
-        ts = outcome.store_timestamp_ms
-        rows = [
-            _result_row(f"{prefix}{offset:016X}", uniq, topic_json, qid, qoff, offset, ts)
-            for qid, qoff, offset, uniq in zip(
-                outcome.queue_ids.tolist(),
-                outcome.queue_offsets.tolist(),
-                outcome.commitlog_offsets.tolist(),
-                outcome.uniq_keys,
-                strict=True,
-            )
-        ]
-    else:
-        rows = [
-            _result_row(
-                r.msg_id, r.uniq_key, json.dumps(r.topic), r.queue_id, r.queue_offset, r.commitlog_offset,
-                r.store_timestamp_ms,
-            )
-            for r in outcome
-        ]  # fmt: skip
-    return '{"results":[' + ",".join(rows) + "]}"
-
-
 class TopicIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -244,7 +201,7 @@ class MessageOut(BaseModel):
 
     @classmethod
     def of(cls, view: MessageView) -> MessageOut:
-        text, encoded = _body_fields(view.body)
+        text, encoded = body_fields(view.body)
         user_properties = {k: v for k, v in view.properties.items() if k not in ("TAGS", "KEYS", "UNIQ_KEY")}
         return cls(
             topic=view.topic,
@@ -264,39 +221,12 @@ class MessageOut(BaseModel):
         )
 
 
-def _body_fields(body: bytes) -> tuple[str | None, str | None]:
+def body_fields(body: bytes) -> tuple[str | None, str | None]:
+    """(``body``, ``body_base64``) of a message: text when it is valid UTF-8, else base64."""
     try:
         return body.decode("utf-8"), None
     except UnicodeDecodeError:
         return None, base64.b64encode(body).decode("ascii")
-
-
-def messages_from_batch(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """:class:`MessageOut` dicts straight from a ``MESSAGE_SCHEMA`` record batch (column-wise
-    conversion; no model object per message)."""
-    if batch.num_rows == 0:
-        return []
-    columns = {name: batch.column(name).to_pylist() for name in _PLAIN_COLUMNS}
-    for name in ("born_timestamp", "store_timestamp"):
-        micros = pc.cast(batch.column(name), pa.int64()).to_numpy(zero_copy_only=False)
-        columns[name] = (micros // 1000).tolist()
-    bodies = batch.column("body").to_pylist()
-    properties = batch.column("properties").to_pylist()
-    keys = batch.column("keys").to_pylist()
-    rows = []
-    for i in range(batch.num_rows):
-        row = {name: values[i] for name, values in columns.items()}
-        row["keys"] = keys[i] or []
-        row["body"], row["body_base64"] = _body_fields(bodies[i])
-        row["properties"] = dict(properties[i] or ())
-        rows.append(row)
-    return rows
-
-
-#: MESSAGE_SCHEMA columns that convert to JSON as they are.
-_PLAIN_COLUMNS = (
-    "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "uniq_key", "tags", "reconsume_times",
-)  # fmt: skip
 
 
 class PullOut(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -14,6 +15,7 @@ from ingest_api.broker import Broker
 from ingest_api.deps import BrokerDep, JsonBody, PrincipalDep, media_type
 from ingest_api.errors import ApiError
 from ingest_api.params import TopicPath
+from ingest_api.render import produce_batch_json, produce_results_stream
 from ingest_api.schemas import (
     ErrorOut,
     MessageOut,
@@ -21,7 +23,6 @@ from ingest_api.schemas import (
     ProduceIn,
     ProduceOut,
     QueryOut,
-    produce_batch_json,
 )
 from store.errors import InvalidArgument, UnknownTopic
 from store.message_store import MessageStore
@@ -77,9 +78,19 @@ async def produce(topic: TopicPath, entry: ProduceIn, broker: BrokerDep, princip
     return Response(ProduceOut.of(result).model_dump_json(), status_code=201, media_type="application/json")
 
 
-def _produce_batch(broker: Broker, topic: str, content_type: str, raw: bytes) -> tuple[str, int, int]:
-    """Decode, validate and store a batch; returns (JSON response, messages, body bytes). Worker thread."""
+@dataclass(frozen=True)
+class _BatchRequest:
+    topic: str
+    content_type: str
+    raw: bytes
+    arrow_results: bool
+
+
+def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memoryview, int, int]:
+    """Decode, validate and store a batch; returns (response body, messages, body bytes).
+    Worker thread."""
     limit = broker.config.max_batch_messages
+    topic, content_type, raw = request.topic, request.content_type, request.raw
     if content_type == batches.ARROW_STREAM:
         results, body_bytes = producing.put_arrow(broker.store, topic, batches.parse_arrow_batch(raw, limit))
     else:
@@ -88,7 +99,8 @@ def _produce_batch(broker: Broker, topic: str, content_type: str, raw: bytes) ->
         else:
             entries = batches.parse_json_batch(raw, limit)
         results, body_bytes = producing.put_entries(broker.store, topic, entries)
-    return produce_batch_json(results), len(results), body_bytes
+    payload = produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
+    return payload, len(results), body_bytes
 
 
 @router.post(
@@ -102,7 +114,9 @@ async def produce_batch(
     topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> Response:
     """Produce many messages atomically: all are stored or none (an invalid entry's ``index`` is
-    reported). Accepts JSON ``{"messages": [...]}``, NDJSON, or an Arrow IPC stream."""
+    reported). Accepts JSON ``{"messages": [...]}``, NDJSON, or an Arrow IPC stream. With
+    ``Accept: application/vnd.apache.arrow.stream`` the results come back as an Arrow stream
+    (columns msg_id, uniq_key, topic, queue_id, queue_offset, commitlog_offset, store_timestamp)."""
     authorize(principal, Right.PRODUCE, topic)
     content_type = media_type(request) or batches.JSON
     if content_type not in (batches.JSON, batches.NDJSON, batches.ARROW_STREAM):
@@ -114,9 +128,12 @@ async def produce_batch(
         )
     raw = await request.body()
     started = time.perf_counter()
-    payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, topic, content_type, raw)
+    arrow_results = batches.ARROW_STREAM in request.headers.get("accept", "")
+    batch_request = _BatchRequest(topic, content_type, raw, arrow_results)
+    payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, batch_request)
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
-    return Response(payload, status_code=201, media_type="application/json")
+    media = batches.ARROW_STREAM if arrow_results else "application/json"
+    return Response(payload, status_code=201, media_type=media)
 
 
 def _query_by_key(

@@ -18,8 +18,8 @@ from ingest_api.broker import Broker
 from ingest_api.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from ingest_api.deps import BrokerDep, PrincipalDep
 from ingest_api.params import QueuePath, TopicPath
-from ingest_api.schemas import ErrorOut, OffsetOut, PullOut, messages_from_batch
-from store.arrow_schema import MESSAGE_SCHEMA
+from ingest_api.render import message_stream, messages_from_batch
+from ingest_api.schemas import ErrorOut, OffsetOut, PullOut
 from store.errors import UnknownQueue, UnknownTopic
 from store.message_store import MessageStore
 from store.names import validate_topic
@@ -95,21 +95,12 @@ def _pull_json(store: MessageStore, spec: _PullSpec) -> _Pulled:
     )  # fmt: skip
 
 
-def arrow_stream_bytes(batch: pa.RecordBatch) -> memoryview:
-    """One record batch as an Arrow IPC stream (schema message, batch, end-of-stream), uncopied."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, MESSAGE_SCHEMA) as writer:
-        if batch.num_rows:
-            writer.write_batch(batch)
-    return memoryview(sink.getvalue())
-
-
 def _pull_arrow(store: MessageStore, spec: _PullSpec) -> _Pulled:
     result = _read(store, spec)
     batch = result.batch
     return _Pulled(
         result.status, result.next_offset, result.min_offset, result.max_offset,
-        batch.num_rows, _body_bytes(batch), arrow_stream_bytes(batch),
+        batch.num_rows, _body_bytes(batch), message_stream(batch),
     )  # fmt: skip
 
 

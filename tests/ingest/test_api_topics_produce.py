@@ -216,6 +216,30 @@ class TestProduceBatch:
         found = client.get(f"/topics/{topic}/messages", params={"key": "k7"}).json()["messages"]
         assert [m["body"] for m in found] == ["a7"]
 
+    def test_arrow_results_on_request(self, client: httpx.Client, topic: str) -> None:
+        client.put(f"/topics/{topic}", json={"queues": 2})
+        table = pa.table(
+            {"body": pa.array([b"r0", b"r1", b"r2"]), "queue_id": pa.array([1, 1, 1], pa.int32())}
+        )
+        headers = {"content-type": ARROW, "accept": ARROW}
+        response = client.post(f"/topics/{topic}/messages:batch", content=arrow_bytes(table), headers=headers)
+        assert (response.status_code, response.headers["content-type"]) == (201, ARROW)
+        results = pa.ipc.open_stream(response.content).read_all()
+        assert results.column_names == [
+            "msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp",
+        ]  # fmt: skip
+        assert results.column("queue_offset").to_pylist() == [0, 1, 2]
+        found = client.get(f"/messages/{results.column('msg_id')[2].as_py()}").json()
+        assert (found["body"], found["uniq_key"]) == ("r2", results.column("uniq_key")[2].as_py())
+        delayed = client.post(
+            f"/topics/{topic}/messages:batch",
+            json={"messages": [{"body": "later", "delay_level": 1}]},
+            headers={"accept": ARROW},
+        )
+        assert pa.ipc.open_stream(delayed.content).read_all().column("topic").to_pylist() == [
+            "SCHEDULE_TOPIC_XXXX"
+        ]
+
     def test_arrow_batch_with_string_body_and_sharding(self, client: httpx.Client, topic: str) -> None:
         client.put(f"/topics/{topic}", json={"queues": 4})
         table = pa.table({"body": pa.array(["s1", "s2"]), "sharding_key": pa.array(["user-1", "user-1"])})

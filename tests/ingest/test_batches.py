@@ -190,7 +190,8 @@ def test_produce_batch_json_matches_the_model() -> None:
 
     import numpy as np
 
-    from ingest_api.schemas import ProduceBatchOut, ProduceOut, produce_batch_json
+    from ingest_api.render import produce_batch_json, produce_results_stream
+    from ingest_api.schemas import ProduceBatchOut, ProduceOut
     from store.codec import encode_msg_id
     from store.message_store import BatchPutResult
     from store.types import PutResult
@@ -215,3 +216,6 @@ def test_produce_batch_json_matches_the_model() -> None:
     assert json_module.loads(produce_batch_json(rows)) == json_module.loads(
         ProduceBatchOut(results=[ProduceOut.of(r) for r in rows]).model_dump_json()
     )
+    for outcome in (batch, rows):
+        as_json = json_module.loads(produce_batch_json(outcome))["results"]
+        assert pa.ipc.open_stream(produce_results_stream(outcome)).read_all().to_pylist() == as_json
