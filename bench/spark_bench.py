@@ -74,9 +74,14 @@ class InMemoryStreamReader(SparkMQStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MemoryPartition)
-        if partition.ranges not in _MEMORY:
+        hit = partition.ranges in _MEMORY
+        if not hit:
             for ranges in partition.all_partitions:
                 _MEMORY[ranges] = list(read_ranges(self.options, ranges))
+        trace = os.environ.get("SPARKMQ_BENCH_TRACE")
+        if trace:
+            with open(trace, "a") as out:
+                out.write(f"{os.getpid()} {'hit' if hit else 'miss'}\n")
         yield from _MEMORY[partition.ranges]
 
 
