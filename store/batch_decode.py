@@ -145,11 +145,13 @@ def decode_int_field(
     native byte order. Raises InvalidArgument if a field lies outside ``buf``.
     """
     data = _as_bytes(buf)
+    item = np.dtype(dtype)
+    if item.kind not in "iu" or (item.itemsize > 1 and item.byteorder != ">"):
+        raise InvalidArgument(f"dtype must be a big-endian integer type such as '>i4', got {dtype!r}")
     at = np.asarray(starts, dtype=np.int64).reshape(-1) + position
-    width = np.dtype(dtype).itemsize
-    if len(at) and (int(at.min()) < 0 or int(at.max()) + width > len(data)):
+    if len(at) and (int(at.min()) < 0 or int(at.max()) + item.itemsize > len(data)):
         raise InvalidArgument(
-            f"a field at +{position} ({width} bytes) lies outside the {len(data)}-byte slice"
+            f"a field at +{position} ({item.itemsize} bytes) lies outside the {len(data)}-byte slice"
         )
     return _overlapping(data, dtype)[at].astype(np.dtype(dtype).newbyteorder("="))
 
@@ -366,9 +368,11 @@ def _repeated_string(value: bytes, count: int) -> pa.Array:
 
 
 def _fixed_width_strings(chars: U8) -> pa.Array:
-    """A string array whose i-th value is row i of the ``(n, width)`` ASCII array."""
+    """A string array whose i-th value is row i of the ``(n, width)`` ASCII/UTF-8 array."""
     count, width = chars.shape
-    offsets = np.arange(0, width * (count + 1), width, dtype=np.int32)
+    if count * width > np.iinfo(np.int32).max:
+        raise InvalidArgument(f"{count} values of {width} bytes exceed one Arrow string array")
+    offsets = np.arange(count + 1, dtype=np.int32) * np.int32(width)
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(chars)])
 
 

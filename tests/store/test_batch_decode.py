@@ -211,6 +211,8 @@ def test_one_thousand_mixed_records_with_gaps() -> None:
         ["x" * 16, "x" * 15 + "y"],
         ["t", "t", "tt"],
         ["é" * 40] * 3,
+        ["", "", ""],
+        ["", "a"],
     ],
 )
 def test_topic_column_when_topics_are_equal_or_nearly(names: list[str]) -> None:
@@ -391,6 +393,8 @@ def test_store_timestamps_and_single_fields() -> None:
     assert queue_ids.tolist() == [decode_record(buf, int(s)).queue_id for s in picked]
     with pytest.raises(InvalidArgument):
         decode_int_field(buf, [len(buf) - 2], QUEUE_ID_POS, ">i4")
+    with pytest.raises(InvalidArgument):
+        decode_int_field(buf, [0], QUEUE_ID_POS, "<i4")
 
 
 def test_properties_blob_layout_constant_is_the_codecs() -> None:
