@@ -76,6 +76,10 @@ SliceBytes = npt.NDArray[np.uint8] | memoryview | bytes | bytearray | mmap
 
 #: Rows per NumPy pass: big enough to amortise Python overhead, small enough for L2/L3.
 _CHUNK_ROWS: Final = 1 << 15
+#: Largest byte offset an Arrow binary/string array (int32 offsets) can hold.
+_INT32_OFFSETS_LIMIT: Final = int(np.iinfo(np.int32).max)
+#: Slices larger than this are gathered through large_binary/large_string (int64 offsets).
+_LARGE_SOURCE_BYTES: Final = _INT32_OFFSETS_LIMIT
 #: Widths derived from the codec's positions (a field ends where the next one starts).
 _STORE_HOST_WIDTH: Final = RECONSUME_TIMES_POS - STORE_HOST_POS  # IPv4 4 + port 4
 _PHYSICAL_OFFSET_WIDTH: Final = SYS_FLAG_POS - PHYSICAL_OFFSET_POS
@@ -370,7 +374,7 @@ def _repeated_string(value: bytes, count: int) -> pa.Array:
 def _fixed_width_strings(chars: U8) -> pa.Array:
     """A string array whose i-th value is row i of the ``(n, width)`` ASCII/UTF-8 array."""
     count, width = chars.shape
-    if count * width > np.iinfo(np.int32).max:
+    if count * width > _INT32_OFFSETS_LIMIT:
         raise InvalidArgument(f"{count} values of {width} bytes exceed one Arrow string array")
     offsets = np.arange(count + 1, dtype=np.int32) * np.int32(width)
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(chars)])
@@ -383,7 +387,7 @@ def _gather_ranges(source: pa.Buffer, begins: I64, lengths: I64, value_type: pa.
     laid directly on ``source`` (odd elements are the gaps); Arrow's ``take`` copies them out.
     """
     count = len(begins)
-    large = source.size > np.iinfo(np.int32).max
+    large = source.size > _LARGE_SOURCE_BYTES
     offsets = np.empty(2 * count + 1, dtype=np.int64 if large else np.int32)
     offsets[0:-1:2] = begins
     np.add(begins, lengths, out=offsets[1::2])

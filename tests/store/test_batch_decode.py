@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
+from store import batch_decode
 from store.batch_decode import decode_int_field, decode_records_to_arrow, decode_store_timestamps
 from store.codec import (
     BODY_POS,
@@ -156,15 +157,30 @@ def records(draw: st.DrawFn) -> RecordFields:
     )
 
 
+@pytest.fixture(params=["one chunk", "tiny chunks"])
+def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test as is, and with 2-row chunks so that every cross-chunk path is exercised."""
+    if request.param == "tiny chunks":
+        monkeypatch.setattr(batch_decode, "_CHUNK_ROWS", 2)
+    return str(request.param)
+
+
 # --- properties against the reference --------------------------------------------------------
 
 
+# The chunking fixture only sets a module constant for the whole test: safe to share.
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 @given(st.lists(records(), min_size=1, max_size=12), st.lists(st.binary(max_size=24), max_size=12), st.data())
 def test_matches_per_record_reference(
-    recs: list[RecordFields], gaps: list[bytes], data: st.DataObject
+    chunking: str, recs: list[RecordFields], gaps: list[bytes], data: st.DataObject
 ) -> None:
     buf, starts = build_slice(recs, gaps)
     order = data.draw(st.sampled_from(["ascending", "shuffled", "repeated"]))
@@ -183,7 +199,7 @@ def test_store_host_override_builds_msg_ids_from_it(recs: list[RecordFields], ho
     assert_same(batch, reference_batch(buf, starts, store_host=host))
 
 
-def test_one_thousand_mixed_records_with_gaps() -> None:
+def test_one_thousand_mixed_records_with_gaps(chunking: str) -> None:
     recs = [
         RecordFields(
             topic=("t" * 200 if i % 7 == 0 else f"topic-{i % 3}"),
@@ -215,7 +231,7 @@ def test_one_thousand_mixed_records_with_gaps() -> None:
         ["", "a"],
     ],
 )
-def test_topic_column_when_topics_are_equal_or_nearly(names: list[str]) -> None:
+def test_topic_column_when_topics_are_equal_or_nearly(chunking: str, names: list[str]) -> None:
     recs = [RecordFields(topic=t, body=bytes([i]) * (i + 7)) for i, t in enumerate(names)]
     buf, starts = build_slice(recs, [b"\xff" * 9] * len(recs))
     assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
@@ -297,12 +313,12 @@ def _with_properties(raw: bytes) -> tuple[bytes, list[int]]:
         b"justtext",
     ],
 )
-def test_non_canonical_properties_fall_back_to_codec_semantics(raw: bytes) -> None:
+def test_non_canonical_properties_fall_back_to_codec_semantics(chunking: str, raw: bytes) -> None:
     buf, starts = _with_properties(raw)
     assert_same(decode_records_to_arrow(as_array(buf), np.array(starts)), reference_batch(buf, starts))
 
 
-def test_pair_straddling_two_records_is_not_parsed_across_them() -> None:
+def test_pair_straddling_two_records_is_not_parsed_across_them(chunking: str) -> None:
     # Concatenated, the two properties strings look canonical ("AB\x01bc\x02C\x01d\x02"), but the
     # first record's do not end with \x02: each record must be parsed on its own.
     buf, starts = build_slice([RecordFields(topic="t", body=b"b", properties={"P": "xx"})] * 2)
@@ -350,7 +366,17 @@ def test_inconsistent_lengths_are_corrupt(field: int, delta: int, reason: str) -
         decode_records_to_arrow(as_array(bytes(buf)), starts[:1])
 
 
-def test_starts_outside_or_overlapping_are_corrupt() -> None:
+def test_large_slice_path_gives_the_same_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Slices over 2 GiB are gathered through large_binary/large_string; force that path.
+    recs = [
+        RecordFields(topic=f"t{i % 2}", body=b"x" * i, properties={"TAGS": "a", "K": "v"}) for i in range(9)
+    ]
+    buf, starts = build_slice(recs)
+    monkeypatch.setattr(batch_decode, "_LARGE_SOURCE_BYTES", 16)
+    assert_same(decode_records_to_arrow(buf, starts), reference_batch(buf, starts))
+
+
+def test_starts_outside_or_overlapping_are_corrupt(chunking: str) -> None:
     buf, starts = _two_records()
     with pytest.raises(CorruptStore, match="past the end"):
         decode_records_to_arrow(as_array(bytes(buf)), [len(buf) - 10])
