@@ -26,7 +26,7 @@ from ingest_api.errors import install_error_handlers
 from ingest_api.limits import RequestSizeLimit
 from ingest_api.longpoll import ArrivalHub
 from ingest_api.metrics import BrokerMetrics
-from ingest_api.routers import groups, messages, ops, queues, topics
+from ingest_api.routers import groups, messages, ops, queues, sinks, topics
 from ingest_api.schemas import ProduceBatchIn
 from store.config import StoreConfig
 from store.message_store import MessageStore
@@ -58,6 +58,8 @@ def _lifespan(
             app.state.broker = broker
             try:
                 async with AsyncExitStack() as stack:
+                    # Sink batches decided before the last stop are published before serving.
+                    await stack.enter_async_context(sinks.sink_recovery(broker))
                     for companion in companions:
                         await stack.enter_async_context(companion(broker))
                     yield
@@ -106,7 +108,7 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
-    for module in (topics, messages, queues, groups, ops):
+    for module in (topics, messages, queues, groups, sinks, ops):
         app.include_router(module.router)
     app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ GUARDED = [
     ("get", "/metrics", {}),
     ("get", "/openapi.json", {}),
     ("get", "/docs", {}),
+    ("get", "/sinks/spark_sink", {}),
     ("delete", "/topics/payments", {}),
 ]
 
@@ -64,6 +66,20 @@ def test_every_endpoint_but_healthz_is_guarded(secured: RunningBroker) -> None:
     for method, path, kwargs in GUARDED:
         response = admin.request(method, path, **kwargs)
         assert response.status_code < 300, (method, path, response.text)
+
+
+def test_every_route_in_the_spec_needs_a_token(secured: RunningBroker) -> None:
+    spec = secured.client("admin-token").get("/openapi.json").json()
+    anonymous = secured.client()
+    checked = 0
+    for template, operations in spec["paths"].items():
+        path = re.sub(r"\{[^}]+\}", "0", template)
+        for method in operations:
+            response = anonymous.request(method, path)
+            expected = 200 if template == "/healthz" else 401
+            assert response.status_code == expected, (method, template, response.text)
+            checked += 1
+    assert checked >= 19
 
 
 def test_rights_per_topic(secured: RunningBroker) -> None:
