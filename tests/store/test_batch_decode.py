@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
 from store import batch_decode
+from store.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
 from store.batch_decode import decode_int_field, decode_records_to_arrow, decode_store_timestamps
 from store.codec import (
     BODY_POS,
