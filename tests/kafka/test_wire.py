@@ -236,3 +236,49 @@ def test_fetch_long_poll_wakes_on_arrival(
     (batch,) = list(MemoryRecords(records))
     assert [(r.offset, r.key, r.value) for r in batch] == [(0, b"k", b"late")]
     assert fetch(client, 5, 0)[0] == 1  # OFFSET_OUT_OF_RANGE
+
+
+def test_system_topics_are_never_exposed(client: RawClient, store: MessageStore) -> None:
+    store.put_message(Message(topic=TOPIC, body=b"later", delay_level=3))  # lands in SCHEDULE_TOPIC_XXXX
+    assert "SCHEDULE_TOPIC_XXXX" in store.topics(include_system=True)
+    listed = client.call(MetadataRequest, MetadataResponse, 12, topics=None, allow_auto_topic_creation=False)
+    assert [t.name for t in listed.topics] == [TOPIC]
+    asked = client.call(
+        MetadataRequest,
+        MetadataResponse,
+        12,
+        topics=[MetadataRequest.MetadataRequestTopic(name="SCHEDULE_TOPIC_XXXX")],
+        allow_auto_topic_creation=True,
+    )
+    assert [(t.name, t.error_code) for t in asked.topics] == [("SCHEDULE_TOPIC_XXXX", 3)]
+    topic = FetchRequest.FetchTopic
+    fetched = client.call(
+        FetchRequest,
+        FetchResponse,
+        12,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            topic(
+                topic="SCHEDULE_TOPIC_XXXX",
+                partitions=[
+                    topic.FetchPartition(
+                        partition=2,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+    )
+    assert fetched.responses[0].partitions[0].error_code == 3
