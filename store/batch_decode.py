@@ -4,23 +4,27 @@ The hot path of every read (Spark, HTTP Arrow pull, Kafka fetch). The record lay
 one in :mod:`store.codec`; every position used here is imported from there. Input is ONE
 contiguous CommitLog slice (``uint8``; an mmap view is fine) plus each record's start in it::
 
-    starts ─► per chunk of rows: one BODY_POS-byte header gather per record ─► int and
-      │       timestamp columns, msg_id hex (lookup table), body/topic/properties ranges
+    starts ─► per chunk of rows ─► one BODY_POS-byte gather per record (the fixed header)
+      │          ├─► int and timestamp columns, msg_id (hex via a 64K-entry lookup table)
+      │          └─► body / topic / properties ranges, validated like ``check_record``
       │
-      └─► body, topic, properties: Arrow ``take`` over an "interleaved" binary array laid on
-          the slice (elements: field, gap, field, gap, ...) = a C++ gather into one buffer
+      └─► body, properties (and topic unless every record has the same one): Arrow ``take``
+          over an "interleaved" array laid on the slice (field, gap, field, gap, ...) = one
+          C++ gather into one contiguous buffer per column
 
-    properties blob ─► per chunk of rows: positions of \\x01 and \\x02 (NumPy scans) ─►
-          name/value ranges ─► TAGS/KEYS/UNIQ_KEY ranges per row, other pairs for the map
-          ─► one ``take`` per output column
+    properties blob ─► per chunk of rows: positions of \x01 and \x02 (two NumPy scans)
+          ─► name/value ranges ─► TAGS / KEYS / UNIQ_KEY ranges per row, other pairs for the
+          map ─► one ``take`` per output column (KEYS then split on spaces)
 
-NumPy work runs over chunks of ``_CHUNK_ROWS`` rows so temporaries stay in cache. Records
-flagged COMPRESSED are the only per-row Python work (their bodies are inflated one by one).
-Properties not in the canonical ``name\\x01value\\x02`` form that
-:func:`store.codec.encode_properties` writes (foreign or damaged bytes) send the batch through
-:func:`store.codec.decode_properties` row by row, so the result always equals what
-:func:`store.codec.decode_record` gives. A name other than TAGS/KEYS/UNIQ_KEY is assumed to
-appear once per record (the encoder writes a mapping); those three are checked.
+NumPy passes run over ``_CHUNK_ROWS`` rows at a time so temporaries stay in cache; multi-byte
+reads at arbitrary positions are avoided where possible (NumPy's unaligned gathers are slow).
+Records flagged COMPRESSED are the only per-row Python work (their bodies are inflated one by
+one). Properties not in the canonical ``name\x01value\x02`` form that
+:func:`store.codec.encode_properties` writes (foreign or damaged bytes, invalid UTF-8, a
+column property twice) send the batch through :func:`store.codec.decode_properties` row by
+row, so the result always equals what :func:`store.codec.decode_record` gives. A name other
+than TAGS/KEYS/UNIQ_KEY is assumed to appear once per record (the encoder writes a mapping).
+The output never references ``buf``: the caller may unmap it as soon as this returns.
 """
 
 from __future__ import annotations
@@ -236,9 +240,9 @@ class _Records:
             topic_len[is_v2] = _read_u16(data, topic_len_at[is_v2], TOPIC_LEN_V2.format)
         topic_begin = self.topic_begin[lo:hi]
         np.add(topic_len_at, TOPIC_LEN_V1.size + wide_prefix, out=topic_begin)
-        self._track_common_topic(data, lo, topic_begin, topic_len)
         props_len_at = topic_begin + topic_len
         _require(at, props_len_at + PROPS_LEN.size <= ends, "topic length exceeds the record")
+        self._track_common_topic(data, lo, topic_begin, topic_len)
         props_begin = self.props_begin[lo:hi]
         props_len = self.props_len[lo:hi]
         np.add(props_len_at, PROPS_LEN.size, out=props_begin)

@@ -386,6 +386,15 @@ def test_starts_outside_or_overlapping_are_corrupt(chunking: str) -> None:
         decode_records_to_arrow(as_array(bytes(buf)), [-1])
 
 
+def test_topic_length_past_the_record_is_corrupt(chunking: str) -> None:
+    buf, starts = build_slice([RecordFields(topic="t", body=b"ab")] * 2)
+    raw = bytearray(buf)
+    for start in starts:
+        raw[start + BODY_POS + 2] = 60  # the 1-byte topic length, just after the body
+    with pytest.raises(CorruptStore, match="topic length exceeds the record"):
+        decode_records_to_arrow(bytes(raw), starts)
+
+
 def test_non_utf8_topic_is_corrupt() -> None:
     buf, starts = build_slice([RecordFields(topic="ab", body=b"")])
     raw = bytearray(buf)
