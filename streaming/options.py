@@ -101,6 +101,9 @@ class SourceOptions:
     request_timeout_s: float
     #: Messages per store read / HTTP request inside one queue range.
     read_chunk_messages: int
+    #: Shortest time between two queue-head lookups on the driver (Spark polls every ~10 ms
+    #: with the default trigger; a head lookup of a store directory costs ~10 ms per topic).
+    poll_interval_s: float = 0.05
     #: Bearer token for a broker with auth enabled (endpoint mode).
     auth_token: str | None = field(default=None, repr=False)
 
@@ -143,7 +146,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "endpoint", "path", "topic", "topics", "tags", "startingoffsets", "startingtimestamp",
         "startingoffsetsbytimestamp", "endingoffsets", "endingtimestamp", "maxmessagespertrigger",
         "maxoffsetspertrigger", "minpartitions", "group", "failondataloss", "requesttimeoutms",
-        "readchunkmessages", "authtoken",
+        "pollintervalms", "readchunkmessages", "authtoken",
     }  # fmt: skip
     unknown = sorted(set(lower) - known)
     if unknown:
@@ -165,6 +168,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         request_timeout_s=(_optional_positive_int(lower, "requestTimeoutMs") or 30_000) / 1000.0,
         read_chunk_messages=_optional_positive_int(lower, "readChunkMessages") or 65_536,
         auth_token=lower.get("authtoken") or None,
+        poll_interval_s=_non_negative_int(lower, "pollIntervalMs", default=50) / 1000.0,
     )
 
 
@@ -339,6 +343,15 @@ def _optional_positive_int(lower: Mapping[str, str], name: str) -> int | None:
     if not text.isdigit() or int(text) <= 0:
         raise InvalidSourceOption(name, f"expected a positive integer, got {raw!r}")
     return int(text)
+
+
+def _non_negative_int(lower: Mapping[str, str], name: str, *, default: int) -> int:
+    raw = lower.get(name.lower())
+    if raw is None:
+        return default
+    if not raw.strip().isdigit():
+        raise InvalidSourceOption(name, f"expected a non-negative integer, got {raw!r}")
+    return int(raw.strip())
 
 
 def _parse_bool(lower: Mapping[str, str], name: str, *, default: bool) -> bool:

@@ -319,6 +319,8 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: Offsets | None = None
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        self._heads: dict[str, tuple[int, int]] = {}
+        self._heads_at = -1.0e9
         self._mirror = GroupMirror(options)
 
     # driver -----------------------------------------------------------------------------------
@@ -340,7 +342,7 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 (Spark's method name)
         self._mirror.publish(start)
-        heads = fetch_heads(_backend(self.options), self.options.topics)
+        heads = self._current_heads()
         self._latest = normalize({key: hi for key, (_, hi) in heads.items()})
         target = self._target if self._target is not None else self._latest
         begin: dict[str, int] = {}
@@ -353,6 +355,14 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if key not in start and key in target:
                 end[key] = lo  # a new queue: registered at its earliest now, read from the next batch
         return normalize(end)
+
+    def _current_heads(self) -> dict[str, tuple[int, int]]:
+        """Queue heads, looked up at most once per ``pollIntervalMs`` (Spark polls much faster)."""
+        now = time.monotonic()
+        if now - self._heads_at >= self.options.poll_interval_s:
+            self._heads = fetch_heads(_backend(self.options), self.options.topics)
+            self._heads_at = now
+        return self._heads
 
     def _checked_start(self, key: str, position: int, bounds: tuple[int, int]) -> int:
         lo, hi = bounds

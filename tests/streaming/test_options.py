@@ -31,6 +31,7 @@ def test_minimal_path_options(store_dir: str) -> None:
     assert opts.max_messages_per_trigger is None
     assert opts.fail_on_data_loss is True
     assert opts.group is None
+    assert opts.poll_interval_s == 0.05
 
 
 def test_keys_are_case_insensitive_and_aliases_work() -> None:
@@ -110,6 +111,7 @@ def test_starting_and_ending_positions(store_dir: str) -> None:
         ({"endpoint": "http://h:1", "topic": "t", "maxOffsetsPerTrigger": "x"}, "maxOffsetsPerTrigger"),
         ({"endpoint": "http://h:1", "topic": "t", "minPartitions": "-1"}, "minPartitions"),
         ({"endpoint": "http://h:1", "topic": "t", "group": "bad group"}, "group"),
+        ({"endpoint": "http://h:1", "topic": "t", "pollIntervalMs": "-1"}, "pollIntervalMs"),
         ({"endpoint": "http://h:1", "topic": "t", "failOnDataLoss": "yes"}, "failOnDataLoss"),
         ({"endpoint": "http://h:1", "topic": "t", "startingOfsets": "earliest"}, "startingofsets"),
     ],
