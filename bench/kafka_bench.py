@@ -65,6 +65,15 @@ def start_gateway(store_dir: Path, port: int) -> subprocess.Popen[bytes]:
     raise TimeoutError("gateway did not start")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc), 0.0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -172,15 +181,25 @@ def main() -> None:
             print(
                 f"gateway pid {gateway.pid} on {bootstrap}; {os.cpu_count()} CPUs (shared); 100-byte messages"
             )
-            print(f"{'client':<14}{'messages':>10}{'produce msg/s':>16}{'consume msg/s':>16}")
+            print(
+                f"{'client':<14}{'messages':>10}{'produce msg/s':>16}{'consume msg/s':>16}"
+                f"{'gw CPU us/msg in':>18}{'gw CPU us/msg out':>19}"
+            )
             for name in args.clients:
                 produce, consume = CLIENTS[name]
                 count = args.messages if name == "confluent" else args.kafka_python_messages
                 topic = f"bench-{name}"
                 create_topic(bootstrap, topic)
+                cpu_0 = cpu_seconds(gateway.pid)
                 produce_s = produce(bootstrap, topic, count)
+                cpu_1 = cpu_seconds(gateway.pid)
                 consume_s = consume(bootstrap, topic, count)
-                print(f"{name:<14}{count:>10}{count / produce_s:>16,.0f}{count / consume_s:>16,.0f}")
+                cpu_2 = cpu_seconds(gateway.pid)
+                print(
+                    f"{name:<14}{count:>10}{count / produce_s:>16,.0f}{count / consume_s:>16,.0f}"
+                    f"{(cpu_1 - cpu_0) / count * 1e6:>18.2f}{(cpu_2 - cpu_1) / count * 1e6:>19.2f}"
+                )
+            print("gw CPU: the gateway process's CPU time per message (independent of machine load)")
         finally:
             gateway.terminate()
             gateway.wait(30)
