@@ -2,9 +2,10 @@
 store and closes it (a clean stop removes the store's ``abort`` file).
 
 Companions are async context managers entered after the store opens and exited before it
-closes, on the same event loop; the Kafka gateway plugs in this way::
+closes, on the same event loop; the Kafka gateway plugs in this way (``sparkmq serve
+--kafka-port`` does it for you)::
 
-    create_app(config, companions=[lambda broker: kafka_gateway(broker, port=9092)])
+    create_app(config, companions=[KafkaCompanion(port=9092)])   # ingest_api.kafka.companion
 """
 
 from __future__ import annotations
