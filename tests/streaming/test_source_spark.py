@@ -23,7 +23,9 @@ QUERY_TIMEOUT_S = 180
 
 
 def _stream(spark: Any, store_dir: Path, topic: str, **options: str) -> Any:
-    reader = spark.readStream.format("sparkmq").option("path", str(store_dir)).option("topic", topic)
+    """A path-mode stream of ``topic`` (a comma-separated ``topics`` list when it has commas)."""
+    name = "topics" if "," in topic else "topic"
+    reader = spark.readStream.format("sparkmq").option("path", str(store_dir)).option(name, topic)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -137,7 +139,7 @@ def test_stream_picks_up_messages_produced_while_running(spark: Any, tmp_path: P
         produce(store, "live", 5, queues=2)  # before the start: skipped (startingOffsets=latest)
         name = "live_rows"
         query = (
-            _stream(spark, store_dir, "live")
+            _stream(spark, store_dir, "live,late")
             .writeStream.format("memory")
             .queryName(name)
             .option("checkpointLocation", checkpoint)
@@ -150,14 +152,13 @@ def test_stream_picks_up_messages_produced_while_running(spark: Any, tmp_path: P
             wait_until(lambda: len(_rows(spark, name)) >= 20, QUERY_TIMEOUT_S, "20 live rows", poll_s=0.5)
             store.create_topic("live", 3)  # a queue added while running starts at its earliest
             produce(store, "live", 9, queues=3, start=200)
-            wait_until(lambda: len(_rows(spark, name)) >= 29, QUERY_TIMEOUT_S, "29 live rows", poll_s=0.5)
+            produce(store, "late", 4, queues=2, start=300)  # a topic created while running, too
+            wait_until(lambda: len(_rows(spark, name)) >= 33, QUERY_TIMEOUT_S, "33 live rows", poll_s=0.5)
         finally:
             query.stop()
         rows = _rows(spark, name)
-    bodies = sorted(body for _, _, body in rows)
-    assert bodies == sorted(
-        [f"msg-{i}".encode() for i in range(100, 120)] + [f"msg-{i}".encode() for i in range(200, 209)]
-    )
+    expected = [*range(100, 120), *range(200, 209), *range(300, 304)]
+    assert sorted(body for _, _, body in rows) == sorted(f"msg-{i}".encode() for i in expected)
     assert {q for q, _, _ in rows} == {0, 1, 2}
 
 
@@ -257,6 +258,15 @@ def test_starting_timestamp_and_batch_time_window(spark: Any, tmp_path: Path, ch
         .load()
     )
     assert sorted((r.queue_id, r.queue_offset) for r in explicit.collect()) == [(0, 5), (0, 6), (1, 0)]
+    by_queue_time = (
+        spark.read.format("sparkmq")
+        .option("path", str(store_dir))
+        .option("topic", "orders")
+        .option("startingOffsetsByTimestamp", json.dumps({"orders": {"0": boundary_2}}))
+        .load()
+    )
+    counts = {r.queue_id: r["count"] for r in by_queue_time.groupBy("queue_id").count().collect()}
+    assert counts == {0: 5, 1: 15}  # queue 0 from the third round on, queue 1 from its earliest
 
 
 # -- path vs endpoint, group mirror -------------------------------------------------------------
