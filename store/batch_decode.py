@@ -95,9 +95,9 @@ _SEP_NAME: Final = ord(NAME_VALUE_SEPARATOR)
 _SEP_PAIR: Final = ord(PROPERTY_SEPARATOR)
 _KEY_SEPARATOR: Final = ord(" ")
 _NO_BYTES: Final[U8] = np.zeros(0, dtype=np.uint8)
-#: Upper-case hex of a byte / of a little-endian byte pair, as ASCII in memory order.
 #: Longest topic checked for "every record has the same topic" (then no per-row topic gather).
 _COMMON_TOPIC_MAX_BYTES: Final = 64
+#: Upper-case hex of a byte / of a little-endian byte pair, as ASCII in memory order.
 _HEX_OF_BYTE: Final = np.array([int.from_bytes(f"{b:02X}".encode(), "little") for b in range(256)], "<u2")
 _HEX_OF_PAIR: Final = _HEX_OF_BYTE[np.arange(1 << 16) & 0xFF].astype("<u4") | (
     _HEX_OF_BYTE[np.arange(1 << 16) >> 8].astype("<u4") << 16
