@@ -123,6 +123,31 @@ class TestPull:
         assert result["body"]["messages"][0]["body"] == "wake up"  # type: ignore[index]
         assert result["elapsed"] < 15  # type: ignore[operator]
 
+    def test_long_poll_skips_filtered_arrivals(
+        self, client: httpx.Client, shared_broker: RunningBroker, topic: str
+    ) -> None:
+        client.put(f"/topics/{topic}", json={"queues": 1})
+        result: dict[str, httpx.Response] = {}
+
+        def poll() -> None:
+            with httpx.Client(base_url=shared_broker.url, timeout=30) as poller:
+                result["response"] = poller.get(
+                    f"/topics/{topic}/queues/0/messages",
+                    params={"tags": "B", "wait_ms": 20_000},
+                    headers={"accept": ARROW},
+                )
+
+        thread = threading.Thread(target=poll)
+        thread.start()
+        produce(client, topic, ["a1", "a2"], tags="A")  # arrive, but do not match
+        thread.join(timeout=0.5)
+        assert thread.is_alive(), "a filtered-out arrival must not end the long-poll"
+        produce(client, topic, ["b1"], tags="B")
+        thread.join(timeout=15)
+        response = result["response"]
+        assert pa.ipc.open_stream(response.content).read_all().column("body").to_pylist() == [b"b1"]
+        assert response.headers["x-next-offset"] == "3"
+
     def test_long_poll_times_out(self, client: httpx.Client, topic: str) -> None:
         client.put(f"/topics/{topic}", json={"queues": 1})
         started = time.monotonic()
