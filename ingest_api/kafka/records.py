@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import crc32c
+import numpy as np
+import numpy.typing as npt
 from kafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
@@ -164,7 +166,8 @@ def _decode_one(batch: bytes) -> ProducedBatch:
             ) from exc
     if count < 0:
         raise CorruptBatch(f"negative record count {count}", ErrorCode.CORRUPT_MESSAGE)
-    timestamps, keys, values, headers = _decode_records(body, count, base_ts)
+    columns = _decode_plain_records(body, count, base_ts) or _decode_records(body, count, base_ts)
+    timestamps, keys, values, headers = columns
     return ProducedBatch(
         producer_id=producer_id,
         producer_epoch=epoch,
@@ -194,6 +197,94 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > MAX_VARINT_SHIFT:
             raise CorruptBatch("varint longer than 10 bytes", ErrorCode.CORRUPT_MESSAGE)
+
+
+_Columns = tuple[list[int], list[bytes | None], list[bytes | None], list[tuple[Header, ...]]]
+#: Widest varint the vectorised path decodes (3 bytes: 21 bits, deltas up to +-17 minutes).
+_FAST_VARINT_BYTES = 3
+_NULL_KEY_BYTE = 1  # zig-zag -1
+_NO_HEADERS_BYTE = 0
+
+
+def _varints_at(
+    buf: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], ...] | None:
+    """Zig-zag varints starting at positions ``at`` -> (values, sizes); None if any is wider
+    than :data:`_FAST_VARINT_BYTES` (``buf`` is padded so reads past the end stay inside)."""
+    unsigned = np.zeros(len(at), dtype=np.int64)
+    sizes = np.zeros(len(at), dtype=np.int64)
+    for k in range(_FAST_VARINT_BYTES):
+        byte = buf[at + k].astype(np.int64)
+        active = sizes == 0
+        unsigned |= np.where(active, (byte & 0x7F) << (7 * k), 0)
+        sizes[active & (byte < 0x80)] = k + 1
+    if not sizes.all():
+        return None
+    return (unsigned >> 1) ^ -(unsigned & 1), sizes
+
+
+def _decode_plain_records(data: bytes, count: int, base_ts: int) -> _Columns | None:
+    """Vectorised decode of the common shape: null keys, no headers, short varints.
+
+    Only the record-length chain is walked in Python; every other field is read with NumPy
+    at known positions. Returns None (the caller then runs :func:`_decode_records`, which
+    also reports errors precisely) when any record has another shape or does not add up.
+    """
+    if count == 0:
+        return None
+    starts = [0] * count  # where each record's body begins
+    ends = [0] * count
+    pos = 0
+    end = len(data)
+    for i in range(count):
+        if pos >= end:
+            return None
+        first = data[pos]
+        if first & 1:  # a negative length: let the reference decoder report it
+            return None
+        if first < 0x80:
+            length, pos = first >> 1, pos + 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:
+            length, pos = ((first & 0x7F) | (data[pos + 1] << 7)) >> 1, pos + 2
+        else:
+            return None
+        starts[i] = pos
+        pos += length
+        ends[i] = pos
+    if pos != end:
+        return None
+    buf = np.frombuffer(data + bytes(_FAST_VARINT_BYTES), dtype=np.uint8)
+    record_end = np.asarray(ends, dtype=np.int64)
+    at = np.asarray(starts, dtype=np.int64) + 1  # skip the attributes byte
+    if not (at < record_end).all():  # every read below starts inside its record
+        return None
+    ts = _varints_at(buf, at)
+    if ts is None:
+        return None
+    at += ts[1]
+    if not (at < record_end).all():
+        return None
+    offset_delta = _varints_at(buf, at)
+    if offset_delta is None:
+        return None
+    at += offset_delta[1]
+    if not ((at < record_end).all() and (buf[at] == _NULL_KEY_BYTE).all()):
+        return None
+    at += 1
+    if not (at < record_end).all():
+        return None
+    value_length = _varints_at(buf, at)
+    if value_length is None or (value_length[0] < 0).any():
+        return None
+    value_start = at + value_length[1]
+    value_end = value_start + value_length[0]
+    if not ((value_end + 1 == record_end).all() and (buf[value_end] == _NO_HEADERS_BYTE).all()):
+        return None
+    values: list[bytes | None] = [
+        data[a:b] for a, b in zip(value_start.tolist(), value_end.tolist(), strict=True)
+    ]
+    no_headers: tuple[Header, ...] = ()
+    return (ts[0] + base_ts).tolist(), [None] * count, values, [no_headers] * count
 
 
 def _decode_records(
