@@ -30,9 +30,11 @@ The output never references ``buf``: the caller may unmap it as soon as this ret
 from __future__ import annotations
 
 import functools
+import re
+import struct
 import zlib
 from mmap import mmap
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +60,7 @@ from store.codec import (
     QUEUE_ID_POS,
     QUEUE_OFFSET_POS,
     RECONSUME_TIMES_POS,
+    RECORD_HEADER,
     STORE_HOST_POS,
     STORE_TIMESTAMP_POS,
     SYS_FLAG_POS,
@@ -95,6 +98,21 @@ _SEP_NAME: Final = ord(NAME_VALUE_SEPARATOR)
 _SEP_PAIR: Final = ord(PROPERTY_SEPARATOR)
 _KEY_SEPARATOR: Final = ord(" ")
 _NO_BYTES: Final[U8] = np.zeros(0, dtype=np.uint8)
+
+
+def _header_dtypes() -> dict[int, np.dtype[Any]]:
+    """NumPy dtype of every integer field of the codec's ``RECORD_HEADER``, by position:
+    derived from its struct format, so no width or signedness is retyped here."""
+    byte_order, position, dtypes = RECORD_HEADER.format[0], 0, {}
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", RECORD_HEADER.format[1:]):
+        if code != "s":
+            dtypes[position] = np.dtype(byte_order + code)
+        position += struct.calcsize(byte_order + count + code)
+    assert position == BODY_POS, "the header ends where the body starts"
+    return dtypes
+
+
+_HEADER_DTYPES: Final = _header_dtypes()
 #: Longest topic checked for "every record has the same topic" (then no per-row topic gather).
 _COMMON_TOPIC_MAX_BYTES: Final = 64
 #: Upper-case hex of a byte / of a little-endian byte pair, as ASCII in memory order.
@@ -141,19 +159,22 @@ def decode_records_to_arrow(
 
 def decode_store_timestamps(buf: SliceBytes, starts: npt.ArrayLike) -> I64:
     """STORETIMESTAMP (ms) of the records at ``starts``: one gather, no other parsing."""
-    return decode_int_field(buf, starts, STORE_TIMESTAMP_POS, ">i8").astype(np.int64, copy=False)
+    return decode_int_field(buf, starts, STORE_TIMESTAMP_POS).astype(np.int64, copy=False)
 
 
 def decode_int_field(
-    buf: SliceBytes, starts: npt.ArrayLike, position: int, dtype: str
+    buf: SliceBytes, starts: npt.ArrayLike, position: int, dtype: str | None = None
 ) -> npt.NDArray[np.integer]:
-    """The big-endian integer of type ``dtype`` (e.g. ``">i4"``) at ``starts + position``.
+    """The big-endian integer field at ``starts + position``, in native byte order.
 
-    ``position`` is one of the ``*_POS`` constants of :mod:`store.codec`; the result is in
-    native byte order. Raises InvalidArgument if a field lies outside ``buf``.
+    ``position`` is one of the header ``*_POS`` constants of :mod:`store.codec` (its type is
+    then the codec's), or any offset with an explicit big-endian ``dtype`` such as ``">i4"``.
+    Raises InvalidArgument if a field lies outside ``buf`` or the type is unknown.
     """
     data = _as_bytes(buf)
-    item = np.dtype(dtype)
+    if dtype is None and position not in _HEADER_DTYPES:
+        raise InvalidArgument(f"no integer header field at +{position}: pass its dtype")
+    item = _HEADER_DTYPES[position] if dtype is None else np.dtype(dtype)
     if item.kind not in "iu" or (item.itemsize > 1 and item.byteorder != ">"):
         raise InvalidArgument(f"dtype must be a big-endian integer type such as '>i4', got {dtype!r}")
     at = np.asarray(starts, dtype=np.int64).reshape(-1) + position
@@ -161,7 +182,7 @@ def decode_int_field(
         raise InvalidArgument(
             f"a field at +{position} ({item.itemsize} bytes) lies outside the {len(data)}-byte slice"
         )
-    return _overlapping(data, dtype)[at].astype(np.dtype(dtype).newbyteorder("="))
+    return _overlapping(data, item)[at].astype(item.newbyteorder("="))
 
 
 # --- fixed fields and record layout ------------------------------------------------------------
@@ -196,17 +217,17 @@ class _Records:
         """Decode and validate the headers of rows ``[lo, hi)``."""
         at = starts[lo:hi]
         headers = _gather_headers(data, at)
-        self.queue_id[lo:hi] = _header_field(headers, QUEUE_ID_POS, ">i4")
-        self.queue_offset[lo:hi] = _header_field(headers, QUEUE_OFFSET_POS, ">i8")
-        self.commitlog_offset[lo:hi] = _header_field(headers, PHYSICAL_OFFSET_POS, ">i8")
-        self.sys_flag[lo:hi] = _header_field(headers, SYS_FLAG_POS, ">i4")
-        np.multiply(_header_field(headers, BORN_TIMESTAMP_POS, ">i8"), 1000, out=self.born_us[lo:hi])
-        np.multiply(_header_field(headers, STORE_TIMESTAMP_POS, ">i8"), 1000, out=self.store_us[lo:hi])
-        self.reconsume_times[lo:hi] = _header_field(headers, RECONSUME_TIMES_POS, ">i4")
+        self.queue_id[lo:hi] = _header_field(headers, QUEUE_ID_POS)
+        self.queue_offset[lo:hi] = _header_field(headers, QUEUE_OFFSET_POS)
+        self.commitlog_offset[lo:hi] = _header_field(headers, PHYSICAL_OFFSET_POS)
+        self.sys_flag[lo:hi] = _header_field(headers, SYS_FLAG_POS)
+        np.multiply(_header_field(headers, BORN_TIMESTAMP_POS), 1000, out=self.born_us[lo:hi])
+        np.multiply(_header_field(headers, STORE_TIMESTAMP_POS), 1000, out=self.store_us[lo:hi])
+        self.reconsume_times[lo:hi] = _header_field(headers, RECONSUME_TIMES_POS)
         digits = self.msg_id_digits[lo:hi]
         if not self.host_digits_done:
             hosts = headers[:, STORE_HOST_POS : STORE_HOST_POS + _STORE_HOST_WIDTH]
-            host_words = _header_field(headers, STORE_HOST_POS, "<u8")  # ip + port as one word
+            host_words = _header_field(headers, STORE_HOST_POS, np.dtype("<u8"))  # ip + port, one word
             same_host = bool(np.all(host_words == host_words[0]))
             digits[:, :_HOST_DIGITS] = _hex(hosts[:1] if same_host else hosts)
         digits[:, _HOST_DIGITS:] = _hex(
@@ -217,8 +238,8 @@ class _Records:
     def _locate(self, data: U8, starts: I64, lo: int, hi: int, headers: U8) -> None:
         """Body/topic/properties ranges of rows ``[lo, hi)``, checked like ``check_record``."""
         at = starts[lo:hi]
-        total = _header_field(headers, TOTAL_SIZE_POS, ">i4").astype(np.int64)
-        magic = _header_field(headers, MAGIC_POS, ">u4")
+        total = _header_field(headers, TOTAL_SIZE_POS).astype(np.int64)
+        magic = _header_field(headers, MAGIC_POS)
         is_v2 = magic == MAGIC_V2
         _require(at, (magic == MAGIC_V1) | is_v2, "bad magic code")
         wide_prefix = is_v2 * (TOPIC_LEN_V2.size - TOPIC_LEN_V1.size)
@@ -231,7 +252,7 @@ class _Records:
         body_begin = self.body_begin[lo:hi]
         body_len = self.body_len[lo:hi]
         np.add(at, BODY_POS, out=body_begin)
-        body_len[:] = _header_field(headers, BODY_LEN_POS, ">i4")
+        body_len[:] = _header_field(headers, BODY_LEN_POS)
         _require(at, (body_len >= 0) & (body_len <= total - overhead), "bad body length")
         topic_len_at = body_begin + body_len
         topic_len = self.topic_len[lo:hi]
@@ -345,10 +366,11 @@ def _gather_headers(data: U8, starts: I64) -> U8:
     return rows.view(np.uint8).reshape(len(starts), BODY_POS)
 
 
-def _header_field(headers: U8, position: int, dtype: str) -> npt.NDArray[np.integer]:
-    """One big-endian header field of every row (a strided view: no copy)."""
-    count = len(headers)
-    return np.ndarray((count,), dtype=dtype, buffer=headers, offset=position, strides=(BODY_POS,))
+def _header_field(headers: U8, position: int, dtype: np.dtype[Any] | None = None) -> npt.NDArray[np.integer]:
+    """The header field at ``position`` of every row, as a strided view (no copy); its type is
+    the codec's unless ``dtype`` reinterprets the bytes."""
+    item = _HEADER_DTYPES[position] if dtype is None else dtype
+    return np.ndarray((len(headers),), dtype=item, buffer=headers, offset=position, strides=(BODY_POS,))
 
 
 def _read_u16(data: U8, positions: I64, struct_format: str) -> I64:

@@ -423,13 +423,16 @@ def test_store_timestamps_and_single_fields() -> None:
     assert decode_store_timestamps(as_array(buf), picked).tolist() == [
         decode_record(buf, int(s)).store_timestamp_ms for s in picked
     ]
-    queue_ids = decode_int_field(buf, picked, QUEUE_ID_POS, ">i4")
+    queue_ids = decode_int_field(buf, picked, QUEUE_ID_POS)  # the codec's type: int32
     assert queue_ids.dtype == np.dtype(np.int32)
     assert queue_ids.tolist() == [decode_record(buf, int(s)).queue_id for s in picked]
     with pytest.raises(InvalidArgument):
         decode_int_field(buf, [len(buf) - 2], QUEUE_ID_POS, ">i4")
+    assert decode_int_field(buf, picked, QUEUE_ID_POS, ">i4").tolist() == queue_ids.tolist()
     with pytest.raises(InvalidArgument):
         decode_int_field(buf, [0], QUEUE_ID_POS, "<i4")
+    with pytest.raises(InvalidArgument):
+        decode_int_field(buf, [0], QUEUE_ID_POS + 1)  # not a field start: the type is unknown
 
 
 def test_properties_blob_layout_constant_is_the_codecs() -> None:
