@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,15 +36,18 @@ def main(argv: list[str] | None = None) -> None:
     ).validate()
 
     async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         with MessageStore.open(StoreConfig(store_dir=args.store_dir).validate()) as store:
             gateway = await start_kafka_gateway(store, config=config)
             try:
-                await asyncio.Event().wait()
+                await stop.wait()  # SIGINT / SIGTERM: close the gateway, then the store, cleanly
             finally:
                 await gateway.close()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+    asyncio.run(serve())
 
 
 if __name__ == "__main__":
