@@ -266,7 +266,7 @@ def test_schema_is_exactly_message_schema_including_nullability() -> None:
     assert batch.schema.field("properties").type == MESSAGE_SCHEMA.field("properties").type
 
 
-def test_accepts_bytes_memoryview_and_mmap(tmp_path: object) -> None:
+def test_accepts_bytes_memoryview_and_mmap() -> None:
     buf, starts = build_slice([RecordFields(topic="t", body=b"x" * i, queue_offset=i) for i in range(5)])
     expected = reference_batch(buf, starts)
     assert_same(decode_records_to_arrow(buf, starts), expected)
@@ -285,6 +285,8 @@ def test_rejects_unusable_buffers() -> None:
         decode_records_to_arrow(np.zeros((2, 2), dtype=np.uint8), [0])
     with pytest.raises(InvalidArgument):
         decode_records_to_arrow(np.zeros(200, dtype=np.int32), [0])
+    with pytest.raises(InvalidArgument):
+        decode_records_to_arrow(np.zeros(200, dtype=np.uint8), [0.0, 1.5])
 
 
 # --- properties that are not in the canonical encoding ---------------------------------------
@@ -435,11 +437,14 @@ def test_store_timestamps_and_single_fields() -> None:
         decode_int_field(buf, [0], QUEUE_ID_POS + 1)  # not a field start: the type is unknown
 
 
-def test_properties_blob_layout_constant_is_the_codecs() -> None:
-    # The decoder reads PROPLEN with the codec's struct format; a V1 record ends with it.
+def test_record_without_properties_has_empty_columns() -> None:
+    # A record without properties ends with a zero PROPLEN.
     buf, starts = build_slice([RecordFields(topic="t", body=b"", properties={})])
     assert buf[-PROPS_LEN.size :] == b"\x00\x00"
-    assert decode_records_to_arrow(buf, starts).column("properties").to_pylist() == [[]]
+    batch = decode_records_to_arrow(buf, starts)
+    assert batch.column("properties").to_pylist() == [[]]
+    assert batch.column("keys").to_pylist() == [[]]
+    assert batch.column("tags").to_pylist() == batch.column("uniq_key").to_pylist() == [None]
 
 
 def test_zlib_is_what_compressed_means() -> None:
