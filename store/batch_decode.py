@@ -433,8 +433,9 @@ def _even_numbers(count: int) -> pa.Array:
     return _even_numbers_upto(max(1 << 10, 1 << (count - 1).bit_length())).slice(0, count)
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=4)
 def _even_numbers_upto(capacity: int) -> pa.Array:
+    # A few sizes live at once (rows, pairs, key tokens); at most ~2x the largest batch's.
     return pa.array(np.arange(0, 2 * capacity, 2, dtype=np.int64))
 
 
