@@ -343,6 +343,8 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 (Spark's method name)
         self._mirror.publish(start)
         heads = self._current_heads()
+        if any(key in heads and position > heads[key][1] for key, position in start.items()):
+            heads = self._current_heads(force=True)  # never judge a queue "reset" on a cached head
         self._latest = normalize({key: hi for key, (_, hi) in heads.items()})
         target = self._target if self._target is not None else self._latest
         begin: dict[str, int] = {}
@@ -356,10 +358,10 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[key] = lo  # a new queue: registered at its earliest now, read from the next batch
         return normalize(end)
 
-    def _current_heads(self) -> dict[str, tuple[int, int]]:
+    def _current_heads(self, force: bool = False) -> dict[str, tuple[int, int]]:
         """Queue heads, looked up at most once per ``pollIntervalMs`` (Spark polls much faster)."""
         now = time.monotonic()
-        if now - self._heads_at >= self.options.poll_interval_s:
+        if force or now - self._heads_at >= self.options.poll_interval_s:
             self._heads = fetch_heads(_backend(self.options), self.options.topics)
             self._heads_at = now
         return self._heads
