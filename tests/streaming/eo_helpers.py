@@ -196,13 +196,13 @@ def run_to_end(spark: Any, spec: dict[str, Any], attempts: int = 4) -> list[str]
         try:
             finished = query.awaitTermination(SUBPROCESS_TIMEOUT_S)
         except StreamingQueryException as exc:
-            failures.append(str(exc).splitlines()[0][:300])
+            failures.append(str(exc)[:3000])
             continue
         assert finished, "the AvailableNow run did not finish"
         if query.exception() is None:
             return failures
-        failures.append(str(query.exception())[:300])
-    raise AssertionError(f"pipeline still failing after {attempts} runs: {failures}")
+        failures.append(str(query.exception())[:3000])
+    raise AssertionError(f"pipeline still failing after {attempts} runs: {[f[:300] for f in failures]}")
 
 
 def parquet_bodies(spark: Any, output: str) -> list[bytes]:
