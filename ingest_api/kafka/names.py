@@ -22,9 +22,10 @@ from dataclasses import replace
 from typing import Any
 
 from ingest_api.kafka.store_port import KafkaStore
-from store.message_store import BatchPutResult
+from store import BatchPutResult
+from store.idempotence import ProducerRef
 from store.queue_reader import BatchReadResult
-from store.types import Boundary, Message, PutResult
+from store.types import Boundary, Message, MessageView, PutResult
 
 _STORE_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 _KEPT = frozenset("|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -82,8 +83,11 @@ class KafkaNamedStore:
     def delete_topic(self, topic: str) -> bool:
         return self._store.delete_topic(to_store(topic))
 
-    def put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
-        return self._store.put_messages([replace(m, topic=to_store(m.topic)) for m in messages])
+    def put_messages(
+        self, messages: Sequence[Message], *, producer: ProducerRef | None = None
+    ) -> list[PutResult]:
+        renamed = [replace(m, topic=to_store(m.topic)) for m in messages]
+        return self._store.put_messages(renamed, producer=producer)
 
     def put_batch(
         self,
@@ -94,6 +98,7 @@ class KafkaNamedStore:
         keys: Sequence[str | None] | None = None,
         properties: Mapping[str, str | Sequence[str | None]] | None = None,
         born_timestamps_ms: Sequence[int] | None = None,
+        producer: ProducerRef | None = None,
     ) -> BatchPutResult:
         return self._store.put_batch(
             to_store(topic),
@@ -102,6 +107,7 @@ class KafkaNamedStore:
             keys=keys,
             properties=properties,
             born_timestamps_ms=born_timestamps_ms,
+            producer=producer,
         )
 
     def read_batch(
@@ -122,6 +128,9 @@ class KafkaNamedStore:
             tag_expression=tag_expression,
             end_offset=end_offset,
         )
+
+    def get_by_uniq_key(self, topic: str, uniq_key: str) -> MessageView | None:
+        return self._store.get_by_uniq_key(to_store(topic), uniq_key)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self._store.min_offset(to_store(topic), queue_id)

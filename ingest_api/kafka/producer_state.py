@@ -9,8 +9,11 @@
   the original base offset is returned and nothing is written. A sequence gap is
   OUT_OF_ORDER_SEQUENCE_NUMBER (45); an epoch older than the one seen is
   INVALID_PRODUCER_EPOCH (47); a newer epoch must start again at sequence 0.
-  The table is in memory: after a restart the first batch of a known producer is accepted at
-  any sequence (Kafka rebuilds this from its log; we document the difference).
+  The table is in memory. After a restart the first batch of a (producer, partition) is
+  accepted at any sequence, and until one batch has been written new, every batch is first
+  looked up in the store (its UNIQ_KEYs are derived from the sequence, see
+  ``store.idempotence``), so retries of batches stored before the restart are not written
+  twice.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ class BatchMetadata:
 class _PartitionEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    #: A batch of this epoch was written new by this process: later sequences are new too.
+    fresh: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +133,20 @@ class ProducerStateTable:
             return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return APPEND
 
-    def record(self, key: PartitionKey, epoch: int, batch: BatchMetadata) -> None:
+    def record(self, key: PartitionKey, epoch: int, batch: BatchMetadata, *, fresh: bool = True) -> None:
+        """Remember an appended batch; ``fresh=False`` when the store already held it."""
         entry = self._entries.get(key)
         if entry is None or epoch != entry.epoch:
             entry = _PartitionEntry(epoch)
             self._entries[key] = entry
         entry.batches.append(batch)
+        entry.fresh = entry.fresh or fresh
+
+    def needs_store_check(self, key: PartitionKey, epoch: int) -> bool:
+        """True until this process wrote a new batch for ``key`` at ``epoch``: before that, a
+        batch may be a retry of one stored before a restart, which only the store can tell."""
+        entry = self._entries.get(key)
+        return entry is None or entry.epoch != epoch or not entry.fresh
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._entries if k[1] == topic]:

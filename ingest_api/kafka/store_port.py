@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from store.message_store import BatchPutResult
+from store import BatchPutResult
+from store.idempotence import ProducerRef
 from store.queue_reader import BatchReadResult
-from store.types import Boundary, Message, PutResult
+from store.types import Boundary, Message, MessageView, PutResult
 
 
 class KafkaStore(Protocol):
@@ -24,7 +25,9 @@ class KafkaStore(Protocol):
     def create_topic(self, topic: str, queues: int | None = None) -> int: ...
     def delete_topic(self, topic: str) -> bool: ...
 
-    def put_messages(self, messages: Sequence[Message]) -> list[PutResult]: ...
+    def put_messages(
+        self, messages: Sequence[Message], *, producer: ProducerRef | None = None
+    ) -> list[PutResult]: ...
     def put_batch(
         self,
         topic: str,
@@ -34,6 +37,7 @@ class KafkaStore(Protocol):
         keys: Sequence[str | None] | None = None,
         properties: Mapping[str, str | Sequence[str | None]] | None = None,
         born_timestamps_ms: Sequence[int] | None = None,
+        producer: ProducerRef | None = None,
     ) -> BatchPutResult: ...
 
     def read_batch(
@@ -47,6 +51,7 @@ class KafkaStore(Protocol):
         end_offset: int | None = None,
     ) -> BatchReadResult: ...
 
+    def get_by_uniq_key(self, topic: str, uniq_key: str) -> MessageView | None: ...
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def max_offset(self, topic: str, queue_id: int) -> int: ...
     def offset_for_timestamp(

@@ -70,3 +70,13 @@ def test_sequences_wrap_and_topics_can_be_forgotten() -> None:
     assert table.check(KEY, 0, 0, 3).should_append
     table.forget_topic("t")
     assert table.check(KEY, 0, 77, 80).should_append  # unknown again: accepted at any sequence
+
+
+def test_store_check_until_a_fresh_write() -> None:
+    table = ProducerStateTable()
+    assert table.needs_store_check(KEY, 0)  # nothing known (e.g. after a restart)
+    table.record(KEY, 0, BatchMetadata(0, 4, 100), fresh=False)  # a retry found in the store
+    assert table.needs_store_check(KEY, 0)
+    table.record(KEY, 0, BatchMetadata(5, 9, 105), fresh=True)  # written new in this process
+    assert not table.needs_store_check(KEY, 0)
+    assert table.needs_store_check(KEY, 1)  # a new epoch starts over

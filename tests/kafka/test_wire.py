@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -20,7 +21,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from ingest_api.kafka import GatewayThread
 from store import Message, MessageStore
-from tests.kafka.conftest import wait_until
+from tests.kafka.conftest import gateway_config, store_config, wait_until
 from tests.kafka.rawclient import RawClient, record_batch
 
 TOPIC = "wire"
@@ -282,3 +283,35 @@ def test_system_topics_are_never_exposed(client: RawClient, store: MessageStore)
         ],
     )
     assert fetched.responses[0].partitions[0].error_code == 3
+
+
+def test_idempotent_retry_is_deduplicated_across_a_broker_restart(tmp_path: Path) -> None:
+    config = store_config(tmp_path / "restart")
+    batch_values = [b"a", b"b", b"c"]
+    with MessageStore.open(config) as first_store:
+        first_store.create_topic(TOPIC, 1)
+        with GatewayThread(first_store, gateway_config()) as gateway:
+            raw = RawClient(gateway.port)
+            init = raw.call(
+                InitProducerIdRequest,
+                InitProducerIdResponse,
+                4,
+                transactional_id=None,
+                transaction_timeout_ms=1000,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            pid = init.producer_id
+            assert produce(raw, record_batch(batch_values, pid, 0, 0)) == (0, 0)
+            assert produce(raw, record_batch([b"d"], pid, 0, 3)) == (0, 3)
+            raw.close()
+    with MessageStore.open(config) as second_store:  # a restart: the sequence table is gone
+        with GatewayThread(second_store, gateway_config()) as gateway:
+            raw = RawClient(gateway.port)
+            assert produce(raw, record_batch(batch_values, pid, 0, 0)) == (0, 0)  # found in the store
+            assert produce(raw, record_batch([b"d"], pid, 0, 3)) == (0, 3)
+            assert produce(raw, record_batch([b"e"], pid, 0, 4)) == (0, 4)
+            raw.close()
+        assert second_store.max_offset(TOPIC, 0) == 5
+        bodies = second_store.read_batch(TOPIC, 0, 0, 10).batch.column("body").to_pylist()
+        assert bodies == [b"a", b"b", b"c", b"d", b"e"]

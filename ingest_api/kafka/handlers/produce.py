@@ -15,6 +15,7 @@ idempotent batches, steps 1 and 3 share one thread-pool hop):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -41,6 +42,7 @@ from store.errors import (
     UnknownQueue,
     UnknownTopic,
 )
+from store.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,11 @@ class _PartitionWork:
     error: ErrorCode = ErrorCode.NONE
     batches: list[ProducedBatch] = field(default_factory=list)
     keep: list[bool] = field(default_factory=list)  # per batch: append it?
+    verify: list[bool] = field(default_factory=list)  # per batch: look it up in the store first?
+    fresh: list[bool] = field(default_factory=list)  # per kept batch: written new (not found)?
     duplicate_of: int | None = None
     base_offset: int = -1
+    batch_offsets: list[int] = field(default_factory=list)  # base offset of each kept batch
     log_start_offset: int = -1
 
 
@@ -79,6 +84,7 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
                 item.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 continue
             item.keep = [True] * len(item.batches)
+            item.verify = [False] * len(item.batches)
     return work
 
 
@@ -94,6 +100,7 @@ def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
         else:
             key = (batch.producer_id, item.topic, item.partition)
             verdict = ctx.producers.check(key, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+            item.verify[index] = ctx.producers.needs_store_check(key, batch.producer_epoch)
         if verdict.error != ErrorCode.NONE:
             item.error = verdict.error
             return
@@ -111,7 +118,11 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
         kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
         try:
             if kept:
-                item.base_offset = _put(ctx.store, item.topic, item.partition, kept)
+                verify = [v for v, keep in zip(item.verify, item.keep, strict=True) if keep]
+                placed = _put(ctx.store, item.topic, item.partition, kept, verify)
+                item.batch_offsets = [offset for offset, _ in placed]
+                item.fresh = [fresh for _, fresh in placed]
+                item.base_offset = item.batch_offsets[0]
             else:
                 item.base_offset = item.duplicate_of if item.duplicate_of is not None else -1
             item.log_start_offset = ctx.store.min_offset(item.topic, item.partition)
@@ -130,7 +141,55 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
             item.error = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-def _put(store: KafkaStore, topic: str, partition: int, batches: list[ProducedBatch]) -> int:
+def _put(
+    store: KafkaStore, topic: str, partition: int, batches: list[ProducedBatch], verify: list[bool]
+) -> list[tuple[int, bool]]:
+    """Append the batches to one queue; returns ``(base offset, written new)`` per batch.
+
+    Idempotent batches are written one by one under a store :class:`ProducerRef` derived from
+    ``(producer id, epoch, topic, partition, base sequence)``: the store then makes their
+    UNIQ_KEYs deterministic and finds a retried batch again through its key index, even
+    after a restart that emptied the gateway's in-memory sequence table. Other batches of a
+    partition are appended together, atomically and contiguously. ``verify[i]``: look batch
+    ``i`` up in the store before writing (see :mod:`ingest_api.kafka.producer_state`).
+    """
+    if any(batch.is_idempotent for batch in batches):
+        return [
+            _put_idempotent(store, topic, partition, batch, check)
+            for batch, check in zip(batches, verify, strict=True)
+        ]
+    first = _put_records(store, topic, partition, batches, None)
+    offsets = [first]
+    for batch in batches[:-1]:
+        offsets.append(offsets[-1] + len(batch))
+    return [(offset, True) for offset in offsets]
+
+
+def _put_idempotent(
+    store: KafkaStore, topic: str, partition: int, batch: ProducedBatch, check: bool
+) -> tuple[int, bool]:
+    ref = _producer_ref(topic, partition, batch)
+    if ref is not None and check:
+        # Messages of a batch are appended in order, so its last one being there means all
+        # of it is (a batch torn by a crash is completed by the store's own dedupe below).
+        last = store.get_by_uniq_key(topic, request_uniq_keys(ref, len(batch))[-1])
+        if last is not None and last.queue_id == partition:
+            return last.queue_offset - (len(batch) - 1), False
+    return _put_records(store, topic, partition, [batch], ref), True
+
+
+def _producer_ref(topic: str, partition: int, batch: ProducedBatch) -> ProducerRef | None:
+    if not batch.is_idempotent:
+        return None
+    producer = f"kafka:{batch.producer_id}:{batch.producer_epoch}:{partition}:{topic}"
+    if len(producer) > MAX_PRODUCER_ID_CHARS:  # long topic names: a digest keeps refs distinct
+        producer = "kafka:" + hashlib.blake2b(producer.encode("utf-8"), digest_size=20).hexdigest()
+    return ProducerRef(producer, batch.base_sequence)
+
+
+def _put_records(
+    store: KafkaStore, topic: str, partition: int, batches: list[ProducedBatch], producer: ProducerRef | None
+) -> int:
     """Append the batches' records contiguously to one queue; returns the first queue offset."""
     if len(batches) == 1:
         (only,) = batches
@@ -143,7 +202,7 @@ def _put(store: KafkaStore, topic: str, partition: int, batches: list[ProducedBa
     columns = batch_to_columns(timestamps, keys, values, headers, int(time.time() * 1000))
     if columns is None:
         messages = [record_to_message(topic, partition, r) for b in batches for r in b.records]
-        return store.put_messages(messages)[0].queue_offset
+        return store.put_messages(messages, producer=producer)[0].queue_offset
     result = store.put_batch(
         topic,
         columns.bodies,
@@ -151,6 +210,7 @@ def _put(store: KafkaStore, topic: str, partition: int, batches: list[ProducedBa
         keys=columns.keys,
         properties=dict(columns.properties) or None,
         born_timestamps_ms=columns.born_timestamps_ms,
+        producer=producer,
     )
     return int(result.queue_offsets[0])
 
@@ -158,15 +218,12 @@ def _put(store: KafkaStore, topic: str, partition: int, batches: list[ProducedBa
 def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
     if item.error != ErrorCode.NONE:
         return
-    offset = item.base_offset
-    for batch, keep in zip(item.batches, item.keep, strict=True):
-        if not keep:
-            continue
+    kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
+    for batch, offset, fresh in zip(kept, item.batch_offsets, item.fresh, strict=True):
         if batch.is_idempotent:
             key = (batch.producer_id, item.topic, item.partition)
             metadata = BatchMetadata(batch.base_sequence, batch.last_sequence, offset)
-            ctx.producers.record(key, batch.producer_epoch, metadata)
-        offset += len(batch)
+            ctx.producers.record(key, batch.producer_epoch, metadata, fresh=fresh)
 
 
 def _idempotent_producers(work: list[_PartitionWork]) -> list[int]:
