@@ -39,6 +39,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from store.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA, TIMESTAMP
 from store.codec import (
@@ -424,7 +425,7 @@ def _gather_ranges(source: pa.Buffer, begins: I64, lengths: I64, value_type: pa.
         else value_type
     )
     interleaved = pa.Array.from_buffers(base_type, 2 * count, [None, pa.py_buffer(offsets), source])
-    picked = interleaved.take(_even_numbers(count))
+    picked = pc.take(interleaved, _even_numbers(count), boundscheck=False)
     return picked.cast(value_type) if large else picked
 
 
@@ -436,7 +437,8 @@ def _even_numbers(count: int) -> pa.Array:
 @functools.lru_cache(maxsize=4)
 def _even_numbers_upto(capacity: int) -> pa.Array:
     # A few sizes live at once (rows, pairs, key tokens); at most ~2x the largest batch's.
-    return pa.array(np.arange(0, 2 * capacity, 2, dtype=np.int64))
+    # int32 indices (and no bounds check: they are in range by construction) take fastest.
+    return pa.array(np.arange(0, 2 * capacity, 2, dtype=np.int32 if capacity <= 1 << 30 else np.int64))
 
 
 def _require_utf8(strings: pa.Array, starts: I64, what: str) -> None:
