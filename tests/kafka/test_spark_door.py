@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
+    existing = SparkSession.getActiveSession()  # e.g. the Spark suite's session: reuse, never stop
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     session = (
@@ -35,7 +36,8 @@ def spark() -> Iterator[Any]:
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
-    session.stop()
+    if existing is None:
+        session.stop()
 
 
 def test_kafka_records_are_read_by_the_spark_source(spark: Any, bootstrap: str, store: MessageStore) -> None:
