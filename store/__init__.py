@@ -9,6 +9,7 @@ Usable on its own as a library::
 See docs/store_api.md.
 """
 
+from store.appender import BatchPutResult
 from store.arrow_schema import MESSAGE_SCHEMA
 from store.config import FlushDiskType, StoreConfig
 from store.errors import (
@@ -24,7 +25,7 @@ from store.errors import (
     UnknownTopic,
 )
 from store.idempotence import ProducerRef
-from store.message_store import BatchPutResult, MessageStore, StoreStats
+from store.message_store import MessageStore, StoreStats
 from store.queue_reader import BatchReadResult
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 

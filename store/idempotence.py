@@ -21,11 +21,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from store.errors import InvalidArgument
 
 MAX_PRODUCER_ID_CHARS = 256
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,35 @@ def request_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
     """The UNIQ_KEYs of the ``count`` messages of request ``ref`` (32 upper-case hex chars)."""
     prefix = hashlib.blake2b(f"{ref.producer_id}\x00{ref.sequence}".encode(), digest_size=12).digest()
     return [(prefix + i.to_bytes(4, "big")).hex().upper() for i in range(count)]
+
+
+def stored_prefix(count: int, lookup: Callable[[int], T | None]) -> dict[int, T]:
+    """Which messages of an earlier attempt of a request are stored: ``{index: result}``.
+
+    An attempt is all-or-nothing while the store runs; only a crash can tear it, and then a
+    prefix survives (records are appended in order). So: look up the first message, then
+    binary-search the end of the stored prefix (O(log n) lookups), then fetch the prefix.
+    """
+    first = lookup(0)
+    if first is None:
+        return {}
+    found = {0: first}
+    lo, hi = 0, count  # lookup(lo) exists; everything from hi on does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        hit = lookup(mid)
+        if hit is None:
+            hi = mid
+        else:
+            found[mid] = hit
+            lo = mid
+    for i in range(1, hi):
+        if i not in found:
+            hit = lookup(i)
+            if hit is None:  # not a prefix after all: treat the rest as missing
+                break
+            found[i] = hit
+    return found
 
 
 class ProducerTable:
