@@ -35,6 +35,11 @@ typecheck: venv
 
 bench: venv
 	$(BIN)/python -m bench.store_bench
+	$(BIN)/python -m bench.decode_bench
+	$(BIN)/python -m bench.http_bench
+	$(BIN)/python -m bench.kafka_bench
+	$(BIN)/python -m bench.spark_bench
+	$(BIN)/python -m bench.sink_bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
