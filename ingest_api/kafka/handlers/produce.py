@@ -9,7 +9,8 @@ idempotent batches, steps 1 and 3 share one thread-pool hop):
 3. (thread pool) map records to store columns (:mod:`ingest_api.kafka.mapping`) and append
    them with the columnar ``put_batch`` (``put_messages`` when records order their headers
    differently): all records of a partition land atomically and contiguously, so
-   ``base_offset`` is the first record's queue offset;
+   ``base_offset`` is the first record's queue offset (idempotent batches are written one by
+   one with a store ``ProducerRef``, see :func:`_put`);
 4. (loop) record the batches' sequences and answer (nothing at all for acks=0).
 """
 
