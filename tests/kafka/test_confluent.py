@@ -170,3 +170,25 @@ def test_admin_create_and_delete_topics(bootstrap: str, store: MessageStore) -> 
     admin.delete_topics(["ck-admin"])["ck-admin"].result(10)
     assert not store.has_topic("ck-admin")
     assert "ck-admin" not in admin.list_topics(timeout=10).topics
+
+
+def test_awkward_keys_headers_and_tombstones_round_trip_exactly(bootstrap: str, store: MessageStore) -> None:
+    store.create_topic("ck-exact", 1)
+    sent: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] = [
+        (b"plain", b"v1", [("a", b"1"), ("b", b"2")]),
+        (b"\xff\xfe binary", b"v2", [("dup", b"1"), ("dup", b"2"), ("bin", b"\x00\xff"), ("null", None)]),
+        (b"", None, [("TAGS", b"not-a-tag"), ("empty", b"")]),  # empty key, tombstone
+        (None, b"", []),
+        (b" lead  and trail ", b"v5", [("\u00e9t\u00e9", "\u2603".encode())]),
+    ]
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, **FAST})
+    for key, value, headers in sent:
+        producer.produce("ck-exact", key=key, value=value, headers=headers, partition=0)
+    assert producer.flush(10) == 0
+    client = consumer(bootstrap, **{"group.id": "ck-exact-reader"})
+    try:
+        client.subscribe(["ck-exact"])
+        got = poll_values(client, len(sent))
+        assert [(m.key(), m.value(), m.headers() or []) for m in got] == sent
+    finally:
+        client.close()
