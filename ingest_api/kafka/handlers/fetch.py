@@ -32,6 +32,7 @@ from ingest_api.kafka.mapping import stored_record
 from ingest_api.kafka.records import Header, encode_records
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
+from store.errors import UnknownQueue, UnknownTopic
 
 #: Messages asked from the store per partition read (the byte budget usually stops earlier).
 MAX_MESSAGES_PER_READ = 10_000
@@ -167,7 +168,12 @@ def read_all(store: KafkaStore, requests: list[PartitionFetch], max_bytes: int) 
     for request in requests:
         # KIP-74: until some partition returned data, one record may exceed the budget.
         first = remaining == max_bytes
-        data = read_partition(store, request, max(remaining, 1) if first else remaining, allow_oversize=first)
+        try:
+            data = read_partition(
+                store, request, max(remaining, 1) if first else remaining, allow_oversize=first
+            )
+        except (UnknownTopic, UnknownQueue):  # deleted while we read it
+            data = PartitionData(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         remaining -= len(data.records)
         results.append(data)
     return results

@@ -26,7 +26,7 @@ from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_count
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
-from store.errors import InvalidArgument, StoreError
+from store.errors import InvalidArgument, StoreError, UnknownQueue, UnknownTopic
 from store.types import Boundary
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,14 @@ def lookup_offset(
 async def handle_list_offsets(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     wanted = [(t.name, p.partition_index, p.timestamp) for t in request.body.topics for p in t.partitions]
 
+    def lookup_one(topic: str, partition: int, timestamp: int) -> tuple[ErrorCode, int, int]:
+        try:
+            return lookup_offset(ctx.store, topic, partition, timestamp)
+        except (UnknownTopic, UnknownQueue):  # deleted while we looked
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+
     def lookup_all() -> list[tuple[ErrorCode, int, int]]:
-        return [lookup_offset(ctx.store, topic, partition, ts) for topic, partition, ts in wanted]
+        return [lookup_one(topic, partition, ts) for topic, partition, ts in wanted]
 
     found = await ctx.run_blocking(lookup_all)
     cls = codec.response_class(ApiKey.LIST_OFFSETS)
