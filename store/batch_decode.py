@@ -158,6 +158,24 @@ def decode_records_to_arrow(
     return _decode_ascending(data, positions, store_host)
 
 
+def decode_property_columns(
+    buf: SliceBytes, begins: npt.ArrayLike, lengths: npt.ArrayLike
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``(uniq_key, tags, keys)`` of the properties strings at ``buf[begins[i]:][:lengths[i]]``.
+
+    The ranges must be ascending and disjoint (consecutive records are). ``uniq_key`` and
+    ``tags`` are string arrays (null where absent), ``keys`` a list<string> array (the KEYS
+    tokens). Used by CommitLog scans to build dispatch batches without a Python dict per record.
+    """
+    data = _as_bytes(buf)
+    source = pa.py_buffer(data)
+    props = _gather_ranges(
+        source, np.asarray(begins, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pa.string()
+    )
+    columns = _property_columns(props)
+    return columns.uniq_key, columns.tags, columns.keys
+
+
 def decode_store_timestamps(buf: SliceBytes, starts: npt.ArrayLike) -> I64:
     """STORETIMESTAMP (ms) of the records at ``starts``: one gather, no other parsing."""
     return decode_int_field(buf, starts, STORE_TIMESTAMP_POS).astype(np.int64, copy=False)

@@ -22,22 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 
 from store.batch_codec import I32, I64, EncodedBatch, RecordRun, validate_run
+from store.batch_decode import decode_property_columns
 from store.codec import (
     BLANK_RECORD,
     END_OF_FILE_MIN_BLANK,
     MAGIC_V1,
     MAGIC_V2,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     RECORD_HEADER,
     STORE_TIMESTAMP_POS,
     RecordHeader,
     RecordStatus,
     check_record,
-    decode_properties,
     decode_record,
     encode_blank,
 )
@@ -440,14 +438,16 @@ def _first_store_timestamp(mapped: MappedFile) -> int | None:
 def _dispatch_batch(
     base: int, chunk: bytes, run: RecordRun, lo: int, hi: int, tags_codes_for: TagsCodesFn
 ) -> DispatchBatch:
-    """Records ``lo:hi`` of a run as a DispatchBatch (properties decoded here)."""
-    spans = zip(run.properties_starts[lo:hi].tolist(), run.properties_lengths[lo:hi].tolist(), strict=True)
-    props = [decode_properties(chunk[s : s + n]) for s, n in spans]
+    """Records ``lo:hi`` of a run as a DispatchBatch (properties parsed vectorised)."""
+    uniq_col, tags_col, keys_col = decode_property_columns(
+        np.frombuffer(chunk, dtype=np.uint8), run.properties_starts[lo:hi], run.properties_lengths[lo:hi]
+    )
     used, topic_codes = np.unique(run.topic_codes[lo:hi], return_inverse=True)
     topics = tuple(run.topic_names[code] for code in used.tolist())
     store_ts = run.store_timestamps_ms[lo:hi]
     codes32: I32 = topic_codes.astype(np.int32).ravel()
-    hashes = java_string_hashes([p.get(PROPERTY_TAGS) or "" for p in props]).astype(np.int64)
+    hashes = java_string_hashes(pc.fill_null(tags_col, "").to_pylist()).astype(np.int64)
+    raw_keys = pc.binary_join(keys_col, " ").to_pylist()
     tags_codes = tags_codes_for(topics, codes32, run.queue_ids[lo:hi], store_ts, hashes)
     return DispatchBatch(
         commitlog_offsets=base + run.starts[lo:hi],
@@ -459,6 +459,6 @@ def _dispatch_batch(
         sys_flags=run.sys_flags[lo:hi],
         topic_codes=codes32,
         topics=topics,
-        uniq_keys=tuple(p.get(PROPERTY_UNIQ_KEY) for p in props),
-        keys=tuple(p.get(PROPERTY_KEYS) for p in props),
+        uniq_keys=tuple(uniq_col.to_pylist()),
+        keys=tuple(k or None for k in raw_keys),
     )

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from store.config import StoreConfig
 from store.consume_queue import TX_ROLLBACK, TX_TYPE_MASK
@@ -310,6 +312,36 @@ def _is_index_file_name(name: str) -> bool:
     return len(name) == 17 and name.isdigit()
 
 
+def index_keys(batch: DispatchBatch, rows: I64) -> tuple[pa.Array, I64]:
+    """The index keys of ``rows`` of a batch, in order: per message ``topic#UNIQ_KEY`` then
+    ``topic#token`` for each KEYS token; returns (keys, the row of each key). Built with
+    Arrow kernels: no Python string per key."""
+    take = pa.array(rows)
+    prefixes = pa.array([t + KEY_SEPARATOR for t in batch.topics]).take(pa.array(batch.topic_codes[rows]))
+    uniq = pa.array(batch.uniq_keys, type=pa.string()).take(take)
+    tokens = pc.split_pattern(pa.array(batch.keys, type=pa.string()).take(take), " ")
+    token_parent = np.asarray(pc.list_parent_indices(tokens), dtype=np.int64)
+    flat_tokens = pc.list_flatten(tokens)
+    present = np.asarray(pc.and_(pc.is_valid(flat_tokens), pc.not_equal(flat_tokens, "")).fill_null(False))
+    token_parent = token_parent[present]
+    flat_tokens = flat_tokens.filter(pa.array(present))
+    has_uniq = np.asarray(pc.and_(pc.is_valid(uniq), pc.not_equal(uniq, "")).fill_null(False))
+    uniq_parent = np.flatnonzero(has_uniq)
+    parents = np.concatenate((uniq_parent, token_parent))
+    texts = pa.concat_arrays(
+        [
+            pc.binary_join_element_wise(
+                prefixes.take(pa.array(uniq_parent)), uniq.filter(pa.array(has_uniq)), ""
+            ),
+            pc.binary_join_element_wise(prefixes.take(pa.array(token_parent)), flat_tokens, ""),
+        ]
+    )
+    # per message: its UNIQ_KEY entry first, then its tokens (a stable sort by message)
+    rank = np.concatenate((np.zeros(len(uniq_parent), np.int64), np.ones(len(token_parent), np.int64)))
+    order = np.lexsort((rank, parents))
+    return texts.take(pa.array(order)), rows[parents[order]]
+
+
 class IndexService:
     """All index files under ``index/``, oldest first; the last one takes new entries.
 
@@ -384,26 +416,14 @@ class IndexService:
         """
         tx_type = batch.sys_flags & TX_TYPE_MASK
         wanted = (tx_type != TX_ROLLBACK) & (batch.commitlog_offsets > self.last_indexed_offset())
-        topic_codes = batch.topic_codes.tolist()
-        keys: list[str] = []
-        rows: list[int] = []
-        for row in np.flatnonzero(wanted).tolist():
-            prefix = batch.topics[topic_codes[row]] + KEY_SEPARATOR
-            uniq_key = batch.uniq_keys[row]
-            if uniq_key:
-                keys.append(prefix + uniq_key)
-                rows.append(row)
-            raw_keys = batch.keys[row]
-            if raw_keys:
-                for token in raw_keys.split(" "):
-                    if token:
-                        keys.append(prefix + token)
-                        rows.append(row)
-        if not keys:
+        rows = np.flatnonzero(wanted)
+        if len(rows) == 0:
             return 0
-        index = np.asarray(rows, dtype=np.int64)
+        keys, key_rows = index_keys(batch, rows)
+        if len(keys) == 0:
+            return 0
         return self.put_hashes(
-            index_key_hashes(keys), batch.commitlog_offsets[index], batch.store_timestamps_ms[index]
+            index_key_hashes(keys), batch.commitlog_offsets[key_rows], batch.store_timestamps_ms[key_rows]
         )
 
     def put_hashes(self, key_hashes: I32, phy_offsets: I64, store_timestamps_ms: I64) -> int:

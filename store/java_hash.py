@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _MASK = 0xFFFFFFFF
 
@@ -34,16 +36,25 @@ def index_key_hash(key: str) -> int:
     return 0 if h >= 1 << 31 else h
 
 
-def java_string_hashes(texts: Sequence[str]) -> npt.NDArray[np.int32]:
-    """Vectorised :func:`java_string_hash` over many strings (one pass of NumPy arithmetic)."""
+def java_string_hashes(texts: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:
+    """Vectorised :func:`java_string_hash` over many strings (one pass of NumPy arithmetic).
+
+    ``texts`` may be a Python sequence or an Arrow string array (no nulls)."""
     n = len(texts)
     if n == 0:
         return np.zeros(0, dtype=np.int32)
-    joined = "".join(texts)
-    if joined.isascii():
-        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
-        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=n)
+    array = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.string())
+    if array.type == pa.string() and pc.all(pc.string_is_ascii(array)).as_py() is not False:
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1 + array.offset)[
+            array.offset :
+        ]
+        lengths = np.diff(offsets).astype(np.int64)
+        data = array.buffers()[2]
+        raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        codes = raw[offsets[0] : offsets[-1]].astype(np.uint32)
     else:
+        texts = array.to_pylist()
+        joined = "".join(texts)
         codes = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2").astype(np.uint32)
         lengths = np.fromiter((len(t.encode("utf-16-be")) // 2 for t in texts), dtype=np.int64, count=n)
     total = int(lengths.sum())
@@ -66,7 +77,7 @@ def java_string_hashes(texts: Sequence[str]) -> npt.NDArray[np.int32]:
     return result.view(np.int32)
 
 
-def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int32]:
+def index_key_hashes(keys: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:
     """Vectorised :func:`index_key_hash`."""
     h = java_string_hashes(keys).astype(np.int64)
     h = np.abs(h)

@@ -352,7 +352,7 @@ class MessageStore:
     # ------------------------------------------------------------------ consume
     @property
     def _reader(self) -> QueueReader:
-        return QueueReader(self._queues, self._commitlog, self._store_host, self._has_queue)
+        return QueueReader(self._queues, self._commitlog, self._has_queue)
 
     def get_messages(
         self, topic: str, queue_id: int, offset: int, max_messages: int = 32, tag_expression: str | None = "*"

@@ -83,12 +83,10 @@ class QueueReader:
         self,
         queues: ConsumeQueueStore,
         commitlog: CommitLogReadable,
-        store_host: tuple[str, int] | None,
         has_queue: Callable[[str, int], bool] | None = None,
     ) -> None:
         self._queues = queues
         self._commitlog = commitlog
-        self._store_host = store_host
         self._has_queue = has_queue
 
     # Offsets -------------------------------------------------------------------------------
@@ -231,7 +229,7 @@ class QueueReader:
             return EMPTY_BATCH
         batches = []
         for rows, base, buf in self._slices(offsets, sizes):
-            batches.append(decode_records_to_arrow(buf, offsets[rows] - base, store_host=self._store_host))
+            batches.append(decode_records_to_arrow(buf, offsets[rows] - base))
         batch = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
         if not tag_filter.matches_all and tag_filter.tags is not None:
             exact = pc.is_in(batch.column("tags"), value_set=pa.array(sorted(tag_filter.tags)))

@@ -40,7 +40,7 @@ class StoreReader:
             self.store_dir / "consumequeue", _cq_units_per_file(self.store_dir), read_only=True
         )
         self._topics_path = self.store_dir / "config" / "topics.json"
-        self._reader = QueueReader(self._queues, self._commitlog, store_host=None)
+        self._reader = QueueReader(self._queues, self._commitlog)
 
     def __enter__(self) -> Self:
         return self
