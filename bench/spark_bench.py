@@ -261,18 +261,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
             for fmt, options in modes.values():  # warm-up: Python workers, page cache, memory copy
                 one_batch(spark, fmt, options)
-            best: dict[str, float] = {}
+            rates: dict[str, list[float]] = {label: [] for label in modes}
             for run in range(args.runs):
                 for label, (fmt, options) in modes.items():
                     rows, seconds = one_batch(spark, fmt, options)
                     rate = rows / seconds if seconds else float("nan")
-                    best[label] = max(best.get(label, 0.0), rate)
+                    rates[label].append(rate)
                     print(f"run {run + 1}  {label:<20} {rows:>10,} rows  addBatch {seconds:6.2f} s  "
                           f"{rate:>12,.0f} rows/s")  # fmt: skip
-            ceiling = best["synthetic (memory)"]
-            print("\nbest of runs (rows/s, ratio to the synthetic ceiling):")
-            for label, rate in best.items():
-                print(f"  {label:<20} {rate:>12,.0f}   {rate / ceiling:5.2f}")
+            best = {label: max(values) for label, values in rates.items()}
+            median = {label: statistics.median(values) for label, values in rates.items()}
+            ceiling = "synthetic (memory)"
+            print("\nrows/s over runs: best (ratio to synthetic best) | median (ratio to synthetic median)")
+            for label in modes:
+                print(f"  {label:<20} {best[label]:>12,.0f} ({best[label] / best[ceiling]:4.2f})"
+                      f" | {median[label]:>12,.0f} ({median[label] / median[ceiling]:4.2f})")  # fmt: skip
             for label, location in (("endpoint", {"endpoint": url}), ("path", {"path": str(store_dir)})):
                 p50, p99, n = latency(spark, url, location, args.latency_samples)
                 print(f"latency HTTP produce -> row in driver memory ({label} mode, trigger 0, n={n}): "
