@@ -167,7 +167,7 @@ class Appender:
                 return cached
             keys = request_uniq_keys(ref, len(messages))
             topics = [place(m, 0, self.delay_levels).topic for m in messages]
-            stored = {} if self._producers.is_new(ref) else self._stored_prefix(topics, keys)
+            stored = self._stored_prefix(topics, keys)
             missing = [i for i in range(len(messages)) if i not in stored]
             if missing:
                 fresh = self._put_messages([_with_uniq_key(messages[i], keys[i]) for i in missing])
@@ -335,7 +335,7 @@ class Appender:
             if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == topic:
                 return cached
             uniq = request_uniq_keys(ref, n)
-            stored = {} if self._producers.is_new(ref) else self._stored_prefix([topic] * n, uniq)
+            stored = self._stored_prefix([topic] * n, uniq)
             if stored:
                 missing = np.array([i for i in range(n) if i not in stored], dtype=np.int64)
                 if len(missing):

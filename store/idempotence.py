@@ -7,10 +7,10 @@ which requests it holds, and the key index (rebuilt from the CommitLog by recove
 them again after a restart: the durable dedupe state is the data, nothing else is persisted.
 
 On top of that, :class:`ProducerTable` keeps the results of recent requests in memory (LRU,
-bounded by ``max_producers`` x ``requests_per_producer``) so that quick retries cost nothing,
-and the highest sequence seen per producer so that a producer using increasing sequences
-(the Kafka model) needs no index lookup for new requests. Producers that use one-off keys
-(``sequence`` always 0, e.g. an HTTP ``Idempotency-Key``) cost one index lookup per request.
+bounded by ``max_producers`` x ``requests_per_producer``) so that quick retries cost nothing.
+Any other request costs one index lookup (its first message's UNIQ_KEY). There is deliberately
+no "higher sequence means new" shortcut: after a restart nothing proves that a producer's
+higher sequences were not stored before it (a pipelining client may have sent them first).
 
 A request torn by a crash (its first messages stored, the rest not) is completed by the retry:
 only the missing messages are written. Dedupe reaches back as far as retention keeps data.
@@ -109,12 +109,6 @@ class ProducerTable:
             self._producers.move_to_end(ref.producer_id)
             return state.results.get(ref.sequence)
 
-    def is_new(self, ref: ProducerRef) -> bool:
-        """True when ``ref`` is known to be newer than anything this producer stored."""
-        with self._lock:
-            state = self._producers.get(ref.producer_id)
-            return state is not None and state.max_sequence is not None and ref.sequence > state.max_sequence
-
     def remember(self, ref: ProducerRef, results: object) -> None:
         with self._lock:
             state = self._producers.get(ref.producer_id)
@@ -126,16 +120,13 @@ class ProducerTable:
             state.results[ref.sequence] = results
             while len(state.results) > self._per_producer:
                 state.results.popitem(last=False)
-            if state.max_sequence is None or ref.sequence > state.max_sequence:
-                state.max_sequence = ref.sequence
 
     def __len__(self) -> int:
         return len(self._producers)
 
 
 class _ProducerState:
-    __slots__ = ("max_sequence", "results")
+    __slots__ = ("results",)
 
     def __init__(self) -> None:
-        self.max_sequence: int | None = None
         self.results: OrderedDict[int, object] = OrderedDict()
