@@ -468,7 +468,7 @@ class SinkStaging:
     ) -> bool:
         """Append the part of ``chunk`` not yet stored; returns whether later chunks may be stored."""
         n = chunk.num_rows
-        uniq = request_uniq_keys(ref, n)
+        uniq = chunk_uniq_keys(ref, n)
         start = 0
         if resume:
             start = self._stored_prefix(SCHEDULE_TOPIC if delayed else topic, uniq)
@@ -516,6 +516,22 @@ class SinkStaging:
 
 
 # -- column helpers ----------------------------------------------------------------------------
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
+
+
+def chunk_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
+    """``request_uniq_keys(ref, count)``, vectorised (the per-key Python work was a third of
+    publishing): the 24-hex-char request prefix then message index ``i`` as 8 hex chars."""
+    prefix = request_uniq_keys(ref, 1)[0][:24].encode("ascii")
+    index = np.arange(count, dtype=np.uint32)
+    text = np.empty((count, 32), dtype=np.uint8)
+    text[:, :24] = np.frombuffer(prefix, dtype=np.uint8)
+    text[:, 24:] = _HEX[(index[:, None] >> _NIBBLE_SHIFTS) & 0xF]
+    joined = text.tobytes().decode("ascii")
+    return [joined[i : i + 32] for i in range(0, 32 * count, 32)]
+
 
 
 def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, bool]]:

@@ -22,6 +22,7 @@ from store.sink_staging import (
     SinkStagingError,
     StagedPart,
     batch_dir,
+    chunk_uniq_keys,
     new_part_id,
     part_path,
     staging_root,
@@ -260,3 +261,12 @@ def test_state_is_one_small_file_per_sink(store: MessageStore, store_dir: Path) 
     assert [p.name for p in sink_dir.iterdir()] == ["STATE.json"]
     assert json.loads((sink_dir / "STATE.json").read_text()) == {"last_published_batch": 4}
     assert_exactly_once(topic_bodies(store, "out"), _bodies(0, 15))
+
+
+@pytest.mark.parametrize(
+    ("producer", "sequence", "count"), [("sink:q-1:7", 0, 70_000), ("x", 2**40, 1), ("y", 3, 0)]
+)
+def test_vectorised_uniq_keys_equal_the_stores(producer: str, sequence: int, count: int) -> None:
+    """Publishing and the store's idempotent produce must agree on every key."""
+    ref = ProducerRef(producer, sequence)
+    assert chunk_uniq_keys(ref, count) == request_uniq_keys(ref, count)
