@@ -104,6 +104,9 @@ class SourceOptions:
     #: Shortest time between two queue-head lookups on the driver (Spark polls every ~10 ms
     #: with the default trigger; a head lookup of a store directory costs ~10 ms per topic).
     poll_interval_s: float = 0.05
+    #: Shortest time between two group-offset mirror writes while the query is behind; once
+    #: it has caught up (nothing left to plan) the latest durable offsets are written at once.
+    group_commit_interval_s: float = 1.0
     #: Bearer token for a broker with auth enabled (endpoint mode).
     auth_token: str | None = field(default=None, repr=False)
 
@@ -146,7 +149,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "endpoint", "path", "topic", "topics", "tags", "startingoffsets", "startingtimestamp",
         "startingoffsetsbytimestamp", "endingoffsets", "endingtimestamp", "maxmessagespertrigger",
         "maxoffsetspertrigger", "minpartitions", "group", "failondataloss", "requesttimeoutms",
-        "pollintervalms", "readchunkmessages", "authtoken",
+        "pollintervalms", "readchunkmessages", "authtoken", "groupcommitintervalms",
     }  # fmt: skip
     unknown = sorted(set(lower) - known)
     if unknown:
@@ -169,6 +172,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         read_chunk_messages=_optional_positive_int(lower, "readChunkMessages") or 65_536,
         auth_token=lower.get("authtoken") or None,
         poll_interval_s=_non_negative_int(lower, "pollIntervalMs", default=50) / 1000.0,
+        group_commit_interval_s=_non_negative_int(lower, "groupCommitIntervalMs", default=1000) / 1000.0,
     )
 
 

@@ -281,19 +281,25 @@ class GroupMirror:
     """Copies the query's durable progress into the broker's offsetTable (``topic@group``).
 
     Spark only calls ``latestOffset(start, ...)`` once every batch up to ``start`` is in the
-    checkpoint's commits log, so ``start`` is the consumer offset of record at that moment;
-    it is mirrored there (and again only when it changes). See docs/spark_source.md for what
-    this promises. Failures are logged and retried on the next trigger: the checkpoint, not
-    the mirror, is the truth.
+    checkpoint's commits log, so ``start`` is the consumer offset of record at that moment
+    and is what gets mirrored: when it changed, and either ``groupCommitIntervalMs`` passed
+    since the last write or the query has caught up (``caught_up``: nothing left to plan,
+    which is also how an AvailableNow run ends). See docs/spark_source.md for what this
+    promises. Failures are logged and retried on the next trigger: the checkpoint, not the
+    mirror, is the truth.
     """
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.last: Offsets | None = None
+        self._written_at = -1.0e9
 
-    def publish(self, offsets: Mapping[str, int]) -> None:
+    def publish(self, offsets: Mapping[str, int], *, caught_up: bool = True) -> None:
         group = self.options.group
         if group is None or not offsets or dict(offsets) == self.last:
+            return
+        now = time.monotonic()
+        if not caught_up and now - self._written_at < self.options.group_commit_interval_s:
             return
         per_topic: dict[str, dict[int, int]] = {}
         for key, offset in offsets.items():
@@ -309,6 +315,7 @@ class GroupMirror:
             log.warning("sparkmq: could not mirror offsets of group %s (will retry): %s", group, exc)
             return
         self.last = normalize(offsets)
+        self._written_at = now
 
 
 class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -341,7 +348,6 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = normalize({key: hi for key, (_, hi) in heads.items()})
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 (Spark's method name)
-        self._mirror.publish(start)
         heads = self._current_heads()
         if any(key in heads and position > heads[key][1] for key, position in start.items()):
             heads = self._current_heads(force=True)  # never judge a queue "reset" on a cached head
@@ -356,7 +362,9 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for key, (lo, _) in heads.items():
             if key not in start and key in target:
                 end[key] = lo  # a new queue: registered at its earliest now, read from the next batch
-        return normalize(end)
+        end = normalize(end)
+        self._mirror.publish(start, caught_up=end == normalize(start))
+        return end
 
     def _current_heads(self, force: bool = False) -> dict[str, tuple[int, int]]:
         """Queue heads, looked up at most once per ``pollIntervalMs`` (Spark polls much faster)."""

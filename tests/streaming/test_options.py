@@ -112,6 +112,7 @@ def test_starting_and_ending_positions(store_dir: str) -> None:
         ({"endpoint": "http://h:1", "topic": "t", "minPartitions": "-1"}, "minPartitions"),
         ({"endpoint": "http://h:1", "topic": "t", "group": "bad group"}, "group"),
         ({"endpoint": "http://h:1", "topic": "t", "pollIntervalMs": "-1"}, "pollIntervalMs"),
+        ({"endpoint": "http://h:1", "topic": "t", "groupCommitIntervalMs": "soon"}, "groupCommitIntervalMs"),
         ({"endpoint": "http://h:1", "topic": "t", "failOnDataLoss": "yes"}, "failOnDataLoss"),
         ({"endpoint": "http://h:1", "topic": "t", "startingOfsets": "earliest"}, "startingofsets"),
     ],

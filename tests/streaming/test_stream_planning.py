@@ -116,10 +116,18 @@ def test_latest_offset_mirrors_the_durable_start(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     with open_store(store_dir) as store:
         produce(store, "orders", 6, queues=2)
-    reader = _reader(store_dir, startingOffsets="earliest", group="billing")
+    reader = _reader(store_dir, startingOffsets="earliest", group="billing", groupCommitIntervalMs="600000")
     start = reader.initialOffset()
-    end = reader.latestOffset(start, ReadMaxRows(4))
+    end = reader.latestOffset(start, ReadMaxRows(4))  # the first write goes out at once
     assert end == {"orders/0": 2, "orders/1": 2}
-    reader.latestOffset(end, ReadMaxRows(4))  # planning batch 1 => batch 0 is committed
     with open_store(store_dir) as store:
-        assert store.committed_offsets("billing", "orders") == {0: 2, 1: 2}
+        assert store.committed_offsets("billing", "orders") == {0: 0, 1: 0}
+    # Planning batch 1 means batch 0 is committed; still behind, so within the interval: deferred.
+    second = reader.latestOffset(end, ReadMaxRows(4))
+    assert second == {"orders/0": 3, "orders/1": 3}
+    with open_store(store_dir) as store:
+        assert store.committed_offsets("billing", "orders") == {0: 0, 1: 0}
+    # Caught up (nothing left to plan): the durable position is written regardless of the interval.
+    assert reader.latestOffset(second, ReadMaxRows(4)) == second
+    with open_store(store_dir) as store:
+        assert store.committed_offsets("billing", "orders") == {0: 3, 1: 3}
