@@ -197,8 +197,16 @@ def resolve_end(backend: Backend, options: SourceOptions, heads: Mapping[str, tu
 def plan_partitions(
     options: SourceOptions, start: Mapping[str, int], end: Mapping[str, int]
 ) -> list[QueueRangesPartition]:
-    target = options.min_partitions or os.cpu_count() or 1
+    target = options.min_partitions or _usable_cpus()
     return [QueueRangesPartition(group) for group in group_ranges(ranges_between(start, end), target)]
+
+
+def _usable_cpus() -> int:
+    """CPUs this (driver) process may run on: the default partition count per micro-batch."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _data_loss(options: SourceOptions, message: str) -> None:
