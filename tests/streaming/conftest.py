@@ -93,17 +93,21 @@ def produce(
 class Broker:
     """``sparkmq serve`` in a background thread on a free 127.0.0.1 port."""
 
-    def __init__(self, store_dir: Path, **changes: Any) -> None:
+    def __init__(self, store_dir: Path, auth_file: Path | None = None, **changes: Any) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         store_config = StoreConfig(store_dir=store_dir, **changes).validate()
-        config = ServerConfig(store=store_config, port=port, log_level="warning").validate()
+        config = ServerConfig(
+            store=store_config, port=port, log_level="warning", auth_file=auth_file
+        ).validate()
         self.url = f"http://127.0.0.1:{port}"
         self.server = build_server(config)
         self.thread = threading.Thread(target=self.server.run, name="sparkmq-broker", daemon=True)
         self.thread.start()
-        wait_until(lambda: bool(self.server.started), 30, "the broker to start")
+        wait_until(lambda: self.server.started or not self.thread.is_alive(), 30, "the broker to start")
+        if not self.server.started:
+            raise RuntimeError(f"the broker on {store_dir} failed to start (see its log above)")
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -5,6 +5,7 @@ No Spark here: these pin down that both data planes answer every question identi
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from store.arrow_schema import MESSAGE_SCHEMA
 from store.types import GetStatus
-from streaming.backends import Backend, EndpointBackend, PathBackend
+from streaming.backends import Backend, BackendError, EndpointBackend, PathBackend
 from tests.streaming.conftest import Broker, open_store, produce, wait_until
 
 
@@ -74,3 +75,23 @@ def test_both_backends_return_identical_rows(served_store: tuple[Path, Broker, l
         a = path.read_range("orders", queue_id, offset=0, end_offset=20, max_messages=20, tags="*").batch
         b = endpoint.read_range("orders", queue_id, offset=0, end_offset=20, max_messages=20, tags="*").batch
         assert pa.Table.from_batches([a]).equals(pa.Table.from_batches([b]))
+
+
+def test_endpoint_backend_sends_its_bearer_token(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 4, queues=2)
+    auth_file = tmp_path / "auth.json"
+    auth_file.write_text(
+        json.dumps({"tokens": [{"name": "spark", "token": "spark-s3cret", "consume": ["orders"]}]})
+    )
+    broker = Broker(store_dir, auth_file=auth_file)
+    try:
+        with pytest.raises(BackendError, match="HTTP 401"):
+            EndpointBackend(broker.url, timeout_s=30).queue_heads("orders")
+        authorised = EndpointBackend(broker.url, timeout_s=30, auth_token="spark-s3cret")
+        assert authorised.queue_heads("orders") == {0: (0, 2), 1: (0, 2)}
+        chunk = authorised.read_range("orders", 0, offset=0, end_offset=2, max_messages=10, tags="*")
+        assert chunk.batch.num_rows == 2
+    finally:
+        broker.stop()
