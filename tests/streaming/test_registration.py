@@ -46,3 +46,9 @@ def test_bad_options_fail_at_load(spark: Any, tmp_path: Path, option: str, value
         reader.option(option, value).load()
     with pytest.raises(Exception, match="option 'path'"):
         spark.read.format("sparkmq").option("path", str(tmp_path / "missing")).option("topic", "t").load()
+
+
+def test_a_user_schema_must_be_the_fixed_one(spark: Any, tmp_path: Path) -> None:
+    reader = spark.read.format("sparkmq").option("path", str(tmp_path)).option("topic", "t")
+    with pytest.raises(Exception, match="fixed schema"):
+        reader.schema("body BINARY").load().collect()
