@@ -435,13 +435,20 @@ class SinkStaging:
             longest = pc.max(pc.binary_length(table.column("body"))).as_py()
             if longest is not None and longest > max_body:
                 raise MessageTooLarge(f"a body is {longest} bytes; the limit is {max_body}")
-            for topic in pc.unique(table.column("topic")).to_pylist():
+            topics = pc.unique(table.column("topic")).to_pylist()
+            queue_ids = table.column("queue_id")
+            for topic in topics:
                 validate_topic(topic)
                 count = self._queue_count(topic)
-                rows = table.filter(pc.equal(table.column("topic"), topic))
-                top = pc.max(rows.column("queue_id")).as_py()
-                if top is not None and (top >= count or pc.min(rows.column("queue_id")).as_py() < 0):
-                    raise InvalidArgument(f"queue_id {top} is outside topic {topic!r}'s {count} queues")
+                if queue_ids.null_count == len(queue_ids):
+                    continue
+                mine = queue_ids
+                if len(topics) > 1:
+                    mine = queue_ids.filter(pc.equal(table.column("topic"), topic))
+                low, high = pc.min(mine).as_py(), pc.max(mine).as_py()
+                if high is not None and (high >= count or low < 0):
+                    bad = high if high >= count else low
+                    raise InvalidArgument(f"queue_id {bad} is outside topic {topic!r}'s {count} queues")
 
     def _queue_count(self, topic: str) -> int:
         if self.store.has_topic(topic):
