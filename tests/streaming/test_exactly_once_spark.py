@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +114,33 @@ def test_driver_kill9_mid_commit_then_restart(sink_spark: Any, tmp_path: Path) -
     del spec["sink_options"]["_faultInjection"]
     assert run_to_end(sink_spark, spec) == []
     assert_exactly_once(reader_bodies(store_dir, "out"), bodies)
+    assert _staging_clean(store_dir)
+
+
+def test_driver_kill9_at_a_random_moment_then_restart(sink_spark: Any, tmp_path: Path) -> None:
+    """kill -9 at a random time while batches run (any step: planning, writing, staging,
+    deciding, publishing, marking, Spark's own logs); ``EO_KILL_SEED`` replays a failure."""
+    seed = int(os.environ.get("EO_KILL_SEED", time.time_ns() % 1_000_000))
+    delay_s = random.Random(seed).uniform(0.0, 3.0)
+    store_dir = tmp_path / "store"
+    bodies = fill_source(store_dir, "in", ROWS)
+    spec = _path_spec(tmp_path, store_dir)
+    spec["source"]["maxMessagesPerTrigger"] = "500"
+    first_batch = Path(spec["checkpoint"]) / "offsets" / "0"
+    started: list[float] = []
+
+    def moment() -> bool:
+        if not started and first_batch.exists():
+            started.append(time.monotonic())
+        return bool(started) and time.monotonic() - started[0] >= delay_s
+
+    _run_subprocess_until(tmp_path, spec, moment, f"{delay_s:.2f}s after batch 0 was planned")
+    before = len(reader_bodies(store_dir, "out"))
+    assert run_to_end(sink_spark, spec) == []
+    (
+        assert_exactly_once(reader_bodies(store_dir, "out"), bodies),
+        f"seed {seed}, killed with {before} rows out",
+    )
     assert _staging_clean(store_dir)
 
 
