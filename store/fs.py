@@ -94,7 +94,13 @@ class FileSystem(Protocol):
 
 
 class OsMappedHandle:
-    """:class:`FileHandle` over ``os`` file descriptors and ``mmap``."""
+    """:class:`FileHandle` over ``os`` file descriptors and ``mmap``.
+
+    Reads go through the mapping (zero-copy views); writes use ``pwrite``, which fills fresh
+    page-cache pages 4-5x faster than storing through the mapping (one fault per 4 KiB page).
+    Linux keeps the two coherent (one page cache), and ``msync`` flushes the range however
+    its pages were dirtied.
+    """
 
     def __init__(self, path: Path, fd: int, size: int, read_only: bool = False) -> None:
         self._path = path
@@ -120,7 +126,11 @@ class OsMappedHandle:
         end = position + len(data)
         if position < 0 or end > self._size:
             raise ValueError(f"write [{position}, {end}) outside {self._path} of {self._size} bytes")
-        self._mapped()[position:end] = data
+        self._mapped()  # raises once closed
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            view, position = view[written:], position + written
 
     def read(self, position: int, length: int) -> bytes:
         return self._mapped()[position : min(position + length, self._size)]
