@@ -57,24 +57,41 @@ def java_string_hashes(texts: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]
         joined = "".join(texts)
         codes = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2").astype(np.uint32)
         lengths = np.fromiter((len(t.encode("utf-16-be")) // 2 for t in texts), dtype=np.int64, count=n)
-    total = int(lengths.sum())
+    return _hash_code_units(codes, lengths)
+
+
+def _hash_code_units(codes: npt.NDArray[np.uint32], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+    """Hashes of consecutive strings given as UTF-16 code units and per-string lengths.
+
+    Strings are grouped by length; each group is an (n, L) matrix whose rows are dotted with
+    ``31**(L-1) ... 31**0`` in uint32 arithmetic (which wraps exactly like Java's int).
+    """
+    n = len(lengths)
     result = np.zeros(n, dtype=np.uint32)
-    if total == 0:
+    if n == 0 or int(lengths.max()) == 0:
         return result.view(np.int32)
-    max_len = int(lengths.max())
-    pow31 = np.ones(max_len, dtype=np.uint32)
-    for i in range(1, max_len):
-        pow31[i] = np.uint32((int(pow31[i - 1]) * 31) & _MASK)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    local = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
-    exponent = np.repeat(lengths, lengths) - 1 - local
-    with np.errstate(over="ignore"):
-        weighted = codes * pow31[exponent]
-    nonempty = lengths > 0
-    sums = np.add.reduceat(weighted, starts[nonempty], dtype=np.uint32)
-    result[nonempty] = sums
+    pow31 = _powers_of_31(int(lengths.max()))
+    for length in np.unique(lengths).tolist():
+        if length == 0:
+            continue
+        rows = np.flatnonzero(lengths == length)
+        if len(rows) == n:  # one length: the codes already form the matrix
+            matrix = codes[: n * length].reshape(n, length)
+        else:
+            matrix = codes[starts[rows][:, None] + np.arange(length, dtype=np.int64)]
+        with np.errstate(over="ignore"):
+            result[rows] = (matrix * pow31[length - 1 :: -1]).sum(axis=1, dtype=np.uint32)
     return result.view(np.int32)
+
+
+def _powers_of_31(count: int) -> npt.NDArray[np.uint32]:
+    """``31**i mod 2**32`` for i in [0, count)."""
+    powers = np.ones(max(count, 1), dtype=np.uint32)
+    for i in range(1, count):
+        powers[i] = np.uint32((int(powers[i - 1]) * 31) & _MASK)
+    return powers
 
 
 def index_key_hashes(keys: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:
