@@ -25,8 +25,10 @@ from store.errors import (
     UnknownTopic,
 )
 from store.idempotence import ProducerRef
+from store.layout import existing_config
 from store.message_store import MessageStore, StoreStats
 from store.queue_reader import BatchReadResult
+from store.reader import StoreReader
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 
 __all__ = [
@@ -51,7 +53,9 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreNotWritable",
+    "StoreReader",
     "StoreStats",
     "UnknownQueue",
     "UnknownTopic",
+    "existing_config",
 ]

@@ -40,6 +40,7 @@ from store.fs import FileSystem, OsFileSystem
 from store.idempotence import ProducerRef
 from store.index_dispatcher import IndexDispatcher
 from store.index_file import IndexService
+from store.layout import adopt_layout, read_layout, write_layout
 from store.lock import DirectoryLock, remove_abort_file, write_abort_file
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_group, validate_topic
 from store.offset_table import ConsumerOffsetTable, DelayOffsetTable
@@ -101,7 +102,7 @@ class MessageStore:
 
         Raises :class:`~store.errors.StoreLocked` when another process has it open.
         """
-        store = cls(config.validate(), clock_ms, fs if fs is not None else OsFileSystem())
+        store = cls(adopt_layout(config.validate()), clock_ms, fs if fs is not None else OsFileSystem())
         store._open()
         return store
 
@@ -130,6 +131,8 @@ class MessageStore:
                 delay_levels=self.delay_levels,
             )
             last_store_ts = self._after_recovery()
+            if read_layout(cfg.store_dir) is None:
+                write_layout(cfg)
             write_abort_file(cfg.abort_path)
         except BaseException:
             self._lock.release()

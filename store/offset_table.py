@@ -16,8 +16,6 @@ changed since the last write, so a periodic persister is cheap.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +24,7 @@ from typing import Any
 
 from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument
+from store.json_file import read_json, write_json_atomically
 from store.names import validate_group, validate_topic
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
@@ -35,38 +34,6 @@ KEY_SEPARATOR = "@"
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` so that ``path`` holds either the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".tmp")
-    data = json.dumps(document, indent=2, sort_keys=True).encode("utf-8")
-    with open(temp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None when the file does not exist."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptStore(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(document, dict):
-        raise CorruptStore(f"{path}: expected a JSON object")
-    return document
 
 
 class JsonTable:

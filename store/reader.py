@@ -4,7 +4,9 @@ Spark executors in ``path`` mode are separate processes; they read ConsumeQueue 
 files directly while a broker (or nobody) writes them. Files are mapped read-only, nothing is
 recovered or written, and the writer's publication order (CommitLog bytes first, then the
 ConsumeQueue unit with its size written last) guarantees a reader never sees a unit whose
-record is incomplete. File sizes are taken from the files themselves.
+record is incomplete. File sizes come from the directory's recorded layout
+(:mod:`store.layout`). ``config`` is what a :class:`MessageStore` needs to open the directory
+as its owner.
 
 Results are identical to :class:`~store.message_store.MessageStore`'s for the same offsets:
 both use :class:`~store.queue_reader.QueueReader`.
@@ -17,14 +19,12 @@ from types import TracebackType
 from typing import Self
 
 from store.commitlog import CommitLog
-from store.config import GIB
-from store.consume_queue import CQ_UNIT_SIZE, ConsumeQueueStore
+from store.consume_queue import ConsumeQueueStore
 from store.errors import CorruptStore, UnknownTopic
+from store.layout import existing_config
 from store.queue_reader import BatchReadResult, QueueReader
 from store.topic_config import TopicConfigTable
 from store.types import Boundary
-
-DEFAULT_CQ_UNITS_PER_FILE = 300_000
 
 
 class StoreReader:
@@ -34,11 +34,10 @@ class StoreReader:
         self.store_dir = Path(store_dir)
         if not (self.store_dir / "commitlog").is_dir():
             raise CorruptStore(f"{self.store_dir} is not a sparkmq store (no commitlog/ directory)")
-        self._commitlog = CommitLog(self.store_dir / "commitlog", _commitlog_file_size(self.store_dir))
+        self.config = existing_config(self.store_dir)
+        self._commitlog = CommitLog(self.config.commitlog_dir, self.config.commitlog_file_size_bytes)
         self._commitlog.load(read_only=True)
-        self._queues = ConsumeQueueStore(
-            self.store_dir / "consumequeue", _cq_units_per_file(self.store_dir), read_only=True
-        )
+        self._queues = ConsumeQueueStore.from_config(self.config, read_only=True)
         self._topics_path = self.store_dir / "config" / "topics.json"
         self._reader = QueueReader(self._queues, self._commitlog)
 
@@ -106,17 +105,3 @@ class StoreReader:
     ) -> int:
         self.refresh()
         return self._reader.offset_for_timestamp(topic, queue_id, timestamp_ms, boundary)
-
-
-def _commitlog_file_size(store_dir: Path) -> int:
-    files = sorted((store_dir / "commitlog").glob("[0-9]" * 20))
-    return files[0].stat().st_size if files else GIB
-
-
-def _cq_units_per_file(store_dir: Path) -> int:
-    root = store_dir / "consumequeue"
-    for first in root.glob("*/*/" + "[0-9]" * 20):
-        size = first.stat().st_size
-        if size and size % CQ_UNIT_SIZE == 0:
-            return size // CQ_UNIT_SIZE
-    return DEFAULT_CQ_UNITS_PER_FILE

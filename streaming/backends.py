@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -29,11 +28,12 @@ import pyarrow.compute as pc
 from store.arrow_schema import MESSAGE_SCHEMA
 from store.config import StoreConfig
 from store.errors import SparkMQError, StoreError, UnknownTopic
-from store.message_store import MessageStore
 
 # The reader infers file sizes from the files; the short owner open must use the same sizes.
 # (Private helpers of store.reader: a public "config of an existing directory" would be better.)
-from store.reader import StoreReader, _commitlog_file_size, _cq_units_per_file
+from store.layout import existing_config
+from store.message_store import MessageStore
+from store.reader import StoreReader
 from store.types import Boundary, GetStatus
 
 #: ``{queue_id: (min_offset, max_offset)}``; max offset = next offset to be written.
@@ -128,14 +128,9 @@ class PathBackend:
 
 
 def owner_config(store_dir: str) -> StoreConfig:
-    """A config that opens an existing directory as it was written: file sizes are taken from
-    the files (as :class:`StoreReader` does); no background services for a short open."""
-    return StoreConfig(
-        store_dir=Path(store_dir),
-        commitlog_file_size_bytes=_commitlog_file_size(Path(store_dir)),
-        consume_queue_units_per_file=_cq_units_per_file(Path(store_dir)),
-        background_services=False,
-    ).validate()
+    """A config that opens an existing directory as it was written (its recorded layout, see
+    :mod:`store.layout`); no background services for a short open."""
+    return existing_config(store_dir, background_services=False)
 
 
 # -- endpoint mode -----------------------------------------------------------------------------

@@ -268,3 +268,21 @@ def test_periodic_services_flush_and_checkpoint(tmp_path: Path) -> None:
 def test_store_config_validation_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="flush_interval_ms"):
         StoreConfig(store_dir=tmp_path, flush_interval_ms=0).validate()
+
+
+def test_the_layout_is_recorded_and_adopted(tmp_path: Path, clock: ManualClock) -> None:
+    """A directory keeps the file sizes it was created with, whoever opens it later."""
+    from store import StoreReader, existing_config
+
+    created = small_config(tmp_path, commitlog_file_size_bytes=32 * 1024, index_hash_slots=31)
+    with MessageStore.open(created, clock_ms=clock) as ms:
+        _fill(ms, 200)
+    assert existing_config(tmp_path).commitlog_file_size_bytes == 32 * 1024
+    assert existing_config(tmp_path).index_hash_slots == 31
+    with MessageStore.open(StoreConfig(store_dir=tmp_path, background_services=False), clock_ms=clock) as ms:
+        assert ms.config.commitlog_file_size_bytes == 32 * 1024  # the default (1 GiB) was not used
+        assert _bodies(ms) == [b"msg-%05d" % i for i in range(200)]
+        _fill(ms, 10)
+    with StoreReader(tmp_path) as reader:
+        assert reader.config.consume_queue_units_per_file == 64
+        assert reader.read_batch("t", 0, 0, 1000).batch.num_rows == 210
