@@ -21,7 +21,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -113,6 +120,16 @@ class SparkMQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's method name)
         _check_schema(schema)
         return SparkMQStreamReader(parse_options(self.options).validate_for_stream())
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from streaming.sink import batch_writer  # the exactly-once sink: docs/exactly_once.md
+
+        return batch_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's method name)
+        from streaming.sink import stream_writer
+
+        return stream_writer(dict(self.options), schema, overwrite)
 
 
 def _check_schema(schema: StructType) -> None:
