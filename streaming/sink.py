@@ -335,37 +335,16 @@ class Fault:
         raise SinkError(f"injected fault at {point} (test only)")
 
 
-# -- registration before streaming/source.py delegates to this module ---------------------------
+# -- registration ---------------------------------------------------------------------------------
 
 
 def sink_enabled_source() -> type:
-    """``SparkMQDataSource`` with the sink's ``writer``/``streamWriter``.
+    """The ``DataSource`` class behind ``format("sparkmq")`` (reads and writes).
 
-    ``streaming.source.SparkMQDataSource`` is meant to gain these two methods itself (they
-    delegate to :func:`stream_writer` / :func:`batch_writer`); until it has them, tests register
-    this subclass as ``sparkmq``. Once it does, this returns the class unchanged.
+    ``streaming.source.SparkMQDataSource.writer``/``streamWriter`` delegate to
+    :func:`batch_writer` / :func:`stream_writer`; PySpark registers it on its own (see
+    ``pyspark_sparkmq``), tests and benchmarks register it explicitly with this.
     """
-    from pyspark.sql.datasource import DataSource
-
     from streaming.source import SparkMQDataSource
 
-    if SparkMQDataSource.streamWriter is not DataSource.streamWriter:
-        return SparkMQDataSource
-    return _SinkEnabledSource
-
-
-def _make_sink_enabled_source() -> type:
-    from streaming.source import SparkMQDataSource
-
-    class SinkEnabledSource(SparkMQDataSource):
-        def writer(self, schema: StructType, overwrite: bool) -> SparkMQBatchWriter:
-            return batch_writer(dict(self.options), schema, overwrite)
-
-        def streamWriter(self, schema: StructType, overwrite: bool) -> SparkMQStreamWriter:  # noqa: N802
-            return stream_writer(dict(self.options), schema, overwrite)
-
-    SinkEnabledSource.__qualname__ = SinkEnabledSource.__name__ = "_SinkEnabledSource"
-    return SinkEnabledSource
-
-
-_SinkEnabledSource = _make_sink_enabled_source()
+    return SparkMQDataSource

@@ -138,12 +138,28 @@ def source_bodies(count: int, start: int = 0) -> list[bytes]:
     return [b"id-%07d" % i for i in range(start, start + count)]
 
 
+#: Test stores keep small files: the defaults preallocate a 1 GiB CommitLog file per store, and
+#: the machine's disk is shared. The layout is recorded, so every later open adopts it.
+SMALL_LAYOUT: dict[str, Any] = {
+    "commitlog_file_size_bytes": 32 << 20,
+    "consume_queue_units_per_file": 50_000,
+    "index_hash_slots": 100_000,
+    "index_max_entries": 400_000,
+}
+
+
+def small_config(store_dir: Path, **changes: Any) -> Any:
+    from store import StoreConfig
+
+    return StoreConfig(store_dir=store_dir, **{**SMALL_LAYOUT, **changes}).validate()
+
+
 def fill_source(store_dir: Path, topic: str, count: int, queues: int = 4) -> list[bytes]:
     """A fresh store with ``count`` unique bodies in ``topic``; returns them."""
-    from store import MessageStore, StoreConfig
+    from store import MessageStore
 
     bodies = source_bodies(count)
-    with MessageStore.open(StoreConfig(store_dir=store_dir).validate()) as ms:
+    with MessageStore.open(small_config(store_dir)) as ms:
         ms.create_topic(topic, queues)
         ms.put_batch(topic, bodies)
     return bodies
@@ -292,7 +308,6 @@ def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
     from ingest_api.config import ServerConfig
     from ingest_api.routers import sinks
     from ingest_api.server import build_server
-    from store import StoreConfig
     from store.sink_staging import SinkStaging
     from streaming.sink import Fault
 
@@ -304,10 +319,8 @@ def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
             broker._sink_staging = SinkStaging(broker.store, on_event=hook.hit)
         yield
 
-    config = ServerConfig(
-        store=StoreConfig(store_dir=Path(store_dir)).validate(), port=port, log_level="warning"
-    ).validate()
-    server = build_server(config, companions=[sinks.sink_recovery, fault_hook])
+    config = ServerConfig(store=small_config(Path(store_dir)), port=port, log_level="warning").validate()
+    server = build_server(config, companions=[fault_hook])  # the app itself resumes decided batches
     if not any(getattr(r, "path", "").startswith("/sinks") for r in server.app.routes):
         server.app.include_router(sinks.router)
     server.run()

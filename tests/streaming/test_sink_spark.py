@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from store import MessageStore, StoreConfig
+from store import MessageStore
 from tests.streaming.eo_helpers import (
     assert_exactly_once,
     fill_source,
@@ -16,6 +16,7 @@ from tests.streaming.eo_helpers import (
     reader_bodies,
     register_sink,
     run_to_end,
+    small_config,
     start_broker,
     topic_rows,
 )
@@ -37,7 +38,7 @@ def _staging_left(store_dir: Path) -> list[str]:
 def test_stream_writes_every_column(sink_spark: Any, tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     fill_source(store_dir, "in", 400)
-    with MessageStore.open(StoreConfig(store_dir=store_dir)) as ms:
+    with MessageStore.open(small_config(store_dir)) as ms:
         ms.create_topic("out", 4)
     df = (
         sink_spark.readStream.format("sparkmq")
@@ -68,7 +69,7 @@ def test_stream_writes_every_column(sink_spark: Any, tmp_path: Path) -> None:
     assert query.exception() is None, query.exception()
     assert len([p for p in query.recentProgress if p["numInputRows"]]) == 3
 
-    with MessageStore.open(StoreConfig(store_dir=store_dir)) as ms:
+    with MessageStore.open(small_config(store_dir)) as ms:
         source = {r["uniq_key"]: r for r in topic_rows(ms, "in")}
         out = topic_rows(ms, "out") + topic_rows(ms, "zero")
     assert_exactly_once([bytes(r["body"]) for r in out], [bytes(r["body"]) for r in source.values()])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from store import MessageStore, StoreConfig
+from store import MessageStore
 from store.errors import InvalidArgument, StoreNotWritable
 from store.idempotence import ProducerRef, request_uniq_keys
 from store.sink_staging import (
@@ -28,13 +28,13 @@ from store.sink_staging import (
     staging_root,
     write_part,
 )
-from tests.streaming.eo_helpers import assert_exactly_once, part_batch, topic_bodies, topic_rows
+from tests.streaming.eo_helpers import assert_exactly_once, part_batch, small_config, topic_bodies, topic_rows
 
 SINK = "q-test"
 
 
 def _open(store_dir: Path) -> MessageStore:
-    return MessageStore.open(StoreConfig(store_dir=store_dir, background_services=False).validate())
+    return MessageStore.open(small_config(store_dir, background_services=False))
 
 
 @pytest.fixture
