@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 from ingest_api.batches import ArrowBatch, check_body_sizes
 from ingest_api.errors import ApiError
 from ingest_api.schemas import ProduceIn
+from store.appender import BatchPutResult
 from store.errors import UnknownTopic
 from store.java_hash import java_string_hash, java_string_hashes
-from store.message_store import BatchPutResult, MessageStore
+from store.message_store import MessageStore
 from store.names import validate_topic
 from store.types import Message, PutResult
 

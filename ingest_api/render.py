@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest_api.schemas import body_fields
+from store.appender import BatchPutResult
 from store.arrow_schema import MESSAGE_SCHEMA
 from store.codec import encode_msg_id
-from store.message_store import BatchPutResult
 from store.types import PutResult
 
 #: Columns of the Arrow answer to a batch produce (``Accept: application/vnd.apache.arrow.stream``).
