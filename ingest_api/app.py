@@ -24,6 +24,7 @@ from ingest_api.broker import Broker
 from ingest_api.coalescer import ProduceCoalescer
 from ingest_api.config import ServerConfig
 from ingest_api.errors import install_error_handlers
+from ingest_api.fastlane import FastLane
 from ingest_api.limits import RequestSizeLimit
 from ingest_api.longpoll import ArrivalHub
 from ingest_api.metrics import BrokerMetrics
@@ -108,6 +109,9 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
+    if server_config.fast_lane:
+        # Added first, so it runs inside the size limit (the last added middleware is outermost).
+        app.add_middleware(FastLane)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
     for module in (topics, messages, queues, groups, sinks, ops):
         app.include_router(module.router)

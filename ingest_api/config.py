@@ -39,6 +39,9 @@ class ServerConfig:
     graceful_shutdown_s: float = 10.0
     log_level: str = "info"
     access_log: bool = False
+    #: Serve the hot single produce through :mod:`ingest_api.fastlane` (same answers; off only
+    #: to compare against the plain FastAPI route).
+    fast_lane: bool = True
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""

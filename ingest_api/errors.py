@@ -112,6 +112,13 @@ def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, str(exc.detail), headers)
 
 
+def response_for(exc: ApiError | SparkMQError) -> JSONResponse:
+    """The answer the app's exception handlers give for ``exc`` (the fast lane renders its
+    errors with this, so they are the same bytes)."""
+    handler = _api_error if isinstance(exc, ApiError) else _store_error
+    return handler(None, exc)  # type: ignore[arg-type]
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the one mapping from exceptions to ``{"error", "message"}`` bodies."""
     app.add_exception_handler(ApiError, _api_error)

@@ -66,6 +66,13 @@ _BATCH_BODY: dict[str, Any] = {
 async def produce(topic: TopicPath, entry: ProduceIn, broker: BrokerDep, principal: PrincipalDep) -> Response:
     """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH)."""
     authorize(principal, Right.PRODUCE, topic)
+    return await produce_one(broker, topic, entry)
+
+
+async def produce_one(broker: Broker, topic: str, entry: ProduceIn) -> Response:
+    """Store one validated, authorised entry and render the 201 answer. The route above and
+    the fast lane (:mod:`ingest_api.fastlane`) both end here; errors are raised as
+    :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.errors`."""
     started = time.perf_counter()
     store = broker.store
     queue_count = producing.known_queue_count(store, topic)
