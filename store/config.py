@@ -66,12 +66,16 @@ class StoreConfig:
 
     #: Retention: CommitLog files older than this are deleted (``fileReservedTime``).
     file_reserved_time_hours: float = 72.0
-    #: Hours of day (0-23) when expired files are deleted (``deleteWhen`` "04").
+    #: Hours of day (0-23, UTC) when expired files are deleted (``deleteWhen`` "04").
     delete_when_hours: tuple[int, ...] = (4,)
     #: Disk use ratio above which expired-or-not files are deleted oldest first.
     disk_max_used_ratio: float = 0.75
     #: How often the retention check runs.
     clean_interval_ms: int = 10_000
+
+    #: Reserve each new CommitLog file's full size on disk when it is created (otherwise files
+    #: are sparse and use disk as they fill).
+    preallocate_files: bool = False
 
     #: Verify body CRCs while recovering (``checkCRCOnRecover``).
     check_crc_on_recover: bool = True

@@ -155,17 +155,27 @@ class OsMappedHandle:
 
 
 class OsFileSystem:
-    """The real file system."""
+    """The real file system.
+
+    New files are sparse (like RocketMQ's unwarmed mapped files): disk is used as data is
+    written, and since writes go through ``pwrite`` a full disk is a clean ``ENOSPC`` on the
+    write, never a ``SIGBUS`` from the mapping. ``preallocate=True`` reserves the whole file
+    up front instead (``posix_fallocate``), trading disk for an early ``ENOSPC`` on roll.
+    """
+
+    def __init__(self, preallocate: bool = False) -> None:
+        self.preallocate = preallocate
 
     def create(self, path: Path, size: int) -> FileHandle:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:  # file systems without fallocate (tmpfs on old kernels, ...)
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                os.ftruncate(fd, size)
+            os.ftruncate(fd, size)
+            if self.preallocate:
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:  # file systems without fallocate (tmpfs on old kernels, ...)
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
             os.fsync(fd)
             return OsMappedHandle(path, fd, size)
         except BaseException:

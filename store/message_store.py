@@ -102,7 +102,8 @@ class MessageStore:
 
         Raises :class:`~store.errors.StoreLocked` when another process has it open.
         """
-        store = cls(adopt_layout(config.validate()), clock_ms, fs if fs is not None else OsFileSystem())
+        config = adopt_layout(config.validate())
+        store = cls(config, clock_ms, fs if fs is not None else OsFileSystem(config.preallocate_files))
         store._open()
         return store
 

@@ -286,3 +286,14 @@ def test_the_layout_is_recorded_and_adopted(tmp_path: Path, clock: ManualClock) 
     with StoreReader(tmp_path) as reader:
         assert reader.config.consume_queue_units_per_file == 64
         assert reader.read_batch("t", 0, 0, 1000).batch.num_rows == 210
+
+
+def test_commitlog_files_are_sparse_unless_preallocation_is_asked(tmp_path: Path, clock: ManualClock) -> None:
+    for preallocate, name in ((False, "sparse"), (True, "preallocated")):
+        cfg = small_config(tmp_path / name, commitlog_file_size_bytes=1 << 20, preallocate_files=preallocate)
+        with MessageStore.open(cfg, clock_ms=clock) as ms:
+            _fill(ms, 10)
+        (log_file,) = _commitlog_files(tmp_path / name)
+        allocated = log_file.stat().st_blocks * 512
+        assert log_file.stat().st_size == 1 << 20
+        assert (allocated >= 1 << 20) is preallocate, (name, allocated)
