@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 #: MicroBatchExecution.BATCH_ID_KEY; internal but stable since Spark 2).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+#: Path mode: how long a commit waits for another short-lived owner of the store directory.
+LOCK_WAIT_S = 10.0
 
 
 class SinkError(SparkMQError):
@@ -214,23 +216,30 @@ def commit_batch(options: SinkOptions, messages: Sequence[WriterCommitMessage | 
     fault.hit("after-commit")
 
 
-def open_store_for_commit(path: str) -> MessageStore:
+def open_store_for_commit(path: str, wait_s: float = LOCK_WAIT_S) -> MessageStore:
     """Open the store directory as its owner for one commit (path mode).
 
+    Another short-lived owner (a second sink, a source mirroring group offsets) is waited for
+    up to ``wait_s``; a directory still locked after that is taken to belong to a broker.
     After a clean shutdown (no ``abort`` file) the CommitLog's CRCs are not re-checked: that
     halves the recovery scan this open pays on every micro-batch. After a crash they are.
     """
     from streaming.backends import owner_config
 
-    config = owner_config(path)
-    config = dataclasses.replace(config, check_crc_on_recover=config.abort_path.exists())
-    try:
-        return MessageStore.open(config)
-    except StoreLocked as exc:
-        raise SinkError(
-            f"sparkmq sink: the store directory {path} is owned by another process (a running broker?): "
-            "write through it with .option('endpoint', 'http://host:port') instead of 'path'"
-        ) from exc
+    deadline = time.monotonic() + wait_s
+    while True:
+        config = owner_config(path)
+        config = dataclasses.replace(config, check_crc_on_recover=config.abort_path.exists())
+        try:
+            return MessageStore.open(config)
+        except StoreLocked as exc:
+            if time.monotonic() >= deadline:
+                raise SinkError(
+                    f"sparkmq sink: the store directory {path} is owned by another process (a running "
+                    "broker?): write through it with .option('endpoint', 'http://host:port') "
+                    "instead of 'path'"
+                ) from exc
+            time.sleep(0.1)
 
 
 def _commit_local(path: str, sink_id: str, batch_id: int, parts: list[StagedPart], fault: Fault) -> None:
@@ -250,7 +259,7 @@ def abort_batch(options: SinkOptions, messages: Sequence[WriterCommitMessage | N
     sink_id, part_ids = ours[0].sink_id, [p for m in ours for p, _ in m.parts]
     try:
         if options.path is not None:
-            store = open_store_for_commit(options.path)
+            store = open_store_for_commit(options.path, wait_s=1.0)  # best effort
             try:
                 SinkStaging(store).abort(sink_id, batch_id, part_ids)
             finally:

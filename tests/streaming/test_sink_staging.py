@@ -270,3 +270,19 @@ def test_vectorised_uniq_keys_equal_the_stores(producer: str, sequence: int, cou
     """Publishing and the store's idempotent produce must agree on every key."""
     ref = ProducerRef(producer, sequence)
     assert chunk_uniq_keys(ref, count) == request_uniq_keys(ref, count)
+
+
+def test_path_commit_waits_for_a_short_lived_owner_then_names_endpoint(store_dir: Path) -> None:
+    import threading
+
+    from streaming.sink import SinkError, open_store_for_commit
+
+    owner = _open(store_dir)
+    threading.Timer(0.5, owner.close).start()  # e.g. a source mirroring group offsets
+    open_store_for_commit(str(store_dir), wait_s=30).close()
+    owner = _open(store_dir)  # e.g. a broker: never lets go
+    try:
+        with pytest.raises(SinkError, match=r"owned by another process.*option\('endpoint'"):
+            open_store_for_commit(str(store_dir), wait_s=0.3)
+    finally:
+        owner.close()
