@@ -286,3 +286,26 @@ def test_path_commit_waits_for_a_short_lived_owner_then_names_endpoint(store_dir
             open_store_for_commit(str(store_dir), wait_s=0.3)
     finally:
         owner.close()
+
+
+def test_resume_finds_delayed_rows_in_the_schedule_topic(store_dir: Path) -> None:
+    """Delayed rows are stored in SCHEDULE_TOPIC_XXXX (per message); a resume looks them up there."""
+    ms = _open(store_dir)
+    staging = SinkStaging(ms)
+    root = staging_root(store_dir)
+    part_id = new_part_id(0, 0)
+    bodies = _bodies(0, 6)
+    write_part(
+        part_path(root, SINK, 0, part_id), [part_batch(bodies, delay_levels=[None, 3, None, 3, 3, None])]
+    )
+    staging._mark_published = lambda sink, batch: (_ for _ in ()).throw(SystemExit("kill -9"))  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        staging.commit(SINK, 0, [StagedPart(part_id, 6)])
+    ms.abandon()
+    ms = _open(store_dir)
+    try:
+        SinkStaging(ms).commit(SINK, 0, [])
+        assert_exactly_once(topic_bodies(ms, "out"), [bodies[0], bodies[2], bodies[5]])
+        assert_exactly_once(topic_bodies(ms, "SCHEDULE_TOPIC_XXXX"), [bodies[1], bodies[3], bodies[4]])
+    finally:
+        ms.close()
