@@ -10,6 +10,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,16 +49,52 @@ def message_stream(batch: pa.RecordBatch) -> memoryview:
     return stream_bytes(batch, MESSAGE_SCHEMA)
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+#: Bit shifts of the 16 hex digits of a CommitLog offset, most significant first.
+_NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)
+
+
+def _msg_id_chars(outcome: BatchPutResult) -> npt.NDArray[np.uint8]:
+    """(n, 32) ASCII bytes: the offsetMsgId of each message (host prefix + 16 upper-case hex
+    digits of its CommitLog offset, as :func:`store.codec.encode_msg_id`), built column-wise."""
+    prefix = encode_msg_id(outcome.store_host, 0)[:-16].encode("ascii")
+    offsets = outcome.commitlog_offsets.astype(np.uint64)
+    chars = np.empty((len(offsets), len(prefix) + 16), dtype=np.uint8)
+    chars[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    chars[:, len(prefix) :] = _HEX_DIGITS[(offsets[:, None] >> _NIBBLE_SHIFTS) & np.uint64(0xF)]
+    return chars
+
+
 def _msg_ids(outcome: BatchPutResult) -> list[str]:
-    prefix = encode_msg_id(outcome.store_host, 0)[:-16]
-    return [f"{prefix}{offset:016X}" for offset in outcome.commitlog_offsets.tolist()]
+    chars = _msg_id_chars(outcome)
+    width = chars.shape[1]
+    return chars.view(f"S{width}").ravel().astype(f"U{width}").tolist()  # type: ignore[no-any-return]
+
+
+def _msg_id_array(outcome: BatchPutResult) -> pa.StringArray:
+    """:func:`_msg_ids` as an Arrow string column, without a Python string per message."""
+    chars = _msg_id_chars(outcome)
+    n, width = chars.shape
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    array = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
+    assert isinstance(array, pa.StringArray)
+    return array
+
+
+def _json_strings(values: Sequence[str]) -> list[str]:
+    """Each value as a JSON string literal (``json.dumps``), skipping the encoder when every
+    value is plain ASCII letters and digits (store-made UNIQ_KEYs are hex)."""
+    joined = "".join(values)
+    if joined.isascii() and joined.isalnum():
+        return [f'"{value}"' for value in values]
+    return [json.dumps(value) for value in values]
 
 
 def _result_row(
-    msg_id: str, uniq_key: str, topic_json: str, queue_id: int, queue_offset: int, cl_offset: int, ts: int
+    msg_id: str, uniq_json: str, topic_json: str, queue_id: int, queue_offset: int, cl_offset: int, ts: int
 ) -> str:
     return (
-        f'{{"msg_id":"{msg_id}","uniq_key":{json.dumps(uniq_key)},"topic":{topic_json},"queue_id":{queue_id},'
+        f'{{"msg_id":"{msg_id}","uniq_key":{uniq_json},"topic":{topic_json},"queue_id":{queue_id},'
         f'"queue_offset":{queue_offset},"commitlog_offset":{cl_offset},"store_timestamp":{ts}}}'
     )
 
@@ -74,15 +112,15 @@ def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> str:
                 outcome.queue_ids.tolist(),
                 outcome.queue_offsets.tolist(),
                 outcome.commitlog_offsets.tolist(),
-                outcome.uniq_keys,
+                _json_strings(outcome.uniq_keys),
                 strict=True,
             )
         ]
     else:
         rows = [
             _result_row(
-                r.msg_id, r.uniq_key, json.dumps(r.topic), r.queue_id, r.queue_offset, r.commitlog_offset,
-                r.store_timestamp_ms,
+                r.msg_id, json.dumps(r.uniq_key), json.dumps(r.topic), r.queue_id, r.queue_offset,
+                r.commitlog_offset, r.store_timestamp_ms,
             )
             for r in outcome
         ]  # fmt: skip
@@ -95,7 +133,7 @@ def produce_results_stream(outcome: BatchPutResult | Sequence[PutResult]) -> mem
     if isinstance(outcome, BatchPutResult):
         n = len(outcome)
         columns = [
-            pa.array(_msg_ids(outcome), pa.string()),
+            _msg_id_array(outcome),
             pa.array(list(outcome.uniq_keys), pa.string()),
             pa.array([outcome.topic] * n, pa.string()),
             pa.array(outcome.queue_ids, pa.int32()),

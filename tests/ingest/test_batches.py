@@ -219,3 +219,36 @@ def test_produce_batch_json_matches_the_model() -> None:
     for outcome in (batch, rows):
         as_json = json_module.loads(produce_batch_json(outcome))["results"]
         assert pa.ipc.open_stream(produce_results_stream(outcome)).read_all().to_pylist() == as_json
+
+
+def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None:
+    import json as json_module
+
+    import numpy as np
+
+    from ingest_api.render import produce_batch_json, produce_results_stream
+    from store.appender import BatchPutResult
+    from store.codec import encode_msg_id
+
+    rng = np.random.default_rng(7)
+    offsets = np.concatenate([[0, 1, 15, 16, 2**62 - 1], rng.integers(0, 2**62, 500)]).astype(np.int64)
+    n = len(offsets)
+    host = ("192.168.255.1", 65535)
+    for uniq_keys in (
+        tuple(f"{i:032X}" for i in range(n)),
+        tuple(["k\u00e9y", 'q"uote', "back\\slash", "ctl\x01"] + [f"{i:032X}" for i in range(n - 4)]),
+    ):
+        batch = BatchPutResult(
+            topic="t",
+            queue_ids=np.zeros(n, np.int32),
+            queue_offsets=np.arange(n, dtype=np.int64),
+            commitlog_offsets=offsets,
+            sizes=np.full(n, 100, np.int32),
+            uniq_keys=uniq_keys,
+            store_timestamp_ms=1,
+            store_host=host,
+        )
+        rows = json_module.loads(produce_batch_json(batch))["results"]
+        assert [r["msg_id"] for r in rows] == [encode_msg_id(host, int(o)) for o in offsets]
+        assert [r["uniq_key"] for r in rows] == list(uniq_keys)
+        assert pa.ipc.open_stream(produce_results_stream(batch)).read_all().to_pylist() == rows
