@@ -10,7 +10,7 @@ it and through ``put_messages`` otherwise; both are all-or-nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ingest_api.batches import ArrowBatch, check_body_sizes
 from ingest_api.errors import ApiError
-from ingest_api.schemas import ProduceIn
+from ingest_api.schemas import ProduceIn, decode_body
 from store.appender import BatchPutResult
 from store.errors import UnknownTopic
 from store.java_hash import java_string_hash, java_string_hashes
@@ -93,11 +93,59 @@ def entry_message(
 
 
 def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -> tuple[ProduceOutcome, int]:
-    """Every entry is checked before anything is stored; returns (outcome, body bytes)."""
+    """Every entry is checked before anything is stored; returns (outcome, body bytes).
+
+    Entries that only carry bodies, tags, keys and properties (round robin, no delay) go
+    straight to ``put_batch`` as columns, without a :class:`Message` per entry; the rest go
+    through :func:`entry_message` and :func:`put_rows`."""
     queue_count = ensure_topic(store, topic)
     max_body = store.config.max_message_size_bytes
-    messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
-    return put_rows(store, topic, messages), sum(len(m.body) for m in messages)
+    names = _property_names(e.properties for e in entries)
+    if len(names) > MAX_PROPERTY_COLUMNS or any(
+        e.queue_id is not None or e.sharding_key is not None or e.delay_level for e in entries
+    ):
+        messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
+        return put_rows(store, topic, messages), sum(len(m.body) for m in messages)
+    bodies = [decode_body(e.body, e.body_base64) for e in entries]
+    sizes = [len(body) for body in bodies]
+    if sizes and max(sizes) > max_body:
+        index = next(i for i, size in enumerate(sizes) if size > max_body)
+        raise _too_large(sizes[index], max_body, index)
+    outcome = _put_columns(
+        store, topic, bodies, None, [e.tags for e in entries], [e.keys for e in entries],
+        [e.properties for e in entries], names,
+    )  # fmt: skip
+    return outcome, sum(sizes)
+
+
+def _property_names(properties: Iterable[Mapping[str, str]]) -> set[str]:
+    names: set[str] = set()
+    for each in properties:
+        names.update(each)
+    return names
+
+
+def _put_columns(
+    store: MessageStore,
+    topic: str,
+    bodies: list[bytes],
+    queue_ids: npt.NDArray[np.int32] | None,
+    tags: list[str | None],
+    keys: Sequence[Sequence[str]],
+    properties: Sequence[Mapping[str, str]],
+    names: set[str],
+) -> BatchPutResult:
+    """One ``put_batch`` from per-message fields (the shared tail of :func:`put_entries` and
+    :func:`put_rows`)."""
+    joined_keys = [" ".join(each) or None for each in keys]
+    return store.put_batch(
+        topic,
+        bodies,
+        queue_ids=queue_ids,
+        tags=tags if any(t is not None for t in tags) else None,
+        keys=joined_keys if any(k is not None for k in joined_keys) else None,
+        properties={name: [each.get(name) for each in properties] for name in sorted(names)} or None,
+    )
 
 
 def put_rows(store: MessageStore, topic: str, messages: Sequence[Message]) -> ProduceOutcome:
@@ -105,27 +153,18 @@ def put_rows(store: MessageStore, topic: str, messages: Sequence[Message]) -> Pr
     levels, queue ids on every message or on none, a modest set of property names); else
     ``put_messages``. Both are all-or-nothing."""
     placed = sum(m.queue_id is not None for m in messages)
-    names: set[str] = set()
-    for message in messages:
-        names.update(message.properties)
+    names = _property_names(m.properties for m in messages)
     if (
         any(m.delay_level for m in messages)
         or 0 < placed < len(messages)
         or len(names) > MAX_PROPERTY_COLUMNS
     ):
         return list(store.put_messages(messages))
-    tags = [m.tags for m in messages]
-    keys = [" ".join(m.keys) or None for m in messages]
-    return store.put_batch(
-        topic,
-        [m.body for m in messages],
-        queue_ids=np.fromiter((m.queue_id or 0 for m in messages), np.int32, len(messages))
-        if placed
-        else None,
-        tags=tags if any(t is not None for t in tags) else None,
-        keys=keys if any(k is not None for k in keys) else None,
-        properties={name: [m.properties.get(name) for m in messages] for name in sorted(names)} or None,
-    )
+    queue_ids = np.fromiter((m.queue_id or 0 for m in messages), np.int32, len(messages)) if placed else None
+    return _put_columns(
+        store, topic, [m.body for m in messages], queue_ids, [m.tags for m in messages],
+        [m.keys for m in messages], [m.properties for m in messages], names,
+    )  # fmt: skip
 
 
 def arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> npt.NDArray[np.int32] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -252,3 +253,55 @@ def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None
         assert [r["msg_id"] for r in rows] == [encode_msg_id(host, int(o)) for o in offsets]
         assert [r["uniq_key"] for r in rows] == list(uniq_keys)
         assert pa.ipc.open_stream(produce_results_stream(batch)).read_all().to_pylist() == rows
+
+
+def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> None:
+    """put_entries' columnar path (no Message per entry) and entry_message + put_rows store
+    the same messages; an oversized body is refused with its index by both."""
+    from ingest_api import producing
+    from ingest_api.schemas import ProduceIn
+    from store.message_store import MessageStore
+
+    from .conftest import small_store_config
+
+    entries = [
+        ProduceIn(body="plain"),
+        ProduceIn(body_base64="AAEC/w=="),
+        ProduceIn(body="t", tags="TagA", keys=["k1", "k2"], properties={"a": "1", "b": "2"}),
+        ProduceIn(body="\u00e9\U0001f600", properties={"b": "3"}),
+        ProduceIn(body="", keys=["only"]),
+    ]
+    stored = []
+    for name, put in (
+        ("columns", lambda store: producing.put_entries(store, "t", entries)),
+        (
+            "rows",
+            lambda store: producing.put_rows(
+                store,
+                "t",
+                [producing.entry_message("t", e, 4, 1024, i) for i, e in enumerate(entries)],
+            ),
+        ),
+    ):
+        with MessageStore.open(small_store_config(tmp_path / name)) as store:
+            store.create_topic("t", 4)
+            put(store)
+            rows: list[dict[str, object]] = []
+            for queue_id in range(4):
+                batch = store.read_batch("t", queue_id, 0, max_messages=100).batch.to_pylist()
+                for r in batch:
+                    row = {k: v for k, v in r.items() if k not in _VOLATILE_COLUMNS}
+                    row["properties"] = {k: v for k, v in r["properties"] or () if k != "UNIQ_KEY"}
+                    rows.append(row)
+            stored.append(sorted(rows, key=lambda r: (str(r["queue_id"]), str(r["queue_offset"]))))
+        with MessageStore.open(
+            small_store_config(tmp_path / f"{name}-small", max_message_size_bytes=4)
+        ) as store:
+            with pytest.raises(ApiError) as info:
+                producing.put_entries(store, "t", entries)
+            assert (info.value.status, info.value.extra) == (413, {"index": 0})
+    assert stored[0] == stored[1]
+    assert len(stored[0]) == len(entries)
+
+
+_VOLATILE_COLUMNS = ("uniq_key", "born_timestamp", "store_timestamp", "msg_id")
