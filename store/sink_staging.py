@@ -540,7 +540,6 @@ def chunk_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
     return [joined[i : i + 32] for i in range(0, 32 * count, 32)]
 
 
-
 def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, bool]]:
     """(topic, rows, delayed) in a deterministic order: topics sorted, plain rows then delayed."""
     if table.num_rows == 0:
