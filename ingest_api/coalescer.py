@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 #: Most messages stored by one call.
 MAX_GROUP = 1024
 #: Event-loop turns a group waits for company before it is stored.
-GATHER_TURNS = 2
+GATHER_TURNS = 4
 
 Outcome = PutResult | SparkMQError
 
