@@ -66,6 +66,9 @@ class FastLane:
                     content_type = value
             elif name == b"authorization" and authorization is None:
                 authorization = value.decode("latin-1")
+            elif name == b"idempotency-key":  # idempotent produces take the documented route
+                await self.app(scope, receive, send)
+                return
         if content_type != b"application/json":
             await self.app(scope, receive, send)
             return

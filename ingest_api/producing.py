@@ -10,6 +10,7 @@ it and through ``put_messages`` otherwise; both are all-or-nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -22,6 +23,7 @@ from ingest_api.errors import ApiError
 from ingest_api.schemas import ProduceIn, decode_body
 from store.appender import BatchPutResult
 from store.errors import UnknownTopic
+from store.idempotence import ProducerRef
 from store.java_hash import java_string_hash, java_string_hashes
 from store.message_store import MessageStore
 from store.names import validate_topic
@@ -31,6 +33,27 @@ ProduceOutcome = BatchPutResult | list[PutResult]
 
 #: Above this many distinct property names a batch goes row by row (columns stop paying).
 MAX_PROPERTY_COLUMNS = 64
+
+
+#: Longest accepted ``Idempotency-Key`` header value.
+MAX_IDEMPOTENCY_KEY_CHARS = 200
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]+")
+
+
+def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
+    """The store request identity for an ``Idempotency-Key`` header (None without one).
+
+    A retried request with the same key (and topic) returns the original results instead of
+    writing again, also after a broker restart (see :mod:`store.idempotence`)."""
+    if key is None:
+        return None
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS or _IDEMPOTENCY_KEY.fullmatch(key) is None:
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters",
+        )
+    return ProducerRef(f"http:{topic}:{key}")
 
 
 def sharding_queue(key: str, queue_count: int) -> int:
@@ -92,7 +115,9 @@ def entry_message(
     return message
 
 
-def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -> tuple[ProduceOutcome, int]:
+def put_entries(
+    store: MessageStore, topic: str, entries: Sequence[ProduceIn], producer: ProducerRef | None = None
+) -> tuple[ProduceOutcome, int]:
     """Every entry is checked before anything is stored; returns (outcome, body bytes).
 
     Entries that only carry bodies, tags, keys and properties (round robin, no delay) go
@@ -105,7 +130,7 @@ def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -
         e.queue_id is not None or e.sharding_key is not None or e.delay_level for e in entries
     ):
         messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
-        return put_rows(store, topic, messages), sum(len(m.body) for m in messages)
+        return put_rows(store, topic, messages, producer), sum(len(m.body) for m in messages)
     bodies = [decode_body(e.body, e.body_base64) for e in entries]
     sizes = [len(body) for body in bodies]
     if sizes and max(sizes) > max_body:
@@ -113,7 +138,7 @@ def put_entries(store: MessageStore, topic: str, entries: Sequence[ProduceIn]) -
         raise _too_large(sizes[index], max_body, index)
     outcome = _put_columns(
         store, topic, bodies, None, [e.tags for e in entries], [e.keys for e in entries],
-        [e.properties for e in entries], names,
+        [e.properties for e in entries], names, producer,
     )  # fmt: skip
     return outcome, sum(sizes)
 
@@ -134,6 +159,7 @@ def _put_columns(
     keys: Sequence[Sequence[str]],
     properties: Sequence[Mapping[str, str]],
     names: set[str],
+    producer: ProducerRef | None = None,
 ) -> BatchPutResult:
     """One ``put_batch`` from per-message fields (the shared tail of :func:`put_entries` and
     :func:`put_rows`)."""
@@ -145,10 +171,13 @@ def _put_columns(
         tags=tags if any(t is not None for t in tags) else None,
         keys=joined_keys if any(k is not None for k in joined_keys) else None,
         properties={name: [each.get(name) for each in properties] for name in sorted(names)} or None,
+        producer=producer,
     )
 
 
-def put_rows(store: MessageStore, topic: str, messages: Sequence[Message]) -> ProduceOutcome:
+def put_rows(
+    store: MessageStore, topic: str, messages: Sequence[Message], producer: ProducerRef | None = None
+) -> ProduceOutcome:
     """Messages of one topic through the columnar ``put_batch`` when they fit it (no delay
     levels, queue ids on every message or on none, a modest set of property names); else
     ``put_messages``. Both are all-or-nothing."""
@@ -159,11 +188,11 @@ def put_rows(store: MessageStore, topic: str, messages: Sequence[Message]) -> Pr
         or 0 < placed < len(messages)
         or len(names) > MAX_PROPERTY_COLUMNS
     ):
-        return list(store.put_messages(messages))
+        return list(store.put_messages(messages, producer=producer))
     queue_ids = np.fromiter((m.queue_id or 0 for m in messages), np.int32, len(messages)) if placed else None
     return _put_columns(
         store, topic, [m.body for m in messages], queue_ids, [m.tags for m in messages],
-        [m.keys for m in messages], [m.properties for m in messages], names,
+        [m.keys for m in messages], [m.properties for m in messages], names, producer,
     )  # fmt: skip
 
 
@@ -240,7 +269,9 @@ def _columnar_queue_ids(queue_ids: npt.NDArray[np.int32] | None) -> tuple[bool, 
     return bool((queue_ids >= 0).all()), queue_ids
 
 
-def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> tuple[ProduceOutcome, int]:
+def put_arrow(
+    store: MessageStore, topic: str, batch: ArrowBatch, producer: ProducerRef | None = None
+) -> tuple[ProduceOutcome, int]:
     """The columnar ``put_batch`` when the batch fits it (no delay levels, queue ids on every
     row or on none, a modest set of property names); else ``put_messages`` row by row.
     Returns (outcome, body bytes)."""
@@ -253,7 +284,7 @@ def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> tuple[Produ
     has_delay = batch.delay_level is not None and batch.delay_level.null_count < len(batch)
     properties = property_columns(batch.properties, len(batch)) if batch.properties is not None else {}
     if not columnar or has_delay or properties is None:
-        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids)), body_bytes
+        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids), producer), body_bytes
     keys = None
     if batch.keys is not None:
         joined = pc.binary_join(batch.keys, " ")
@@ -265,5 +296,6 @@ def put_arrow(store: MessageStore, topic: str, batch: ArrowBatch) -> tuple[Produ
         tags=batch.tags.to_pylist() if batch.tags is not None else None,
         keys=keys,
         properties=properties or None,
+        producer=producer,
     )
     return outcome, body_bytes

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api import batches, producing
@@ -25,11 +25,21 @@ from ingest_api.schemas import (
     QueryOut,
 )
 from store.errors import InvalidArgument, UnknownTopic
+from store.idempotence import ProducerRef
 from store.message_store import MessageStore
 from store.names import validate_topic
 from store.types import MessageView
 
 router = APIRouter(tags=["messages"])
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Makes the request idempotent: a retry with the same key (1-200 visible ASCII "
+        "characters) returns the original result instead of storing again, across restarts too.",
+    ),
+]
 
 _PRODUCE_ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut} for status in (400, 404, 413, 415, 422, 503)
@@ -63,13 +73,23 @@ _BATCH_BODY: dict[str, Any] = {
     dependencies=[JsonBody],
     responses=_PRODUCE_ERRORS,
 )
-async def produce(topic: TopicPath, entry: ProduceIn, broker: BrokerDep, principal: PrincipalDep) -> Response:
-    """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH)."""
+async def produce(
+    topic: TopicPath,
+    entry: ProduceIn,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response:
+    """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH).
+    With an ``Idempotency-Key`` header a retry returns the original result (201) instead of
+    storing the message again, also across broker restarts."""
     authorize(principal, Right.PRODUCE, topic)
-    return await produce_one(broker, topic, entry)
+    return await produce_one(broker, topic, entry, producing.idempotency_ref(topic, idempotency_key))
 
 
-async def produce_one(broker: Broker, topic: str, entry: ProduceIn) -> Response:
+async def produce_one(
+    broker: Broker, topic: str, entry: ProduceIn, producer: ProducerRef | None = None
+) -> Response:
     """Store one validated, authorised entry and render the 201 answer. The route above and
     the fast lane (:mod:`ingest_api.fastlane`) both end here; errors are raised as
     :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.errors`."""
@@ -79,7 +99,10 @@ async def produce_one(broker: Broker, topic: str, entry: ProduceIn) -> Response:
     if queue_count is None:
         queue_count = await run_in_threadpool(producing.ensure_topic, store, topic)
     message = producing.entry_message(topic, entry, queue_count, store.config.max_message_size_bytes, None)
-    result = await broker.producer.put(message)
+    if producer is None:
+        result = await broker.producer.put(message)
+    else:  # not coalesced: the request is its own idempotent unit
+        (result,) = await run_in_threadpool(store.put_messages, [message], producer=producer)
     broker.metrics.produced(topic, 1, len(message.body), "single", time.perf_counter() - started)
     # Rendered here: the hot path skips FastAPI's re-validation of the response model.
     return Response(ProduceOut.of(result).model_dump_json(), status_code=201, media_type="application/json")
@@ -91,6 +114,7 @@ class _BatchRequest:
     content_type: str
     raw: bytes
     arrow_results: bool
+    producer: ProducerRef | None = None
 
 
 def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memoryview, int, int]:
@@ -99,13 +123,14 @@ def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memory
     limit = broker.config.max_batch_messages
     topic, content_type, raw = request.topic, request.content_type, request.raw
     if content_type == batches.ARROW_STREAM:
-        results, body_bytes = producing.put_arrow(broker.store, topic, batches.parse_arrow_batch(raw, limit))
+        arrow_batch = batches.parse_arrow_batch(raw, limit)
+        results, body_bytes = producing.put_arrow(broker.store, topic, arrow_batch, request.producer)
     else:
         if content_type == batches.NDJSON:
             entries = batches.parse_ndjson_batch(raw, limit)
         else:
             entries = batches.parse_json_batch(raw, limit)
-        results, body_bytes = producing.put_entries(broker.store, topic, entries)
+        results, body_bytes = producing.put_entries(broker.store, topic, entries, request.producer)
     payload = produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
     return payload, len(results), body_bytes
 
@@ -118,13 +143,20 @@ def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memory
     responses=_PRODUCE_ERRORS,
 )
 async def produce_batch(
-    topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+    topic: TopicPath,
+    request: Request,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> Response:
     """Produce many messages atomically: all are stored or none (an invalid entry's ``index`` is
     reported). Accepts JSON ``{"messages": [...]}``, NDJSON, or an Arrow IPC stream. With
     ``Accept: application/vnd.apache.arrow.stream`` the results come back as an Arrow stream
-    (columns msg_id, uniq_key, topic, queue_id, queue_offset, commitlog_offset, store_timestamp)."""
+    (columns msg_id, uniq_key, topic, queue_id, queue_offset, commitlog_offset, store_timestamp).
+    With an ``Idempotency-Key`` header a retried batch returns the original results instead of
+    storing the batch again, also across broker restarts."""
     authorize(principal, Right.PRODUCE, topic)
+    producer = producing.idempotency_ref(topic, idempotency_key)
     content_type = media_type(request) or batches.JSON
     if content_type not in (batches.JSON, batches.NDJSON, batches.ARROW_STREAM):
         raise ApiError(
@@ -136,7 +168,7 @@ async def produce_batch(
     raw = await request.body()
     started = time.perf_counter()
     arrow_results = batches.ARROW_STREAM in request.headers.get("accept", "")
-    batch_request = _BatchRequest(topic, content_type, raw, arrow_results)
+    batch_request = _BatchRequest(topic, content_type, raw, arrow_results, producer)
     payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, batch_request)
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
     media = batches.ARROW_STREAM if arrow_results else "application/json"
