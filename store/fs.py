@@ -54,6 +54,11 @@ class FileHandle(Protocol):
         """Make ``[start, end)`` durable (msync); raises OSError."""
         ...
 
+    def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Sub-ranges of ``[start, end)`` that may hold data; holes of a sparse file (never
+        written, so zero) are left out. Always safe to return ``[(start, end)]``."""
+        ...
+
     def close(self) -> None:
         """Unmap and close; idempotent."""
         ...
@@ -143,6 +148,23 @@ class OsMappedHandle:
             return
         aligned = start - start % PAGE_SIZE
         self._mapped().flush(aligned, end - aligned)
+
+    def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
+        ranges: list[tuple[int, int]] = []
+        position = start
+        try:
+            while position < end:
+                data = os.lseek(self._fd, position, os.SEEK_DATA)
+                if data >= end:
+                    break
+                hole = os.lseek(self._fd, data, os.SEEK_HOLE)
+                ranges.append((data, min(hole, end)))
+                position = hole
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data at or after position
+                return ranges
+            return [(start, end)]  # SEEK_DATA unsupported: treat everything as data
+        return ranges
 
     def close(self) -> None:
         if self._mmap is not None:
@@ -272,6 +294,9 @@ class _FaultyHandle:
 
     def view(self, position: int, length: int) -> memoryview:
         return self._inner.view(position, length)
+
+    def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
+        return self._inner.data_ranges(start, end)
 
     def sync(self, start: int, end: int) -> None:
         self._owner.before("fsync", self._inner.path)

@@ -111,14 +111,15 @@ class MappedFile:
         self.flushed_position = min(self.flushed_position, position)
 
     def zero_range(self, position: int, end: int) -> None:
-        """Zero ``[position, end)`` chunk by chunk, skipping chunks that are already zero."""
-        end = min(end, self.size)
-        while position < end:
-            length = min(len(_ZERO_CHUNK), end - position)
-            if self._handle.read(position, length) != _ZERO_CHUNK[:length]:
-                self._handle.write(position, _ZERO_CHUNK[:length])
-                self._handle.sync(position, position + length)
-            position += length
+        """Zero ``[position, end)`` chunk by chunk, skipping chunks that are already zero and
+        holes of the sparse file (never written, so zero without being read)."""
+        for begin, stop in self._handle.data_ranges(position, min(end, self.size)):
+            while begin < stop:
+                length = min(len(_ZERO_CHUNK), stop - begin)
+                if self._handle.read(begin, length) != _ZERO_CHUNK[:length]:
+                    self._handle.write(begin, _ZERO_CHUNK[:length])
+                    self._handle.sync(begin, begin + length)
+                begin += length
 
     def close(self) -> None:
         self._handle.close()

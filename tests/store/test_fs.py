@@ -91,3 +91,17 @@ def test_torn_crash_keeps_some_unsynced_sectors(tmp_path: Path) -> None:
     data = (tmp_path / "f").read_bytes()
     sectors = {data[i : i + 512] for i in range(0, 8192, 512)}
     assert sectors == {b"x" * 512, bytes(512)}  # whole sectors survive or vanish
+
+
+def test_data_ranges_skip_the_holes_of_a_sparse_file(tmp_path: Path) -> None:
+    handle = OsFileSystem().create(tmp_path / "sparse", 4 << 20)
+    try:
+        assert handle.data_ranges(0, 4 << 20) == []  # nothing written: all hole
+        handle.write(1 << 20, b"x" * 10)
+        ranges = handle.data_ranges(0, 4 << 20)
+        assert len(ranges) == 1
+        begin, end = ranges[0]
+        assert begin <= 1 << 20 and end >= (1 << 20) + 10 and end - begin < 1 << 20
+        assert handle.data_ranges(2 << 20, 4 << 20) == []
+    finally:
+        handle.close()
