@@ -114,12 +114,11 @@ class MappedFile:
         """Zero ``[position, end)`` chunk by chunk, skipping chunks that are already zero and
         holes of the sparse file (never written, so zero without being read)."""
         for begin, stop in self._handle.data_ranges(position, min(end, self.size)):
-            while begin < stop:
-                length = min(len(_ZERO_CHUNK), stop - begin)
-                if self._handle.read(begin, length) != _ZERO_CHUNK[:length]:
-                    self._handle.write(begin, _ZERO_CHUNK[:length])
-                    self._handle.sync(begin, begin + length)
-                begin += length
+            for at in range(begin, stop, len(_ZERO_CHUNK)):
+                length = min(len(_ZERO_CHUNK), stop - at)
+                if self._handle.read(at, length) != _ZERO_CHUNK[:length]:
+                    self._handle.write(at, _ZERO_CHUNK[:length])
+                    self._handle.sync(at, at + length)
 
     def close(self) -> None:
         self._handle.close()
