@@ -8,6 +8,7 @@ equal length ``n``, in CommitLog order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,32 @@ class DispatchBatch:
         if len(self) == 0:
             return 0
         return int(self.commitlog_offsets[-1]) + int(self.sizes[-1])
+
+    @staticmethod
+    def concat(batches: Sequence[DispatchBatch]) -> DispatchBatch:
+        """One batch holding ``batches`` in order (topic codes re-mapped to one dictionary)."""
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return DispatchBatch.empty()
+        names: dict[str, int] = {}
+        codes = []
+        for batch in batches:
+            remap = np.array([names.setdefault(t, len(names)) for t in batch.topics], dtype=np.int32)
+            codes.append(remap[batch.topic_codes] if len(batch) else batch.topic_codes)
+        return DispatchBatch(
+            np.concatenate([b.commitlog_offsets for b in batches]),
+            np.concatenate([b.sizes for b in batches]),
+            np.concatenate([b.tags_codes for b in batches]),
+            np.concatenate([b.queue_ids for b in batches]),
+            np.concatenate([b.queue_offsets for b in batches]),
+            np.concatenate([b.store_timestamps_ms for b in batches]),
+            np.concatenate([b.sys_flags for b in batches]),
+            np.concatenate(codes).astype(np.int32),
+            tuple(names),
+            tuple(k for b in batches for k in b.uniq_keys),
+            tuple(k for b in batches for k in b.keys),
+        )
 
     @staticmethod
     def empty() -> DispatchBatch:

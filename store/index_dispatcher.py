@@ -18,6 +18,9 @@ from store.index_file import IndexService
 
 log = logging.getLogger("sparkmq.store")
 
+#: Most queued dispatch batches indexed together.
+_MAX_COALESCED = 1024
+
 
 class IndexDispatcher:
     def __init__(self, index: IndexService, indexed_to: int) -> None:
@@ -66,11 +69,19 @@ class IndexDispatcher:
         return True
 
     def _loop(self) -> None:
+        """Index everything queued at once: many small puts cost one dispatch, not one each."""
         while True:
-            batch = self._queue.get()
-            if batch is None:
+            pending = [self._queue.get()]
+            while len(pending) < _MAX_COALESCED:
+                try:
+                    pending.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            batches = [b for b in pending if b is not None]
+            if batches:
+                self._index(DispatchBatch.concat(batches))
+            if len(batches) < len(pending):  # the stop marker
                 return
-            self._index(batch)
 
     def _index(self, batch: DispatchBatch) -> None:
         try:

@@ -354,3 +354,22 @@ def test_closed_store_refuses_work(open_store: OpenStore) -> None:
         ms.put_message(Message(topic="t", body=b"x"))
     with pytest.raises(StoreClosed):
         ms.get_messages("t", 0, 0)
+
+
+def test_dispatch_batches_concatenate_in_order(open_store: OpenStore) -> None:
+    from store.dispatch_batch import DispatchBatch
+
+    ms = open_store()
+    captured: list[DispatchBatch] = []
+    original = ms._queues.dispatch
+    ms._queues.dispatch = lambda batch: (captured.append(batch), original(batch))[1]  # type: ignore[method-assign]
+    ms.put_messages([Message(topic="a", body=b"1", keys=("x",)), Message(topic="b", body=b"2")])
+    ms.put_message(Message(topic="b", body=b"3", keys=("y z",)[0].split()[:1]))
+    ms.put_batch("c", [b"4", b"5"], keys=["k4", None])
+    joined = DispatchBatch.concat(captured)
+    assert len(joined) == 5 and joined.topics == ("a", "b", "c")
+    assert [joined.topics[c] for c in joined.topic_codes.tolist()] == ["a", "b", "b", "c", "c"]
+    assert joined.keys == ("x", None, "y", "k4", None)
+    assert joined.commitlog_offsets.tolist() == sorted(joined.commitlog_offsets.tolist())
+    assert DispatchBatch.concat([captured[0]]) is captured[0]
+    assert len(DispatchBatch.concat([])) == 0
