@@ -150,13 +150,7 @@ class Appender:
     def put_messages(
         self, messages: Sequence[Message], *, producer: ProducerRef | None = None
     ) -> list[PutResult]:
-        """Store all messages or none; results in input order.
-
-        Every message is validated and encoded before anything is written; queue offsets are
-        assigned atomically (contiguous per queue within the call). With ``producer`` the call
-        is idempotent: a retry with the same ref returns the original results (see
-        :mod:`store.idempotence`); the messages' UNIQ_KEYs are then derived from the ref.
-        """
+        """See :meth:`store.message_store.MessageStore.put_messages`."""
         self._ensure_open()
         if producer is None or not messages:
             return self._put_messages(messages)
@@ -263,12 +257,7 @@ class Appender:
         born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
         producer: ProducerRef | None = None,
     ) -> BatchPutResult:
-        """Columnar :meth:`put_messages` for one topic: no Python object per message.
-
-        ``keys`` holds each message's KEYS value (space-separated tokens, None for none);
-        ``properties`` maps a name to one value for all or a value per message. Delay levels
-        and transactions are not taken here (use :meth:`put_messages`). All or nothing.
-        """
+        """See :meth:`store.message_store.MessageStore.put_batch`."""
         self._ensure_open()
         if producer is not None and len(bodies):
             return self._put_batch_idempotent(

@@ -138,6 +138,7 @@ class MessageStore:
         except BaseException:
             self._lock.release()
             raise
+        self._reader = QueueReader(self._queues, self._commitlog, self._has_queue)
         if self._index is not None:
             self._index_dispatcher = IndexDispatcher(self._index, self._commitlog.max_offset)
         self._appender = Appender(
@@ -354,10 +355,6 @@ class MessageStore:
         return self._index_dispatcher.wait_indexed(self._commitlog.max_offset, timeout_s)
 
     # ------------------------------------------------------------------ consume
-    @property
-    def _reader(self) -> QueueReader:
-        return QueueReader(self._queues, self._commitlog, self._has_queue)
-
     def get_messages(
         self, topic: str, queue_id: int, offset: int, max_messages: int = 32, tag_expression: str | None = "*"
     ) -> GetResult:
