@@ -371,12 +371,26 @@ class CommitLog:
 
     # --- recovery -------------------------------------------------------------------------
 
-    def recover_normally(self, check_crc: bool) -> int:
+    def recover_normally(self, check_crc: bool, dispatched: tuple[int, int] | None = None) -> int:
         """After a clean shutdown: check from the 3rd-last file on, truncate after the last
-        valid record; returns the valid end offset (see :attr:`last_recovery`)."""
+        valid record; returns the valid end offset (see :attr:`last_recovery`).
+
+        ``dispatched`` is ``(offset, size)`` of the last record the ConsumeQueues point at
+        (RocketMQ 5's ``dispatchFromPhyOffset``): when that record checks out, the walk starts
+        there instead, so a clean open costs O(1) rather than up to three files."""
         files = self.queue.files
         start = files[max(0, len(files) - 3)].start_offset if files else self.queue.max_offset
+        if dispatched is not None and dispatched[0] >= start and self._is_record(*dispatched, check_crc):
+            start = dispatched[0]
         return self._recover(start, check_crc)
+
+    def _is_record(self, offset: int, size: int, check_crc: bool) -> bool:
+        """True when a complete, valid record of ``size`` bytes starts at ``offset``."""
+        raw = self.read(offset, size)
+        if raw is None:
+            return False
+        check = check_record(raw, 0, check_crc)
+        return check.status is RecordStatus.OK and check.size == size
 
     def recover_abnormally(self, min_timestamp_ms: int, check_crc: bool) -> int:
         """After a crash: check from the newest file whose first record was stored at or

@@ -60,7 +60,8 @@ def recover(
             if dropped:
                 log.warning("abnormal recovery: deleted %d index file(s) newer than the checkpoint", dropped)
     else:
-        end = commitlog.recover_normally(check_crc)
+        queues.recover()
+        end = commitlog.recover_normally(check_crc, dispatched=_last_dispatched(queues))
     last = commitlog.last_recovery
     check_from = last.start_offset if last is not None else commitlog.min_offset
     reason = last.reason if last is not None else "empty"
@@ -98,6 +99,16 @@ def rebuild_derived(
     if index is not None:
         index.destroy()
     return _dispatch(commitlog, queues, index, commitlog.min_offset, delay_levels)
+
+
+def _last_dispatched(queues: ConsumeQueueStore) -> tuple[int, int] | None:
+    """``(offset, size)`` of the furthest CommitLog record any ConsumeQueue points at."""
+    best: tuple[int, int] | None = None
+    for queue in queues.queues().values():
+        unit = queue.get_unit(queue.max_offset - 1)
+        if unit is not None and (best is None or unit[0] + unit[1] > best[0] + best[1]):
+            best = (unit[0], unit[1])
+    return best
 
 
 def _end_of_record(commitlog: CommitLog, offset: int) -> int:

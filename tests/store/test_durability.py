@@ -297,3 +297,25 @@ def test_commitlog_files_are_sparse_unless_preallocation_is_asked(tmp_path: Path
         allocated = log_file.stat().st_blocks * 512
         assert log_file.stat().st_size == 1 << 20
         assert (allocated >= 1 << 20) is preallocate, (name, allocated)
+
+
+def test_clean_open_resumes_at_the_last_dispatched_record_but_verifies_it(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    cfg = small_config(tmp_path, commitlog_file_size_bytes=1 << 20)
+    ms = MessageStore.open(cfg, clock_ms=clock)
+    results = ms.put_messages([Message(topic="t", body=b"m%03d" % i, queue_id=0) for i in range(50)])
+    ms.close()
+    ms = MessageStore.open(cfg, clock_ms=clock)  # clean open: the walk starts at the last record
+    assert ms.recovery is not None and ms.recovery.check_from_offset == results[-1].commitlog_offset
+    ms.close()
+    last = results[-1]
+    (log_file,) = _commitlog_files(tmp_path)
+    with open(log_file, "r+b") as f:  # the record the ConsumeQueue points at is gone
+        f.seek(last.commitlog_offset)
+        f.write(b"\0" * last.size_bytes)
+    ms = MessageStore.open(cfg, clock_ms=clock)
+    assert ms.recovery is not None and ms.recovery.check_from_offset == 0  # hint refused: full walk
+    assert _bodies(ms) == [b"m%03d" % i for i in range(49)]
+    assert ms.put_message(Message(topic="t", body=b"next", queue_id=0)).queue_offset == 49
+    ms.close()
