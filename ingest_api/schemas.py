@@ -12,33 +12,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from store.codec import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES
 from store.types import Message, MessageView, PutResult
 
-#: Property names the broker sets itself; a producer may not send them.
-RESERVED_PROPERTIES = frozenset(
-    {
-        "TAGS",
-        "KEYS",
-        "UNIQ_KEY",
-        "DELAY",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "TRAN_MSG",
-        "PGROUP",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        "WAIT",
-        "RETRY_TOPIC",
-        "ORIGIN_MESSAGE_ID",
-        "RECONSUME_TIME",
-        "MAX_RECONSUME_TIMES",
-        "TRANSACTION_CHECK_TIMES",
-        "CHECK_IMMUNITY_TIME_IN_SECONDS",
-        "SHARDING_KEY",
-    }
-)
+#: Property names the broker owns (RocketMQ's system properties); a producer may not send them.
+RESERVED_PROPERTIES = SYSTEM_PROPERTIES
 #: RocketMQ's property encoding separators; they cannot appear inside names or values.
-_SEPARATORS = ("\x01", "\x02")
+_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=1024)]
 Offset = Annotated[int, Field(ge=0, le=2**62)]

@@ -173,6 +173,19 @@ PROPERTY_DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
 PROPERTY_BORN_TIMESTAMP: Final = "BORN_TIMESTAMP"
 PROPERTY_INNER_NUM: Final = "INNER_NUM"
 PROPERTY_INNER_BASE: Final = "INNER_BASE"
+#: RocketMQ ``MessageConst.STRING_HASH_SET``: the system property names. Producers may not set
+#: them (RocketMQ's client refuses them as user properties; so do sparkmq's front doors).
+SYSTEM_PROPERTIES: Final = frozenset(
+    {
+        "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+        "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+        "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET",
+        "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID", "CORRELATION_ID",
+        "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
+        "__STARTDELIVERTIME", "SHARDING_KEY",
+    }
+)  # fmt: skip
 #: Properties with this prefix are transient in RocketMQ and never stored.
 TRANSIENT_PROPERTY_PREFIX: Final = "__RMQ.TRANSIENT."
 #: Aliases the rest of the codebase reads more easily.

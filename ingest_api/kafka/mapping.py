@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ingest_api.kafka.records import Header, KafkaRecord
+from store.codec import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES
 from store.types import Message
 
 KEY_PROPERTY = "KAFKA_KEY"
@@ -37,50 +38,9 @@ _KEY_PREFIX = "b64:"
 HEADERS_PROPERTY = "KAFKA_HEADERS"
 NULL_VALUE_PROPERTY = "KAFKA_NULL_VALUE"
 
-#: RocketMQ ``MessageConst`` system properties (plus the gateway's own); never Kafka headers.
-RESERVED_PROPERTIES = frozenset(
-    {
-        "KEYS",
-        "TAGS",
-        "WAIT",
-        "DELAY",
-        "RETRY_TOPIC",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "TRAN_MSG",
-        "PGROUP",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        "BUYER_ID",
-        "ORIGIN_MESSAGE_ID",
-        "TRANSFER_FLAG",
-        "CORRECTION_FLAG",
-        "MQ2_FLAG",
-        "RECONSUME_TIME",
-        "MSG_REGION",
-        "TRACE_ON",
-        "UNIQ_KEY",
-        "MAX_RECONSUME_TIMES",
-        "CONSUME_START_TIME",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        "TRANSACTION_CHECK_TIMES",
-        "CHECK_IMMUNITY_TIME_IN_SECONDS",
-        "INSTANCE_ID",
-        "CORRELATION_ID",
-        "REPLY_TO_CLIENT",
-        "TTL",
-        "ARRIVE_TIME",
-        "PUSH_REPLY_TIME",
-        "CLUSTER",
-        "MSG_TYPE",
-        "__STARTDELIVERTIME",
-        "SHARDING_KEY",
-        KEY_PROPERTY,
-        HEADERS_PROPERTY,
-        NULL_VALUE_PROPERTY,
-    }
-)
-_SEPARATORS = ("\x01", "\x02")
+#: RocketMQ's system properties plus the gateway's own; never Kafka headers.
+RESERVED_PROPERTIES = SYSTEM_PROPERTIES | {KEY_PROPERTY, HEADERS_PROPERTY, NULL_VALUE_PROPERTY}
+_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 _NO_TIMESTAMP = -1
 
 

@@ -138,6 +138,7 @@ class TestProduceOne:
             {"body": "a", "queue_id": 0, "sharding_key": "k"},
             {"body": "a", "keys": ["with space"]},
             {"body": "a", "properties": {"UNIQ_KEY": "x"}},
+            {"body": "a", "properties": {"TTL": "5"}},  # any RocketMQ system property
             {"body": "a", "extra": True},
             {"body": 5},
         ],
