@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -64,19 +63,10 @@ def bench_publish(rows: int, size: int) -> float:
 
 
 def _spark() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
+    from streaming.register import local_session_builder
     from streaming.sink import sink_enabled_source
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sink-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = local_session_builder("sink-bench").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(sink_enabled_source())
     return spark

@@ -38,12 +38,12 @@ from typing import Any
 import httpx
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from store import MessageStore, StoreConfig
 from streaming.options import parse_options
+from streaming.register import local_session_builder
 from streaming.source import QueueRangesPartition, SparkMQDataSource, SparkMQStreamReader, read_ranges
 
 TOPIC = "bench"
@@ -178,18 +178,7 @@ def fill_store(store_dir: Path, messages: int, body_bytes: int) -> float:
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparkmq-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "4g")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
+    spark = local_session_builder("sparkmq-bench").config("spark.driver.memory", "4g").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(InMemorySource)
     spark.dataSource.register(HotBatchSource)

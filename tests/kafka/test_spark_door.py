@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from store import MessageStore
+from streaming.register import local_session_builder
 from tests.kafka.test_confluent import FAST
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -21,17 +20,9 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     existing = SparkSession.getActiveSession()  # e.g. the Spark suite's session: reuse, never stop
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     session = (
-        SparkSession.builder.master("local[1]")
-        .appName("sparkmq-kafka-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
+        local_session_builder("sparkmq-kafka-tests", cores=1)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -328,23 +328,11 @@ def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
 
 def _query_main(spec_json: str) -> None:
     import json
-    import os
-    import sys
 
-    from pyspark.sql import SparkSession
+    from streaming.register import local_session_builder
 
     spec = json.loads(spec_json)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparkmq-eo-driver")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
+    spark = local_session_builder("sparkmq-eo-driver").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register_sink(spark)
     query = start_pipeline(spark, spec)
