@@ -32,8 +32,3 @@ def clamp_delay_level(level: int, levels: tuple[int, ...]) -> int:
     if level <= 0:
         return 0
     return min(level, len(levels))
-
-
-def deliver_timestamp_ms(level: int, store_timestamp_ms: int, levels: tuple[int, ...]) -> int:
-    """When a message stored at ``store_timestamp_ms`` with ``level`` becomes due."""
-    return store_timestamp_ms + levels[clamp_delay_level(level, levels) - 1]

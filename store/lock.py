@@ -51,22 +51,6 @@ class DirectoryLock:
         return self._fd is not None
 
 
-def is_locked(path: Path) -> bool:
-    """True when some process holds the lock at ``path`` (probe without keeping it)."""
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
 def write_abort_file(path: Path) -> None:
     path.write_text(str(os.getpid()))
 

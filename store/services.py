@@ -33,10 +33,6 @@ class PeriodicService:
         self._thread = threading.Thread(target=self._run, name=f"sparkmq-{self.name}", daemon=True)
         self._thread.start()
 
-    def wakeup(self) -> None:
-        """Run the task now instead of waiting for the next tick."""
-        self._wake.set()
-
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
