@@ -3,7 +3,7 @@
 PySpark scans top-level modules named ``pyspark_*`` and registers their ``DefaultSource``.
 """
 
-from streaming.source import SparkMQDataSource
+from streaming.datasource import SparkMQDataSource
 
 DefaultSource = SparkMQDataSource
 

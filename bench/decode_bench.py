@@ -1,7 +1,7 @@
-"""Throughput of :func:`store.batch_decode.decode_records_to_arrow` (CommitLog bytes -> Arrow).
+"""Throughput of :func:`store.format.batch_decode.decode_records_to_arrow` (CommitLog bytes -> Arrow).
 
 Builds one contiguous CommitLog slice of ``--records`` records (``--body-bytes`` bodies,
-UNIQ_KEY/TAGS/KEYS/WAIT properties, one topic) with :func:`store.codec.encode_record`: a
+UNIQ_KEY/TAGS/KEYS/WAIT properties, one topic) with :func:`store.format.record.encode_record`: a
 block of distinct records is encoded, tiled, and QUEUEOFFSET/PHYSICALOFFSET/STORETIMESTAMP
 are patched per record. Decodes it ``--repeats`` times after a warm-up and prints msgs/s and
 MB/s (record bytes) for the best and the median run, by wall clock and by this process's
@@ -21,8 +21,8 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from store.batch_decode import decode_records_to_arrow
-from store.codec import (
+from store.format.batch_decode import decode_records_to_arrow
+from store.format.record import (
     PHYSICAL_OFFSET_POS,
     QUEUE_OFFSET_POS,
     STORE_TIMESTAMP_POS,

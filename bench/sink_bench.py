@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from store import MessageStore, StoreConfig
-from store.sink_staging import SinkStaging, StagedPart, new_part_id, part_path, staging_root, write_part
+from store.publish.sink_staging import (
+    SinkStaging,
+    StagedPart,
+    new_part_id,
+    part_path,
+    staging_root,
+    write_part,
+)
 from streaming.sink_columns import to_part_batch
 
 TOPIC = "bench-in"
@@ -63,12 +70,12 @@ def bench_publish(rows: int, size: int) -> float:
 
 
 def _spark() -> Any:
+    from streaming.datasource import SparkMQDataSource
     from streaming.register import local_session_builder
-    from streaming.sink import sink_enabled_source
 
     spark = local_session_builder("sink-bench").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(sink_enabled_source())
+    spark.dataSource.register(SparkMQDataSource)
     return spark
 
 

@@ -42,9 +42,10 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from store import MessageStore, StoreConfig
+from streaming.datasource import SparkMQDataSource
 from streaming.options import parse_options
+from streaming.reader import QueueRangesPartition, SparkMQStreamReader, read_ranges
 from streaming.register import local_session_builder
-from streaming.source import QueueRangesPartition, SparkMQDataSource, SparkMQStreamReader, read_ranges
 
 TOPIC = "bench"
 QUEUES = 8
@@ -134,8 +135,8 @@ def _free_port() -> int:
 _SERVE = """
 import sys
 from pathlib import Path
-from ingest_api.config import ServerConfig
-from ingest_api.server import serve
+from ingest_api.http.config import ServerConfig
+from ingest_api.http.server import serve
 from store import StoreConfig
 cfg = ServerConfig(store=StoreConfig(store_dir=Path(sys.argv[1])).validate(), port=int(sys.argv[2]),
                    log_level="warning")

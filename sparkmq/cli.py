@@ -5,7 +5,7 @@
 
 Other front doors (the Kafka gateway) add themselves to ``serve`` through :data:`SERVE_COMPANIONS`:
 a function that receives the parsed ``serve`` options and returns companions to run alongside
-the HTTP API on the same event loop (see :mod:`ingest_api.app`).
+the HTTP API on the same event loop (see :mod:`ingest_api.http.app`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from ingest_api.app import Companion
-from ingest_api.config import ServerConfig
-from ingest_api.server import serve as run_server
-from store.config import FlushDiskType, StoreConfig
-from store.errors import InvalidArgument
+from ingest_api.http.app import Companion
+from ingest_api.http.config import ServerConfig
+from ingest_api.http.server import serve as run_server
+from store import FlushDiskType, InvalidArgument, StoreConfig
 
 app = typer.Typer(help="sparkmq: a RocketMQ-compatible message queue native to Spark.", no_args_is_help=True)
 topics_app = typer.Typer(help="Create and list topics on a running broker.", no_args_is_help=True)

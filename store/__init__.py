@@ -9,9 +9,7 @@ Usable on its own as a library::
 See docs/store_api.md.
 """
 
-from store.appender import BatchPutResult
-from store.arrow_schema import MESSAGE_SCHEMA
-from store.config import FlushDiskType, StoreConfig
+from store.config import MIB, FlushDiskType, StoreConfig
 from store.errors import (
     DataLost,
     InvalidArgument,
@@ -24,15 +22,26 @@ from store.errors import (
     UnknownQueue,
     UnknownTopic,
 )
-from store.idempotence import ProducerRef
-from store.layout import existing_config
+from store.format.arrow_schema import MESSAGE_SCHEMA
+from store.format.java_hash import java_string_hash, java_string_hashes
+from store.format.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, encode_msg_id
 from store.message_store import MessageStore, StoreStats
-from store.queue_reader import BatchReadResult
-from store.reader import StoreReader
+from store.metadata.file_sizes import existing_config
+from store.names import is_system_topic, validate_group, validate_topic
+from store.read.queue_reader import BatchReadResult
+from store.read.store_reader import StoreReader
+from store.read.tag_filter import parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
+from store.write.appender import BatchPutResult
+from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 
 __all__ = [
+    "MAX_PRODUCER_ID_CHARS",
     "MESSAGE_SCHEMA",
+    "MIB",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
+    "SYSTEM_PROPERTIES",
     "BatchPutResult",
     "BatchReadResult",
     "Boundary",
@@ -57,5 +66,13 @@ __all__ = [
     "StoreStats",
     "UnknownQueue",
     "UnknownTopic",
+    "encode_msg_id",
     "existing_config",
+    "is_system_topic",
+    "java_string_hash",
+    "java_string_hashes",
+    "parse_tag_expression",
+    "request_uniq_keys",
+    "validate_group",
+    "validate_topic",
 ]

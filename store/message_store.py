@@ -6,8 +6,8 @@ It composes one object per on-disk structure and owns the threads that keep them
                        │                └─► IndexService (index thread; may lag, catches up)
                        └── flush service / group commit ──► checkpoint
 
-Reads go through :class:`~store.queue_reader.QueueReader`, shared with the lock-free
-:class:`~store.reader.StoreReader`. Recovery is :func:`store.recovery.recover`.
+Reads go through :class:`~store.read.queue_reader.QueueReader`, shared with the lock-free
+:class:`~store.read.store_reader.StoreReader`. Recovery is :func:`store.recovery.recovery.recover`.
 """
 
 from __future__ import annotations
@@ -24,31 +24,31 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from store.appender import Appender, BatchPutResult
-from store.arrivals import ArrivalListener, Arrivals
-from store.checkpoint import StoreCheckpoint
-from store.codec import (
+from store.commitlog.commitlog import CommitLog
+from store.commitlog.group_commit import GroupCommitService
+from store.config import FlushDiskType, StoreConfig
+from store.consumequeue.consume_queue import ConsumeQueueStore
+from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
+from store.format.record import (
     decode_msg_id,
 )
-from store.commitlog import CommitLog
-from store.config import FlushDiskType, StoreConfig
-from store.consume_queue import ConsumeQueueStore
-from store.delay import parse_delay_levels
-from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
-from store.flush import GroupCommitService
-from store.fs import FileSystem, OsFileSystem
-from store.idempotence import ProducerRef
-from store.index_dispatcher import IndexDispatcher
-from store.index_file import IndexService
-from store.layout import adopt_layout, read_layout, write_layout
-from store.lock import DirectoryLock, remove_abort_file, write_abort_file
+from store.index.index_file import IndexService
+from store.index.index_service import IndexDispatcher
+from store.io.fs import FileSystem, OsFileSystem
+from store.io.lock import DirectoryLock, remove_abort_file, write_abort_file
+from store.metadata.checkpoint import StoreCheckpoint
+from store.metadata.file_sizes import adopt_layout, read_layout, write_layout
+from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
+from store.metadata.topic_config import TopicConfigTable
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_group, validate_topic
-from store.offset_table import ConsumerOffsetTable, DelayOffsetTable
-from store.queue_reader import BatchReadResult, QueueReader
-from store.recovery import RecoveryReport, rebuild_derived, recover
+from store.read.queue_reader import BatchReadResult, QueueReader
+from store.recovery.recovery import RecoveryReport, rebuild_derived, recover
 from store.services import PeriodicService
-from store.topic_config import TopicConfigTable
 from store.types import Boundary, GetResult, Message, MessageView, PutResult
+from store.write.appender import Appender, BatchPutResult
+from store.write.arrivals import ArrivalListener, Arrivals
+from store.write.delay_levels import parse_delay_levels
+from store.write.idempotence import ProducerRef
 
 log = logging.getLogger("sparkmq.store")
 
@@ -299,7 +299,7 @@ class MessageStore:
         Every message is validated and encoded before anything is written; queue offsets are
         assigned atomically (contiguous per queue within the call). With ``producer`` the call
         is idempotent: a retry with the same ref returns the original results (see
-        :mod:`store.idempotence`); the messages' UNIQ_KEYs are then derived from the ref.
+        :mod:`store.write.idempotence`); the messages' UNIQ_KEYs are then derived from the ref.
         """
         self._ensure_open()
         return self._appender.put_messages(messages, producer=producer)

@@ -1,8 +1,9 @@
 """Spark adapters: the ``sparkmq`` Structured Streaming source (``format("sparkmq")``)."""
 
+from streaming.datasource import SparkMQDataSource
 from streaming.options import InvalidSourceOption, SourceOptions, parse_options
+from streaming.reader import MESSAGE_DDL
 from streaming.register import register
-from streaming.source import MESSAGE_DDL, SparkMQDataSource
 
 __all__ = [
     "MESSAGE_DDL",

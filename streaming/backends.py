@@ -4,7 +4,7 @@
 Arrow read of a queue range and the group-offset commit. Two implementations return
 identical rows:
 
-* :class:`PathBackend` reads a store directory with the lock-free :class:`store.reader.StoreReader`
+* :class:`PathBackend` reads a store directory with the lock-free :class:`store.read.store_reader.StoreReader`
   (ConsumeQueue + CommitLog files, mmap'd). Group offsets have to go through the store's
   *owner* (only it may write ``consumerOffset.json``): see :class:`PathBackend.commit_group_offsets`.
 * :class:`EndpointBackend` talks to ``sparkmq serve`` with httpx; message ranges arrive as
@@ -25,16 +25,20 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.arrow_schema import MESSAGE_SCHEMA
-from store.config import StoreConfig
-from store.errors import SparkMQError, StoreError, UnknownTopic
-
 # The reader infers file sizes from the files; the short owner open must use the same sizes.
-# (Private helpers of store.reader: a public "config of an existing directory" would be better.)
-from store.layout import existing_config
-from store.message_store import MessageStore
-from store.reader import StoreReader
-from store.types import Boundary, GetStatus
+# (Private helpers of store.read.store_reader: a public "config of an existing directory" would be better.)
+from store import (
+    MESSAGE_SCHEMA,
+    Boundary,
+    GetStatus,
+    MessageStore,
+    SparkMQError,
+    StoreConfig,
+    StoreError,
+    StoreReader,
+    UnknownTopic,
+    existing_config,
+)
 
 #: ``{queue_id: (min_offset, max_offset)}``; max offset = next offset to be written.
 QueueHeads = dict[int, tuple[int, int]]
@@ -83,7 +87,7 @@ class Backend(Protocol):
 class PathBackend:
     """A store directory read without its lock.
 
-    The :class:`store.reader.StoreReader` is opened lazily (the object must stay cheap to
+    The :class:`store.read.store_reader.StoreReader` is opened lazily (the object must stay cheap to
     build on every Spark worker). Group offsets are written by briefly opening the store as
     its owner (:meth:`commit_group_offsets`), which only works while no other process holds
     it; with a running broker give the source ``endpoint`` as well and offsets go over HTTP.
@@ -129,14 +133,14 @@ class PathBackend:
 
 def owner_config(store_dir: str) -> StoreConfig:
     """A config that opens an existing directory as it was written (its recorded layout, see
-    :mod:`store.layout`); no background services for a short open."""
+    :mod:`store.metadata.file_sizes`); no background services for a short open."""
     return existing_config(store_dir, background_services=False)
 
 
 # -- endpoint mode -----------------------------------------------------------------------------
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-#: The broker's cap on ``max_messages`` per pull (``ingest_api.config.MAX_PULL_MESSAGES``).
+#: The broker's cap on ``max_messages`` per pull (``ingest_api.http.config.MAX_PULL_MESSAGES``).
 MAX_PULL_MESSAGES = 100_000
 
 

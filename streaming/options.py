@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from store.errors import InvalidArgument
-from store.names import validate_group, validate_topic
-from store.tag_filter import parse_tag_expression
+from store import InvalidArgument, parse_tag_expression, validate_group, validate_topic
 
 #: Kafka-style sentinels inside JSON offsets: -2 = earliest, -1 = latest.
 EARLIEST_SENTINEL = -2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming.source import SparkMQDataSource
+from streaming.datasource import SparkMQDataSource
 
 
 def register(spark: Any) -> None:

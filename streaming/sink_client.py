@@ -1,4 +1,4 @@
-"""The sink's HTTP client for ``endpoint`` mode (routes in ``ingest_api/routers/sinks.py``).
+"""The sink's HTTP client for ``endpoint`` mode (routes in ``ingest_api/http/routers/sinks.py``).
 
 Every call is idempotent (a part id is unique per task attempt; a commit of a decided batch
 publishes the earlier decision), so transport errors and 5xx answers — a broker restarting
@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from store.errors import SparkMQError
-from store.sink_staging import StagedPart
+from store import SparkMQError
+from store.publish.sink_staging import StagedPart
 from streaming.sink_columns import SinkOptions
 
 ARROW_FILE = "application/vnd.apache.arrow.file"

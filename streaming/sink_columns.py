@@ -4,7 +4,7 @@ Pure (no I/O, no Spark session): :func:`parse_sink_options` turns Spark's ``str 
 options into a frozen :class:`SinkOptions`; :func:`check_input_schema` refuses, at query start,
 a DataFrame without ``body`` or with a column of the wrong type (the message names the
 column); :func:`to_part_batch` turns one Arrow batch of the input into
-:data:`store.sink_staging.PART_SCHEMA` on the executors, vectorised.
+:data:`store.publish.sink_staging.PART_SCHEMA` on the executors, vectorised.
 
 Input columns (all but ``body`` optional)::
 
@@ -29,9 +29,8 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.errors import InvalidArgument
-from store.names import validate_topic
-from store.sink_staging import PART_SCHEMA, check_id
+from store import InvalidArgument, validate_topic
+from store.publish.sink_staging import PART_SCHEMA, check_id
 
 MIB = 1 << 20
 
@@ -74,7 +73,7 @@ class SinkOptions:
     #: Endpoint mode: a task uploads its rows in parts of about this many bytes.
     part_max_bytes: int
     auth_token: str | None = field(default=None, repr=False)
-    #: Test-only fault injection (see ``streaming.sink.Fault``); never documented for users.
+    #: Test-only fault injection (see ``streaming.writer.Fault``); never documented for users.
     fault: str | None = None
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from ingest_api.kafka.context import GatewayConfig
 from ingest_api.kafka.server import start_kafka_gateway
-from store.config import StoreConfig
-from store.message_store import MessageStore
+from store import MessageStore, StoreConfig
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Run the gateway next to the HTTP API, on the broker's event loop (``sparkmq serve``).
 
-``ingest_api.app.create_app(config, companions=[KafkaCompanion(port=9092)])`` starts the
+``ingest_api.http.app.create_app(config, companions=[KafkaCompanion(port=9092)])`` starts the
 gateway after the store opens and closes it before the store closes. ``sparkmq serve``
 registers :func:`serve_companions`, which turns ``--kafka-port`` (off when absent) and
 ``--kafka-advertised-host`` into a companion.

@@ -23,7 +23,7 @@ from ingest_api.kafka.framing import MAX_REQUEST_BYTES
 from ingest_api.kafka.names import KafkaNamedStore
 from ingest_api.kafka.producer_state import PRODUCER_IDS_FILE, ProducerIdAllocator, ProducerStateTable
 from ingest_api.kafka.store_port import KafkaStore
-from store.errors import InvalidArgument
+from store import InvalidArgument
 
 T = TypeVar("T")
 PartitionRef = tuple[str, int]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-from store.errors import SparkMQError
+from store import SparkMQError
 
 
 class ErrorCode(enum.IntEnum):

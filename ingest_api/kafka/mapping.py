@@ -30,8 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ingest_api.kafka.records import Header, KafkaRecord
-from store.codec import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES
-from store.types import Message
+from store import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, Message
 
 KEY_PROPERTY = "KAFKA_KEY"
 _KEY_PREFIX = "b64:"

@@ -22,10 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from ingest_api.kafka.store_port import KafkaStore
-from store import BatchPutResult
-from store.idempotence import ProducerRef
-from store.queue_reader import BatchReadResult
-from store.types import Boundary, Message, MessageView, PutResult
+from store import BatchPutResult, BatchReadResult, Boundary, Message, MessageView, ProducerRef, PutResult
 
 _STORE_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 _KEPT = frozenset("|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")

@@ -12,7 +12,7 @@
   The table is in memory. After a restart the first batch of a (producer, partition) is
   accepted at any sequence, and until one batch has been written new, every batch is first
   looked up in the store (its UNIQ_KEYs are derived from the sequence, see
-  ``store.idempotence``), so retries of batches stored before the restart are not written
+  ``store.write.idempotence``), so retries of batches stored before the restart are not written
   twice.
 """
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from store import BatchPutResult
-from store.idempotence import ProducerRef
-from store.queue_reader import BatchReadResult
-from store.types import Boundary, Message, MessageView, PutResult
+from store import BatchPutResult, BatchReadResult, Boundary, Message, MessageView, ProducerRef, PutResult
 
 
 class KafkaStore(Protocol):

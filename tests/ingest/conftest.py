@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_api.app import StoreOpener
-from ingest_api.config import ServerConfig
-from ingest_api.server import BrokerServer, build_server
+from ingest_api.http.app import StoreOpener
+from ingest_api.http.config import ServerConfig
+from ingest_api.http.server import BrokerServer, build_server
 from store.config import StoreConfig
 from store.message_store import MessageStore
 

@@ -9,7 +9,7 @@ import json
 import pyarrow as pa
 
 from store.config import FlushDiskType, StoreConfig
-from store.fs import FaultyFileSystem
+from store.io.fs import FaultyFileSystem
 from store.message_store import MessageStore
 
 from .conftest import BrokerFactory

@@ -10,7 +10,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from store.arrow_schema import MESSAGE_SCHEMA
+from store.format.arrow_schema import MESSAGE_SCHEMA
 
 from .conftest import RunningBroker
 from .test_api_topics_produce import ARROW, error_of

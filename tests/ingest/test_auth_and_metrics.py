@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.auth import (
+from ingest_api.http.auth import (
     Right,
     authenticate,
     authorize,
@@ -16,9 +16,9 @@ from ingest_api.auth import (
     load_token_table,
     parse_token_table,
 )
-from ingest_api.errors import ApiError
-from ingest_api.longpoll import ArrivalHub
-from ingest_api.metrics import BrokerMetrics, StoreGauges, render
+from ingest_api.http.errors import ApiError
+from ingest_api.http.longpoll import ArrivalHub
+from ingest_api.http.metrics import BrokerMetrics, StoreGauges, render
 from store.errors import InvalidArgument
 
 TABLE = {

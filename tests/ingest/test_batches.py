@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ingest_api import batches
-from ingest_api.errors import ApiError
-from ingest_api.producing import (
+from ingest_api.http import batches
+from ingest_api.http.errors import ApiError
+from ingest_api.http.producing import (
     arrow_messages,
     arrow_queue_ids,
     property_columns,
@@ -191,9 +191,9 @@ def test_produce_batch_json_matches_the_model() -> None:
 
     import numpy as np
 
-    from ingest_api.render import produce_batch_json, produce_results_stream
-    from ingest_api.schemas import ProduceBatchOut, ProduceOut
-    from store.codec import encode_msg_id
+    from ingest_api.http.render import produce_batch_json, produce_results_stream
+    from ingest_api.http.schemas import ProduceBatchOut, ProduceOut
+    from store.format.record import encode_msg_id
     from store.message_store import BatchPutResult
     from store.types import PutResult
 
@@ -227,9 +227,9 @@ def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None
 
     import numpy as np
 
-    from ingest_api.render import produce_batch_json, produce_results_stream
-    from store.appender import BatchPutResult
-    from store.codec import encode_msg_id
+    from ingest_api.http.render import produce_batch_json, produce_results_stream
+    from store.format.record import encode_msg_id
+    from store.write.appender import BatchPutResult
 
     rng = np.random.default_rng(7)
     offsets = np.concatenate([[0, 1, 15, 16, 2**62 - 1], rng.integers(0, 2**62, 500)]).astype(np.int64)
@@ -258,8 +258,8 @@ def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None
 def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> None:
     """put_entries' columnar path (no Message per entry) and entry_message + put_rows store
     the same messages; an oversized body is refused with its index by both."""
-    from ingest_api import producing
-    from ingest_api.schemas import ProduceIn
+    from ingest_api.http import producing
+    from ingest_api.http.schemas import ProduceIn
     from store.message_store import MessageStore
 
     from .conftest import small_store_config

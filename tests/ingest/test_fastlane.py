@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ingest_api import fastlane
-from ingest_api.broker import Broker
-from ingest_api.schemas import ProduceIn
+from ingest_api.http import fastlane
+from ingest_api.http.broker import Broker
+from ingest_api.http.schemas import ProduceIn
 
 from .conftest import BrokerFactory, RunningBroker
 

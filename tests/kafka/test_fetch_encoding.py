@@ -6,7 +6,7 @@ import pyarrow as pa
 from kafka.record.memory_records import MemoryRecords
 
 from ingest_api.kafka.handlers.fetch import RecordColumns, columns_from_arrow, encode_columns
-from store.arrow_schema import MESSAGE_SCHEMA
+from store.format.arrow_schema import MESSAGE_SCHEMA
 
 
 def _decode(data: bytes) -> list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:

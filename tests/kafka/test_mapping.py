@@ -13,7 +13,7 @@ from ingest_api.kafka.mapping import (
     stored_record,
 )
 from ingest_api.kafka.records import KafkaRecord
-from store.codec import decode_properties, encode_properties
+from store.format.record import decode_properties, encode_properties
 
 
 def _through_store(record: KafkaRecord) -> KafkaRecord:

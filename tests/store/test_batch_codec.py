@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import codec
-from store.batch_codec import (
+from store.errors import InvalidArgument, MessageTooLarge
+from store.format import record as codec
+from store.format.batch_encode import (
     BatchColumns,
     EncodedBatch,
     UniqKeyGenerator,
@@ -16,8 +17,7 @@ from store.batch_codec import (
     patch_be,
     validate_run,
 )
-from store.codec import BodyPolicy, RecordFields, decode_record, encode_record, prepare_body
-from store.errors import InvalidArgument, MessageTooLarge
+from store.format.record import BodyPolicy, RecordFields, decode_record, encode_record, prepare_body
 
 POLICY = BodyPolicy(max_body_bytes=1 << 16, compress_over_bytes=512)
 STORE_HOST = ("10.1.2.3", 10911)

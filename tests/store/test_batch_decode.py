@@ -1,6 +1,6 @@
 """Vectorised CommitLog -> Arrow decoding, checked against a per-record reference.
 
-The reference decodes each record with :func:`store.codec.decode_record` (obviously correct,
+The reference decodes each record with :func:`store.format.record.decode_record` (obviously correct,
 slow) and builds the same ``MESSAGE_SCHEMA`` batch; the vectorised decoder must equal it
 exactly, for Hypothesis-generated slices: random bodies (empty, > 4 KiB and compressed),
 optional TAGS/KEYS/UNIQ_KEY and other properties, unicode, V2 topics (> 127 bytes), several
@@ -20,10 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import batch_decode
-from store.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
-from store.batch_decode import decode_int_field, decode_records_to_arrow, decode_store_timestamps
-from store.codec import (
+from store.errors import CorruptStore, InvalidArgument
+from store.format import batch_decode
+from store.format.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
+from store.format.batch_decode import decode_int_field, decode_records_to_arrow, decode_store_timestamps
+from store.format.record import (
     BODY_POS,
     MAGIC_POS,
     PROPS_LEN,
@@ -36,7 +37,6 @@ from store.codec import (
     encode_record,
     prepare_body,
 )
-from store.errors import CorruptStore, InvalidArgument
 
 COMPRESS_OVER = 4096
 POLICY = BodyPolicy(max_body_bytes=1 << 20, compress_over_bytes=COMPRESS_OVER)

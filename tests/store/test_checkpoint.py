@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from store.checkpoint import (
+from store.io.fs import FaultyFileSystem
+from store.metadata.checkpoint import (
     CHECKPOINT_PAGE_SIZE,
     CheckpointValues,
     StoreCheckpoint,
     decode_checkpoint,
     encode_checkpoint,
 )
-from store.fs import FaultyFileSystem
 
 
 def test_golden_page() -> None:

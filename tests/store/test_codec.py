@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import codec
-from store.codec import (
+from store.errors import CorruptStore, InvalidArgument, MessageTooLarge
+from store.format import record as codec
+from store.format.record import (
     BodyPolicy,
     RecordFields,
     RecordStatus,
@@ -23,7 +24,6 @@ from store.codec import (
     encode_record,
     prepare_body,
 )
-from store.errors import CorruptStore, InvalidArgument, MessageTooLarge
 
 # topic "T", body b"hi", queue 1, flag 0, queue offset 2, physical offset 3, sysflag 0,
 # born ts 4 @ 10.0.0.1:5, store ts 6 @ 10.0.0.2:7, reconsume 0, prepared 0, {"TAGS": "a"}.

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import codec
-from store import commitlog as commitlog_module
-from store.batch_codec import EncodedBatch
-from store.codec import RecordFields, encode_record
-from store.commitlog import CommitLog
+from store.commitlog import commitlog as commitlog_module
+from store.commitlog.commitlog import CommitLog
 from store.errors import DataLost, MessageTooLarge, StoreNotWritable
-from store.fs import FaultyFileSystem, FileSystem
-from store.java_hash import java_string_hash
+from store.format import record as codec
+from store.format.batch_encode import EncodedBatch
+from store.format.java_hash import java_string_hash
+from store.format.record import RecordFields, encode_record
+from store.io.fs import FaultyFileSystem, FileSystem
 
 FILE_SIZE = 4096
 STORE_HOST = ("10.0.0.2", 10911)

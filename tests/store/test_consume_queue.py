@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.consume_queue import (
+from store.commitlog.dispatch_batch import DispatchBatch
+from store.consumequeue.consume_queue import (
     BLANK_UNIT_SIZE,
     CQ_UNIT_DTYPE,
     CQ_UNIT_SIZE,
@@ -23,7 +24,6 @@ from store.consume_queue import (
     encode_unit,
     encode_units,
 )
-from store.dispatch_batch import DispatchBatch
 from store.errors import InvalidArgument, StoreError
 from store.types import Boundary
 

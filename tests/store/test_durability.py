@@ -17,7 +17,7 @@ import pytest
 
 from store import FlushDiskType, GetStatus, Message, MessageStore, StoreLocked, StoreNotWritable
 from store.config import StoreConfig
-from store.fs import FaultyFileSystem
+from store.io.fs import FaultyFileSystem
 from tests.store.conftest import ManualClock, small_config
 
 OpenStore = Callable[..., MessageStore]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store.fs import FaultyFileSystem, OsFileSystem
+from store.io.fs import FaultyFileSystem, OsFileSystem
 
 
 def test_os_file_system_create_write_read_sync(tmp_path: Path) -> None:

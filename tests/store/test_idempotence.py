@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store import InvalidArgument, Message, MessageStore, ProducerRef
-from store.idempotence import ProducerTable, request_uniq_keys
+from store.write.idempotence import ProducerTable, request_uniq_keys
 from tests.store.conftest import ManualClock, small_config
 
 OpenStore = Callable[..., MessageStore]

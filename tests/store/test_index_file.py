@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.dispatch_batch import DispatchBatch
+from store.commitlog.dispatch_batch import DispatchBatch
 from store.errors import StoreError
-from store.index_file import (
+from store.format.java_hash import index_key_hash
+from store.index.index_file import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
     INDEX_SLOT,
@@ -25,7 +26,6 @@ from store.index_file import (
     index_file_size,
     timestamp_of_file_name,
 )
-from store.java_hash import index_key_hash
 
 I32 = np.int32
 I64 = np.int64

@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.java_hash import index_key_hash, index_key_hashes, java_string_hash, java_string_hashes
+from store.format.java_hash import index_key_hash, index_key_hashes, java_string_hash, java_string_hashes
 
 # (text, "text".hashCode() as printed by a JVM)
 JDK_VALUES = [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store.errors import CorruptStore, InvalidArgument
-from store.mapped_file import MappedFileQueue, file_name_to_offset, offset_to_file_name
+from store.io.mapped_file import MappedFileQueue, file_name_to_offset, offset_to_file_name
 
 SIZE = 4096
 

@@ -19,10 +19,10 @@ from store import (
     UnknownQueue,
     UnknownTopic,
 )
-from store.codec import decode_msg_id
-from store.consume_queue import ConsumeQueue
+from store.consumequeue.consume_queue import ConsumeQueue
+from store.format.record import decode_msg_id
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
-from store.reader import StoreReader
+from store.read.store_reader import StoreReader
 from tests.store.conftest import ManualClock
 
 OpenStore = Callable[..., MessageStore]
@@ -357,7 +357,7 @@ def test_closed_store_refuses_work(open_store: OpenStore) -> None:
 
 
 def test_dispatch_batches_concatenate_in_order(open_store: OpenStore) -> None:
-    from store.dispatch_batch import DispatchBatch
+    from store.commitlog.dispatch_batch import DispatchBatch
 
     ms = open_store()
     captured: list[DispatchBatch] = []

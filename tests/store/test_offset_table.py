@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument, InvalidGroupName, InvalidTopicName
-from store.offset_table import ConsumerOffsetTable, DelayOffsetTable, write_json_atomically
+from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable, write_json_atomically
 
 
 def clock() -> int:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from store.errors import CorruptStore, InvalidArgument, InvalidTopicName
+from store.metadata.topic_config import TopicConfig, TopicConfigTable
 from store.names import SCHEDULE_TOPIC
-from store.topic_config import TopicConfig, TopicConfigTable
 
 
 def test_create_grow_never_shrink(tmp_path: Path) -> None:

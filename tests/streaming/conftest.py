@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from ingest_api.config import ServerConfig
-from ingest_api.server import build_server
+from ingest_api.http.config import ServerConfig
+from ingest_api.http.server import build_server
 from store import Message, MessageStore, StoreConfig
 from streaming.register import local_session_builder
 

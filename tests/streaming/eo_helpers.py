@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from store.sink_staging import PART_SCHEMA
+from store.publish.sink_staging import PART_SCHEMA
 
 
 def part_batch(
@@ -72,7 +72,7 @@ def topic_bodies(store: Any, topic: str) -> list[bytes]:
 
 def reader_bodies(store_dir: Path, topic: str) -> list[bytes]:
     """Bodies of ``topic`` through a lock-free :class:`store.StoreReader` (the store may be open)."""
-    from store.reader import StoreReader
+    from store.read.store_reader import StoreReader
 
     with StoreReader(store_dir) as reader:
         return topic_bodies(reader, topic)
@@ -102,11 +102,11 @@ def register_sink(spark: Any) -> None:
 
     from pyspark import cloudpickle
 
-    from streaming.sink import sink_enabled_source
+    from streaming.datasource import SparkMQDataSource
 
     if __name__ != "__main__":
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    spark.dataSource.register(sink_enabled_source())
+    spark.dataSource.register(SparkMQDataSource)
 
 
 def fail_once(marker: str, poison: bytes) -> Any:
@@ -305,11 +305,11 @@ def start_broker(store_dir: Path, port: int, log_path: Path, fault: str | None =
 def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
     import contextlib
 
-    from ingest_api.config import ServerConfig
-    from ingest_api.routers import sinks
-    from ingest_api.server import build_server
-    from store.sink_staging import SinkStaging
-    from streaming.sink import Fault
+    from ingest_api.http.config import ServerConfig
+    from ingest_api.http.routers import sinks
+    from ingest_api.http.server import build_server
+    from store.publish.sink_staging import SinkStaging
+    from streaming.writer import Fault
 
     @contextlib.asynccontextmanager
     async def fault_hook(broker: Any) -> Any:

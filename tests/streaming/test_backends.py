@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from store.arrow_schema import MESSAGE_SCHEMA
+from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.types import GetStatus
 from streaming.backends import Backend, BackendError, EndpointBackend, PathBackend
 from tests.streaming.conftest import Broker, open_store, produce, wait_until

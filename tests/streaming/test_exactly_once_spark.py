@@ -6,7 +6,7 @@ the output and asserts no duplicate and no loss. The stream repartitions its row
 replayed batch may put them in other parts than the first attempt did.
 
 Faults: a write task failing once (UDF + marker file); an exception at each step of the sink's
-commit (test-only ``_faultInjection`` option, see ``streaming.sink.Fault``); ``kill -9`` of the
+commit (test-only ``_faultInjection`` option, see ``streaming.writer.Fault``); ``kill -9`` of the
 driver (the query runs in a subprocess whose whole process group - driver, JVM, Python
 workers - is SIGKILLed, mid-commit or mid-batch); ``kill -9`` of the broker mid-publish and
 mid-stream in endpoint mode, then a restart of the broker.

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from streaming.options import parse_options
-from streaming.source import GroupMirror
+from streaming.reader import GroupMirror
 from tests.streaming.conftest import Broker, open_store, produce
 
 
@@ -21,7 +21,7 @@ def test_path_mode_mirror_retries_while_the_store_is_owned(
     with open_store(store_dir) as store:
         produce(store, "orders", 4, queues=2)
         mirror = GroupMirror(parse_options({"path": str(store_dir), "topic": "orders", "group": "billing"}))
-        with caplog.at_level(logging.WARNING, logger="streaming.source"):
+        with caplog.at_level(logging.WARNING, logger="streaming.reader"):
             mirror.publish(progress)  # the directory is locked by its owner: warn, keep going
         assert "could not mirror offsets of group billing" in caplog.text
         assert mirror.last is None

@@ -9,8 +9,9 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from store.arrow_schema import MESSAGE_SCHEMA
-from streaming.source import MESSAGE_DDL, MESSAGE_STRUCT, SparkMQDataSource
+from store.format.arrow_schema import MESSAGE_SCHEMA
+from streaming.datasource import SparkMQDataSource
+from streaming.reader import MESSAGE_DDL, MESSAGE_STRUCT
 
 pytestmark = pytest.mark.spark
 

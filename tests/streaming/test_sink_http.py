@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest_api.app import create_app
+from ingest_api.http.app import create_app
 from store import MessageStore
-from store.sink_staging import COMMIT_FILE, SinkStaging, StagedPart, batch_dir
+from store.publish.sink_staging import COMMIT_FILE, SinkStaging, StagedPart, batch_dir
 from tests.streaming.eo_helpers import assert_exactly_once, part_batch, small_config, topic_bodies
 
 SINK = "q-http"

@@ -1,4 +1,4 @@
-"""store.sink_staging without Spark: stage, decide once, publish idempotently, across crashes.
+"""store.publish.sink_staging without Spark: stage, decide once, publish idempotently, across crashes.
 
 A "crash" is ``MessageStore.abandon()`` (nothing flushed or persisted, ``abort`` left, exactly
 the page-cache state of a kill -9) followed by a fresh open and a fresh ``SinkStaging``.
@@ -15,8 +15,7 @@ import pytest
 
 from store import MessageStore
 from store.errors import InvalidArgument, StoreNotWritable
-from store.idempotence import ProducerRef, request_uniq_keys
-from store.sink_staging import (
+from store.publish.sink_staging import (
     COMMIT_FILE,
     SinkStaging,
     SinkStagingError,
@@ -28,6 +27,7 @@ from store.sink_staging import (
     staging_root,
     write_part,
 )
+from store.write.idempotence import ProducerRef, request_uniq_keys
 from tests.streaming.eo_helpers import assert_exactly_once, part_batch, small_config, topic_bodies, topic_rows
 
 SINK = "q-test"
@@ -246,7 +246,7 @@ def test_columns_reach_the_store(store: MessageStore, store_dir: Path) -> None:
     assert dict(rows[b"a"]["properties"])["p"] == "1"
     assert {"p": "2", "q": "z"}.items() <= dict(rows[b"c"]["properties"]).items()
     assert rows[b"e"]["queue_id"] == 1
-    from store.java_hash import java_string_hash
+    from store.format.java_hash import java_string_hash
 
     assert rows[b"b"]["queue_id"] == abs(java_string_hash("order-7")) % 4
     delayed = topic_rows(store, "SCHEDULE_TOPIC_XXXX")
@@ -275,7 +275,7 @@ def test_vectorised_uniq_keys_equal_the_stores(producer: str, sequence: int, cou
 def test_path_commit_waits_for_a_short_lived_owner_then_names_endpoint(store_dir: Path) -> None:
     import threading
 
-    from streaming.sink import SinkError, open_store_for_commit
+    from streaming.writer import SinkError, open_store_for_commit
 
     owner = _open(store_dir)
     threading.Timer(0.5, owner.close).start()  # e.g. a source mirroring group offsets

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from store import DataLost
 from streaming.options import parse_options
-from streaming.source import SparkMQStreamReader
+from streaming.reader import SparkMQStreamReader
 from tests.streaming.conftest import open_store, produce
 
 SMALL_COMMITLOG = {"commitlog_file_size_bytes": 4096}

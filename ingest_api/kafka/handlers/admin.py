@@ -21,8 +21,7 @@ from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_count
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
-from store.errors import InvalidArgument, StoreError
-from store.names import is_system_topic
+from store import InvalidArgument, StoreError, is_system_topic
 
 log = logging.getLogger(__name__)
 

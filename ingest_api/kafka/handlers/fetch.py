@@ -32,7 +32,7 @@ from ingest_api.kafka.mapping import stored_record
 from ingest_api.kafka.records import Header, encode_records
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
-from store.errors import UnknownQueue, UnknownTopic
+from store import UnknownQueue, UnknownTopic
 
 #: Messages asked from the store per partition read (the byte budget usually stops earlier).
 MAX_MESSAGES_PER_READ = 10_000

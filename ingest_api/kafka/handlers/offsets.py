@@ -26,8 +26,7 @@ from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_count
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
-from store.errors import InvalidArgument, StoreError, UnknownQueue, UnknownTopic
-from store.types import Boundary
+from store import Boundary, InvalidArgument, StoreError, UnknownQueue, UnknownTopic
 
 log = logging.getLogger(__name__)
 

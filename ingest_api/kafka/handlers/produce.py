@@ -34,16 +34,18 @@ from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next
 from ingest_api.kafka.records import ProducedBatch, decode_batches
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
-from store.errors import (
+from store import (
+    MAX_PRODUCER_ID_CHARS,
     InvalidArgument,
     MessageTooLarge,
+    ProducerRef,
     StoreClosed,
     StoreError,
     StoreNotWritable,
     UnknownQueue,
     UnknownTopic,
+    request_uniq_keys,
 )
-from store.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 
 log = logging.getLogger(__name__)
 

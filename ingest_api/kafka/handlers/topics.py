@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.store_port import KafkaStore
-from store.errors import InvalidArgument, StoreError
-from store.names import is_system_topic
+from store import InvalidArgument, StoreError, is_system_topic
 
 
 def visible_topics(store: KafkaStore) -> dict[str, int]:

@@ -1,0 +1,118 @@
+"""The FastAPI app factory: ``create_app(config)`` returns an app whose lifespan opens the
+store and closes it (a clean stop removes the store's ``abort`` file).
+
+Companions are async context managers entered after the store opens and exited before it
+closes, on the same event loop; the Kafka gateway plugs in this way (``sparkmq serve
+--kafka-port`` does it for you)::
+
+    create_app(config, companions=[KafkaCompanion(port=9092)])   # ingest_api.kafka.companion
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+import sparkmq
+from ingest_api.http.auth import load_token_table
+from ingest_api.http.broker import Broker
+from ingest_api.http.coalescer import ProduceCoalescer
+from ingest_api.http.config import ServerConfig
+from ingest_api.http.errors import install_error_handlers
+from ingest_api.http.fastlane import FastLane
+from ingest_api.http.limits import RequestSizeLimit
+from ingest_api.http.longpoll import ArrivalHub
+from ingest_api.http.metrics import BrokerMetrics
+from ingest_api.http.routers import groups, messages, ops, queues, sinks, topics
+from ingest_api.http.schemas import ProduceBatchIn
+from store import MessageStore, StoreConfig
+
+#: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
+Companion = Callable[[Broker], AbstractAsyncContextManager[Any]]
+#: How the lifespan opens the store (tests pass one with a fault-injecting file system).
+StoreOpener = Callable[[StoreConfig], MessageStore]
+
+
+def _lifespan(
+    config: ServerConfig, companions: Sequence[Companion], open_store: StoreOpener
+) -> Callable[[FastAPI], Any]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tokens = load_token_table(config.auth_file) if config.auth_file is not None else None
+        store = await run_in_threadpool(open_store, config.store)
+        try:
+            hub = ArrivalHub(asyncio.get_running_loop())
+            store.add_arrival_listener(hub.on_arrival)
+            broker = Broker(
+                config=config,
+                store=store,
+                hub=hub,
+                metrics=BrokerMetrics(),
+                producer=ProduceCoalescer(store),
+                tokens=tokens,
+            )
+            app.state.broker = broker
+            try:
+                async with AsyncExitStack() as stack:
+                    # Sink batches decided before the last stop are published before serving.
+                    await stack.enter_async_context(sinks.sink_recovery(broker))
+                    for companion in companions:
+                        await stack.enter_async_context(companion(broker))
+                    yield
+            finally:
+                hub.close()
+                store.remove_arrival_listener(hub.on_arrival)
+        finally:
+            await run_in_threadpool(store.close)
+
+    return lifespan
+
+
+def _openapi_with_batch_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The generated spec plus ``ProduceBatchIn`` (the batch route reads its body by hand)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = generate()
+            schema = ProduceBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = spec.setdefault("components", {}).setdefault("schemas", {})
+            components.update(schema.pop("$defs", {}))
+            components["ProduceBatchIn"] = schema
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    return openapi
+
+
+def create_app(
+    config: ServerConfig | StoreConfig,
+    companions: Sequence[Companion] = (),
+    open_store: StoreOpener = MessageStore.open,
+) -> FastAPI:
+    """A broker app for ``config`` (a bare :class:`StoreConfig` gets default server settings)."""
+    server_config = config if isinstance(config, ServerConfig) else ServerConfig(store=config)
+    server_config.validate()
+    app = FastAPI(
+        title="sparkmq",
+        version=sparkmq.__version__,
+        description="RocketMQ-compatible message queue: HTTP ingest, pull and admin API.",
+        lifespan=_lifespan(server_config, companions, open_store),
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    if server_config.fast_lane:
+        # Added first, so it runs inside the size limit (the last added middleware is outermost).
+        app.add_middleware(FastLane)
+    app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
+    for module in (topics, messages, queues, groups, sinks, ops):
+        app.include_router(module.router)
+    app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,61 @@
+"""HTTP broker configuration: one frozen, validated dataclass wrapping the store's.
+
+CLI flags and environment variables are read only in :mod:`sparkmq.cli`; everything below
+the edge receives a :class:`ServerConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from store import MIB, InvalidArgument, StoreConfig
+
+#: Hard ceiling on ``max_messages`` for one pull (JSON or Arrow).
+MAX_PULL_MESSAGES = 100_000
+#: Hard ceiling on a long-poll's ``wait_ms``.
+MAX_WAIT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``sparkmq serve`` needs besides the store itself.
+
+    ``max_request_bytes`` bounds any request body (413 above it); a single message body is
+    bounded separately by ``store.max_message_size_bytes`` (4 MiB by default, also 413).
+    """
+
+    store: StoreConfig
+    host: str = "127.0.0.1"
+    port: int = 8080
+    #: JSON file of bearer tokens and their per-topic rights; ``None`` turns auth off.
+    auth_file: Path | None = None
+    #: Most messages accepted by one ``messages:batch`` request.
+    max_batch_messages: int = 10_000
+    #: Largest request body accepted, in bytes.
+    max_request_bytes: int = 64 * MIB
+    #: Seconds uvicorn waits for in-flight requests on shutdown before cancelling them.
+    graceful_shutdown_s: float = 10.0
+    log_level: str = "info"
+    access_log: bool = False
+    #: Serve the hot single produce through :mod:`ingest_api.http.fastlane` (same answers; off only
+    #: to compare against the plain FastAPI route).
+    fast_lane: bool = True
+
+    def validate(self) -> ServerConfig:
+        """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
+        self.store.validate()
+        checks: list[tuple[bool, str]] = [
+            (0 <= self.port < 65536, "port must be in [0, 65536)"),
+            (1 <= self.max_batch_messages <= 1_000_000, "max_batch_messages must be in [1, 1000000]"),
+            (self.max_request_bytes >= 1024, "max_request_bytes must be >= 1024"),
+            (self.graceful_shutdown_s >= 0, "graceful_shutdown_s must be >= 0"),
+            (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidArgument(f"invalid ServerConfig: {message}")
+        return self
+
+    def with_changes(self, **changes: object) -> ServerConfig:
+        return replace(self, **changes).validate()  # type: ignore[arg-type]

@@ -1,0 +1,127 @@
+"""Every HTTP error is ``{"error": CODE, "message": ...}`` with a fitting status.
+
+Store faults (:mod:`store.errors`) carry a stable ``code``; :data:`STATUS_BY_CODE` maps each to
+its HTTP status in one place. Faults of the HTTP layer itself are :class:`ApiError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from store import SparkMQError
+
+log = logging.getLogger(__name__)
+
+#: Store error code -> HTTP status. Codes not listed (unexpected faults) are 500.
+STATUS_BY_CODE: dict[str, int] = {
+    "invalid_argument": 400,
+    "invalid_topic": 400,
+    "invalid_group": 400,
+    "unknown_topic": 404,
+    "unknown_queue": 404,
+    "message_too_large": 413,
+    "store_closed": 503,
+    "store_not_writable": 503,
+    "flush_timeout": 503,
+    "store_locked": 503,
+    "data_lost": 410,
+    "corrupt_store": 500,
+}
+
+#: Generic codes for statuses raised by the framework (404 route, 405 method, ...).
+_CODE_BY_STATUS: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+}
+
+
+class ApiError(Exception):
+    """A refusal decided by the HTTP layer (bad batch entry, missing token, ...).
+
+    ``extra`` fields are merged into the JSON body (e.g. ``index`` of a bad batch entry).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+        #: Extra fields with a value (``None`` values are dropped).
+        self.extra = {name: value for name, value in extra.items() if value is not None}
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
+
+
+def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.headers, **exc.extra)
+
+
+def _store_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SparkMQError)
+    status = STATUS_BY_CODE.get(exc.code, 500)
+    if status >= 500:
+        log.error("store fault answered with %d: %s", status, exc, exc_info=status == 500)
+    headers = {"Retry-After": "1"} if exc.retriable else None
+    return error_response(status, exc.code, str(exc) or exc.code, headers, retriable=exc.retriable)
+
+
+def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    message = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+    detail = [
+        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        for err in errors
+    ]
+    return error_response(422, "validation_error", message, detail=detail)
+
+
+def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _CODE_BY_STATUS.get(exc.status_code, "http_error")
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, code, str(exc.detail), headers)
+
+
+def response_for(exc: ApiError | SparkMQError) -> JSONResponse:
+    """The answer the app's exception handlers give for ``exc`` (the fast lane renders its
+    errors with this, so they are the same bytes)."""
+    handler = _api_error if isinstance(exc, ApiError) else _store_error
+    return handler(None, exc)  # type: ignore[arg-type]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the one mapping from exceptions to ``{"error", "message"}`` bodies."""
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(SparkMQError, _store_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -1,0 +1,305 @@
+"""Turning validated produce requests into store writes.
+
+The ``put_*`` functions and :func:`ensure_topic` block on the store and run in worker
+threads; the rest is pure or in-memory. Queue choice: an explicit ``queue_id``; else a
+``sharding_key`` hashed like RocketMQ's ``SelectMessageQueueByHash`` (``abs(key.hashCode()) %
+queues``, so one key always lands on one queue and keeps its order); else ``None``, which lets
+the store go round robin. Batches go through the store's columnar ``put_batch`` when they fit
+it and through ``put_messages`` otherwise; both are all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest_api.http.batches import ArrowBatch, check_body_sizes
+from ingest_api.http.errors import ApiError
+from ingest_api.http.schemas import ProduceIn, decode_body
+from store import (
+    BatchPutResult,
+    Message,
+    MessageStore,
+    ProducerRef,
+    PutResult,
+    UnknownTopic,
+    java_string_hash,
+    java_string_hashes,
+    validate_topic,
+)
+
+ProduceOutcome = BatchPutResult | list[PutResult]
+
+#: Above this many distinct property names a batch goes row by row (columns stop paying).
+MAX_PROPERTY_COLUMNS = 64
+
+
+#: Longest accepted ``Idempotency-Key`` header value.
+MAX_IDEMPOTENCY_KEY_CHARS = 200
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]+")
+
+
+def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
+    """The store request identity for an ``Idempotency-Key`` header (None without one).
+
+    A retried request with the same key (and topic) returns the original results instead of
+    writing again, also after a broker restart (see :mod:`store.write.idempotence`)."""
+    if key is None:
+        return None
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS or _IDEMPOTENCY_KEY.fullmatch(key) is None:
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters",
+        )
+    return ProducerRef(f"http:{topic}:{key}")
+
+
+def sharding_queue(key: str, queue_count: int) -> int:
+    """RocketMQ ``SelectMessageQueueByHash``: ``abs(key.hashCode() % n)``."""
+    return abs(java_string_hash(key)) % queue_count
+
+
+def sharding_queues(keys: Sequence[str], queue_count: int) -> npt.NDArray[np.int32]:
+    hashes = java_string_hashes(keys).astype(np.int64)
+    return (np.abs(hashes) % queue_count).astype(np.int32)
+
+
+def ensure_topic(store: MessageStore, topic: str) -> int:
+    """Queue count of ``topic``, creating it when auto-creation is on; else :class:`UnknownTopic`."""
+    validate_topic(topic)
+    if not store.has_topic(topic):
+        if not store.config.auto_create_topics:
+            raise UnknownTopic(f"topic {topic!r} does not exist (auto-creation is off)")
+        return store.create_topic(topic)
+    return store.queue_count(topic)
+
+
+def known_queue_count(store: MessageStore, topic: str) -> int | None:
+    """Queue count of an existing topic, None when it does not exist. Never blocks on I/O, so
+    the event loop may call it."""
+    validate_topic(topic)
+    return store.queue_count(topic) if store.has_topic(topic) else None
+
+
+def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | None = None) -> ApiError:
+    where = f"messages[{index}]: " if index is not None else ""
+    return ApiError(
+        400,
+        "unknown_queue",
+        f"{where}queue_id {queue_id} is outside topic {topic!r}'s {queue_count} queues",
+        index=index,
+    )
+
+
+def _too_large(size: int, limit: int, index: int | None = None) -> ApiError:
+    where = f"messages[{index}]: " if index is not None else ""
+    return ApiError(
+        413, "message_too_large", f"{where}body is {size} bytes; the limit is {limit}", index=index
+    )
+
+
+def entry_message(
+    topic: str, entry: ProduceIn, queue_count: int, max_body: int, index: int | None
+) -> Message:
+    """The store message for a validated entry: queue resolved, body size checked."""
+    queue_id = entry.queue_id
+    if queue_id is not None and queue_id >= queue_count:
+        raise _unknown_queue(queue_id, topic, queue_count, index)
+    if entry.sharding_key is not None:
+        queue_id = sharding_queue(entry.sharding_key, queue_count)
+    message = entry.to_message(topic, queue_id)
+    if len(message.body) > max_body:
+        raise _too_large(len(message.body), max_body, index)
+    return message
+
+
+def put_entries(
+    store: MessageStore, topic: str, entries: Sequence[ProduceIn], producer: ProducerRef | None = None
+) -> tuple[ProduceOutcome, int]:
+    """Every entry is checked before anything is stored; returns (outcome, body bytes).
+
+    Entries that only carry bodies, tags, keys and properties (round robin, no delay) go
+    straight to ``put_batch`` as columns, without a :class:`Message` per entry; the rest go
+    through :func:`entry_message` and :func:`put_rows`."""
+    queue_count = ensure_topic(store, topic)
+    max_body = store.config.max_message_size_bytes
+    names = _property_names(e.properties for e in entries)
+    if len(names) > MAX_PROPERTY_COLUMNS or any(
+        e.queue_id is not None or e.sharding_key is not None or e.delay_level for e in entries
+    ):
+        messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
+        return put_rows(store, topic, messages, producer), sum(len(m.body) for m in messages)
+    bodies = [decode_body(e.body, e.body_base64) for e in entries]
+    sizes = [len(body) for body in bodies]
+    if sizes and max(sizes) > max_body:
+        index = next(i for i, size in enumerate(sizes) if size > max_body)
+        raise _too_large(sizes[index], max_body, index)
+    outcome = _put_columns(
+        store, topic, bodies, None, [e.tags for e in entries], [e.keys for e in entries],
+        [e.properties for e in entries], names, producer,
+    )  # fmt: skip
+    return outcome, sum(sizes)
+
+
+def _property_names(properties: Iterable[Mapping[str, str]]) -> set[str]:
+    names: set[str] = set()
+    for each in properties:
+        names.update(each)
+    return names
+
+
+def _put_columns(
+    store: MessageStore,
+    topic: str,
+    bodies: list[bytes],
+    queue_ids: npt.NDArray[np.int32] | None,
+    tags: list[str | None],
+    keys: Sequence[Sequence[str]],
+    properties: Sequence[Mapping[str, str]],
+    names: set[str],
+    producer: ProducerRef | None = None,
+) -> BatchPutResult:
+    """One ``put_batch`` from per-message fields (the shared tail of :func:`put_entries` and
+    :func:`put_rows`)."""
+    joined_keys = [" ".join(each) or None for each in keys]
+    return store.put_batch(
+        topic,
+        bodies,
+        queue_ids=queue_ids,
+        tags=tags if any(t is not None for t in tags) else None,
+        keys=joined_keys if any(k is not None for k in joined_keys) else None,
+        properties={name: [each.get(name) for each in properties] for name in sorted(names)} or None,
+        producer=producer,
+    )
+
+
+def put_rows(
+    store: MessageStore, topic: str, messages: Sequence[Message], producer: ProducerRef | None = None
+) -> ProduceOutcome:
+    """Messages of one topic through the columnar ``put_batch`` when they fit it (no delay
+    levels, queue ids on every message or on none, a modest set of property names); else
+    ``put_messages``. Both are all-or-nothing."""
+    placed = sum(m.queue_id is not None for m in messages)
+    names = _property_names(m.properties for m in messages)
+    if (
+        any(m.delay_level for m in messages)
+        or 0 < placed < len(messages)
+        or len(names) > MAX_PROPERTY_COLUMNS
+    ):
+        return list(store.put_messages(messages, producer=producer))
+    queue_ids = np.fromiter((m.queue_id or 0 for m in messages), np.int32, len(messages)) if placed else None
+    return _put_columns(
+        store, topic, [m.body for m in messages], queue_ids, [m.tags for m in messages],
+        [m.keys for m in messages], [m.properties for m in messages], names, producer,
+    )  # fmt: skip
+
+
+def arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> npt.NDArray[np.int32] | None:
+    """Per-row queue ids (-1 = round robin), or None when every row is round robin."""
+    if batch.queue_id is None and batch.sharding_key is None:
+        return None
+    queue_ids = np.full(len(batch), -1, dtype=np.int32)
+    if batch.queue_id is not None:
+        explicit = pc.fill_null(batch.queue_id, -1).to_numpy(zero_copy_only=False).astype(np.int32)
+        too_big = np.flatnonzero(explicit >= queue_count)
+        if len(too_big):
+            row = int(too_big[0])
+            raise _unknown_queue(int(explicit[row]), topic, queue_count, row)
+        queue_ids = explicit
+    if batch.sharding_key is not None:
+        rows = np.flatnonzero(pc.is_valid(batch.sharding_key).to_numpy(zero_copy_only=False))
+        if len(rows):
+            keys = pc.take(batch.sharding_key, pa.array(rows)).to_pylist()
+            queue_ids[rows] = sharding_queues(keys, queue_count)
+    if (queue_ids < 0).all():
+        return None
+    return queue_ids
+
+
+def arrow_messages(topic: str, batch: ArrowBatch, queue_ids: npt.NDArray[np.int32] | None) -> list[Message]:
+    """Row-wise :class:`Message` objects (the path used when a column feature needs it)."""
+    n = len(batch)
+    bodies = batch.body.to_pylist()
+    tags = batch.tags.to_pylist() if batch.tags is not None else [None] * n
+    keys = batch.keys.to_pylist() if batch.keys is not None else [None] * n
+    props = batch.properties.to_pylist() if batch.properties is not None else [None] * n
+    delays = batch.delay_level.to_pylist() if batch.delay_level is not None else [None] * n
+    qids = queue_ids.tolist() if queue_ids is not None else [-1] * n
+    return [
+        Message(
+            topic=topic,
+            body=bodies[i],
+            tags=tags[i],
+            keys=tuple(keys[i] or ()),
+            properties=dict(props[i] or ()),
+            queue_id=None if qids[i] < 0 else qids[i],
+            delay_level=delays[i] or 0,
+        )
+        for i in range(n)
+    ]
+
+
+def property_columns(column: pa.MapArray, n: int) -> dict[str, list[str | None]] | None:
+    """Per-row property maps pivoted to one column per name (None where a row lacks it), or
+    None when there are too many distinct names for columns to pay."""
+    offsets = column.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    lengths[~column.is_valid().to_numpy(zero_copy_only=False)] = 0
+    if not lengths.any():
+        return {}
+    names = column.keys.to_pylist()
+    values = column.items.to_pylist()
+    distinct = set(names)
+    if len(distinct) > MAX_PROPERTY_COLUMNS:
+        return None
+    pivot: dict[str, list[str | None]] = {name: [None] * n for name in sorted(distinct)}
+    starts = offsets[:-1] - offsets[0]
+    for row in np.flatnonzero(lengths).tolist():
+        for item in range(int(starts[row]), int(starts[row] + lengths[row])):
+            pivot[names[item]][row] = values[item]
+    return pivot
+
+
+def _columnar_queue_ids(queue_ids: npt.NDArray[np.int32] | None) -> tuple[bool, npt.NDArray[np.int32] | None]:
+    """(usable by ``put_batch``, its queue_ids): it takes all rows placed or none."""
+    if queue_ids is None:
+        return True, None
+    return bool((queue_ids >= 0).all()), queue_ids
+
+
+def put_arrow(
+    store: MessageStore, topic: str, batch: ArrowBatch, producer: ProducerRef | None = None
+) -> tuple[ProduceOutcome, int]:
+    """The columnar ``put_batch`` when the batch fits it (no delay levels, queue ids on every
+    row or on none, a modest set of property names); else ``put_messages`` row by row.
+    Returns (outcome, body bytes)."""
+    queue_count = ensure_topic(store, topic)
+    sizes = pc.binary_length(batch.body)
+    check_body_sizes(sizes, store.config.max_message_size_bytes)
+    body_bytes = int(pc.sum(sizes).as_py() or 0)
+    queue_ids = arrow_queue_ids(topic, batch, queue_count)
+    columnar, batch_queue_ids = _columnar_queue_ids(queue_ids)
+    has_delay = batch.delay_level is not None and batch.delay_level.null_count < len(batch)
+    properties = property_columns(batch.properties, len(batch)) if batch.properties is not None else {}
+    if not columnar or has_delay or properties is None:
+        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids), producer), body_bytes
+    keys = None
+    if batch.keys is not None:
+        joined = pc.binary_join(batch.keys, " ")
+        keys = pc.if_else(pc.equal(joined, ""), None, joined).to_pylist()
+    outcome = store.put_batch(
+        topic,
+        batch.body.to_pylist(),
+        queue_ids=batch_queue_ids,
+        tags=batch.tags.to_pylist() if batch.tags is not None else None,
+        keys=keys,
+        properties=properties or None,
+        producer=producer,
+    )
+    return outcome, body_bytes

@@ -1,0 +1,181 @@
+"""Rendering results without a model object per message: JSON text and Arrow IPC streams.
+
+Pure functions. The JSON they produce is exactly what the matching ``schemas`` models would
+(tested), so the OpenAPI spec stays the contract.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest_api.http.schemas import body_fields
+from store import MESSAGE_SCHEMA, BatchPutResult, PutResult, encode_msg_id
+
+#: Columns of the Arrow answer to a batch produce (``Accept: application/vnd.apache.arrow.stream``).
+PRODUCE_RESULT_SCHEMA = pa.schema(
+    [
+        pa.field("msg_id", pa.string()),
+        pa.field("uniq_key", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("queue_id", pa.int32()),
+        pa.field("queue_offset", pa.int64()),
+        pa.field("commitlog_offset", pa.int64()),
+        pa.field("store_timestamp", pa.int64()),
+    ]
+)
+
+
+def stream_bytes(batch: pa.RecordBatch, schema: pa.Schema) -> memoryview:
+    """One record batch as an Arrow IPC stream (schema, batch, end-of-stream), uncopied."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        if batch.num_rows:
+            writer.write_batch(batch)
+    return memoryview(sink.getvalue())
+
+
+def message_stream(batch: pa.RecordBatch) -> memoryview:
+    """Pulled messages (``MESSAGE_SCHEMA``) as an Arrow IPC stream."""
+    return stream_bytes(batch, MESSAGE_SCHEMA)
+
+
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+#: Bit shifts of the 16 hex digits of a CommitLog offset, most significant first.
+_NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)
+
+
+def _msg_id_chars(outcome: BatchPutResult) -> npt.NDArray[np.uint8]:
+    """(n, 32) ASCII bytes: the offsetMsgId of each message (host prefix + 16 upper-case hex
+    digits of its CommitLog offset, as :func:`store.format.record.encode_msg_id`), built column-wise."""
+    prefix = encode_msg_id(outcome.store_host, 0)[:-16].encode("ascii")
+    offsets = outcome.commitlog_offsets.astype(np.uint64)
+    chars = np.empty((len(offsets), len(prefix) + 16), dtype=np.uint8)
+    chars[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    chars[:, len(prefix) :] = _HEX_DIGITS[(offsets[:, None] >> _NIBBLE_SHIFTS) & np.uint64(0xF)]
+    return chars
+
+
+def _msg_ids(outcome: BatchPutResult) -> list[str]:
+    chars = _msg_id_chars(outcome)
+    width = chars.shape[1]
+    return chars.view(f"S{width}").ravel().astype(f"U{width}").tolist()  # type: ignore[no-any-return]
+
+
+def _msg_id_array(outcome: BatchPutResult) -> pa.StringArray:
+    """:func:`_msg_ids` as an Arrow string column, without a Python string per message."""
+    chars = _msg_id_chars(outcome)
+    n, width = chars.shape
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    array = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
+    assert isinstance(array, pa.StringArray)
+    return array
+
+
+def _json_strings(values: Sequence[str]) -> list[str]:
+    """Each value as a JSON string literal (``json.dumps``), skipping the encoder when every
+    value is plain ASCII letters and digits (store-made UNIQ_KEYs are hex)."""
+    joined = "".join(values)
+    if joined.isascii() and joined.isalnum():
+        return [f'"{value}"' for value in values]
+    return [json.dumps(value) for value in values]
+
+
+def _result_row(
+    msg_id: str, uniq_json: str, topic_json: str, queue_id: int, queue_offset: int, cl_offset: int, ts: int
+) -> str:
+    return (
+        f'{{"msg_id":"{msg_id}","uniq_key":{uniq_json},"topic":{topic_json},"queue_id":{queue_id},'
+        f'"queue_offset":{queue_offset},"commitlog_offset":{cl_offset},"store_timestamp":{ts}}}'
+    )
+
+
+def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> str:
+    """:class:`ProduceBatchOut` as JSON text, built without a model object per message (the
+    same bytes as ``model_dump_json``; tested)."""
+    if isinstance(outcome, BatchPutResult):
+        topic_json = json.dumps(outcome.topic)
+        ts = outcome.store_timestamp_ms
+        rows = [
+            _result_row(msg_id, uniq, topic_json, qid, qoff, offset, ts)
+            for msg_id, qid, qoff, offset, uniq in zip(
+                _msg_ids(outcome),
+                outcome.queue_ids.tolist(),
+                outcome.queue_offsets.tolist(),
+                outcome.commitlog_offsets.tolist(),
+                _json_strings(outcome.uniq_keys),
+                strict=True,
+            )
+        ]
+    else:
+        rows = [
+            _result_row(
+                r.msg_id, json.dumps(r.uniq_key), json.dumps(r.topic), r.queue_id, r.queue_offset,
+                r.commitlog_offset, r.store_timestamp_ms,
+            )
+            for r in outcome
+        ]  # fmt: skip
+    return '{"results":[' + ",".join(rows) + "]}"
+
+
+def produce_results_stream(outcome: BatchPutResult | Sequence[PutResult]) -> memoryview:
+    """The same results as :func:`produce_batch_json`, as an Arrow IPC stream in
+    :data:`PRODUCE_RESULT_SCHEMA` (one row per message, in input order)."""
+    if isinstance(outcome, BatchPutResult):
+        n = len(outcome)
+        columns = [
+            _msg_id_array(outcome),
+            pa.array(list(outcome.uniq_keys), pa.string()),
+            pa.array([outcome.topic] * n, pa.string()),
+            pa.array(outcome.queue_ids, pa.int32()),
+            pa.array(outcome.queue_offsets, pa.int64()),
+            pa.array(outcome.commitlog_offsets, pa.int64()),
+            pa.array([outcome.store_timestamp_ms] * n, pa.int64()),
+        ]
+    else:
+        columns = [
+            pa.array([r.msg_id for r in outcome], pa.string()),
+            pa.array([r.uniq_key for r in outcome], pa.string()),
+            pa.array([r.topic for r in outcome], pa.string()),
+            pa.array([r.queue_id for r in outcome], pa.int32()),
+            pa.array([r.queue_offset for r in outcome], pa.int64()),
+            pa.array([r.commitlog_offset for r in outcome], pa.int64()),
+            pa.array([r.store_timestamp_ms for r in outcome], pa.int64()),
+        ]
+    return stream_bytes(
+        pa.RecordBatch.from_arrays(columns, schema=PRODUCE_RESULT_SCHEMA), PRODUCE_RESULT_SCHEMA
+    )
+
+
+def messages_from_batch(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """:class:`MessageOut` dicts straight from a ``MESSAGE_SCHEMA`` record batch (column-wise
+    conversion; no model object per message)."""
+    if batch.num_rows == 0:
+        return []
+    columns = {name: batch.column(name).to_pylist() for name in _PLAIN_COLUMNS}
+    for name in ("born_timestamp", "store_timestamp"):
+        micros = pc.cast(batch.column(name), pa.int64()).to_numpy(zero_copy_only=False)
+        columns[name] = (micros // 1000).tolist()
+    bodies = batch.column("body").to_pylist()
+    properties = batch.column("properties").to_pylist()
+    keys = batch.column("keys").to_pylist()
+    rows = []
+    for i in range(batch.num_rows):
+        row = {name: values[i] for name, values in columns.items()}
+        row["keys"] = keys[i] or []
+        row["body"], row["body_base64"] = body_fields(bodies[i])
+        row["properties"] = dict(properties[i] or ())
+        rows.append(row)
+    return rows
+
+
+#: MESSAGE_SCHEMA columns that convert to JSON as they are.
+_PLAIN_COLUMNS = (
+    "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "uniq_key", "tags", "reconsume_times",
+)  # fmt: skip

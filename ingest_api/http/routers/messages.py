@@ -1,0 +1,246 @@
+"""Producing (one or a batch) and querying messages by key or id."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from ingest_api.http import batches, producing
+from ingest_api.http.auth import Right, authorize
+from ingest_api.http.broker import Broker
+from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
+from ingest_api.http.errors import ApiError
+from ingest_api.http.params import TopicPath
+from ingest_api.http.render import produce_batch_json, produce_results_stream
+from ingest_api.http.schemas import (
+    ErrorOut,
+    MessageOut,
+    ProduceBatchOut,
+    ProduceIn,
+    ProduceOut,
+    QueryOut,
+)
+from store import InvalidArgument, MessageStore, MessageView, ProducerRef, UnknownTopic, validate_topic
+
+router = APIRouter(tags=["messages"])
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Makes the request idempotent: a retry with the same key (1-200 visible ASCII "
+        "characters) returns the original result instead of storing again, across restarts too.",
+    ),
+]
+
+_PRODUCE_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (400, 404, 413, 415, 422, 503)
+}
+
+_BATCH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            batches.JSON: {"schema": {"$ref": "#/components/schemas/ProduceBatchIn"}},
+            batches.NDJSON: {
+                "schema": {"type": "string", "description": "One ProduceIn JSON object per line."}
+            },
+            batches.ARROW_STREAM: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Arrow IPC stream: body (binary|string) and optional tags, keys "
+                    "(list<string>), properties (map<string,string>), queue_id, sharding_key, delay_level.",
+                }
+            },
+        },
+    }
+}
+
+
+@router.post(
+    "/topics/{topic}/messages",
+    status_code=201,
+    response_model=ProduceOut,
+    dependencies=[JsonBody],
+    responses=_PRODUCE_ERRORS,
+)
+async def produce(
+    topic: TopicPath,
+    entry: ProduceIn,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response:
+    """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH).
+    With an ``Idempotency-Key`` header a retry returns the original result (201) instead of
+    storing the message again, also across broker restarts."""
+    authorize(principal, Right.PRODUCE, topic)
+    return await produce_one(broker, topic, entry, producing.idempotency_ref(topic, idempotency_key))
+
+
+async def produce_one(
+    broker: Broker, topic: str, entry: ProduceIn, producer: ProducerRef | None = None
+) -> Response:
+    """Store one validated, authorised entry and render the 201 answer. The route above and
+    the fast lane (:mod:`ingest_api.http.fastlane`) both end here; errors are raised as
+    :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
+    started = time.perf_counter()
+    store = broker.store
+    queue_count = producing.known_queue_count(store, topic)
+    if queue_count is None:
+        queue_count = await run_in_threadpool(producing.ensure_topic, store, topic)
+    message = producing.entry_message(topic, entry, queue_count, store.config.max_message_size_bytes, None)
+    if producer is None:
+        result = await broker.producer.put(message)
+    else:  # not coalesced: the request is its own idempotent unit
+        (result,) = await run_in_threadpool(store.put_messages, [message], producer=producer)
+    broker.metrics.produced(topic, 1, len(message.body), "single", time.perf_counter() - started)
+    # Rendered here: the hot path skips FastAPI's re-validation of the response model.
+    return Response(ProduceOut.of(result).model_dump_json(), status_code=201, media_type="application/json")
+
+
+@dataclass(frozen=True)
+class _BatchRequest:
+    topic: str
+    content_type: str
+    raw: bytes
+    arrow_results: bool
+    producer: ProducerRef | None = None
+
+
+def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memoryview, int, int]:
+    """Decode, validate and store a batch; returns (response body, messages, body bytes).
+    Worker thread."""
+    limit = broker.config.max_batch_messages
+    topic, content_type, raw = request.topic, request.content_type, request.raw
+    if content_type == batches.ARROW_STREAM:
+        arrow_batch = batches.parse_arrow_batch(raw, limit)
+        results, body_bytes = producing.put_arrow(broker.store, topic, arrow_batch, request.producer)
+    else:
+        if content_type == batches.NDJSON:
+            entries = batches.parse_ndjson_batch(raw, limit)
+        else:
+            entries = batches.parse_json_batch(raw, limit)
+        results, body_bytes = producing.put_entries(broker.store, topic, entries, request.producer)
+    payload = produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
+    return payload, len(results), body_bytes
+
+
+@router.post(
+    "/topics/{topic}/messages:batch",
+    status_code=201,
+    response_model=ProduceBatchOut,
+    openapi_extra=_BATCH_BODY,
+    responses=_PRODUCE_ERRORS,
+)
+async def produce_batch(
+    topic: TopicPath,
+    request: Request,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response:
+    """Produce many messages atomically: all are stored or none (an invalid entry's ``index`` is
+    reported). Accepts JSON ``{"messages": [...]}``, NDJSON, or an Arrow IPC stream. With
+    ``Accept: application/vnd.apache.arrow.stream`` the results come back as an Arrow stream
+    (columns msg_id, uniq_key, topic, queue_id, queue_offset, commitlog_offset, store_timestamp).
+    With an ``Idempotency-Key`` header a retried batch returns the original results instead of
+    storing the batch again, also across broker restarts."""
+    authorize(principal, Right.PRODUCE, topic)
+    producer = producing.idempotency_ref(topic, idempotency_key)
+    content_type = media_type(request) or batches.JSON
+    if content_type not in (batches.JSON, batches.NDJSON, batches.ARROW_STREAM):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"unsupported Content-Type {content_type!r}; use {batches.JSON}, {batches.NDJSON} "
+            f"or {batches.ARROW_STREAM}",
+        )
+    raw = await request.body()
+    started = time.perf_counter()
+    arrow_results = batches.ARROW_STREAM in request.headers.get("accept", "")
+    batch_request = _BatchRequest(topic, content_type, raw, arrow_results, producer)
+    payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, batch_request)
+    broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
+    media = batches.ARROW_STREAM if arrow_results else "application/json"
+    return Response(payload, status_code=201, media_type=media)
+
+
+def _query_by_key(
+    store: MessageStore, topic: str, key: str, *, begin_ms: int, end_ms: int, limit: int
+) -> QueryOut:
+    validate_topic(topic)
+    if not store.has_topic(topic):
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    views = store.query_by_key(topic, key, begin_ms, end_ms, limit)
+    return QueryOut(messages=[MessageOut.of(view) for view in views])
+
+
+@router.get("/topics/{topic}/messages", response_model=QueryOut, responses={404: {"model": ErrorOut}})
+async def query_by_key(
+    *,
+    topic: TopicPath,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    key: Annotated[str, Query(min_length=1, max_length=1024, description="A key given at produce time.")],
+    begin_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time lower bound (ms).")] = 0,
+    end_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time upper bound (ms).")] = 2**62,
+    max_results: Annotated[int, Query(alias="max", ge=1, le=1000)] = 64,
+) -> QueryOut:
+    """Messages with ``key`` stored between ``begin_ms`` and ``end_ms``, newest first."""
+    authorize(principal, Right.CONSUME, topic)
+    return await run_in_threadpool(
+        _query_by_key, broker.store, topic, key, begin_ms=begin_ms, end_ms=end_ms, limit=max_results
+    )
+
+
+def _real_topic(view: MessageView) -> str:
+    return view.properties.get("REAL_TOPIC", view.topic)
+
+
+def _find_message(store: MessageStore, msg_id: str, topic: str | None) -> MessageView:
+    view: MessageView | None = None
+    if len(msg_id) == 32:
+        try:
+            view = store.get_by_msg_id(msg_id)
+        except InvalidArgument:
+            view = None
+        if view is not None and view.msg_id.upper() != msg_id.upper():
+            view = None
+        if view is not None and topic is not None and _real_topic(view) != topic:
+            view = None
+    if view is None:
+        if topic is not None:
+            validate_topic(topic)
+        candidates = [topic] if topic is not None else sorted(store.topics())
+        for candidate in candidates:
+            if store.has_topic(candidate):
+                view = store.get_by_uniq_key(candidate, msg_id)
+                if view is not None:
+                    break
+    if view is None:
+        raise ApiError(404, "message_not_found", f"no message with id {msg_id!r}")
+    return view
+
+
+@router.get("/messages/{msg_id}", response_model=MessageOut, responses={404: {"model": ErrorOut}})
+async def get_message(
+    msg_id: Annotated[str, Path(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")],
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    topic: Annotated[
+        str | None, Query(max_length=255, description="Restrict a UNIQ_KEY lookup to this topic.")
+    ] = None,
+) -> MessageOut:
+    """One message by offsetMsgId (32 hex chars) or by UNIQ_KEY (searched in ``topic``, or in
+    every topic when omitted)."""
+    view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
+    authorize(principal, Right.CONSUME, _real_topic(view))
+    out = MessageOut.of(view)
+    broker.metrics.consumed(view.topic, 1, len(view.body))
+    return out

@@ -1,0 +1,67 @@
+"""Operations: ``/healthz``, ``/metrics`` (Prometheus), and the OpenAPI spec and docs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from ingest_api.http.auth import authorize_global_admin
+from ingest_api.http.deps import BrokerDep, PrincipalDep
+from ingest_api.http.errors import ApiError
+from ingest_api.http.metrics import StoreGauges, render
+from ingest_api.http.schemas import ErrorOut, HealthOut
+from store import MessageStore
+
+router = APIRouter(tags=["ops"])
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@router.get("/healthz", response_model=HealthOut, responses={503: {"model": ErrorOut}})
+async def healthz(broker: BrokerDep) -> HealthOut:
+    """Liveness: 200 while the store is open. Never needs a token."""
+    if broker.store.closed:
+        raise ApiError(503, "store_closed", "the store is closed")
+    return HealthOut(status="ok")
+
+
+def collect_store_gauges(store: MessageStore) -> StoreGauges:
+    stats = store.stats()
+    gauges = StoreGauges(
+        queue_max_offsets=dict(stats.queue_max_offsets),
+        dispatch_lag_bytes=stats.index_dispatch_lag_bytes,
+        store_counters={
+            "messages_put": stats.messages_put,
+            "bytes_put": stats.bytes_put,
+            "commitlog_max_offset": stats.commitlog_max_offset,
+            "commitlog_flushed_offset": stats.commitlog_flushed_offset,
+        },
+    )
+    for group, topics in store.groups().items():
+        for topic in topics:
+            if not store.has_topic(topic):
+                continue
+            for queue_id, lag in store.lag(group, topic).items():
+                gauges.group_lag[(group, topic, queue_id)] = lag
+    return gauges
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
+async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
+    """Prometheus text: messages/bytes in and out, produce latency, queue max offsets,
+    dispatch lag and group lag."""
+    authorize_global_admin(principal)
+    gauges = await run_in_threadpool(collect_store_gauges, broker.store)
+    return Response(render(broker.metrics, gauges), media_type=PROMETHEUS_TEXT)
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi_spec(request: Request, _: PrincipalDep) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/docs", include_in_schema=False)
+async def swagger_ui(request: Request, _: PrincipalDep) -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} - API docs")

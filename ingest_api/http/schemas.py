@@ -1,0 +1,286 @@
+"""Request (``*In``) and response (``*Out``) bodies of the HTTP API.
+
+Timestamps are integers in milliseconds since the Unix epoch. Message bodies travel as UTF-8
+text (``body``) or base64 (``body_base64``); exactly one of the two is set on every message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from store import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, Message, MessageView, PutResult
+
+#: Property names the broker owns (RocketMQ's system properties); a producer may not send them.
+RESERVED_PROPERTIES = SYSTEM_PROPERTIES
+#: RocketMQ's property encoding separators; they cannot appear inside names or values.
+_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+
+NonEmpty = Annotated[str, Field(min_length=1, max_length=1024)]
+Offset = Annotated[int, Field(ge=0, le=2**62)]
+QueueId = Annotated[int, Field(ge=0, le=65535)]
+
+
+def _check_text(what: str, text: str) -> None:
+    if any(sep in text for sep in _SEPARATORS):
+        raise ValueError(f"{what} must not contain the control characters \\x01 or \\x02")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode text (lone surrogate)") from None
+
+
+def check_message_fields(tags: str | None, keys: list[str], properties: dict[str, str]) -> None:
+    """Refuse tags, keys and properties the CommitLog property encoding cannot carry."""
+    if tags is not None:
+        _check_text("tags", tags)
+        if "||" in tags:
+            raise ValueError("tags must not contain '||' (the tag expression separator)")
+    for key in keys:
+        _check_text("keys", key)
+        if any(ch.isspace() for ch in key):
+            raise ValueError(f"key {key!r} contains whitespace (keys are stored space-separated)")
+    for name, value in properties.items():
+        if not name:
+            raise ValueError("property names must not be empty")
+        _check_text(f"property {name!r}", name)
+        _check_text(f"property {name!r} value", value)
+        if name in RESERVED_PROPERTIES:
+            raise ValueError(f"property {name!r} is reserved for the broker")
+
+
+def decode_body(body: str | None, body_base64: str | None) -> bytes:
+    """The message bytes from exactly one of ``body`` (UTF-8) and ``body_base64``."""
+    if (body is None) == (body_base64 is None):
+        raise ValueError("exactly one of 'body' and 'body_base64' must be given")
+    if body is not None:
+        return body.encode("utf-8", "surrogatepass")
+    try:
+        return base64.b64decode(body_base64 or "", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"body_base64 is not valid base64: {exc}") from None
+
+
+class ProduceIn(BaseModel):
+    """One message to produce. Without ``queue_id`` or ``sharding_key`` queues are used round robin."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    body: str | None = Field(None, description="Message body as UTF-8 text.")
+    body_base64: str | None = Field(None, description="Message body, base64-encoded (binary bodies).")
+    tags: NonEmpty | None = Field(None, description="RocketMQ TAGS, used by tag filters on pull.")
+    keys: list[NonEmpty] = Field(default_factory=list, max_length=64, description="Indexed keys.")
+    properties: dict[str, str] = Field(default_factory=dict, description="User properties.")
+    queue_id: QueueId | None = Field(None, description="Explicit queue; excludes sharding_key.")
+    sharding_key: NonEmpty | None = Field(
+        None, description="Messages with the same key go to the same queue (so their order holds)."
+    )
+    delay_level: int | None = Field(None, ge=1, le=18, description="RocketMQ delay level 1-18.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ProduceIn:
+        if (self.body is None) == (self.body_base64 is None):
+            raise ValueError("exactly one of 'body' and 'body_base64' must be given")
+        if self.queue_id is not None and self.sharding_key is not None:
+            raise ValueError("give at most one of 'queue_id' and 'sharding_key'")
+        check_message_fields(self.tags, self.keys, self.properties)
+        if self.body is not None:
+            try:
+                self.body.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("body is not valid Unicode text; use body_base64") from None
+        else:
+            decode_body(None, self.body_base64)
+        return self
+
+    def to_message(self, topic: str, queue_id: int | None) -> Message:
+        return Message(
+            topic=topic,
+            body=decode_body(self.body, self.body_base64),
+            tags=self.tags,
+            keys=tuple(self.keys),
+            properties=dict(self.properties),
+            queue_id=queue_id,
+            delay_level=self.delay_level or 0,
+        )
+
+
+class ProduceBatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[ProduceIn] = Field(min_length=1)
+
+
+class ProduceOut(BaseModel):
+    msg_id: str = Field(description="offsetMsgId: 32 hex chars (store host, port, CommitLog offset).")
+    uniq_key: str = Field(description="Client-side unique id (RocketMQ UNIQ_KEY).")
+    topic: str = Field(description="Topic written (SCHEDULE_TOPIC_XXXX for a delayed message).")
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int = Field(description="Milliseconds since the epoch.")
+
+    @classmethod
+    def of(cls, result: PutResult) -> ProduceOut:
+        return cls(
+            msg_id=result.msg_id,
+            uniq_key=result.uniq_key,
+            topic=result.topic,
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+            commitlog_offset=result.commitlog_offset,
+            store_timestamp=result.store_timestamp_ms,
+        )
+
+
+class ProduceBatchOut(BaseModel):
+    results: list[ProduceOut]
+
+
+class TopicIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queues: int = Field(ge=1, le=1024, description="Queue count; an existing topic only grows.")
+
+
+class QueueOffsetsOut(BaseModel):
+    queue_id: int
+    min_offset: int
+    max_offset: int = Field(description="Next offset to be written.")
+
+
+class TopicOut(BaseModel):
+    topic: str
+    queues: int
+    queue_offsets: list[QueueOffsetsOut] | None = None
+
+
+class TopicListOut(BaseModel):
+    topics: list[TopicOut]
+
+
+class MessageOut(BaseModel):
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    uniq_key: str | None
+    tags: str | None
+    keys: list[str]
+    body: str | None = Field(description="Body as text when it is valid UTF-8, else null.")
+    body_base64: str | None = Field(description="Body in base64 when it is not valid UTF-8, else null.")
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+
+    @classmethod
+    def of(cls, view: MessageView) -> MessageOut:
+        text, encoded = body_fields(view.body)
+        user_properties = {k: v for k, v in view.properties.items() if k not in ("TAGS", "KEYS", "UNIQ_KEY")}
+        return cls(
+            topic=view.topic,
+            queue_id=view.queue_id,
+            queue_offset=view.queue_offset,
+            commitlog_offset=view.commitlog_offset,
+            msg_id=view.msg_id,
+            uniq_key=view.uniq_key,
+            tags=view.tags,
+            keys=view.keys,
+            body=text,
+            body_base64=encoded,
+            properties=user_properties,
+            born_timestamp=view.born_timestamp_ms,
+            store_timestamp=view.store_timestamp_ms,
+            reconsume_times=view.reconsume_times,
+        )
+
+
+def body_fields(body: bytes) -> tuple[str | None, str | None]:
+    """(``body``, ``body_base64``) of a message: text when it is valid UTF-8, else base64."""
+    try:
+        return body.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, base64.b64encode(body).decode("ascii")
+
+
+class PullOut(BaseModel):
+    status: str = Field(description="Store GetStatus, e.g. FOUND, NO_NEW_MESSAGE, OFFSET_TOO_SMALL.")
+    messages: list[MessageOut]
+    next_offset: int = Field(description="Offset to pull from next.")
+    min_offset: int
+    max_offset: int
+
+
+class QueryOut(BaseModel):
+    messages: list[MessageOut]
+
+
+class OffsetOut(BaseModel):
+    topic: str
+    queue_id: int
+    timestamp_ms: int
+    boundary: Literal["lower", "upper"]
+    offset: int
+
+
+class GroupOffsetsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    topic: NonEmpty
+    offsets: dict[QueueId, Offset] = Field(
+        min_length=1, description='Queue id (as a string key) -> next offset to consume, e.g. {"0": 12}.'
+    )
+
+
+class GroupOffsetsOut(BaseModel):
+    group: str
+    topic: str
+    offsets: dict[int, int] = Field(description="Queue id -> committed next offset (-1: none).")
+
+
+class GroupResetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    topic: NonEmpty
+    timestamp_ms: int | None = Field(
+        None, ge=0, le=2**62, description="Reset to the first offset at/after T."
+    )
+    to: Literal["earliest", "latest"] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> GroupResetIn:
+        if (self.timestamp_ms is None) == (self.to is None):
+            raise ValueError("give exactly one of 'timestamp_ms' and 'to'")
+        return self
+
+
+class QueueLagOut(BaseModel):
+    queue_id: int
+    committed_offset: int = Field(description="-1 when the group never committed on this queue.")
+    max_offset: int
+    lag: int
+
+
+class GroupLagOut(BaseModel):
+    group: str
+    topic: str
+    queues: list[QueueLagOut]
+    total_lag: int
+
+
+class GroupListOut(BaseModel):
+    groups: dict[str, list[str]] = Field(description="Group -> topics it has offsets for.")
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="Stable machine-readable code.")
+    message: str

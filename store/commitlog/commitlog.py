@@ -1,0 +1,478 @@
+"""The CommitLog: every message of every topic, appended to one sequence of mapped files.
+
+It is the store's only source of truth: the ConsumeQueue and the IndexFile are rebuilt from
+:meth:`CommitLog.scan`. A record never straddles two files: when ``size + 8 > bytes left``
+the file is closed with an 8-byte BLANK record and the record goes to the next file
+(RocketMQ's END_OF_FILE_MIN_BLANK_LENGTH rule); see :mod:`store.format.record` for the layout.
+
+Appends are serialised by one lock and all-or-nothing: every file a batch needs is created
+before the first byte is written, and a failed write is rolled back by zeroing what it wrote.
+
+Recovery is an explicit, linear procedure (:meth:`recover_normally`,
+:meth:`recover_abnormally`): walk records from a starting file, stop at the first one that
+does not check out, truncate everything after it and log file, offset and reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from store.commitlog.dispatch_batch import DispatchBatch
+from store.errors import CorruptStore, DataLost, MessageTooLarge, StoreNotWritable
+from store.format.batch_decode import decode_property_columns
+from store.format.batch_encode import I32, I64, EncodedBatch, RecordRun, validate_run
+from store.format.java_hash import java_string_hashes
+from store.format.record import (
+    BLANK_RECORD,
+    END_OF_FILE_MIN_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    RECORD_HEADER,
+    STORE_TIMESTAMP_POS,
+    RecordHeader,
+    RecordStatus,
+    check_record,
+    decode_record,
+    encode_blank,
+)
+from store.io.fs import FileSystem
+from store.io.mapped_file import MappedFile, MappedFileQueue
+from store.types import MessageView
+
+log = logging.getLogger("sparkmq.store")
+
+#: ``tags_codes_for(topics, topic_codes, queue_ids, store_timestamps_ms, tags_hashes) -> codes``
+#: for a whole DispatchBatch (the facade decides SCHEDULE_TOPIC_XXXX's deliver-time codes);
+#: :func:`default_tags_codes` keeps the TAGS hashCodes.
+TagsCodesFn = Callable[[tuple[str, ...], I32, I32, I64, I64], I64]
+
+#: Bytes read from a file at a time while scanning.
+SCAN_CHUNK_BYTES = 4 << 20
+
+
+def default_tags_codes(
+    topics: tuple[str, ...], topic_codes: I32, queue_ids: I32, store_timestamps_ms: I64, tags_hashes: I64
+) -> I64:
+    """The ConsumeQueue tagsCode of ordinary topics: Java ``TAGS.hashCode()``, 0 without tags."""
+    return tags_hashes
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a batch landed: absolute offset and size of every record."""
+
+    commitlog_offsets: I64
+    sizes: I32
+    #: CommitLog max offset after the append.
+    end_offset: int
+    #: Bytes written, blank records included.
+    wrote_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """What the last recovery did."""
+
+    #: Offset the walk started from (dispatch from here to rebuild derived structures).
+    start_offset: int
+    #: End of the last valid record; everything after it was truncated.
+    end_offset: int
+    #: Why the walk stopped ("end of data", "body CRC mismatch", ...).
+    reason: str
+
+
+@dataclass(slots=True)
+class _Stop:
+    """Where and why a walk over the records stopped."""
+
+    offset: int
+    reason: str = "end of data"
+    corrupt: bool = False
+
+
+@dataclass(slots=True)
+class _Write:
+    file_index: int  # index into the plan's files (0 = current last file)
+    data: memoryview
+
+
+class CommitLog:
+    """Mapped files under ``directory`` of ``file_size`` bytes each (thread-safe)."""
+
+    def __init__(self, directory: Path, file_size: int, fs: FileSystem | None = None) -> None:
+        self.queue = MappedFileQueue(directory, file_size, fs)
+        self.file_size = file_size
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+        self.last_recovery: RecoveryResult | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def load(self, read_only: bool = False) -> None:
+        """Map the existing files (all marked full until a recovery trims them).
+
+        ``read_only``: follow a directory another process writes (no recovery, no appends;
+        call :meth:`refresh` to see new files)."""
+        self.queue.load(read_only)
+
+    def refresh(self) -> None:
+        """Read-only followers: pick up files created or deleted by the writer."""
+        self.queue.refresh()
+
+    @property
+    def file_size_bytes(self) -> int:
+        return self.file_size
+
+    def close(self) -> None:
+        self.queue.close()
+
+    # --- offsets --------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just after the last written byte."""
+        return self.queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_offset
+
+    def flush(self) -> int:
+        """fsync everything written; returns the flushed offset. Raises OSError."""
+        return self.queue.flush()
+
+    # --- append ---------------------------------------------------------------------------
+
+    def append(self, batch: EncodedBatch, store_timestamp_ms: int | None = None) -> AppendResult:
+        """Append every record of ``batch`` (patching PHYSICALOFFSET, and STORETIMESTAMP when
+        given, in the batch buffer). All or nothing: raises StoreNotWritable on I/O failure
+        with nothing visible, MessageTooLarge when a record can never fit in a file."""
+        with self._lock:
+            if self.queue.read_only:
+                raise StoreNotWritable("commitlog was opened read-only")
+            if self._broken is not None:
+                raise StoreNotWritable(f"commitlog is not writable: {self._broken}")
+            if store_timestamp_ms is not None:
+                batch.patch_store_timestamps(store_timestamp_ms)
+            offsets, writes, new_files = self._plan(batch)
+            batch.patch_physical_offsets(offsets)
+            self._execute(writes, new_files)
+            return AppendResult(offsets, batch.sizes, self.queue.max_offset, sum(len(w.data) for w in writes))
+
+    def append_record(self, record: bytes, store_timestamp_ms: int | None = None) -> int:
+        """Append one encoded record; returns its CommitLog offset."""
+        result = self.append(EncodedBatch.from_records([record]), store_timestamp_ms)
+        return int(result.commitlog_offsets[0])
+
+    def _plan(self, batch: EncodedBatch) -> tuple[I64, list[_Write], int]:
+        """(offsets, writes, number of new files) for a batch, touching nothing."""
+        n = len(batch)
+        starts, sizes = batch.starts, batch.sizes.astype(np.int64)
+        ends = starts + sizes
+        if n and int(sizes.max()) + END_OF_FILE_MIN_BLANK > self.file_size:
+            raise MessageTooLarge(
+                f"record of {int(sizes.max())} bytes cannot fit in a {self.file_size}-byte commitlog file"
+            )
+        last = self.queue.last_file()
+        if last is not None and not last.is_full:  # continue the current file
+            file_start, wrote, new_files = last.start_offset, last.wrote_position, 0
+        elif last is not None:  # it is full: start the next one
+            file_start, wrote, new_files = last.start_offset + self.file_size, 0, 1
+        else:  # no file yet (or all deleted): start where the queue says
+            file_start, wrote, new_files = self.queue.max_offset, 0, 1
+        file_index = 0  # index into [current file if writable] + new files
+        offsets = np.empty(n, dtype=np.int64)
+        writes: list[_Write] = []
+        view = memoryview(batch.buffer)  # type: ignore[arg-type]
+        i = 0
+        while i < n:
+            remaining = self.file_size - wrote
+            fits = int(np.searchsorted(ends[i:] - starts[i], remaining - END_OF_FILE_MIN_BLANK, "right"))
+            if fits == 0:
+                writes.append(_Write(file_index, memoryview(encode_blank(remaining))))
+                file_index, new_files = file_index + 1, new_files + 1
+                file_start, wrote = file_start + self.file_size, 0
+                continue
+            j = i + fits
+            offsets[i:j] = file_start + wrote + (starts[i:j] - starts[i])
+            writes.append(_Write(file_index, view[int(starts[i]) : int(ends[j - 1])]))
+            wrote += int(ends[j - 1] - starts[i])
+            i = j
+        return offsets, writes, new_files
+
+    def _execute(self, writes: list[_Write], new_files: int) -> None:
+        """Create the files, then write; on failure undo everything and raise."""
+        last = self.queue.last_file()
+        files: list[MappedFile] = [last] if last is not None and not last.is_full else []
+        created: list[MappedFile] = []
+        #: (file, wrote position before this append, end of the furthest attempted write)
+        marks: list[tuple[MappedFile, int, int]] = []
+        try:
+            for _ in range(new_files):
+                created.append(self.queue.create_next())
+            files.extend(created)
+            for write in writes:
+                target = files[write.file_index]
+                if not marks or marks[-1][0] is not target:
+                    marks.append((target, target.wrote_position, target.wrote_position))
+                marks[-1] = (target, marks[-1][1], target.wrote_position + len(write.data))
+                target.append(write.data)
+        except (OSError, ValueError) as exc:
+            self._roll_back(marks, created, exc)
+            raise StoreNotWritable(f"commitlog append failed, nothing written: {exc}") from exc
+
+    def _roll_back(
+        self, marks: list[tuple[MappedFile, int, int]], created: list[MappedFile], exc: Exception
+    ) -> None:
+        """Zero what the failed append wrote (or may have half-written) and delete the files
+        it created; if even that fails, refuse every later append."""
+        try:
+            for mapped, position, attempted_end in reversed(marks):
+                mapped.zero_range(position, attempted_end)
+                mapped.truncate_to(position)
+            for mapped in reversed(created):
+                self.queue.remove_file(mapped, f"rolling back a failed append ({exc})")
+        except (OSError, ValueError) as undo_exc:
+            self._broken = f"rollback after {exc!r} failed: {undo_exc!r}"
+            log.error("commitlog marked not writable: %s", self._broken)
+            raise StoreNotWritable(f"commitlog append failed and could not be undone: {undo_exc}") from exc
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at ``offset`` (within one file), or None if not (or no longer) there."""
+        mapped = self.queue.find_file(offset)
+        if mapped is None or size < 0:
+            return None
+        position = offset - mapped.start_offset
+        if position + size > mapped.wrote_position:
+            return None
+        try:
+            return mapped.read(position, size)
+        except ValueError:  # the file was deleted meanwhile
+            return None
+
+    def view(self, offset: int, length: int) -> memoryview:
+        """Zero-copy bytes ``[offset, offset + length)`` within one file.
+
+        Raises DataLost when the range is not in the CommitLog (deleted by retention, or not
+        written yet) or crosses a file end. The view stays valid if the file is deleted later.
+        """
+        mapped = self.queue.find_file(offset)
+        if mapped is None and self.queue.read_only:
+            self.queue.refresh()
+            mapped = self.queue.find_file(offset)
+        position = offset - mapped.start_offset if mapped is not None else 0
+        if mapped is None or length < 0 or position + length > mapped.wrote_position:
+            raise DataLost(
+                f"commitlog range [{offset}, {offset + length}) is not available "
+                f"(min offset {self.min_offset}, max offset {self.max_offset})"
+            )
+        try:
+            return mapped.view(position, length)
+        except ValueError as exc:  # closed by a concurrent deletion
+            raise DataLost(f"commitlog file {mapped.path} was deleted") from exc
+
+    def read_range(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of written data from ``offset``, never crossing a file end."""
+        mapped = self.queue.find_file(offset)
+        if mapped is None:
+            return b""
+        position = offset - mapped.start_offset
+        try:
+            return mapped.read(position, max(0, min(max_bytes, mapped.wrote_position - position)))
+        except ValueError:
+            return b""
+
+    def get_message(self, offset: int) -> MessageView | None:
+        """Decode the record at ``offset`` (None when absent or not a record)."""
+        head = self.read(offset, RECORD_HEADER.size)
+        if head is None or len(head) < BLANK_RECORD.size:
+            return None
+        size = int.from_bytes(head[:4], "big", signed=True)
+        raw = self.read(offset, size) if size > 0 else None
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except CorruptStore:
+            return None
+
+    def read_store_timestamp(self, offset: int) -> int | None:
+        """STORETIMESTAMP of the record at ``offset`` (RocketMQ ``pickupStoreTimestamp``)."""
+        raw = self.read(offset + STORE_TIMESTAMP_POS, 8)
+        return int.from_bytes(raw, "big", signed=True) if raw is not None and len(raw) == 8 else None
+
+    # --- scanning -------------------------------------------------------------------------
+
+    def _runs(self, from_offset: int, check_crc: bool, stop: _Stop) -> Iterator[tuple[int, bytes, RecordRun]]:
+        """Yield (absolute offset of ``chunk[0]``, chunk, run of valid records) from
+        ``from_offset`` up to the written end; fills ``stop`` with where and why it ended."""
+        stop.offset = from_offset
+        mapped = self.queue.find_file(from_offset)
+        while mapped is not None:
+            position, limit = from_offset - mapped.start_offset, mapped.wrote_position
+            want = SCAN_CHUNK_BYTES
+            while True:
+                if position >= limit:
+                    stop.reason = "end of data"
+                    return
+                chunk = mapped.read(position, min(limit - position, want))
+                run = validate_run(chunk, check_crc)
+                if len(run):
+                    yield mapped.start_offset + position, chunk, run
+                    position += run.end
+                    stop.offset = mapped.start_offset + position
+                rest = len(chunk) - run.end
+                if position + rest < limit:  # the chunk stops short of the written end
+                    size = int.from_bytes(chunk[run.end : run.end + 4], "big") if rest >= 4 else 0
+                    if rest < BLANK_RECORD.size or size > rest:  # next record cut by the chunk
+                        want = max(SCAN_CHUNK_BYTES, size)
+                        continue
+                check = check_record(chunk, run.end, check_crc)
+                if check.status is RecordStatus.BLANK:
+                    break
+                if check.status is RecordStatus.OK:
+                    raise CorruptStore(f"record checks disagree at offset {stop.offset} in {mapped.path}")
+                stop.reason, stop.corrupt = check.reason, check.status is RecordStatus.CORRUPT
+                return
+            nxt = self.queue.find_file(mapped.start_offset + self.file_size)
+            if nxt is None:
+                stop.reason = "blank record at the end of the last file"
+                return
+            mapped, from_offset = nxt, nxt.start_offset
+            stop.offset = from_offset
+
+    def scan(
+        self,
+        from_offset: int,
+        check_crc: bool = False,
+        *,
+        max_records: int = 4096,
+        tags_codes_for: TagsCodesFn = default_tags_codes,
+    ) -> Iterator[DispatchBatch]:
+        """Parse records from ``from_offset`` into DispatchBatch chunks of at most
+        ``max_records``, stopping at the written end or at the first bad record."""
+        stop = _Stop(from_offset)
+        for base, chunk, run in self._runs(from_offset, check_crc, stop):
+            for lo in range(0, len(run), max_records):
+                yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_codes_for)
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover_normally(self, check_crc: bool, dispatched: tuple[int, int] | None = None) -> int:
+        """After a clean shutdown: check from the 3rd-last file on, truncate after the last
+        valid record; returns the valid end offset (see :attr:`last_recovery`).
+
+        ``dispatched`` is ``(offset, size)`` of the last record the ConsumeQueues point at
+        (RocketMQ 5's ``dispatchFromPhyOffset``): when that record checks out, the walk starts
+        there instead, so a clean open costs O(1) rather than up to three files."""
+        files = self.queue.files
+        start = files[max(0, len(files) - 3)].start_offset if files else self.queue.max_offset
+        if dispatched is not None and dispatched[0] >= start and self._is_record(*dispatched, check_crc):
+            start = dispatched[0]
+        return self._recover(start, check_crc)
+
+    def _is_record(self, offset: int, size: int, check_crc: bool) -> bool:
+        """True when a complete, valid record of ``size`` bytes starts at ``offset``."""
+        raw = self.read(offset, size)
+        if raw is None:
+            return False
+        check = check_record(raw, 0, check_crc)
+        return check.status is RecordStatus.OK and check.size == size
+
+    def recover_abnormally(self, min_timestamp_ms: int, check_crc: bool) -> int:
+        """After a crash: check from the newest file whose first record was stored at or
+        before ``min_timestamp_ms`` (the checkpoint's), truncate after the last valid record."""
+        files = self.queue.files
+        start = files[0].start_offset if files else self.queue.max_offset
+        for mapped in reversed(files):
+            first = _first_store_timestamp(mapped)
+            if first is not None and first <= min_timestamp_ms:
+                start = mapped.start_offset
+                break
+        return self._recover(start, check_crc)
+
+    def _recover(self, start: int, check_crc: bool) -> int:
+        stop = _Stop(start)
+        for _ in self._runs(start, check_crc, stop):
+            pass
+        end = stop.offset
+        mapped = self.queue.find_file(end) or self.queue.last_file()
+        where = mapped.path if mapped is not None else self.queue.directory
+        if stop.corrupt:
+            log.warning(
+                "commitlog recovery: truncating %s at offset %d (position %d): %s",
+                where,
+                end,
+                end - (mapped.start_offset if mapped is not None else 0),
+                stop.reason,
+            )
+        else:
+            log.info("commitlog recovery: valid data ends in %s at offset %d (%s)", where, end, stop.reason)
+        self.queue.truncate(end, reason=f"recovery: {stop.reason}")
+        self.last_recovery = RecoveryResult(start, end, stop.reason)
+        return end
+
+    # --- maintenance ----------------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything from ``offset`` on (HA / tests)."""
+        with self._lock:
+            self.queue.truncate(offset)
+
+    def delete_expired_files(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> int:
+        """Delete the oldest files last modified before ``expired_before_ms`` (every file but
+        the last when ``force``); returns how many were deleted."""
+        return len(self.queue.delete_expired(expired_before_ms, max_files, force))
+
+
+def _first_store_timestamp(mapped: MappedFile) -> int | None:
+    """STORETIMESTAMP of a file's first record (None if it does not start with one)."""
+    head = mapped.read(0, RECORD_HEADER.size)
+    if len(head) < RECORD_HEADER.size:
+        return None
+    header = RecordHeader._make(RECORD_HEADER.unpack(head))
+    if header.magic not in (MAGIC_V1, MAGIC_V2) or header.store_timestamp == 0:
+        return None
+    return int(header.store_timestamp)
+
+
+def _dispatch_batch(
+    base: int, chunk: bytes, run: RecordRun, lo: int, hi: int, tags_codes_for: TagsCodesFn
+) -> DispatchBatch:
+    """Records ``lo:hi`` of a run as a DispatchBatch (properties parsed vectorised)."""
+    uniq_col, tags_col, keys_col = decode_property_columns(
+        np.frombuffer(chunk, dtype=np.uint8), run.properties_starts[lo:hi], run.properties_lengths[lo:hi]
+    )
+    used, topic_codes = np.unique(run.topic_codes[lo:hi], return_inverse=True)
+    topics = tuple(run.topic_names[code] for code in used.tolist())
+    store_ts = run.store_timestamps_ms[lo:hi]
+    codes32: I32 = topic_codes.astype(np.int32).ravel()
+    hashes = java_string_hashes(pc.fill_null(tags_col, "").to_pylist()).astype(np.int64)
+    raw_keys = pc.binary_join(keys_col, " ").to_pylist()
+    tags_codes = tags_codes_for(topics, codes32, run.queue_ids[lo:hi], store_ts, hashes)
+    return DispatchBatch(
+        commitlog_offsets=base + run.starts[lo:hi],
+        sizes=run.sizes[lo:hi].astype(np.int32),
+        tags_codes=tags_codes,
+        queue_ids=run.queue_ids[lo:hi],
+        queue_offsets=run.queue_offsets[lo:hi],
+        store_timestamps_ms=store_ts,
+        sys_flags=run.sys_flags[lo:hi],
+        topic_codes=codes32,
+        topics=topics,
+        uniq_keys=tuple(uniq_col.to_pylist()),
+        keys=tuple(k or None for k in raw_keys),
+    )

@@ -1,0 +1,1 @@
+"""ConsumeQueues: per-(topic, queue) indexes of CommitLog positions."""

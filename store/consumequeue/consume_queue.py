@@ -1,0 +1,741 @@
+"""ConsumeQueue: the per-(topic, queueId) index of CommitLog positions.
+
+One 20-byte big-endian unit per message; the unit's position is its *queue offset*::
+
+    0                 8         12                20
+    +-----------------+---------+-----------------+
+    | commitlog offset|  size   |    tagsCode     |
+    |     int64       |  int32  |      int64      |
+    +-----------------+---------+-----------------+
+
+``tagsCode`` is Java ``String.hashCode()`` of TAGS (0 without tags), or the deliver timestamp
+in ms for ``SCHEDULE_TOPIC_XXXX``. Files live in ``consumequeue/{topic}/{queueId}/``, hold
+``units_per_file`` units each and are named by their 20-digit zero-padded start *byte*
+offset (RocketMQ ``UtilAll.offset2FileName``). A unit with ``offset < 0`` or ``size <= 0``
+marks the end of written data. A queue whose first unit is not at a file boundary (rebuilt
+after retention) has its file's leading units filled with RocketMQ's blank unit
+``(0, Integer.MAX_VALUE, 0)``.
+
+Publication protocol for readers in other processes (read-only mode): a span of units is
+copied into the shared mmap with the first unit's ``size`` field written *last*. Until then
+that field is 0, so a concurrent scanner stops before the span and never sees a torn unit.
+
+:class:`ConsumeQueueStore` owns every queue of a store directory and builds them from
+:class:`~store.commitlog.dispatch_batch.DispatchBatch` hand-offs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import mmap
+import os
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from store.commitlog.dispatch_batch import DispatchBatch
+from store.config import StoreConfig
+from store.errors import CorruptStore, InvalidArgument, StoreError
+from store.types import Boundary
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+Units = npt.NDArray[np.void]
+
+CQ_UNIT = struct.Struct(
+    ">"
+    "q"  # commitlog offset: absolute byte offset of the record in the CommitLog
+    "i"  # size: TOTALSIZE of the record
+    "q"  # tagsCode: TAGS hashCode, or deliver timestamp (ms) for SCHEDULE_TOPIC_XXXX
+)
+CQ_UNIT_SIZE = CQ_UNIT.size  # 20
+#: The same unit as a NumPy structured dtype (views straight over file bytes).
+CQ_UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+#: Byte range of the ``size`` field inside a unit (the publication commit point).
+_SIZE_START: int = CQ_UNIT_DTYPE.fields["size"][1]  # type: ignore[index]
+_SIZE_END = _SIZE_START + CQ_UNIT_DTYPE["size"].itemsize
+#: RocketMQ ``fillPreBlank`` unit size (``Integer.MAX_VALUE``; offset 0, tagsCode 0).
+BLANK_UNIT_SIZE = 0x7FFFFFFF
+FILE_NAME_DIGITS = 20
+
+#: sysFlag transaction type bits (RocketMQ ``MessageSysFlag``).
+TX_TYPE_MASK = 0xC
+TX_PREPARED = 0x4
+TX_ROLLBACK = 0xC
+
+#: Samples per round of the k-ary searches (one ``store_ts_of`` call per round).
+_SEARCH_FANOUT = 32
+
+log = logging.getLogger(__name__)
+
+if CQ_UNIT_DTYPE.itemsize != CQ_UNIT_SIZE:  # pragma: no cover - layout defined twice, keep in sync
+    raise ImportError("CQ_UNIT and CQ_UNIT_DTYPE disagree")
+
+
+# Pure codecs ---------------------------------------------------------------------------------
+def encode_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
+    return CQ_UNIT.pack(commitlog_offset, size, tags_code)
+
+
+def decode_unit(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """``(commitlog_offset, size, tags_code)`` of the unit at byte ``pos``."""
+    offset, size, tags_code = CQ_UNIT.unpack_from(data, pos)
+    return offset, size, tags_code
+
+
+def encode_units(commitlog_offsets: I64, sizes: I32, tags_codes: I64) -> Units:
+    """Columns -> contiguous structured array of units (``.tobytes()`` is the file image)."""
+    units = np.empty(len(commitlog_offsets), dtype=CQ_UNIT_DTYPE)
+    units["offset"] = commitlog_offsets
+    units["size"] = sizes
+    units["tags_code"] = tags_codes
+    return units
+
+
+def decode_units(data: bytes | memoryview) -> Units:
+    """Zero-copy structured view over whole units."""
+    return np.frombuffer(data, dtype=CQ_UNIT_DTYPE, count=len(data) // CQ_UNIT_SIZE)
+
+
+def file_name(start_byte_offset: int) -> str:
+    return f"{start_byte_offset:0{FILE_NAME_DIGITS}d}"
+
+
+def _first_true(mask: npt.NDArray[np.bool_]) -> int | None:
+    if len(mask) == 0:
+        return None
+    i = int(np.argmax(mask))
+    return i if mask[i] else None
+
+
+def _end_marker(units: Units) -> npt.NDArray[np.bool_]:
+    """Units that end written data (RocketMQ recover: ``offset < 0 || size <= 0``)."""
+    return (units["offset"] < 0) | (units["size"] <= 0)  # type: ignore[no-any-return]
+
+
+def leftmost(lo: int, hi: int, predicate: Callable[[I64], npt.NDArray[np.bool_]]) -> int:
+    """First position in ``[lo, hi)`` where a monotone (False..True) predicate holds, else ``hi``.
+
+    k-ary search: each round evaluates the predicate on up to ``_SEARCH_FANOUT`` positions.
+    """
+    while lo < hi:
+        if hi - lo <= _SEARCH_FANOUT:
+            positions = np.arange(lo, hi, dtype=np.int64)
+        else:
+            positions = np.unique(np.linspace(lo, hi - 1, _SEARCH_FANOUT).astype(np.int64))
+        j = _first_true(np.asarray(predicate(positions), dtype=bool))
+        if j is None:
+            lo = int(positions[-1]) + 1
+        else:
+            hi = int(positions[j])
+            if j > 0:
+                lo = int(positions[j - 1]) + 1
+    return lo
+
+
+class _CQFile:
+    """One mapped ConsumeQueue file; ``units``/``raw`` are views over the mapping."""
+
+    def __init__(self, path: Path, first_offset: int, mm: mmap.mmap) -> None:
+        self.path = path
+        self.first_offset = first_offset  # queue offset of unit 0
+        self.mm = mm
+        self.raw: npt.NDArray[np.uint8] = np.frombuffer(mm, dtype=np.uint8)
+        self.units: Units = self.raw.view(CQ_UNIT_DTYPE)
+
+    @property
+    def end_offset(self) -> int:
+        return self.first_offset + len(self.units)
+
+    @staticmethod
+    def open(path: Path, first_offset: int, file_size: int, *, writable: bool) -> _CQFile | None:
+        """Map ``path``; ``None`` (read-only) when the file is not yet fully allocated."""
+        flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
+        fd = os.open(path, flags, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual > file_size:
+                raise CorruptStore(f"{path}: size {actual} is larger than the configured {file_size}")
+            if actual < file_size:
+                if not writable:
+                    return None
+                os.ftruncate(fd, file_size)  # new file, or one torn while being created
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            return _CQFile(path, first_offset, mmap.mmap(fd, file_size, access=access))
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        del self.units, self.raw
+        # BufferError: a caller still holds a zero-copy view from read_units(); the mapping
+        # is then released when the last view is garbage-collected.
+        with contextlib.suppress(BufferError):
+            self.mm.close()
+
+
+class ConsumeQueue:
+    """The ConsumeQueue of one (topic, queueId).
+
+    Offsets are queue offsets (unit indexes). ``min_offset`` is the first readable unit,
+    ``max_offset`` the next one to be written. Writes come from one dispatcher thread; reads
+    may run concurrently from any thread: file lists are replaced, never mutated in place, and
+    a deleted file is only unlinked, its mapping released when the last reader drops it.
+    """
+
+    def __init__(self, directory: Path, units_per_file: int, *, read_only: bool = False) -> None:
+        if units_per_file < 1:
+            raise InvalidArgument(f"units_per_file must be >= 1, got {units_per_file}")
+        self.directory = directory
+        self.units_per_file = units_per_file
+        self.file_size_bytes = units_per_file * CQ_UNIT_SIZE
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._files: list[_CQFile] = []
+        self._min = 0
+        self._max = 0
+        self._flushed = 0
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+        self._files = self._load_files()
+        self._max = self._scan_max(self._files, max(0, len(self._files) - 3))
+        self._min = self._first_real_unit(0)
+        self._flushed = self._max
+
+    # Loading / scanning ----------------------------------------------------------------------
+    def _listed(self) -> list[tuple[int, Path]]:
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for path in self.directory.iterdir():
+            name = path.name
+            if len(name) != FILE_NAME_DIGITS or not name.isdigit():
+                continue
+            start = int(name)
+            if start % self.file_size_bytes:
+                raise CorruptStore(f"{path}: start offset is not a multiple of {self.file_size_bytes}")
+            found.append((start // CQ_UNIT_SIZE, path))
+        found.sort()
+        for (a, path), (b, _) in itertools.pairwise(found):
+            if b != a + self.units_per_file:
+                raise CorruptStore(f"{self.directory}: file after {path.name} is missing")
+        return found
+
+    def _load_files(self) -> list[_CQFile]:
+        files: list[_CQFile] = []
+        for first_offset, path in self._listed():
+            f = _CQFile.open(path, first_offset, self.file_size_bytes, writable=not self.read_only)
+            if f is None:
+                break
+            files.append(f)
+        return files
+
+    @staticmethod
+    def _scan_max(files: list[_CQFile], start_index: int, from_offset: int = 0) -> int:
+        """Queue offset of the first end-marker unit in ``files[start_index:]`` at/after ``from_offset``."""
+        if not files:
+            return from_offset
+        for f in files[start_index:]:
+            local = max(0, from_offset - f.first_offset)
+            hit = _first_true(_end_marker(f.units[local:]))
+            if hit is not None:
+                return f.first_offset + local + hit
+        return files[-1].end_offset
+
+    def _first_real_unit(self, min_commitlog_offset: int) -> int:
+        """First unit in ``[first file, max)`` that is not blank and points at/after the bound."""
+        files, hi = self._files, self._max
+        if not files:
+            return hi
+
+        def real(positions: I64) -> npt.NDArray[np.bool_]:
+            units = self._units_at(files, positions)
+            return (units["size"] != BLANK_UNIT_SIZE) & (units["offset"] >= min_commitlog_offset)  # type: ignore[no-any-return]
+
+        return leftmost(min(files[0].first_offset, hi), hi, real)
+
+    @staticmethod
+    def _units_at(files: list[_CQFile], positions: I64) -> Units:
+        """Gather units at arbitrary queue offsets (all within the files)."""
+        index = (positions - files[0].first_offset) // len(files[0].units)
+        out = np.empty(len(positions), dtype=CQ_UNIT_DTYPE)
+        for file_index in np.unique(index):
+            mask = index == file_index
+            f = files[int(file_index)]
+            out[mask] = f.units[positions[mask] - f.first_offset]
+        return out
+
+    def _snapshot(self) -> tuple[list[_CQFile], int, int]:
+        """Files and the ``[min, max)`` range they cover, consistent without taking the lock.
+
+        ``max`` is read first: the writer appends a file before moving ``max`` into it, so the
+        files read afterwards cover it; the range is clamped in case retention or a cut ran.
+        """
+        hi, lo, files = self._max, self._min, self._files
+        if not files:
+            return files, hi, hi
+        lo = max(lo, files[0].first_offset)
+        return files, lo, max(lo, min(hi, files[-1].end_offset))
+
+    # Queries ---------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self._min
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to be written."""
+        return self._max
+
+    def read_units(self, start: int, max_units: int) -> Units:
+        """Units ``[start, min(start + max_units, max_offset))`` as a read-only structured array.
+
+        Zero-copy view when the range sits in one file, a copy when it spans files. Empty
+        when ``start`` is outside ``[min_offset, max_offset)``.
+        """
+        files, lo, hi = self._snapshot()
+        end = min(hi, start + max(0, max_units))
+        if start < lo or start >= end:
+            return np.empty(0, dtype=CQ_UNIT_DTYPE)
+        pieces = []
+        base = files[0].first_offset
+        pos = start
+        while pos < end:
+            f = files[(pos - base) // self.units_per_file]
+            stop = min(end, f.end_offset)
+            pieces.append(f.units[pos - f.first_offset : stop - f.first_offset])
+            pos = stop
+        view = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        view.flags.writeable = False
+        return view
+
+    def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """``(commitlog_offset, size, tags_code)`` or None outside ``[min, max)``."""
+        units = self.read_units(queue_offset, 1)
+        if len(units) == 0:
+            return None
+        return int(units["offset"][0]), int(units["size"][0]), int(units["tags_code"][0])
+
+    def last_commitlog_end(self) -> int:
+        """``offset + size`` of the last unit (0 when the queue is empty)."""
+        unit = self.get_unit(self._max - 1)
+        return 0 if unit is None else unit[0] + unit[1]
+
+    def offset_for_timestamp(
+        self,
+        timestamp_ms: int,
+        boundary: Boundary,
+        store_ts_of: Callable[[I64, I32], I64],
+        min_commitlog_offset: int = 0,
+    ) -> int:
+        """Queue offset for a store timestamp, by k-ary search over CommitLog store times.
+
+        ``store_ts_of(commitlog_offsets, sizes)`` returns the store timestamps (ms) of those
+        records. Units pointing below ``min_commitlog_offset`` (deleted CommitLog) are skipped.
+
+        * LOWER: leftmost offset whose store ts >= T; ``max_offset`` when every ts < T.
+        * UPPER: last offset whose store ts <= T, i.e. ``LOWER(T + 1) - 1``; one less than
+          the first searchable offset when T precedes every message.
+        """
+        files, lo, hi = self._snapshot()
+        if lo < hi:
+            lo = leftmost(lo, hi, lambda p: self._units_at(files, p)["offset"] >= min_commitlog_offset)
+        target = timestamp_ms if boundary is Boundary.LOWER else timestamp_ms + 1
+
+        def at_or_after(positions: I64) -> npt.NDArray[np.bool_]:
+            units = self._units_at(files, positions)
+            ts = store_ts_of(units["offset"].astype(np.int64), units["size"].astype(np.int32))
+            return np.asarray(ts) >= target
+
+        first = leftmost(lo, hi, at_or_after)
+        return first if boundary is Boundary.LOWER else first - 1
+
+    # Writes ----------------------------------------------------------------------------------
+    def _require_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.directory}: ConsumeQueue opened read-only")
+
+    def put_units(self, queue_offsets: I64, commitlog_offsets: I64, sizes: I32, tags_codes: I64) -> int:
+        """Append consecutive units; returns how many were written.
+
+        Idempotent like RocketMQ ``putMessagePositionInfo``: units below ``max_offset`` are
+        skipped. A gap after ``max_offset`` raises :class:`InvalidArgument`, except in a queue
+        without files, which may start anywhere (a rebuild after retention).
+        """
+        self._require_writable()
+        queue_offsets = np.asarray(queue_offsets, dtype=np.int64)
+        n = len(queue_offsets)
+        if n == 0:
+            return 0
+        if n > 1 and not bool(np.all(np.diff(queue_offsets) == 1)):
+            raise InvalidArgument(f"{self.directory}: queue offsets of one put must be consecutive")
+        first = int(queue_offsets[0])
+        with self._lock:
+            skip = self._skip_count(first)
+            if skip >= n:
+                return 0
+            units = encode_units(
+                np.asarray(commitlog_offsets[skip:]), np.asarray(sizes[skip:]), np.asarray(tags_codes[skip:])
+            )
+            self._write(units)
+            return n - skip
+
+    def put_unit(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> bool:
+        """Scalar :meth:`put_units` (the one-message put path); True when written."""
+        self._require_writable()
+        unit = encode_unit(commitlog_offset, size, tags_code)
+        with self._lock:
+            if self._skip_count(queue_offset) >= 1:
+                return False
+            f = self._file_for(self._max)
+            at = (self._max - f.first_offset) * CQ_UNIT_SIZE
+            f.mm[at : at + _SIZE_START] = unit[:_SIZE_START]
+            f.mm[at + _SIZE_END : at + CQ_UNIT_SIZE] = unit[_SIZE_END:]
+            f.mm[at + _SIZE_START : at + _SIZE_END] = unit[_SIZE_START:_SIZE_END]  # commit point
+            self._max += 1
+            return True
+
+    def _skip_count(self, first: int) -> int:
+        """How many leading units of a put starting at ``first`` are already written (lock held)."""
+        if not self._files and first > self._max:
+            self._min = self._max = self._flushed = first
+        skip = self._max - first
+        if skip < 0:
+            raise InvalidArgument(
+                f"{self.directory}: queue offset {first} leaves a gap after max offset {self._max}"
+            )
+        return skip
+
+    def _write(self, units: Units) -> None:
+        data = units.view(np.uint8)
+        i = 0
+        while i < len(units):
+            f = self._file_for(self._max)
+            local = self._max - f.first_offset
+            count = min(len(units) - i, self.units_per_file - local)
+            span = data[i * CQ_UNIT_SIZE : (i + count) * CQ_UNIT_SIZE]
+            at = local * CQ_UNIT_SIZE
+            end = at + len(span)
+            f.raw[at : at + _SIZE_START] = span[:_SIZE_START]
+            f.raw[at + _SIZE_END : end] = span[_SIZE_END:]
+            f.raw[at + _SIZE_START : at + _SIZE_END] = span[_SIZE_START:_SIZE_END]  # commit point
+            i += count
+            self._max += count
+
+    def _file_for(self, queue_offset: int) -> _CQFile:
+        files = self._files
+        if files and queue_offset < files[-1].end_offset:
+            return files[-1]
+        first_offset = queue_offset - queue_offset % self.units_per_file
+        path = self.directory / file_name(first_offset * CQ_UNIT_SIZE)
+        f = _CQFile.open(path, first_offset, self.file_size_bytes, writable=True)
+        assert f is not None  # writable opens always allocate
+        if not files and queue_offset > first_offset:
+            blank = encode_units(
+                np.zeros(queue_offset - first_offset, dtype=np.int64),
+                np.full(queue_offset - first_offset, BLANK_UNIT_SIZE, dtype=np.int32),
+                np.zeros(queue_offset - first_offset, dtype=np.int64),
+            )
+            f.raw[: len(blank) * CQ_UNIT_SIZE] = blank.view(np.uint8)
+        self._files = [*files, f]
+        return f
+
+    def _cut(self, new_max: int, reason: str) -> None:
+        """Zero units from ``new_max`` on and delete files that start after it.
+
+        The file that holds ``new_max`` is kept (even when ``new_max`` is its first unit), so a
+        reopened queue finds the same min/max offsets.
+        """
+        keep = [f for f in self._files if f.first_offset <= new_max]
+        if new_max < self._max or len(keep) < len(self._files):
+            log.warning(
+                "%s: ConsumeQueue cut from max offset %d to %d, %d file(s) deleted (%s)",
+                self.directory,
+                self._max,
+                new_max,
+                len(self._files) - len(keep),
+                reason,
+            )
+        for f in self._files[len(keep) :]:
+            f.path.unlink(missing_ok=True)
+        self._files = keep
+        if keep:
+            f = keep[-1]
+            tail = f.raw[(new_max - f.first_offset) * CQ_UNIT_SIZE :]
+            if tail.any():
+                tail[:] = 0
+        self._max = new_max
+        self._min = min(self._min, new_max)
+        self._flushed = min(self._flushed, new_max)
+
+    def truncate_dirty(self, max_commitlog_offset: int) -> int:
+        """Drop units whose record ends beyond ``max_commitlog_offset``; returns the new max."""
+        self._require_writable()
+        with self._lock:
+            files = self._files
+
+            def dirty(positions: I64) -> npt.NDArray[np.bool_]:
+                units = self._units_at(files, positions)
+                real = units["size"] != BLANK_UNIT_SIZE
+                return real & (units["offset"] + units["size"] > max_commitlog_offset)  # type: ignore[no-any-return]
+
+            new_max = leftmost(self._min, self._max, dirty)
+            if new_max < self._max:
+                self._cut(new_max, f"units end beyond the valid CommitLog end {max_commitlog_offset}")
+            return self._max
+
+    def recover(self) -> int:
+        """Re-scan the last three files for the end marker, clear anything after it."""
+        self._require_writable()
+        with self._lock:
+            self._cut(self._scan_max(self._files, max(0, len(self._files) - 3)), "first unwritten unit")
+            return self._max
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> int:
+        """Move ``min_offset`` to the first unit pointing at/after ``min_commitlog_offset``."""
+        with self._lock:
+            self._min = max(self._min, self._first_real_unit(min_commitlog_offset))
+            return self._min
+
+    def delete_files_below(self, min_commitlog_offset: int) -> int:
+        """Retention: delete whole files (never the last) whose last unit points below the bound."""
+        self._require_writable()
+        deleted = 0
+        with self._lock:
+            while len(self._files) > 1 and int(self._files[0].units["offset"][-1]) < min_commitlog_offset:
+                log.info("%s: retention deletes %s", self.directory, self._files[0].path.name)
+                self._files[0].path.unlink(missing_ok=True)
+                self._files = self._files[1:]
+                deleted += 1
+        self.correct_min_offset(min_commitlog_offset)
+        return deleted
+
+    def refresh(self) -> int:
+        """Read-only mode: pick up new and deleted files and units; returns ``max_offset``."""
+        if not self.read_only:
+            return self._max
+        with self._lock:
+            listed = self._listed()
+            known = {f.path.name: f for f in self._files}
+            files: list[_CQFile] = []
+            for first_offset, path in listed:
+                f = known.pop(path.name, None) or _CQFile.open(
+                    path, first_offset, self.file_size_bytes, writable=False
+                )
+                if f is None:
+                    break
+                files.append(f)
+            self._files = files
+            if files:
+                self._max = self._rescan_max(files, self._max)
+                self._min = min(max(self._min, self._first_real_unit(0)), self._max)
+            return self._max
+
+    @classmethod
+    def _rescan_max(cls, files: list[_CQFile], known_max: int) -> int:
+        """Scan on from ``known_max``, or from the start when the writer cut below it."""
+        first = files[0].first_offset
+        stale = known_max < first or known_max > files[-1].end_offset
+        if not stale and known_max > first:
+            last = cls._units_at(files, np.array([known_max - 1], dtype=np.int64))
+            stale = bool(_end_marker(last)[0])
+        if stale:
+            return cls._scan_max(files, 0, first)
+        start = next((i for i, f in enumerate(files) if f.end_offset > known_max), len(files))
+        return cls._scan_max(files, start, known_max)
+
+    def flush(self) -> bool:
+        """msync the files written since the last flush; True when something was flushed."""
+        if self.read_only:
+            return False
+        with self._lock:  # msync runs outside the lock so puts are not held up by it
+            flushed, upto, files = self._flushed, self._max, self._files
+        if upto <= flushed:
+            return False
+        for f in files:
+            if f.end_offset > flushed and f.first_offset < upto:
+                f.mm.flush()
+        with self._lock:
+            if self._flushed == flushed:
+                self._flushed = upto
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files = []
+
+    def destroy(self) -> None:
+        """Close and delete every file and the queue directory."""
+        self._require_writable()
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files = []
+            self._min = self._max = self._flushed = 0
+            if self.directory.is_dir():
+                for path in self.directory.iterdir():
+                    path.unlink()
+                self.directory.rmdir()
+
+
+class ConsumeQueueStore:
+    """Every ConsumeQueue under ``consumequeue/``: lazily created, existing ones loaded at start."""
+
+    def __init__(self, root: Path, units_per_file: int, *, read_only: bool = False) -> None:
+        self.root = root
+        self.units_per_file = units_per_file
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._last_dispatched_ts = 0
+        self._load()
+
+    @staticmethod
+    def from_config(config: StoreConfig, *, read_only: bool = False) -> ConsumeQueueStore:
+        return ConsumeQueueStore(
+            config.consume_queue_dir, config.consume_queue_units_per_file, read_only=read_only
+        )
+
+    def _load(self) -> None:
+        """(Re)scan ``root`` for queue directories not yet known (copy-on-write of the dict)."""
+        if not self.root.is_dir():
+            return
+        queues = dict(self._queues)
+        for topic_dir in sorted(self.root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                key = (topic_dir.name, int(queue_dir.name)) if queue_dir.name.isdigit() else None
+                if key is not None and key not in queues and queue_dir.is_dir():
+                    queues[key] = ConsumeQueue(queue_dir, self.units_per_file, read_only=self.read_only)
+        self._queues = queues
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self._queues.get((topic, queue_id))
+        if queue is not None:
+            return queue
+        with self._lock:
+            queue = self._queues.get((topic, queue_id))
+            if queue is None:
+                directory = self.root / topic / str(queue_id)
+                queue = ConsumeQueue(directory, self.units_per_file, read_only=self.read_only)
+                self._queues = {**self._queues, (topic, queue_id): queue}
+            return queue
+
+    def queues(self, topic: str | None = None) -> dict[tuple[str, int], ConsumeQueue]:
+        return {key: q for key, q in self._queues.items() if topic is None or key[0] == topic}
+
+    def dispatch(self, batch: DispatchBatch) -> int:
+        """Append the batch's units to their queues; returns the number of units written.
+
+        PREPARED and ROLLBACK transaction messages are skipped (RocketMQ
+        ``CommitLogDispatcherBuildConsumeQueue``). Rows are grouped per (topic, queue) with one
+        stable argsort, so each queue gets one vectorised ``put_units``.
+        """
+        if len(batch) == 1:
+            return self._dispatch_one(batch)
+        tx_type = batch.sys_flags & TX_TYPE_MASK
+        rows = np.flatnonzero((tx_type != TX_PREPARED) & (tx_type != TX_ROLLBACK))
+        if len(rows) == 0:
+            return 0
+        keys = (batch.topic_codes[rows].astype(np.int64) << 32) | (
+            batch.queue_ids[rows].astype(np.int64) & 0xFFFFFFFF
+        )
+        order = np.argsort(keys, kind="stable")
+        rows, keys = rows[order], keys[order]
+        bounds = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        written = 0
+        for group in np.split(rows, bounds):
+            head = int(group[0])
+            topic = batch.topics[int(batch.topic_codes[head])]
+            queue = self.get_or_create(topic, int(batch.queue_ids[head]))
+            written += queue.put_units(
+                batch.queue_offsets[group],
+                batch.commitlog_offsets[group],
+                batch.sizes[group],
+                batch.tags_codes[group],
+            )
+        self._last_dispatched_ts = max(self._last_dispatched_ts, int(batch.store_timestamps_ms[rows].max()))
+        return written
+
+    def _dispatch_one(self, batch: DispatchBatch) -> int:
+        if int(batch.sys_flags[0]) & TX_TYPE_MASK in (TX_PREPARED, TX_ROLLBACK):
+            return 0
+        queue = self.get_or_create(batch.topics[int(batch.topic_codes[0])], int(batch.queue_ids[0]))
+        written = queue.put_unit(
+            int(batch.queue_offsets[0]),
+            int(batch.commitlog_offsets[0]),
+            int(batch.sizes[0]),
+            int(batch.tags_codes[0]),
+        )
+        self._last_dispatched_ts = max(self._last_dispatched_ts, int(batch.store_timestamps_ms[0]))
+        return int(written)
+
+    def max_commitlog_end(self) -> int:
+        """Largest ``offset + size`` over all queues (0 when empty): where CQ dispatch reached."""
+        return max((q.last_commitlog_end() for q in self._queues.values()), default=0)
+
+    def delete_topic(self, topic: str) -> int:
+        """Destroy every queue of ``topic`` and its directory; returns how many were removed."""
+        with self._lock:
+            doomed = [q for key, q in self._queues.items() if key[0] == topic]
+            self._queues = {k: q for k, q in self._queues.items() if k[0] != topic}
+        for queue in doomed:
+            queue.destroy()
+        topic_dir = self.root / topic
+        if topic_dir.is_dir() and not any(topic_dir.iterdir()):
+            topic_dir.rmdir()
+        return len(doomed)
+
+    def truncate_dirty(self, max_commitlog_offset: int) -> None:
+        for queue in self._queues.values():
+            queue.truncate_dirty(max_commitlog_offset)
+
+    def recover(self) -> None:
+        for queue in self._queues.values():
+            queue.recover()
+
+    def delete_files_below(self, min_commitlog_offset: int) -> int:
+        """Retention over all queues; returns the number of files deleted."""
+        return sum(q.delete_files_below(min_commitlog_offset) for q in self._queues.values())
+
+    def correct_min_offsets(self, min_commitlog_offset: int) -> None:
+        for queue in self._queues.values():
+            queue.correct_min_offset(min_commitlog_offset)
+
+    def refresh(self) -> None:
+        """Read-only mode: discover new queues and re-scan known ones."""
+        if not self.read_only:
+            return
+        with self._lock:
+            known = self._queues
+            self._load()
+        for queue in known.values():
+            queue.refresh()
+
+    def flush(self) -> int:
+        """Flush every queue; returns the store timestamp (ms) of the last unit dispatched
+        before the flush started (0 when nothing was ever dispatched) for the checkpoint."""
+        last_ts = self._last_dispatched_ts
+        for queue in list(self._queues.values()):
+            queue.flush()
+        return last_ts
+
+    def close(self) -> None:
+        for queue in self._queues.values():
+            queue.close()
+
+    def destroy(self) -> None:
+        """Delete every queue (rebuild from the CommitLog)."""
+        for topic in {key[0] for key in self._queues}:
+            self.delete_topic(topic)

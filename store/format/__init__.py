@@ -1,0 +1,1 @@
+"""Pure codecs of RocketMQ's formats: bytes in, values out; no files, clocks or logging."""

@@ -1,0 +1,533 @@
+"""IndexFile: a hash index from message keys to CommitLog offsets (RocketMQ ``index/``).
+
+One file, ``40 + slots*4 + entries*20`` bytes, big-endian::
+
+    header (40 B)                      slots (4 B each)        entries (20 B each, #0 unused)
+    +----------------------------+     +-----------------+     +---------+-----------+----------+-----------+
+    | beginTimestamp    int64 @0 |     | latest entry    |     | keyHash | phyOffset | timeDiff | prevIndex |
+    | endTimestamp      int64 @8 |     | index in slot   |     |  int32  |   int64   |  int32   |   int32   |
+    | beginPhyOffset    int64 @16|     | (0 = empty)     |     +---------+-----------+----------+-----------+
+    | endPhyOffset      int64 @24|     +-----------------+
+    | hashSlotCount     int32 @32|  (slots in use)
+    | indexCount        int32 @36|  (next entry index; starts at 1)
+    +----------------------------+
+
+``keyHash = abs(String.hashCode(key))`` (0 when that overflows), slot ``keyHash % slots``;
+``timeDiff`` is whole *seconds* since ``beginTimestamp`` clamped to ``[0, Int.MAX]``;
+``prevIndex`` chains entries of one slot newest -> oldest. Keys are ``topic#UNIQ_KEY`` and
+``topic#token`` for every space-separated ``KEYS`` token. Files are named by their creation
+time ``yyyyMMddHHmmssSSS`` (UTC here) and a new one starts when ``indexCount`` reaches
+``max_entries``. Hashes collide: callers re-check the real key on the decoded message.
+
+Writers publish entries, then slots, then the header, so a reader (another process, read-only
+mapping) never follows a slot to an unwritten entry: it ignores slot values above the
+``indexCount`` it read.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store.commitlog.dispatch_batch import DispatchBatch
+from store.config import StoreConfig
+from store.consumequeue.consume_queue import TX_ROLLBACK, TX_TYPE_MASK
+from store.errors import CorruptStore, StoreError
+from store.format.java_hash import index_key_hash, index_key_hashes
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+INDEX_HEADER = struct.Struct(
+    ">"
+    "q"  # beginTimestamp: store timestamp (ms) of the first entry
+    "q"  # endTimestamp: store timestamp (ms) of the last entry
+    "q"  # beginPhyOffset: CommitLog offset of the first entry
+    "q"  # endPhyOffset: CommitLog offset of the last entry
+    "i"  # hashSlotCount: slots in use
+    "i"  # indexCount: next entry index (starts at 1; entry 0 is never used)
+)
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 40
+INDEX_SLOT = struct.Struct(">i")  # index of the newest entry of this slot, 0 = empty
+INDEX_SLOT_SIZE = INDEX_SLOT.size  # 4
+INDEX_ENTRY = struct.Struct(
+    ">"
+    "i"  # keyHash: abs(String.hashCode(key)), 0 when negative
+    "q"  # phyOffset: CommitLog offset of the message
+    "i"  # timeDiff: seconds since header.beginTimestamp, clamped to [0, Int.MAX]
+    "i"  # prevIndex: previous entry of the same slot (0 = end of chain)
+)
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
+INDEX_ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
+INVALID_INDEX = 0
+INT_MAX = 0x7FFFFFFF
+KEY_SEPARATOR = "#"
+FILE_NAME_FORMAT = "%Y%m%d%H%M%S"  # + 3 digits of milliseconds
+
+log = logging.getLogger(__name__)
+
+if INDEX_ENTRY_DTYPE.itemsize != INDEX_ENTRY_SIZE:  # pragma: no cover - layout defined twice
+    raise ImportError("INDEX_ENTRY and INDEX_ENTRY_DTYPE disagree")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHeader:
+    begin_timestamp_ms: int = 0
+    end_timestamp_ms: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    def encode(self) -> bytes:
+        return INDEX_HEADER.pack(
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    @staticmethod
+    def decode(data: bytes | memoryview | mmap.mmap) -> IndexHeader:
+        return IndexHeader(*INDEX_HEADER.unpack_from(data, 0))
+
+    @property
+    def entry_count(self) -> int:
+        return max(0, self.index_count - 1)
+
+
+def encode_entry(key_hash: int, phy_offset: int, time_diff_s: int, prev_index: int) -> bytes:
+    return INDEX_ENTRY.pack(key_hash, phy_offset, time_diff_s, prev_index)
+
+
+def decode_entry(data: bytes | memoryview | mmap.mmap, pos: int = 0) -> tuple[int, int, int, int]:
+    """``(key_hash, phy_offset, time_diff_s, prev_index)`` of the entry at byte ``pos``."""
+    key_hash, phy_offset, time_diff, prev_index = INDEX_ENTRY.unpack_from(data, pos)
+    return key_hash, phy_offset, time_diff, prev_index
+
+
+def index_file_size(slot_count: int, max_entries: int) -> int:
+    return INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE + max_entries * INDEX_ENTRY_SIZE
+
+
+def build_key(topic: str, key: str) -> str:
+    return topic + KEY_SEPARATOR + key
+
+
+def time_diffs_s(store_timestamps_ms: I64, begin_timestamp_ms: int) -> I32:
+    """Seconds since ``begin`` clamped to ``[0, Int.MAX]`` (0 while ``begin <= 0``)."""
+    if begin_timestamp_ms <= 0:
+        return np.zeros(len(store_timestamps_ms), dtype=np.int32)
+    return np.clip((store_timestamps_ms - begin_timestamp_ms) // 1000, 0, INT_MAX).astype(np.int32)
+
+
+def chain_links(slots: I64, entry_indexes: I64, current_heads: I64) -> tuple[I64, I64, I64]:
+    """Chain a batch of entries into their slots (pure, vectorised).
+
+    ``slots[i]`` is entry ``entry_indexes[i]``'s slot, ``current_heads[i]`` that slot's head
+    before the batch (already validated). Returns ``(prev_index per entry, distinct slots,
+    new head per distinct slot)``: each entry links to the previous entry of the batch in the
+    same slot (stable argsort keeps batch order) or to the old head.
+    """
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    sorted_entries = entry_indexes[order]
+    prev_sorted = current_heads[order].copy()
+    same = np.zeros(len(slots), dtype=bool)
+    same[1:] = sorted_slots[1:] == sorted_slots[:-1]
+    prev_sorted[1:][same[1:]] = sorted_entries[:-1][same[1:]]
+    prev = np.empty_like(prev_sorted)
+    prev[order] = prev_sorted
+    run_ends = np.flatnonzero(np.append(sorted_slots[1:] != sorted_slots[:-1], len(slots) > 0))
+    return prev, sorted_slots[run_ends], sorted_entries[run_ends]
+
+
+class IndexFile:
+    """One mapped index file. Writes come from one thread; queries may run concurrently."""
+
+    def __init__(self, path: Path, slot_count: int, max_entries: int, *, read_only: bool = False) -> None:
+        self.path = path
+        self.slot_count = slot_count
+        self.max_entries = max_entries
+        self.read_only = read_only
+        size = index_file_size(slot_count, max_entries)
+        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual not in (0, size) or (read_only and actual != size):
+                raise CorruptStore(f"{path}: size {actual}, expected {size} for {slot_count} slots")
+            if actual == 0:
+                os.ftruncate(fd, size)
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self._mm = mmap.mmap(fd, size, access=access)
+        finally:
+            os.close(fd)
+        self._slots = np.frombuffer(self._mm, dtype=">i4", count=slot_count, offset=INDEX_HEADER_SIZE)
+        self._entries = np.frombuffer(
+            self._mm,
+            dtype=INDEX_ENTRY_DTYPE,
+            count=max_entries,
+            offset=INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE,
+        )
+        self._entries_base = INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE
+        self.header = IndexHeader.decode(self._mm)
+        if actual == 0:
+            self._write_header(IndexHeader())
+        self.dirty = False
+
+    @staticmethod
+    def create(
+        path: Path, slot_count: int, max_entries: int, *, end_phy_offset: int = 0, end_timestamp_ms: int = 0
+    ) -> IndexFile:
+        """New file continuing a previous one (RocketMQ seeds begin/end with its end values)."""
+        f = IndexFile(path, slot_count, max_entries)
+        f._write_header(IndexHeader(end_timestamp_ms, end_timestamp_ms, end_phy_offset, end_phy_offset, 0, 1))
+        return f
+
+    def _write_header(self, header: IndexHeader) -> None:
+        self._mm[:INDEX_HEADER_SIZE] = header.encode()
+        self.header = header
+        self.dirty = True
+
+    def reload_header(self) -> IndexHeader:
+        """Re-read the header from the mapping (read-only followers)."""
+        self.header = IndexHeader.decode(self._mm)
+        return self.header
+
+    @property
+    def is_full(self) -> bool:
+        return self.header.index_count >= self.max_entries
+
+    def put_batch(self, key_hashes: I32, phy_offsets: I64, store_timestamps_ms: I64) -> int:
+        """Insert as many entries as fit, in order; returns how many were inserted."""
+        header = self.header
+        count = min(len(key_hashes), self.max_entries - header.index_count)
+        if count <= 0:
+            return 0
+        hashes = np.asarray(key_hashes[:count], dtype=np.int64)
+        phys = np.asarray(phy_offsets[:count], dtype=np.int64)
+        stamps = np.asarray(store_timestamps_ms[:count], dtype=np.int64)
+        first_entry = header.index_count == 1
+        begin_ts = int(stamps[0]) if first_entry else header.begin_timestamp_ms
+        begin_phy = int(phys[0]) if first_entry else header.begin_phy_offset
+        entry_indexes = np.arange(header.index_count, header.index_count + count, dtype=np.int64)
+        slots = hashes % self.slot_count
+        heads = self._slots[slots].astype(np.int64)
+        heads[(heads <= INVALID_INDEX) | (heads > header.index_count)] = INVALID_INDEX
+        prev, distinct_slots, new_heads = chain_links(slots, entry_indexes, heads)
+        old_heads = self._slots[distinct_slots]
+        newly_used = int(np.count_nonzero((old_heads <= INVALID_INDEX) | (old_heads > header.index_count)))
+        block = self._entries[header.index_count : header.index_count + count]
+        block["key_hash"] = hashes
+        block["phy_offset"] = phys
+        block["time_diff"] = time_diffs_s(stamps, begin_ts)
+        block["prev_index"] = prev
+        self._slots[distinct_slots] = new_heads
+        self._write_header(
+            IndexHeader(
+                begin_timestamp_ms=begin_ts,
+                end_timestamp_ms=int(stamps[-1]),
+                begin_phy_offset=begin_phy,
+                end_phy_offset=int(phys[-1]),
+                hash_slot_count=header.hash_slot_count + newly_used,
+                index_count=header.index_count + count,
+            )
+        )
+        return count
+
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """RocketMQ ``IndexFile.isTimeMatched``: the file's time span meets ``[begin, end]``."""
+        b, e = self.header.begin_timestamp_ms, self.header.end_timestamp_ms
+        return (begin_ms < b and end_ms > e) or b <= begin_ms <= e or b <= end_ms <= e
+
+    def select(self, key_hash: int, begin_ms: int, end_ms: int, max_results: int, out: list[int]) -> None:
+        """Append matching offsets newest -> oldest (RocketMQ ``selectPhyOffset`` stop rules)."""
+        header = self.header
+        count = header.index_count
+        if count <= 1 or len(out) >= max_results:
+            return
+        (entry,) = INDEX_SLOT.unpack_from(self._mm, INDEX_HEADER_SIZE + (key_hash % self.slot_count) * 4)
+        if entry <= INVALID_INDEX or entry > count:
+            return
+        while len(out) < max_results:
+            hash_read, phy, diff_s, prev = INDEX_ENTRY.unpack_from(
+                self._mm, self._entries_base + entry * INDEX_ENTRY_SIZE
+            )
+            if diff_s < 0:
+                break
+            time_read = header.begin_timestamp_ms + diff_s * 1000
+            if hash_read == key_hash and begin_ms <= time_read <= end_ms:
+                out.append(phy)
+            if prev <= INVALID_INDEX or prev > count or prev == entry or time_read < begin_ms:
+                break
+            entry = prev
+
+    def flush(self) -> None:
+        if self.dirty and not self.read_only:
+            self.dirty = False
+            self._mm.flush()
+
+    def close(self) -> None:
+        del self._slots, self._entries
+        self._mm.close()
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def file_name_for(timestamp_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` (UTC) of a timestamp."""
+    moment = datetime.fromtimestamp(timestamp_ms // 1000, tz=UTC)
+    return moment.strftime(FILE_NAME_FORMAT) + f"{timestamp_ms % 1000:03d}"
+
+
+def timestamp_of_file_name(name: str) -> int:
+    moment = datetime.strptime(name[:14], FILE_NAME_FORMAT).replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1000 + int(name[14:])
+
+
+def _is_index_file_name(name: str) -> bool:
+    return len(name) == 17 and name.isdigit()
+
+
+def index_keys(batch: DispatchBatch, rows: I64) -> tuple[pa.Array, I64]:
+    """The index keys of ``rows`` of a batch, in order: per message ``topic#UNIQ_KEY`` then
+    ``topic#token`` for each KEYS token; returns (keys, the row of each key). Built with
+    Arrow kernels: no Python string per key."""
+    take = pa.array(rows)
+    prefixes = pa.array([t + KEY_SEPARATOR for t in batch.topics]).take(pa.array(batch.topic_codes[rows]))
+    uniq = pa.array(batch.uniq_keys, type=pa.string()).take(take)
+    tokens = pc.split_pattern(pa.array(batch.keys, type=pa.string()).take(take), " ")
+    token_parent = np.asarray(pc.list_parent_indices(tokens), dtype=np.int64)
+    flat_tokens = pc.list_flatten(tokens)
+    present = np.asarray(pc.and_(pc.is_valid(flat_tokens), pc.not_equal(flat_tokens, "")).fill_null(False))
+    token_parent = token_parent[present]
+    flat_tokens = flat_tokens.filter(pa.array(present))
+    has_uniq = np.asarray(pc.and_(pc.is_valid(uniq), pc.not_equal(uniq, "")).fill_null(False))
+    uniq_parent = np.flatnonzero(has_uniq)
+    parents = np.concatenate((uniq_parent, token_parent))
+    texts = pa.concat_arrays(
+        [
+            pc.binary_join_element_wise(
+                prefixes.take(pa.array(uniq_parent)), uniq.filter(pa.array(has_uniq)), ""
+            ),
+            pc.binary_join_element_wise(prefixes.take(pa.array(token_parent)), flat_tokens, ""),
+        ]
+    )
+    # per message: its UNIQ_KEY entry first, then its tokens (a stable sort by message)
+    rank = np.concatenate((np.zeros(len(uniq_parent), np.int64), np.ones(len(token_parent), np.int64)))
+    order = np.lexsort((rank, parents))
+    return texts.take(pa.array(order)), rows[parents[order]]
+
+
+class IndexService:
+    """All index files under ``index/``, oldest first; the last one takes new entries.
+
+    Deleted files are unlinked and dropped from the list, their mappings released when the
+    last concurrent query lets go of them.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        slot_count: int,
+        max_entries: int,
+        *,
+        read_only: bool = False,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self.directory = directory
+        self.slot_count = slot_count
+        self.max_entries = max_entries
+        self.read_only = read_only
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+        self._files: list[IndexFile] = [self._open(path) for path in self._listed()]
+
+    @staticmethod
+    def from_config(
+        config: StoreConfig, *, read_only: bool = False, clock_ms: Callable[[], int] = _wall_clock_ms
+    ) -> IndexService:
+        return IndexService(
+            config.index_dir,
+            config.index_hash_slots,
+            config.index_max_entries,
+            read_only=read_only,
+            clock_ms=clock_ms,
+        )
+
+    def _listed(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        paths = sorted(p for p in self.directory.iterdir() if _is_index_file_name(p.name))
+        if self.read_only:  # a writer may be creating the newest file right now
+            size = index_file_size(self.slot_count, self.max_entries)
+            paths = [p for p in paths if p.stat().st_size >= size]
+        return paths
+
+    def _open(self, path: Path) -> IndexFile:
+        return IndexFile(path, self.slot_count, self.max_entries, read_only=self.read_only)
+
+    @property
+    def files(self) -> list[IndexFile]:
+        return list(self._files)
+
+    def _require_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.directory}: index opened read-only")
+
+    # Writes ----------------------------------------------------------------------------------
+    def last_indexed_offset(self) -> int:
+        """CommitLog offset of the newest indexed message, -1 when none (replays skip up to it)."""
+        files = self._files
+        if not files or (len(files) == 1 and files[0].header.index_count <= 1):
+            return -1
+        return files[-1].header.end_phy_offset
+
+    def dispatch(self, batch: DispatchBatch) -> int:
+        """Index ``topic#UNIQ_KEY`` and ``topic#token`` per KEYS token; returns entries written.
+
+        ROLLBACK transaction messages and messages at or below :meth:`last_indexed_offset`
+        (a replay after recovery) are skipped, like RocketMQ ``IndexService.buildIndex``.
+        """
+        tx_type = batch.sys_flags & TX_TYPE_MASK
+        wanted = (tx_type != TX_ROLLBACK) & (batch.commitlog_offsets > self.last_indexed_offset())
+        rows = np.flatnonzero(wanted)
+        if len(rows) == 0:
+            return 0
+        keys, key_rows = index_keys(batch, rows)
+        if len(keys) == 0:
+            return 0
+        return self.put_hashes(
+            index_key_hashes(keys), batch.commitlog_offsets[key_rows], batch.store_timestamps_ms[key_rows]
+        )
+
+    def put_hashes(self, key_hashes: I32, phy_offsets: I64, store_timestamps_ms: I64) -> int:
+        """Insert pre-hashed entries in order, rolling to new files when full."""
+        self._require_writable()
+        with self._lock:
+            done = 0
+            while done < len(key_hashes):
+                done += self._writable_file().put_batch(
+                    key_hashes[done:], phy_offsets[done:], store_timestamps_ms[done:]
+                )
+            return done
+
+    def _writable_file(self) -> IndexFile:
+        files = self._files
+        if files and not files[-1].is_full:
+            return files[-1]
+        now_ms = self._clock_ms()
+        if files:
+            now_ms = max(now_ms, timestamp_of_file_name(files[-1].path.name) + 1)
+        previous = files[-1].header if files else IndexHeader()
+        created = IndexFile.create(
+            self.directory / file_name_for(now_ms),
+            self.slot_count,
+            self.max_entries,
+            end_phy_offset=previous.end_phy_offset,
+            end_timestamp_ms=previous.end_timestamp_ms,
+        )
+        self._files = [*files, created]
+        return created
+
+    # Queries ---------------------------------------------------------------------------------
+    def query(
+        self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_results: int = 64
+    ) -> list[int]:
+        """CommitLog offsets of ``topic#key`` entries stored in ``[begin_ms, end_ms]``, newest first.
+
+        Hash matches only: the caller must compare the real key of each message. Entry times
+        have one-second resolution (``beginTimestamp + timeDiff*1000``), as in RocketMQ.
+        """
+        key_hash = index_key_hash(build_key(topic, key))
+        found: list[int] = []
+        for f in reversed(self._files):
+            if self.read_only:
+                f.reload_header()
+            if f.is_time_matched(begin_ms, end_ms):
+                f.select(key_hash, begin_ms, end_ms, max_results, found)
+            if f.header.begin_timestamp_ms < begin_ms or len(found) >= max_results:
+                break
+        return found
+
+    # Maintenance -----------------------------------------------------------------------------
+    def delete_files_below(self, min_commitlog_offset: int) -> int:
+        """Retention: delete files (never the last) whose endPhyOffset < the CommitLog min."""
+        self._require_writable()
+        with self._lock:
+            files = self._files
+            doomed = [f for f in files[:-1] if f.header.end_phy_offset < min_commitlog_offset]
+            return self._drop(doomed, f"endPhyOffset below the CommitLog min {min_commitlog_offset}")
+
+    def destroy_newer_than(self, timestamp_ms: int) -> int:
+        """Abnormal recovery: delete files whose endTimestamp > checkpoint indexMsgTimestamp."""
+        self._require_writable()
+        with self._lock:
+            newer = [f for f in self._files if f.header.end_timestamp_ms > timestamp_ms]
+            return self._drop(newer, f"endTimestamp after the checkpoint's {timestamp_ms}")
+
+    def _drop(self, doomed: list[IndexFile], reason: str) -> int:
+        for f in doomed:
+            log.warning("%s: deleting index file %s (%s)", self.directory, f.path.name, reason)
+            f.path.unlink(missing_ok=True)
+        gone = {id(f) for f in doomed}
+        self._files = [f for f in self._files if id(f) not in gone]
+        return len(doomed)
+
+    def refresh(self) -> None:
+        """Read-only mode: pick up new files and forget deleted ones."""
+        if not self.read_only:
+            return
+        with self._lock:
+            known = {f.path.name: f for f in self._files}
+            self._files = [known.get(p.name) or self._open(p) for p in self._listed()]
+
+    def flush(self) -> int:
+        """msync dirty files; returns the store timestamp (ms) of the newest entry now on disk
+        (0 when the index is empty) for the checkpoint's indexMsgTimestamp."""
+        if self.read_only:
+            return 0
+        with self._lock:
+            files = self._files
+            for f in files:
+                f.flush()
+            return files[-1].header.end_timestamp_ms if files else 0
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files = []
+
+    def destroy(self) -> None:
+        """Delete every index file (rebuild from the CommitLog)."""
+        self._require_writable()
+        with self._lock:
+            for f in self._files:
+                f.destroy()
+            self._files = []

@@ -1,0 +1,1 @@
+"""The store's small metadata files: checkpoint, offset tables, topic configs, file sizes."""

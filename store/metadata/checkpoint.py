@@ -1,0 +1,117 @@
+"""``StoreCheckpoint``: how far the CommitLog and its derived structures were durable.
+
+One 4 KiB page, big-endian longs::
+
+    offset  size  field
+    0       8     physicMsgTimestamp   store ts (ms) of the last flushed CommitLog record
+    8       8     logicsMsgTimestamp   store ts of the last flushed ConsumeQueue entry
+    16      8     indexMsgTimestamp    store ts of the last flushed IndexFile entry
+    24      8     masterFlushedOffset  (RocketMQ 5 HA; always 0 here)
+    32      8     confirmPhyOffset     (RocketMQ 5 HA; always 0 here)
+    40..4095      zero
+
+Abnormal recovery re-checks the CommitLog from the newest file whose first record is not
+newer than :meth:`StoreCheckpoint.min_timestamp_ms`. :meth:`flush` rewrites and fsyncs the
+single page (a page write is atomic enough on the file systems we target).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from store.io.fs import FileHandle, FileSystem, OsFileSystem
+
+CHECKPOINT_PAGE_SIZE: Final = 4096
+#: The five longs at the start of the page (see the module docstring).
+CHECKPOINT_FIELDS: Final = struct.Struct(">qqqqq")
+#: RocketMQ subtracts this margin from min(physic, logics) before trusting it.
+MIN_TIMESTAMP_MARGIN_MS: Final = 3000
+
+
+@dataclass(slots=True)
+class CheckpointValues:
+    physic_msg_timestamp_ms: int = 0
+    logics_msg_timestamp_ms: int = 0
+    index_msg_timestamp_ms: int = 0
+    master_flushed_offset: int = 0
+    confirm_phy_offset: int = 0
+
+
+def encode_checkpoint(values: CheckpointValues) -> bytes:
+    """The whole 4 KiB page."""
+    head = CHECKPOINT_FIELDS.pack(
+        values.physic_msg_timestamp_ms,
+        values.logics_msg_timestamp_ms,
+        values.index_msg_timestamp_ms,
+        values.master_flushed_offset,
+        values.confirm_phy_offset,
+    )
+    return head + bytes(CHECKPOINT_PAGE_SIZE - len(head))
+
+
+def decode_checkpoint(page: bytes) -> CheckpointValues:
+    """Values of a page (a short or empty page reads as zeros)."""
+    padded = page[: CHECKPOINT_FIELDS.size].ljust(CHECKPOINT_FIELDS.size, b"\x00")
+    return CheckpointValues(*CHECKPOINT_FIELDS.unpack(padded))
+
+
+class StoreCheckpoint:
+    """The ``checkpoint`` file; thread-safe. Use :meth:`open`, then set fields and flush."""
+
+    def __init__(self, handle: FileHandle) -> None:
+        self._handle = handle
+        self._lock = threading.Lock()
+        self.values = decode_checkpoint(handle.read(0, CHECKPOINT_PAGE_SIZE))
+
+    @staticmethod
+    def open(path: Path, fs: FileSystem | None = None) -> StoreCheckpoint:
+        """Open ``path``, creating a zeroed page when it does not exist."""
+        fs = fs if fs is not None else OsFileSystem()
+        if not fs.exists(path):
+            fs.make_dirs(path.parent)
+            return StoreCheckpoint(fs.create(path, CHECKPOINT_PAGE_SIZE))
+        if fs.file_size(path) < CHECKPOINT_PAGE_SIZE:
+            fs.resize(path, CHECKPOINT_PAGE_SIZE)
+        return StoreCheckpoint(fs.open(path))
+
+    @property
+    def path(self) -> Path:
+        return self._handle.path
+
+    def update(
+        self,
+        *,
+        physic_msg_timestamp_ms: int | None = None,
+        logics_msg_timestamp_ms: int | None = None,
+        index_msg_timestamp_ms: int | None = None,
+    ) -> None:
+        """Set any of the timestamps in memory (call :meth:`flush` to persist)."""
+        with self._lock:
+            if physic_msg_timestamp_ms is not None:
+                self.values.physic_msg_timestamp_ms = physic_msg_timestamp_ms
+            if logics_msg_timestamp_ms is not None:
+                self.values.logics_msg_timestamp_ms = logics_msg_timestamp_ms
+            if index_msg_timestamp_ms is not None:
+                self.values.index_msg_timestamp_ms = index_msg_timestamp_ms
+
+    def flush(self) -> None:
+        """Write and fsync the page; raises OSError."""
+        with self._lock:
+            self._handle.write(0, encode_checkpoint(self.values))
+            self._handle.sync(0, CHECKPOINT_PAGE_SIZE)
+
+    def min_timestamp_ms(self) -> int:
+        """``getMinTimestamp``: min(physic, logics) - 3000 ms, floored at 0."""
+        v = self.values
+        return max(0, min(v.physic_msg_timestamp_ms, v.logics_msg_timestamp_ms) - MIN_TIMESTAMP_MARGIN_MS)
+
+    def min_timestamp_index_ms(self) -> int:
+        """``getMinTimestampIndex``: min(min_timestamp_ms, indexMsgTimestamp)."""
+        return min(self.min_timestamp_ms(), self.values.index_msg_timestamp_ms)
+
+    def close(self) -> None:
+        self._handle.close()

@@ -1,0 +1,208 @@
+"""Consumer and delay-level offsets, persisted as RocketMQ's ``config/*.json`` files.
+
+``config/consumerOffset.json``::
+
+    {"offsetTable": {"orders@billing": {"0": 12, "1": 7}}, "dataVersion": {"counter": 3, "timestamp": ...}}
+
+Keys are ``topic@group`` (neither name may contain ``@``, see :mod:`store.names`); values map
+queue id -> next offset to consume. ``config/delayOffset.json`` is
+``{"offsetTable": {"1": 0, ...}}``: delay level -> consumed offset of ``SCHEDULE_TOPIC_XXXX``
+queue ``level - 1``.
+
+Tables live in memory, guarded by a lock; :meth:`JsonTable.persist` writes a snapshot
+atomically (temp file, fsync, ``os.replace``, fsync of the directory) and only when something
+changed since the last write, so a periodic persister is cheap.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from store.config import StoreConfig
+from store.errors import CorruptStore, InvalidArgument
+from store.io.json_file import read_json, write_json_atomically
+from store.names import validate_group, validate_topic
+
+CONSUMER_OFFSET_FILE = "consumerOffset.json"
+DELAY_OFFSET_FILE = "delayOffset.json"
+KEY_SEPARATOR = "@"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class JsonTable:
+    """A lock, a dirty flag and atomic persistence for one ``config/*.json`` file."""
+
+    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.path = path
+        self._clock_ms = clock_ms
+        self._lock = threading.RLock()
+        self._persist_lock = threading.Lock()
+        self._dirty = False
+        self._version = 0
+        document = read_json(path)
+        if document is not None:
+            version = document.get("dataVersion", {})
+            self._version = int(version.get("counter", 0)) if isinstance(version, dict) else 0
+            self._load(document)
+
+    @property
+    def dirty(self) -> bool:
+        """True when the table changed since it was loaded or last persisted."""
+        return self._dirty
+
+    def _load(self, document: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _snapshot(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _changed(self) -> None:
+        self._dirty = True
+
+    def persist(self, force: bool = False) -> bool:
+        """Write the table if it changed (or ``force``); returns whether a file was written."""
+        with self._persist_lock:
+            with self._lock:
+                if not (self._dirty or force):
+                    return False
+                self._version += 1
+                document = self._snapshot()
+                document["dataVersion"] = {"counter": self._version, "timestamp": self._clock_ms()}
+                self._dirty = False
+            try:
+                write_json_atomically(self.path, document)
+            except OSError:
+                self._dirty = True
+                raise
+            return True
+
+
+def _int_key(table: str, raw: object) -> int:
+    try:
+        return int(str(raw))
+    except ValueError as exc:
+        raise CorruptStore(f"{table}: key {raw!r} is not an integer") from exc
+
+
+class ConsumerOffsetTable(JsonTable):
+    """``topic@group`` -> queue id -> next offset to consume (RocketMQ ``ConsumerOffsetManager``)."""
+
+    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._table: dict[tuple[str, str], dict[int, int]] = {}
+        super().__init__(path, clock_ms)
+
+    @staticmethod
+    def from_config(config: StoreConfig) -> ConsumerOffsetTable:
+        return ConsumerOffsetTable(config.config_dir / CONSUMER_OFFSET_FILE)
+
+    def _load(self, document: dict[str, Any]) -> None:
+        table = document.get("offsetTable", {})
+        if not isinstance(table, dict):
+            raise CorruptStore(f"{self.path}: offsetTable is not an object")
+        for key, queues in table.items():
+            topic, sep, group = str(key).partition(KEY_SEPARATOR)
+            if not sep or not isinstance(queues, dict):
+                raise CorruptStore(f"{self.path}: bad entry {key!r}")
+            self._table[(topic, group)] = {_int_key(str(self.path), q): int(o) for q, o in queues.items()}
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "offsetTable": {
+                f"{topic}{KEY_SEPARATOR}{group}": {str(q): o for q, o in sorted(queues.items())}
+                for (topic, group), queues in sorted(self._table.items())
+            }
+        }
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record the next offset ``group`` will consume from (topic, queue_id)."""
+        self.commit_many(group, topic, {queue_id: offset})
+
+    def commit_many(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        validate_group(group)
+        validate_topic(topic, allow_system=True)
+        for queue_id, offset in offsets.items():
+            if queue_id < 0 or offset < 0:
+                raise InvalidArgument(f"queue id and offset must be >= 0, got {queue_id}: {offset}")
+        with self._lock:
+            self._table.setdefault((topic, group), {}).update(offsets)
+            self._changed()
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """Committed offset, -1 when the group never committed for this queue."""
+        with self._lock:
+            return self._table.get((topic, group), {}).get(queue_id, -1)
+
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        with self._lock:
+            return dict(self._table.get((topic, group), {}))
+
+    def groups(self) -> dict[str, list[str]]:
+        """group -> sorted topics it has offsets for."""
+        with self._lock:
+            result: dict[str, list[str]] = {}
+            for topic, group in sorted(self._table):
+                result.setdefault(group, []).append(topic)
+            return result
+
+    def delete(self, group: str, topic: str | None = None) -> int:
+        """Forget a group's offsets (for one topic or all); returns the number of topics removed."""
+        with self._lock:
+            doomed = [k for k in self._table if k[1] == group and (topic is None or k[0] == topic)]
+            return self._remove(doomed)
+
+    def delete_topic(self, topic: str) -> int:
+        """Forget every group's offsets for ``topic``; returns the number of groups removed."""
+        with self._lock:
+            return self._remove([k for k in self._table if k[0] == topic])
+
+    def _remove(self, keys: list[tuple[str, str]]) -> int:
+        for key in keys:
+            del self._table[key]
+        if keys:
+            self._changed()
+        return len(keys)
+
+
+class DelayOffsetTable(JsonTable):
+    """Delay level (1-based) -> consumed offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``."""
+
+    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._table: dict[int, int] = {}
+        super().__init__(path, clock_ms)
+
+    @staticmethod
+    def from_config(config: StoreConfig) -> DelayOffsetTable:
+        return DelayOffsetTable(config.config_dir / DELAY_OFFSET_FILE)
+
+    def _load(self, document: dict[str, Any]) -> None:
+        table = document.get("offsetTable", {})
+        if not isinstance(table, dict):
+            raise CorruptStore(f"{self.path}: offsetTable is not an object")
+        self._table = {_int_key(str(self.path), level): int(o) for level, o in table.items()}
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {"offsetTable": {str(level): o for level, o in sorted(self._table.items())}}
+
+    def get(self, level: int) -> int:
+        """Consumed offset for ``level`` (0 when never stored, like RocketMQ)."""
+        with self._lock:
+            return self._table.get(level, 0)
+
+    def set(self, level: int, offset: int) -> None:
+        if level < 1 or offset < 0:
+            raise InvalidArgument(f"delay level must be >= 1 and offset >= 0, got {level}: {offset}")
+        with self._lock:
+            if self._table.get(level) != offset:
+                self._table[level] = offset
+                self._changed()
+
+    def levels(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._table)

@@ -1,0 +1,1 @@
+"""Services above the store facade: the exactly-once publish of Spark sink batches."""

@@ -1,0 +1,620 @@
+"""Staged, exactly-once publishing of Spark sink batches: stage, decide once, publish idempotently.
+
+The server half of ``writeStream.format("sparkmq")`` (see docs/exactly_once.md). Used in
+process by the Spark driver in ``path`` mode and by the HTTP broker in ``endpoint`` mode::
+
+    <store_dir>/staging/<sink_id>/STATE.json                      {"last_published_batch": N}
+    <store_dir>/staging/<sink_id>/<batch_id:020d>/part-<part_id>.arrow   staged rows (Arrow IPC file)
+    <store_dir>/staging/<sink_id>/<batch_id:020d>/COMMIT.json            the decision (manifest)
+
+1. **Stage.** Each Spark write task writes its rows (:data:`PART_SCHEMA`) as one or more
+   *parts*, each atomically (tmp + fsync + rename). Readers see nothing.
+2. **Decide.** ``commit(sink, batch, parts)`` writes ``COMMIT.json`` naming exactly those parts,
+   with an exclusive create: if a decision for (sink, batch) exists (a replay after a crash),
+   it wins and the new attempt's parts are ignored, whatever order or partitioning they have.
+3. **Publish.** The rows of the decided parts are appended in manifest order, in chunks of
+   ``chunk_rows``; chunk ``k`` of batch ``b`` carries the deterministic UNIQ_KEYs
+   ``request_uniq_keys(ProducerRef(f"sink:{sink}:{b}", k), n)``. The call that created the
+   manifest writes straight through; any later call (a replay, a retry, broker recovery)
+   *resumes*: it waits for the key index, finds through it how much of each chunk is stored
+   (a prefix: appends are all-or-nothing while the store runs, only a crash tears one, and
+   then a prefix survives) and writes only the rest.
+4. **Mark and collect.** ``STATE.json`` records the batch as published (atomically), then the
+   batch's staging directory and every older one are deleted.
+
+Per sink the durable state is one small file plus the directories of batches decided but not
+yet published (at most one, unless publishing keeps failing). Dedupe of a resumed publish
+relies on the key index, so it reaches back as far as retention keeps the batch's messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store.config import FlushDiskType
+from store.errors import InvalidArgument, MessageTooLarge, StoreError, UnknownTopic
+from store.format.java_hash import java_string_hashes
+from store.message_store import MessageStore
+from store.names import SCHEDULE_TOPIC, validate_topic
+from store.types import Message
+from store.write.idempotence import ProducerRef, request_uniq_keys
+
+log = logging.getLogger("sparkmq.sink")
+
+STAGING_DIR_NAME = "staging"
+STATE_FILE = "STATE.json"
+COMMIT_FILE = "COMMIT.json"
+PART_PREFIX, PART_SUFFIX = "part-", ".arrow"
+#: Rows per ``put_batch`` call when publishing (recorded in each manifest: sequences depend on it).
+DEFAULT_CHUNK_ROWS = 65_536
+#: Sink ids and part ids become file names.
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+#: What a staged part holds: one row per message, already resolved (topic filled in, keys joined
+#: with spaces as RocketMQ's KEYS property). ``queue_id`` wins over ``sharding_key``; both null
+#: lets the store go round robin.
+PART_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("body", pa.binary(), nullable=False),
+        pa.field("tags", pa.string()),
+        pa.field("keys", pa.string()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("queue_id", pa.int32()),
+        pa.field("sharding_key", pa.string()),
+        pa.field("delay_level", pa.int32()),
+    ]
+)
+
+
+class SinkStagingError(StoreError):
+    """A sink commit cannot proceed (unknown or damaged staged part, bad id)."""
+
+    code = "sink_staging_error"
+
+
+@dataclass(frozen=True, slots=True)
+class StagedPart:
+    """One staged file of one write task (what a WriterCommitMessage names)."""
+
+    part_id: str
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOutcome:
+    """What ``commit`` did. ``decided_now`` is False for a replay that found an earlier decision."""
+
+    sink_id: str
+    batch_id: int
+    rows: int
+    already_published: bool = False
+    decided_now: bool = True
+
+
+# -- layout and part files (no store needed: executors write parts in path mode) ---------------
+
+
+def staging_root(store_dir: Path | str) -> Path:
+    return Path(store_dir) / STAGING_DIR_NAME
+
+
+def check_id(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not _ID_PATTERN.match(value):
+        raise InvalidArgument(f"{kind} {value!r} must be 1-128 characters of [A-Za-z0-9_.-]")
+    return value
+
+
+def batch_dir(root: Path, sink_id: str, batch_id: int) -> Path:
+    if batch_id < 0:
+        raise InvalidArgument(f"batch id must be >= 0, got {batch_id}")
+    return root / check_id("sink id", sink_id) / f"{batch_id:020d}"
+
+
+def part_path(root: Path, sink_id: str, batch_id: int, part_id: str) -> Path:
+    return batch_dir(root, sink_id, batch_id) / f"{PART_PREFIX}{check_id('part id', part_id)}{PART_SUFFIX}"
+
+
+def new_part_id(partition_id: int, attempt: int, index: int = 0) -> str:
+    """Unique per task attempt and file: ``p<partition>-a<attempt>-<index>-<random>``."""
+    return f"p{partition_id:05d}-a{attempt}-{index}-{uuid.uuid4().hex[:12]}"
+
+
+def write_part(path: Path, batches: Iterable[pa.RecordBatch]) -> int:
+    """Write ``batches`` (in :data:`PART_SCHEMA`) as an Arrow IPC file, atomically; returns rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    rows = 0
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, PART_SCHEMA) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return rows
+
+
+def write_part_bytes(path: Path, payload: bytes) -> int:
+    """Store an uploaded Arrow IPC file after checking its schema; returns its rows."""
+    try:
+        reader = pa.ipc.open_file(pa.BufferReader(payload))
+        table = reader.read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidArgument(f"staged part is not an Arrow IPC file: {exc}") from exc
+    _check_part_schema(table.schema, path.name)
+    return write_part(path, table.to_batches())
+
+
+def read_part(path: Path) -> pa.Table:
+    """A staged part (memory-mapped, zero-copy)."""
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            table = pa.ipc.open_file(source).read_all()
+    except FileNotFoundError as exc:
+        raise SinkStagingError(f"staged part {path} is missing") from exc
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SinkStagingError(f"staged part {path} is damaged: {exc}") from exc
+    _check_part_schema(table.schema, str(path))
+    return table
+
+
+def _check_part_schema(schema: pa.Schema, where: str) -> None:
+    if not schema.equals(PART_SCHEMA):
+        raise InvalidArgument(f"staged part {where}: schema {schema} is not the sink part schema")
+
+
+# -- durable small files -----------------------------------------------------------------------
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_tmp(path: Path, document: object) -> Path:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(document, out, sort_keys=True)
+        out.flush()
+        os.fsync(out.fileno())
+    return tmp
+
+
+def _replace_json(path: Path, document: object) -> None:
+    tmp = _write_tmp(path, document)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _create_json_exclusive(path: Path, document: object) -> bool:
+    """Write ``path`` unless it exists (atomic: tmp + link). True when this call created it."""
+    tmp = _write_tmp(path, document)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    sink_id: str
+    batch_id: int
+    parts: tuple[StagedPart, ...]
+    chunk_rows: int
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "sink_id": self.sink_id,
+            "batch_id": self.batch_id,
+            "chunk_rows": self.chunk_rows,
+            "parts": [{"part_id": p.part_id, "rows": p.rows} for p in self.parts],
+        }
+
+    @staticmethod
+    def load(path: Path) -> Manifest:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return Manifest(
+            sink_id=str(doc["sink_id"]),
+            batch_id=int(doc["batch_id"]),
+            parts=tuple(StagedPart(str(p["part_id"]), int(p["rows"])) for p in doc["parts"]),
+            chunk_rows=int(doc["chunk_rows"]),
+        )
+
+
+# -- the component ---------------------------------------------------------------------------
+
+
+class SinkStaging:
+    """Staging, decisions and idempotent publishing for every sink of one open store.
+
+    Thread-safe: commits of one sink are serialised. In ``path`` mode the Spark driver builds
+    one over a store it opened (it holds the directory lock); the broker builds one at start.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_event(name)`` is called at each step of a commit (``decided``, ``chunk-<k>``
+        after chunk k is stored, ``published``): a seam for fault-injection tests."""
+        if chunk_rows < 1:
+            raise InvalidArgument("chunk_rows must be >= 1")
+        self._on_event = on_event
+        self.store = store
+        self.root = staging_root(store.config.store_dir)
+        self.chunk_rows = chunk_rows
+        self._guard = threading.Lock()
+        self._sink_locks: dict[str, threading.Lock] = {}
+
+    def _event(self, name: str) -> None:
+        if self._on_event is not None:
+            self._on_event(name)
+
+    def _sink_lock(self, sink_id: str) -> threading.Lock:
+        with self._guard:
+            return self._sink_locks.setdefault(sink_id, threading.Lock())
+
+    # staging (HTTP uploads; path-mode executors call write_part directly) ---------------------
+    def stage_part(self, sink_id: str, batch_id: int, part_id: str, payload: bytes) -> StagedPart:
+        path = part_path(self.root, sink_id, batch_id, part_id)
+        return StagedPart(part_id, write_part_bytes(path, payload))
+
+    # state -------------------------------------------------------------------------------------
+    def last_published(self, sink_id: str) -> int:
+        """Highest published batch id of ``sink_id`` (-1 when none)."""
+        path = self.root / check_id("sink id", sink_id) / STATE_FILE
+        try:
+            return int(json.loads(path.read_text(encoding="utf-8"))["last_published_batch"])
+        except FileNotFoundError:
+            return -1
+
+    def _batch_dirs(self, sink_id: str) -> list[tuple[int, Path]]:
+        sink_dir = self.root / sink_id
+        if not sink_dir.is_dir():
+            return []
+        found = [(int(p.name), p) for p in sink_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+        return sorted(found)
+
+    def pending(self, sink_id: str) -> list[int]:
+        """Batches decided (manifest written) but not yet published."""
+        last = self.last_published(sink_id)
+        return [b for b, d in self._batch_dirs(sink_id) if b > last and (d / COMMIT_FILE).exists()]
+
+    def sinks(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _ID_PATTERN.match(p.name))
+
+    # commit / abort / recover --------------------------------------------------------------
+    def commit(self, sink_id: str, batch_id: int, parts: Sequence[StagedPart]) -> CommitOutcome:
+        """Decide (once) which parts make batch ``batch_id`` of ``sink_id``, then publish them.
+
+        Idempotent: a replay of a published batch does nothing; a replay of a decided but
+        unpublished batch publishes the *earlier* decision and ignores ``parts``. Earlier
+        decided batches of the sink are published first. Raises when a part is missing or
+        unpublishable (nothing decided then) or when the store refuses a write (the decision
+        stands; the next call resumes).
+        """
+        check_id("sink id", sink_id)
+        with self._sink_lock(sink_id):
+            last = self.last_published(sink_id)
+            if batch_id <= last:
+                self._collect(sink_id, last)
+                return CommitOutcome(sink_id, batch_id, 0, already_published=True, decided_now=False)
+            for earlier in self.pending(sink_id):
+                if earlier < batch_id:
+                    self._publish_decided(sink_id, earlier)
+            manifest_path = batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE
+            decided_now = False
+            if not manifest_path.exists():
+                manifest = Manifest(sink_id, batch_id, tuple(parts), self.chunk_rows)
+                self._check_publishable(manifest)
+                manifest_path.parent.mkdir(parents=True, exist_ok=True)
+                decided_now = _create_json_exclusive(manifest_path, manifest.to_json())
+            manifest = Manifest.load(manifest_path)
+            if not decided_now:
+                log.info(
+                    "sink %s batch %d: replay; keeping the earlier decision (%d parts)",
+                    sink_id, batch_id, len(manifest.parts),
+                )  # fmt: skip
+            self._event("decided")
+            self._publish(manifest, resume=not decided_now)
+            self._event("published")
+            self._mark_published(sink_id, batch_id)
+            return CommitOutcome(sink_id, batch_id, manifest.rows, decided_now=decided_now)
+
+    def abort(self, sink_id: str, batch_id: int, part_ids: Iterable[str]) -> int:
+        """Delete staged parts of a failed attempt (never those a decision names). Best effort."""
+        check_id("sink id", sink_id)
+        with self._sink_lock(sink_id):
+            directory = batch_dir(self.root, sink_id, batch_id)
+            keep: set[str] = set()
+            if (directory / COMMIT_FILE).exists():
+                keep = {p.part_id for p in Manifest.load(directory / COMMIT_FILE).parts}
+            removed = 0
+            for part_id in part_ids:
+                if part_id not in keep:
+                    path = part_path(self.root, sink_id, batch_id, part_id)
+                    if path.exists():
+                        path.unlink()
+                        removed += 1
+            return removed
+
+    def recover(self) -> list[CommitOutcome]:
+        """Publish every decided-but-unpublished batch of every sink and collect garbage.
+
+        Run at broker start (and harmless at any time). A sink whose publish fails is logged
+        and left for its next commit; the others proceed.
+        """
+        outcomes: list[CommitOutcome] = []
+        for sink_id in self.sinks():
+            with self._sink_lock(sink_id):
+                try:
+                    for batch_id in self.pending(sink_id):
+                        outcomes.append(self._publish_decided(sink_id, batch_id))
+                    self._collect(sink_id, self.last_published(sink_id))
+                except (StoreError, OSError) as exc:
+                    log.error("sink %s: could not resume publishing: %s", sink_id, exc)
+        return outcomes
+
+    def _publish_decided(self, sink_id: str, batch_id: int) -> CommitOutcome:
+        manifest = Manifest.load(batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE)
+        log.info("sink %s: resuming publish of decided batch %d (%d rows)", sink_id, batch_id, manifest.rows)
+        self._publish(manifest, resume=True)
+        self._mark_published(sink_id, batch_id)
+        return CommitOutcome(sink_id, batch_id, manifest.rows, decided_now=False)
+
+    def _mark_published(self, sink_id: str, batch_id: int) -> None:
+        if self.store.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
+            self.store.flush()  # the staged copy goes away next: the published one must be on disk
+        _replace_json(self.root / sink_id / STATE_FILE, {"last_published_batch": batch_id})
+        self._collect(sink_id, batch_id)
+
+    def _collect(self, sink_id: str, last_published: int) -> None:
+        """Delete staging of published batches and orphans of older attempts."""
+        for batch_id, directory in self._batch_dirs(sink_id):
+            if batch_id <= last_published:
+                shutil.rmtree(directory, ignore_errors=True)
+        sink_dir = self.root / sink_id
+        for stray in sink_dir.glob(".*.tmp") if sink_dir.is_dir() else ():
+            stray.unlink(missing_ok=True)
+
+    # validation and publishing ---------------------------------------------------------------
+    def _check_publishable(self, manifest: Manifest) -> None:
+        """Refuse a decision whose rows the store would refuse: nothing is decided then."""
+        max_body = self.store.config.max_message_size_bytes
+        for part in manifest.parts:
+            table = read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
+            if table.num_rows != part.rows:
+                raise SinkStagingError(
+                    f"staged part {part.part_id} has {table.num_rows} rows, the writer reported {part.rows}"
+                )
+            if table.num_rows == 0:
+                continue
+            longest = pc.max(pc.binary_length(table.column("body"))).as_py()
+            if longest is not None and longest > max_body:
+                raise MessageTooLarge(f"a body is {longest} bytes; the limit is {max_body}")
+            topics = pc.unique(table.column("topic")).to_pylist()
+            queue_ids = table.column("queue_id")
+            for topic in topics:
+                validate_topic(topic)
+                count = self._queue_count(topic)
+                if queue_ids.null_count == len(queue_ids):
+                    continue
+                mine = queue_ids
+                if len(topics) > 1:
+                    mine = queue_ids.filter(pc.equal(table.column("topic"), topic))
+                low, high = pc.min(mine).as_py(), pc.max(mine).as_py()
+                if high is not None and (high >= count or low < 0):
+                    bad = high if high >= count else low
+                    raise InvalidArgument(f"queue_id {bad} is outside topic {topic!r}'s {count} queues")
+
+    def _queue_count(self, topic: str) -> int:
+        if self.store.has_topic(topic):
+            return self.store.queue_count(topic)
+        if not self.store.config.auto_create_topics:
+            raise UnknownTopic(f"topic {topic!r} does not exist (auto-creation is off)")
+        return self.store.create_topic(topic)
+
+    def _publish(self, manifest: Manifest, *, resume: bool) -> None:
+        if resume and not self.store.wait_indexed(60.0):
+            raise StoreError("the key index did not catch up in 60 s; cannot check what is published")
+        producer_id = f"sink:{manifest.sink_id}:{manifest.batch_id}"
+        sequence = 0
+        for part in manifest.parts:
+            table = read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
+            for topic, chunk, delayed in _chunks(table, manifest.chunk_rows):
+                ref = ProducerRef(producer_id, sequence)
+                sequence += 1
+                resume = self._put_chunk(topic, chunk, delayed, ref, resume=resume)
+                self._event(f"chunk-{ref.sequence}")
+
+    def _put_chunk(
+        self, topic: str, chunk: pa.Table, delayed: bool, ref: ProducerRef, *, resume: bool
+    ) -> bool:
+        """Append the part of ``chunk`` not yet stored; returns whether later chunks may be stored."""
+        n = chunk.num_rows
+        uniq = chunk_uniq_keys(ref, n)
+        start = 0
+        if resume:
+            start = self._stored_prefix(SCHEDULE_TOPIC if delayed else topic, uniq)
+            if start == n:
+                return True
+            # Chunks are appended in order, each all-or-nothing: a chunk not (fully) stored means
+            # no later chunk is stored either, so the rest of the batch writes straight through.
+            resume = False
+        rest = chunk.slice(start)
+        keys = uniq[start:]
+        if delayed:
+            self.store.put_messages(_messages(topic, rest, keys, _queue_ids(rest, self._queue_count(topic))))
+        else:
+            self._put_columns(topic, rest, keys)
+        return resume
+
+    def _stored_prefix(self, lookup_topic: str, uniq: Sequence[str]) -> int:
+        """How many leading messages of a chunk are stored (found through the key index)."""
+
+        def stored(i: int) -> bool:
+            return self.store.get_by_uniq_key(lookup_topic, uniq[i]) is not None
+
+        if not stored(0):
+            return 0
+        if stored(len(uniq) - 1):
+            return len(uniq)
+        lo, hi = 0, len(uniq) - 1  # stored(lo), not stored(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if stored(mid) else (lo, mid)
+        return hi
+
+    def _put_columns(self, topic: str, chunk: pa.Table, uniq: Sequence[str]) -> None:
+        n = chunk.num_rows
+        count = self._queue_count(topic)
+        self.store.put_batch(
+            topic,
+            chunk.column("body").to_pylist(),
+            queue_ids=_queue_ids(chunk, count),
+            tags=_optional_strings(chunk.column("tags")),
+            keys=_optional_strings(chunk.column("keys")),
+            properties=_property_columns(chunk.column("properties"), n),
+            uniq_keys=uniq,
+        )
+
+
+# -- column helpers ----------------------------------------------------------------------------
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
+
+
+def chunk_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
+    """``request_uniq_keys(ref, count)``, vectorised (the per-key Python work was a third of
+    publishing): the 24-hex-char request prefix then message index ``i`` as 8 hex chars."""
+    prefix = request_uniq_keys(ref, 1)[0][:24].encode("ascii")
+    index = np.arange(count, dtype=np.uint32)
+    text = np.empty((count, 32), dtype=np.uint8)
+    text[:, :24] = np.frombuffer(prefix, dtype=np.uint8)
+    text[:, 24:] = _HEX[(index[:, None] >> _NIBBLE_SHIFTS) & 0xF]
+    joined = text.tobytes().decode("ascii")
+    return [joined[i : i + 32] for i in range(0, 32 * count, 32)]
+
+
+def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, bool]]:
+    """(topic, rows, delayed) in a deterministic order: topics sorted, plain rows then delayed."""
+    if table.num_rows == 0:
+        return
+    topics = sorted(pc.unique(table.column("topic")).to_pylist())
+    for topic in topics:
+        rows = table if len(topics) == 1 else table.filter(pc.equal(table.column("topic"), topic))
+        delay = rows.column("delay_level")
+        if delay.null_count == len(delay) or not pc.any(pc.greater(delay, 0)).as_py():
+            groups = [(rows, False)]
+        else:
+            is_delayed = pc.fill_null(pc.greater(delay, 0), False)
+            groups = [(rows.filter(pc.invert(is_delayed)), False), (rows.filter(is_delayed), True)]
+        for group, delayed in groups:
+            for start in range(0, group.num_rows, chunk_rows):
+                yield topic, group.slice(start, chunk_rows), delayed
+
+
+def _optional_strings(column: pa.ChunkedArray) -> list[str | None] | None:
+    if column.null_count == len(column):
+        return None
+    values: list[str | None] = column.to_pylist()
+    return values
+
+
+def _queue_ids(chunk: pa.Table, count: int) -> npt.NDArray[np.int32] | None:
+    """Explicit queue id, else the sharding key's hash queue, else round robin (None)."""
+    explicit, sharding = chunk.column("queue_id"), chunk.column("sharding_key")
+    n = chunk.num_rows
+    if explicit.null_count == n and sharding.null_count == n:
+        return None
+    ids = np.asarray(pc.fill_null(explicit, -1).to_numpy(), dtype=np.int64)
+    if sharding.null_count < n:
+        rows = np.flatnonzero((ids < 0) & np.asarray(pc.is_valid(sharding).to_numpy(zero_copy_only=False)))
+        if len(rows):
+            keys = pc.take(sharding, pa.array(rows)).to_pylist()
+            ids[rows] = np.abs(java_string_hashes(keys).astype(np.int64)) % count
+    missing = ids < 0
+    if missing.any():
+        ids[missing] = np.arange(int(missing.sum()), dtype=np.int64) % count
+    return ids.astype(np.int32)
+
+
+def _property_columns(column: pa.ChunkedArray, n: int) -> dict[str, list[str | None]] | None:
+    """A map column pivoted into ``put_batch``'s name -> per-message values (None = absent)."""
+    merged = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if merged.null_count == n or len(merged.keys) == 0:
+        return None
+    offsets = np.asarray(merged.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])  # absolute: keys/items are not sliced
+    names = merged.keys.slice(first, last - first).to_pylist()
+    values = merged.items.slice(first, last - first).to_pylist()
+    rows = np.repeat(np.arange(n), np.diff(offsets)).tolist()
+    out: dict[str, list[str | None]] = {}
+    for row, name, value in zip(rows, names, values, strict=True):
+        out.setdefault(name, [None] * n)[row] = value
+    return out
+
+
+def _messages(
+    topic: str, chunk: pa.Table, uniq: Sequence[str], queue_ids: npt.NDArray[np.int32] | None
+) -> list[Message]:
+    """Per-message path for delayed rows (put_batch takes no delay level)."""
+    cols = chunk.to_pydict()
+    qids = [None] * chunk.num_rows if queue_ids is None else queue_ids.tolist()
+    return [
+        Message(
+            topic=topic,
+            body=cols["body"][i],
+            tags=cols["tags"][i],
+            keys=tuple((cols["keys"][i] or "").split()),
+            properties=dict(cols["properties"][i] or ()),
+            queue_id=qids[i],
+            delay_level=cols["delay_level"][i] or 0,
+            uniq_key=uniq[i],
+        )
+        for i in range(chunk.num_rows)
+    ]

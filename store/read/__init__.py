@@ -1,0 +1,1 @@
+"""The read path: ConsumeQueue units to CommitLog bytes to messages and Arrow batches."""

@@ -1,0 +1,1 @@
+"""The put path: producer messages to records, queue offsets, append, dispatch, dedupe."""

@@ -1,0 +1,567 @@
+"""The put path: validation, encoding, queue offsets, CommitLog append, ConsumeQueue dispatch.
+
+:class:`Appender` owns the put lock. Every message of a call is validated and encoded before
+the lock is taken (all or nothing); under the lock it assigns the store timestamp (monotonic)
+and the queue offsets (vectorised), appends to the CommitLog, dispatches the ConsumeQueue
+units inline and hands the batch to the index thread. After the lock: arrival notification
+and, with SYNC_FLUSH, the wait for the group commit. Idempotent requests
+(:class:`~store.write.idempotence.ProducerRef`) are resolved here too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from store.commitlog.commitlog import CommitLog
+from store.commitlog.dispatch_batch import DispatchBatch
+from store.commitlog.group_commit import GroupCommitService
+from store.config import StoreConfig
+from store.consumequeue.consume_queue import ConsumeQueueStore
+from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownQueue, UnknownTopic
+from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
+from store.format.record import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    BodyPolicy,
+    encode_msg_id,
+    encode_record,
+)
+from store.index.index_service import IndexDispatcher
+from store.metadata.topic_config import TopicConfigTable
+from store.names import validate_topic
+from store.types import Message, MessageView, PutResult
+from store.write.arrivals import Arrivals
+from store.write.idempotence import ProducerRef, ProducerTable, request_uniq_keys, stored_prefix
+from store.write.message_builder import build_record, place, tags_codes_for, tags_hashes_of, validate_message
+
+UniqKeyLookup = Callable[[str, str], MessageView | None]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPutResult:
+    """Where a columnar batch landed: one entry per message, in input order."""
+
+    topic: str
+    queue_ids: npt.NDArray[np.int32]
+    queue_offsets: npt.NDArray[np.int64]
+    commitlog_offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int32]
+    uniq_keys: Sequence[str]
+    store_timestamp_ms: int
+    store_host: tuple[str, int]
+
+    def __len__(self) -> int:
+        return len(self.queue_ids)
+
+    def msg_id(self, i: int) -> str:
+        return encode_msg_id(self.store_host, int(self.commitlog_offsets[i]))
+
+    def results(self) -> list[PutResult]:
+        """The same information as :class:`PutResult` objects (one Python object each)."""
+        return [
+            PutResult(
+                msg_id=self.msg_id(i),
+                uniq_key=self.uniq_keys[i],
+                topic=self.topic,
+                queue_id=int(self.queue_ids[i]),
+                queue_offset=int(self.queue_offsets[i]),
+                commitlog_offset=int(self.commitlog_offsets[i]),
+                store_timestamp_ms=self.store_timestamp_ms,
+                size_bytes=int(self.sizes[i]),
+            )
+            for i in range(len(self))
+        ]
+
+
+class Appender:
+    """Writes messages; thread-safe (one put lock)."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock_ms: Callable[[], int],
+        delay_levels: tuple[int, ...],
+        commitlog: CommitLog,
+        queues: ConsumeQueueStore,
+        topics: TopicConfigTable,
+        index: IndexDispatcher | None,
+        arrivals: Arrivals,
+        lookup_uniq_key: UniqKeyLookup,
+        last_store_timestamp_ms: int,
+    ) -> None:
+        self.config = config
+        self.delay_levels = delay_levels
+        self.lock = threading.Lock()
+        self._clock = clock_ms
+        self._policy = BodyPolicy.from_config(config)
+        self._store_host = (config.store_host, config.store_port)
+        self._commitlog = commitlog
+        self._queues = queues
+        self._topics = topics
+        self._index = index
+        self._arrivals = arrivals
+        self._lookup = lookup_uniq_key
+        self._uniq = UniqKeyGenerator(config.store_host, clock_ms=clock_ms)
+        self._producers = ProducerTable()
+        self._queue_next: dict[tuple[str, int], int] = {}
+        self._round_robin: dict[str, int] = {}
+        self._producible: set[str] = set()
+        self._last_store_ts = last_store_timestamp_ms
+        self._closed = False
+        self.group_commit: GroupCommitService | None = None
+        self.messages_put = 0
+        self.bytes_put = 0
+
+    @property
+    def last_store_timestamp_ms(self) -> int:
+        return self._last_store_ts
+
+    def close(self) -> bool:
+        """Refuse further puts; returns False when it was already closed."""
+        with self.lock:
+            was_open, self._closed = not self._closed, True
+            return was_open
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"store {self.config.store_dir} is closed")
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the bookkeeping of a deleted topic (call with :attr:`lock` held)."""
+        for key in [k for k in self._queue_next if k[0] == topic]:
+            del self._queue_next[key]
+        self._round_robin.pop(topic, None)
+
+    def reset_queue_offsets(self) -> None:
+        """Re-read next queue offsets from the ConsumeQueues (after a rebuild)."""
+        self._queue_next.clear()
+
+    def put_message(self, msg: Message) -> PutResult:
+        return self.put_messages([msg])[0]
+
+    def put_messages(
+        self, messages: Sequence[Message], *, producer: ProducerRef | None = None
+    ) -> list[PutResult]:
+        """See :meth:`store.message_store.MessageStore.put_messages`."""
+        self._ensure_open()
+        if producer is None or not messages:
+            return self._put_messages(messages)
+        ref = producer.validate()
+        with self._producers.request_lock(ref.producer_id):
+            cached = self._producers.recent(ref)
+            if isinstance(cached, list) and len(cached) == len(messages):
+                return cached
+            keys = request_uniq_keys(ref, len(messages))
+            topics = [place(m, 0, self.delay_levels).topic for m in messages]
+            stored = self._stored_prefix(topics, keys)
+            missing = [i for i in range(len(messages)) if i not in stored]
+            if missing:
+                fresh = self._put_messages([_with_uniq_key(messages[i], keys[i]) for i in missing])
+                stored.update(zip(missing, fresh, strict=True))
+            results = [stored[i] for i in range(len(messages))]
+            self._producers.remember(ref, results)
+            return results
+
+    def _stored_prefix(self, topics: Sequence[str], keys: Sequence[str]) -> dict[int, PutResult]:
+        """Results of the messages of an earlier attempt of this request that are stored."""
+
+        def lookup(i: int) -> PutResult | None:
+            view = self._lookup(topics[i], keys[i])
+            return None if view is None else _put_result(view)
+
+        return stored_prefix(len(keys), lookup)
+
+    def _put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
+        if not messages:
+            return []
+        now = self._clock()
+        uniq_keys = [m.uniq_key or "" for m in messages]
+        missing = [i for i, k in enumerate(uniq_keys) if not k]
+        for i, key in zip(missing, self._uniq.next_batch(len(missing)), strict=True):
+            uniq_keys[i] = key
+        records = []
+        for i, msg in enumerate(messages):
+            validate_message(msg)
+            count = self._queue_count_for_put(msg.topic)
+            queue_id = self._choose_queue(msg.topic, msg.queue_id, count)
+            placement = place(msg, queue_id, self.delay_levels)
+            records.append(
+                build_record(
+                    msg,
+                    placement,
+                    uniq_keys[i],
+                    policy=self._policy,
+                    delay_levels=self.delay_levels,
+                    born_timestamp_ms=now,
+                    store_host=self._store_host,
+                )
+            )
+        encoded = EncodedBatch.from_records([encode_record(r) for r in records], uniq_keys)
+        topics = [r.topic for r in records]
+        props = [r.properties or {} for r in records]
+        topic_names = tuple(dict.fromkeys(topics))
+        code_of = {t: i for i, t in enumerate(topic_names)}
+        batch = self._append(
+            encoded,
+            topic_names,
+            np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=len(records)),
+            np.fromiter((r.queue_id for r in records), dtype=np.int32, count=len(records)),
+            tags_hashes_of([p.get(PROPERTY_TAGS) for p in props]),
+            tuple(p.get(PROPERTY_KEYS) for p in props),
+        )
+        return [
+            PutResult(
+                msg_id=encode_msg_id(self._store_host, int(batch.commitlog_offsets[i])),
+                uniq_key=uniq_keys[i],
+                topic=topics[i],
+                queue_id=int(batch.queue_ids[i]),
+                queue_offset=int(batch.queue_offsets[i]),
+                commitlog_offset=int(batch.commitlog_offsets[i]),
+                store_timestamp_ms=batch.store_timestamp_ms,
+                size_bytes=int(batch.sizes[i]),
+            )
+            for i in range(len(records))
+        ]
+
+    def _append_columns(
+        self,
+        encoded: EncodedBatch,
+        topic: str,
+        queue_ids: npt.NDArray[np.int32],
+        tags: Sequence[str | None],
+        keys: Sequence[str | None],
+    ) -> BatchPutResult:
+        n = len(queue_ids)
+        return self._append(
+            encoded, (topic,), np.zeros(n, dtype=np.int32), queue_ids, tags_hashes_of(tags), tuple(keys)
+        )
+
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
+        tags: str | Sequence[str | None] | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: Mapping[str, str | Sequence[str | None]] | None = None,
+        uniq_keys: Sequence[str | None] | None = None,
+        born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
+        producer: ProducerRef | None = None,
+    ) -> BatchPutResult:
+        """See :meth:`store.message_store.MessageStore.put_batch`."""
+        self._ensure_open()
+        if producer is not None and len(bodies):
+            return self._put_batch_idempotent(
+                producer.validate(), topic, bodies, queue_ids, tags, keys, properties, born_timestamps_ms
+            )
+        n = len(bodies)
+        count = self._queue_count_for_put(topic)
+        if n == 0:
+            empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
+            return BatchPutResult(topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
+        qids = self._choose_queues(topic, queue_ids, count, n)
+        if uniq_keys is None or not all(uniq_keys):
+            generated = self._uniq.next_batch(n)
+            keys_out = (
+                generated
+                if uniq_keys is None
+                else [k or g for k, g in zip(uniq_keys, generated, strict=True)]
+            )
+        else:
+            keys_out = list(uniq_keys)  # type: ignore[arg-type]
+        columns: dict[str, str | Sequence[str | None] | None] = dict(properties or {})
+        for reserved in (PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS):
+            if reserved in columns:
+                raise InvalidArgument(f"property {reserved} is set through its own argument")
+        columns[PROPERTY_UNIQ_KEY] = keys_out
+        if keys is not None:
+            _check_column_length("keys", keys, n)
+            columns[PROPERTY_KEYS] = keys
+        if tags is not None:
+            if not isinstance(tags, str):
+                _check_column_length("tags", tags, n)
+            columns[PROPERTY_TAGS] = tags
+        born = self._clock() if born_timestamps_ms is None else born_timestamps_ms
+        encoded = encode_columns(
+            BatchColumns(
+                topic=topic,
+                bodies=bodies,
+                queue_ids=qids,
+                properties=columns,
+                born_timestamps_ms=born,
+                store_host=self._store_host,
+            ),
+            self._policy,
+        )
+        encoded.uniq_keys = keys_out
+        tags_list = [tags] * n if isinstance(tags, str) or tags is None else list(tags)
+        keys_list: Sequence[str | None] = [None] * n if keys is None else keys
+        return self._append_columns(encoded, topic, qids, tags_list, keys_list)
+
+    def _put_batch_idempotent(
+        self,
+        ref: ProducerRef,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None,
+        tags: str | Sequence[str | None] | None,
+        keys: Sequence[str | None] | None,
+        properties: Mapping[str, str | Sequence[str | None]] | None,
+        born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None,
+    ) -> BatchPutResult:
+        n = len(bodies)
+        with self._producers.request_lock(ref.producer_id):
+            cached = self._producers.recent(ref)
+            if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == topic:
+                return cached
+            uniq = request_uniq_keys(ref, n)
+            stored = self._stored_prefix([topic] * n, uniq)
+            if stored:
+                missing = np.array([i for i in range(n) if i not in stored], dtype=np.int64)
+                if len(missing):
+                    self.put_batch(
+                        topic,
+                        [bodies[i] for i in missing.tolist()],
+                        queue_ids=_take(queue_ids, missing),
+                        tags=_take(tags, missing),
+                        keys=_take(keys, missing),
+                        properties={k: _take(v, missing) for k, v in (properties or {}).items()},
+                        uniq_keys=[uniq[i] for i in missing.tolist()],
+                        born_timestamps_ms=_take(born_timestamps_ms, missing),
+                    )
+                    stored.update(self._stored_prefix([topic] * n, uniq))
+                result = _batch_result(topic, [stored[i] for i in range(n)], self._store_host)
+            else:
+                result = self.put_batch(
+                    topic,
+                    bodies,
+                    queue_ids=queue_ids,
+                    tags=tags,
+                    keys=keys,
+                    properties=properties,
+                    uniq_keys=uniq,
+                    born_timestamps_ms=born_timestamps_ms,
+                )
+            self._producers.remember(ref, result)
+            return result
+
+    def _choose_queues(
+        self, topic: str, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None, count: int, n: int
+    ) -> npt.NDArray[np.int32]:
+        if queue_ids is None:
+            with self.lock:
+                first = self._round_robin.get(topic, 0)
+                self._round_robin[topic] = first + n
+            return ((first + np.arange(n, dtype=np.int64)) % count).astype(np.int32)
+        qids = np.broadcast_to(np.asarray(queue_ids, dtype=np.int64), (n,))
+        bad = (qids < 0) | (qids >= count)
+        if bool(bad.any()):
+            first_bad = int(np.flatnonzero(bad)[0])
+            raise UnknownQueue(
+                f"message {first_bad}: queue {int(qids[first_bad])} does not exist: "
+                f"topic {topic!r} has {count} queues"
+            )
+        return qids.astype(np.int32)
+
+    def _choose_queue(self, topic: str, queue_id: int | None, count: int) -> int:
+        if queue_id is None:
+            with self.lock:
+                nxt = self._round_robin.get(topic, 0)
+                self._round_robin[topic] = nxt + 1
+            return nxt % count
+        if not 0 <= queue_id < count:
+            raise UnknownQueue(f"queue {queue_id} does not exist: topic {topic!r} has {count} queues")
+        return queue_id
+
+    def _append(
+        self,
+        encoded: EncodedBatch,
+        topic_names: tuple[str, ...],
+        topic_codes: npt.NDArray[np.int32],
+        queue_ids: npt.NDArray[np.int32],
+        tags_hashes: npt.NDArray[np.int64],
+        keys: tuple[str | None, ...],
+    ) -> BatchPutResult:
+        """Append under the put lock: queue offsets, CommitLog, ConsumeQueue dispatch."""
+        n = len(encoded)
+        uniq_keys = tuple(encoded.uniq_keys)
+        with self.lock:
+            self._ensure_open()
+            store_ts = max(self._clock(), self._last_store_ts)
+            queue_offsets = self._assign_queue_offsets(topic_names, topic_codes, queue_ids)
+            encoded.patch_queue_offsets(queue_offsets)
+            start = self._commitlog.max_offset
+            appended = self._commitlog.append(encoded, store_ts)
+            dispatch = DispatchBatch(
+                appended.commitlog_offsets,
+                appended.sizes,
+                tags_codes_for(
+                    topic_names, topic_codes, queue_ids, np.full(n, store_ts), tags_hashes, self.delay_levels
+                ),
+                queue_ids,
+                queue_offsets,
+                np.full(n, store_ts, dtype=np.int64),
+                np.zeros(n, dtype=np.int32),
+                topic_codes,
+                topic_names,
+                uniq_keys,
+                keys,
+            )
+            try:
+                self._queues.dispatch(dispatch)
+            except (OSError, ValueError, InvalidArgument) as exc:
+                self._commitlog.truncate(start)
+                raise StoreNotWritable(f"ConsumeQueue dispatch failed, nothing written: {exc}") from exc
+            self._commit_queue_offsets(topic_names, topic_codes, queue_ids, queue_offsets)
+            self._last_store_ts = store_ts
+            self.messages_put += n
+            self.bytes_put += int(appended.wrote_bytes)
+            if self._index is not None:
+                self._index.dispatch(dispatch)
+        self._arrivals.notify(
+            (topic_names[code], qid, last + 1)
+            for code, qid, last in _last_per_queue(topic_codes, queue_ids, queue_offsets)
+        )
+        if self.group_commit is not None:
+            self.group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
+        return BatchPutResult(
+            topic_names[0],
+            queue_ids,
+            queue_offsets,
+            appended.commitlog_offsets,
+            appended.sizes,
+            uniq_keys,
+            store_ts,
+            self._store_host,
+        )
+
+    def _next_offset(self, topic: str, queue_id: int) -> int:
+        key = (topic, queue_id)
+        nxt = self._queue_next.get(key)
+        if nxt is None:
+            cq = self._queues.get(topic, queue_id)
+            nxt = 0 if cq is None else cq.max_offset
+            self._queue_next[key] = nxt
+        return nxt
+
+    def _assign_queue_offsets(
+        self, topics: tuple[str, ...], topic_codes: npt.NDArray[np.int32], queue_ids: npt.NDArray[np.int32]
+    ) -> npt.NDArray[np.int64]:
+        """Per message: next offset of its queue + its rank among this batch's messages to it."""
+        n = len(queue_ids)
+        keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
+        if n == 0 or bool(np.all(keys == keys[0])):
+            base = self._next_offset(topics[int(topic_codes[0])], int(queue_ids[0])) if n else 0
+            return base + np.arange(n, dtype=np.int64)
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        group_starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_keys)) + 1))
+        counts = np.diff(np.concatenate((group_starts, [n])))
+        bases = np.array(
+            [
+                self._next_offset(topics[int(k >> 32)], int(k & 0xFFFFFFFF))
+                for k in sorted_keys[group_starts].tolist()
+            ],
+            dtype=np.int64,
+        )
+        ranks = np.arange(n, dtype=np.int64) - np.repeat(group_starts, counts)
+        out = np.empty(n, dtype=np.int64)
+        out[order] = np.repeat(bases, counts) + ranks
+        return out
+
+    def _commit_queue_offsets(
+        self,
+        topics: tuple[str, ...],
+        topic_codes: npt.NDArray[np.int32],
+        queue_ids: npt.NDArray[np.int32],
+        queue_offsets: npt.NDArray[np.int64],
+    ) -> None:
+        for code, qid, last in _last_per_queue(topic_codes, queue_ids, queue_offsets):
+            self._queue_next[(topics[code], qid)] = last + 1
+
+    def _queue_count_for_put(self, topic: str) -> int:
+        """Queue count of a user topic a producer writes to (auto-created when allowed)."""
+        if topic not in self._producible:
+            validate_topic(topic)  # refuses bad names and system topics
+            self._producible.add(topic)
+        tc = self._topics.get(topic)
+        if tc is not None:
+            return tc.queues
+        if not self.config.auto_create_topics:
+            raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)")
+        created = self._topics.create_or_grow(topic, self.config.default_queues_per_topic).queues
+        self._topics.persist()
+        return created
+
+
+def _with_uniq_key(msg: Message, uniq_key: str) -> Message:
+    copy = Message(**{f: getattr(msg, f) for f in Message.__slots__})  # type: ignore[attr-defined]
+    copy.uniq_key = uniq_key
+    return copy
+
+
+def _put_result(view: MessageView) -> PutResult:
+    return PutResult(
+        msg_id=view.msg_id,
+        uniq_key=view.uniq_key or "",
+        topic=view.topic,
+        queue_id=view.queue_id,
+        queue_offset=view.queue_offset,
+        commitlog_offset=view.commitlog_offset,
+        store_timestamp_ms=view.store_timestamp_ms,
+        size_bytes=view.size_bytes,
+    )
+
+
+def _batch_result(topic: str, results: Sequence[PutResult], store_host: tuple[str, int]) -> BatchPutResult:
+    return BatchPutResult(
+        topic,
+        np.array([r.queue_id for r in results], dtype=np.int32),
+        np.array([r.queue_offset for r in results], dtype=np.int64),
+        np.array([r.commitlog_offset for r in results], dtype=np.int64),
+        np.array([r.size_bytes for r in results], dtype=np.int32),
+        [r.uniq_key for r in results],
+        max(r.store_timestamp_ms for r in results),
+        store_host,
+    )
+
+
+def _take(column: object, rows: npt.NDArray[np.int64]) -> Any:
+    """Select ``rows`` of a per-message column; scalars and None pass through."""
+    if column is None or isinstance(column, str | int | np.integer):
+        return column
+    if isinstance(column, np.ndarray):
+        return column[rows]
+    values = list(column)  # type: ignore[call-overload]
+    return [values[i] for i in rows.tolist()]
+
+
+def _check_column_length(name: str, column: Sequence[object], n: int) -> None:
+    if len(column) != n:
+        raise InvalidArgument(f"{name} has {len(column)} values for {n} bodies")
+
+
+def _last_per_queue(
+    topic_codes: npt.NDArray[np.int32], queue_ids: npt.NDArray[np.int32], values: npt.NDArray[np.int64]
+) -> Iterable[tuple[int, int, int]]:
+    """(topic code, queue id, value of its last message) for each distinct queue of a batch."""
+    keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
+    if len(keys) == 0:
+        return []
+    if bool(np.all(keys == keys[0])):
+        return [(int(topic_codes[0]), int(queue_ids[0]), int(values[-1]))]
+    distinct, first_from_end = np.unique(keys[::-1], return_index=True)
+    last = len(keys) - 1 - first_from_end
+    return [
+        (int(key >> 32), int(key & 0xFFFFFFFF), int(value))
+        for key, value in zip(distinct.tolist(), values[last].tolist(), strict=True)
+    ]

@@ -1,0 +1,392 @@
+"""``spark.read`` / ``spark.readStream`` ``.format("sparkmq")``: ConsumeQueue offsets as Spark offsets.
+
+A thin adapter over PySpark's Python Data Source contract (see ``docs/spark_source.md`` and
+``../shared/reference/spark_datasource.md``):
+
+* the DataSource parses its options at ``load()`` (``schema()`` is called there) so a bad
+  option fails early with its name in the message;
+* the stream reader plans micro-batches on the driver over per-queue offsets
+  (:mod:`streaming.offsets`), honours ``ReadMaxRows`` and ``Trigger.AvailableNow`` and
+  mirrors progress into the broker's offsetTable (:class:`GroupMirror`);
+* ``read()`` runs on executors, is stateless, and yields ``pyarrow.RecordBatch``es straight
+  from the store's vectorised batch read (or the broker's Arrow IPC), tags filtered there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from store import DataLost, GetStatus
+from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
+from streaming.offsets import (
+    Offsets,
+    QueueRange,
+    fair_share_end,
+    group_ranges,
+    normalize,
+    queue_key,
+    ranges_between,
+    split_key,
+)
+from streaming.options import (
+    EARLIEST_SENTINEL,
+    LATEST_SENTINEL,
+    EndKind,
+    SourceOptions,
+    StartingPosition,
+    StartKind,
+)
+
+log = logging.getLogger(__name__)
+
+#: The source's fixed schema (``to_arrow_schema`` of it is ``store.format.arrow_schema.MESSAGE_SCHEMA``).
+MESSAGE_DDL = (
+    "topic STRING, queue_id INT, queue_offset BIGINT, commitlog_offset BIGINT, msg_id STRING, "
+    "uniq_key STRING, tags STRING, keys ARRAY<STRING>, body BINARY, properties MAP<STRING, STRING>, "
+    "born_timestamp TIMESTAMP, store_timestamp TIMESTAMP, reconsume_times INT"
+)
+
+MESSAGE_STRUCT = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("queue_id", IntegerType()),
+        StructField("queue_offset", LongType()),
+        StructField("commitlog_offset", LongType()),
+        StructField("msg_id", StringType()),
+        StructField("uniq_key", StringType()),
+        StructField("tags", StringType()),
+        StructField("keys", ArrayType(StringType())),
+        StructField("body", BinaryType()),
+        StructField("properties", MapType(StringType(), StringType())),
+        StructField("born_timestamp", TimestampType()),
+        StructField("store_timestamp", TimestampType()),
+        StructField("reconsume_times", IntegerType()),
+    ]
+)
+
+#: How long ``read()`` waits for a planned range to become readable (a reader view that lags
+#: the writer by a flush) before failing the task.
+READ_CATCH_UP_TIMEOUT_S = 10.0
+
+
+def check_schema(schema: StructType) -> None:
+    given = [(f.name, f.dataType) for f in schema.fields]
+    expected = [(f.name, f.dataType) for f in MESSAGE_STRUCT.fields]
+    if given != expected:
+        raise ValueError(f"sparkmq has a fixed schema ({MESSAGE_DDL}); got {schema.simpleString()}")
+
+
+@dataclass
+class QueueRangesPartition(InputPartition):
+    """One Spark task: a few ConsumeQueue ranges (picklable; primitives only)."""
+
+    ranges: tuple[QueueRange, ...]
+
+
+# -- shared planning helpers -------------------------------------------------------------------
+
+
+def _backend(options: SourceOptions) -> Backend:
+    if options.path is not None:
+        return backend_for("path", options.path)
+    assert options.endpoint is not None
+    return backend_for("endpoint", options.endpoint, options.request_timeout_s, options.auth_token)
+
+
+def _mirror_backend(options: SourceOptions) -> Backend:
+    """Group offsets go to the broker when one is named, else to the store directory's owner."""
+    if options.endpoint is not None:
+        return backend_for("endpoint", options.endpoint, options.request_timeout_s, options.auth_token)
+    return _backend(options)
+
+
+def fetch_heads(backend: Backend, topics: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``{"topic/queueId": (min_offset, max_offset)}`` for every queue of ``topics``."""
+    heads: dict[str, tuple[int, int]] = {}
+    for topic in topics:
+        for queue_id, bounds in backend.queue_heads(topic).items():
+            heads[queue_key(topic, queue_id)] = bounds
+    return {key: heads[key] for key in normalize(dict.fromkeys(heads, 0))}
+
+
+def resolve_start(
+    backend: Backend, options: SourceOptions, heads: Mapping[str, tuple[int, int]], default: StartKind
+) -> Offsets:
+    """Starting offset of every known queue (queues not named in JSON start at earliest)."""
+    position = options.starting or StartingPosition(default)
+    start: dict[str, int] = {}
+    for key, (lo, hi) in heads.items():
+        topic, queue_id = split_key(key)
+        if position.kind is StartKind.EARLIEST:
+            start[key] = lo
+        elif position.kind is StartKind.LATEST:
+            start[key] = hi
+        elif position.kind is StartKind.TIMESTAMP:
+            start[key] = backend.offset_for_timestamp(topic, queue_id, position.timestamp_ms)
+        elif position.kind is StartKind.TIMESTAMPS:
+            ts = position.per_queue.get(topic, {}).get(queue_id)
+            start[key] = lo if ts is None else backend.offset_for_timestamp(topic, queue_id, ts)
+        else:
+            wanted = position.per_queue.get(topic, {}).get(queue_id, EARLIEST_SENTINEL)
+            start[key] = lo if wanted == EARLIEST_SENTINEL else hi if wanted == LATEST_SENTINEL else wanted
+    return normalize(start)
+
+
+def resolve_end(backend: Backend, options: SourceOptions, heads: Mapping[str, tuple[int, int]]) -> Offsets:
+    """Exclusive end of a batch read: latest, JSON offsets (capped at latest) or a timestamp."""
+    end: dict[str, int] = {}
+    ending = options.ending
+    for key, (_, hi) in heads.items():
+        topic, queue_id = split_key(key)
+        if ending is None or ending.kind is EndKind.LATEST:
+            end[key] = hi
+        elif ending.kind is EndKind.TIMESTAMP:
+            end[key] = min(hi, backend.offset_for_timestamp(topic, queue_id, ending.timestamp_ms))
+        else:
+            wanted = ending.per_queue.get(topic, {}).get(queue_id, LATEST_SENTINEL)
+            end[key] = hi if wanted == LATEST_SENTINEL else min(hi, wanted)
+    return normalize(end)
+
+
+def plan_partitions(
+    options: SourceOptions, start: Mapping[str, int], end: Mapping[str, int]
+) -> list[QueueRangesPartition]:
+    target = options.min_partitions or _usable_cpus()
+    return [QueueRangesPartition(group) for group in group_ranges(ranges_between(start, end), target)]
+
+
+def _usable_cpus() -> int:
+    """CPUs this (driver) process may run on: the default partition count per micro-batch."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _data_loss(options: SourceOptions, message: str) -> None:
+    if options.fail_on_data_loss:
+        raise DataLost(
+            f"{message}: messages this query has not read are gone (retention, or the queue was "
+            "reset). Set failOnDataLoss=false to skip ahead to the earliest available offset instead"
+        )
+    log.warning("sparkmq: %s; skipping ahead (failOnDataLoss=false)", message)
+
+
+def read_ranges(options: SourceOptions, ranges: Sequence[QueueRange]) -> Iterator[pa.RecordBatch]:
+    """Executor side: Arrow batches of ``ranges``, exactly the planned offsets (tags filtered)."""
+    backend = _backend(options)
+    backend.refresh()
+    for rng in ranges:
+        offset = rng.start
+        where = queue_key(rng.topic, rng.queue_id)
+        deadline: float | None = None
+        while offset < rng.end:
+            want = min(options.read_chunk_messages, rng.end - offset)
+            chunk = backend.read_range(
+                rng.topic,
+                rng.queue_id,
+                offset=offset,
+                end_offset=rng.end,
+                max_messages=want,
+                tags=options.tags,
+            )
+            if chunk.status in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+                if chunk.next_offset <= offset:
+                    raise BackendError(f"{where}: read at {offset} made no progress ({chunk.status})")
+                if chunk.batch.num_rows:
+                    yield chunk.batch
+                offset, deadline = chunk.next_offset, None
+            elif chunk.status is GetStatus.OFFSET_TOO_SMALL:
+                _data_loss(
+                    options, f"{where}: offset {offset} is below the earliest available {chunk.min_offset}"
+                )
+                offset = max(offset + 1, chunk.min_offset)
+            elif chunk.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
+                _data_loss(options, f"{where} no longer exists (planned [{rng.start}, {rng.end}))")
+                break
+            else:
+                # Planned from a head the reader does not see yet (a lagging view): wait a bit.
+                deadline = deadline or time.monotonic() + READ_CATCH_UP_TIMEOUT_S
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"{where}: planned up to {rng.end} but the store reports "
+                        f"{chunk.status.value} at {offset} (max offset {chunk.max_offset})"
+                    )
+                time.sleep(0.05)
+
+
+# -- batch -------------------------------------------------------------------------------------
+
+
+class SparkMQBatchReader(DataSourceReader):
+    """``spark.read.format("sparkmq")``: ``[startingOffsets, endingOffsets)`` of every queue."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        backend = _backend(self.options)
+        heads = fetch_heads(backend, self.options.topics)
+        start = resolve_start(backend, self.options, heads, StartKind.EARLIEST)
+        end = resolve_end(backend, self.options, heads)
+        return plan_partitions(self.options, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRangesPartition)
+        return read_ranges(self.options, partition.ranges)
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+class GroupMirror:
+    """Copies the query's durable progress into the broker's offsetTable (``topic@group``).
+
+    Spark only calls ``latestOffset(start, ...)`` once every batch up to ``start`` is in the
+    checkpoint's commits log, so ``start`` is the consumer offset of record at that moment
+    and is what gets mirrored: when it changed, and either ``groupCommitIntervalMs`` passed
+    since the last write or the query has caught up (``caught_up``: nothing left to plan,
+    which is also how an AvailableNow run ends). See docs/spark_source.md for what this
+    promises. Failures are logged and retried on the next trigger: the checkpoint, not the
+    mirror, is the truth.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.last: Offsets | None = None
+        self._written_at = -1.0e9
+
+    def publish(self, offsets: Mapping[str, int], *, caught_up: bool = True) -> None:
+        group = self.options.group
+        if group is None or not offsets or dict(offsets) == self.last:
+            return
+        now = time.monotonic()
+        if not caught_up and now - self._written_at < self.options.group_commit_interval_s:
+            return
+        per_topic: dict[str, dict[int, int]] = {}
+        for key, offset in offsets.items():
+            topic, queue_id = split_key(key)
+            per_topic.setdefault(topic, {})[queue_id] = offset
+        try:
+            backend = _mirror_backend(self.options)
+            for topic, queue_offsets in per_topic.items():
+                backend.commit_group_offsets(group, topic, queue_offsets)
+        except Exception as exc:
+            if not is_backend_fault(exc):
+                raise
+            log.warning("sparkmq: could not mirror offsets of group %s (will retry): %s", group, exc)
+            return
+        self.last = normalize(offsets)
+        self._written_at = now
+
+
+class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over ConsumeQueue offsets ``{"topic/queueId": next_offset}``."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._initial: Offsets | None = None
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+        self._heads: dict[str, tuple[int, int]] = {}
+        self._heads_at = -1.0e9
+        self._mirror = GroupMirror(options)
+
+    # driver -----------------------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's method name)
+        # Called twice for the first batch: the answer must not move in between.
+        if self._initial is None:
+            backend = _backend(self.options)
+            heads = fetch_heads(backend, self.options.topics)
+            self._initial = resolve_start(backend, self.options, heads, StartKind.LATEST)
+        return dict(self._initial)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark's method name)
+        limit = self.options.max_messages_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark's method name)
+        heads = fetch_heads(_backend(self.options), self.options.topics)
+        self._target = normalize({key: hi for key, (_, hi) in heads.items()})
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 (Spark's method name)
+        heads = self._current_heads()
+        if any(key in heads and position > heads[key][1] for key, position in start.items()):
+            heads = self._current_heads(force=True)  # never judge a queue "reset" on a cached head
+        self._latest = normalize({key: hi for key, (_, hi) in heads.items()})
+        target = self._target if self._target is not None else self._latest
+        begin: dict[str, int] = {}
+        for key, position in start.items():
+            bounds = heads.get(key)
+            begin[key] = position if bounds is None else self._checked_start(key, position, bounds)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = fair_share_end(begin, {k: v for k, v in target.items() if k in begin}, max_rows)
+        for key, (lo, _) in heads.items():
+            if key not in start and key in target:
+                end[key] = lo  # a new queue: registered at its earliest now, read from the next batch
+        end = normalize(end)
+        self._mirror.publish(start, caught_up=end == normalize(start))
+        return end
+
+    def _current_heads(self, force: bool = False) -> dict[str, tuple[int, int]]:
+        """Queue heads, looked up at most once per ``pollIntervalMs`` (Spark polls much faster)."""
+        now = time.monotonic()
+        if force or now - self._heads_at >= self.options.poll_interval_s:
+            self._heads = fetch_heads(_backend(self.options), self.options.topics)
+            self._heads_at = now
+        return self._heads
+
+    def _checked_start(self, key: str, position: int, bounds: tuple[int, int]) -> int:
+        lo, hi = bounds
+        if position < lo:
+            _data_loss(self.options, f"{key}: next offset {position} is below the earliest available {lo}")
+            return lo
+        if position > hi:
+            _data_loss(
+                self.options, f"{key}: next offset {position} is beyond the max offset {hi} (queue reset?)"
+            )
+            return hi
+        return position
+
+    def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802 (Spark's method name)
+        return dict(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        return plan_partitions(self.options, start, end)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: Spark calls this one batch late (and never for the last batch of an
+        AvailableNow run); the group mirror is driven by ``latestOffset`` instead."""
+
+    # executors --------------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRangesPartition)
+        return read_ranges(self.options, partition.ranges)
