@@ -34,6 +34,7 @@ from store.read.tag_filter import parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 from store.write.appender import BatchPutResult
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
+from store.write.relocate import NotRelocatable, Relocation, RelocationKind
 
 __all__ = [
     "MAX_PRODUCER_ID_CHARS",
@@ -54,8 +55,11 @@ __all__ = [
     "MessageStore",
     "MessageTooLarge",
     "MessageView",
+    "NotRelocatable",
     "ProducerRef",
     "PutResult",
+    "Relocation",
+    "RelocationKind",
     "SparkMQError",
     "StoreClosed",
     "StoreConfig",

@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -30,6 +30,7 @@ from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
 from store.format.record import (
+    RecordFields,
     decode_msg_id,
 )
 from store.index.index_file import IndexService
@@ -49,6 +50,7 @@ from store.write.appender import Appender, BatchPutResult
 from store.write.arrivals import ArrivalListener, Arrivals
 from store.write.delay_levels import parse_delay_levels
 from store.write.idempotence import ProducerRef
+from store.write.relocate import Relocation, relocated_record
 
 log = logging.getLogger("sparkmq.store")
 
@@ -337,6 +339,48 @@ class MessageStore:
         )
 
     # ------------------------------------------------------------------ arrivals / long-poll
+    def relocate(self, requests: Sequence[Relocation]) -> list[PutResult | None]:
+        """Deliver (or roll) parked messages: one new record per request, appended atomically.
+
+        Each request names a parked record by CommitLog offset; the new record is rebuilt from
+        its bytes (:func:`store.write.relocate.relocated_record`). The result is ``None`` where
+        RocketMQ drops the message (a delayed half message) or the parked record is gone
+        (deleted by retention: logged). Raises :class:`NotRelocatable` for a position that
+        does not hold a parked record, with nothing written.
+        """
+        self._ensure_open()
+        records: list[RecordFields | None] = []
+        for req in requests:
+            raw = self._commitlog.read_record(req.commitlog_offset)
+            if raw is None:
+                log.error("relocation: no record at CommitLog offset %d (retention?)", req.commitlog_offset)
+                records.append(None)
+                continue
+            records.append(
+                relocated_record(raw, req.kind, enqueue_ms=req.enqueue_ms, dequeue_ms=req.dequeue_ms)
+            )
+        kept = [r for r in records if r is not None]
+        stored = iter(self._appender.put_records(kept))
+        return [None if r is None else next(stored) for r in records]
+
+    def read_record(self, offset: int) -> bytes | None:
+        """The stored bytes of the record at CommitLog ``offset`` (None when absent)."""
+        self._ensure_open()
+        return self._commitlog.read_record(offset)
+
+    @property
+    def commitlog_max_offset(self) -> int:
+        """Where the next record will be appended."""
+        return self._commitlog.max_offset
+
+    def stored_identities(self, from_offset: int) -> Iterator[tuple[str, str | None]]:
+        """(topic, UNIQ_KEY) of every record from CommitLog offset ``from_offset`` to the end,
+        in log order (how a resumed relocation finds what it already wrote)."""
+        self._ensure_open()
+        for batch in self._commitlog.scan(max(from_offset, self._commitlog.min_offset)):
+            for code, uniq in zip(batch.topic_codes.tolist(), batch.uniq_keys, strict=True):
+                yield batch.topics[code], uniq
+
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """``listener(topic, queue_id, max_offset)`` after every put (keep it cheap)."""
         self._arrivals.add_listener(listener)

@@ -23,6 +23,8 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 #: Transaction op messages ("d" = done) that mark half messages as resolved.
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: Timer messages (RocketMQ 5 ``TimerMessageStore.TIMER_TOPIC``) wait here, queue 0, until due.
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

@@ -295,6 +295,14 @@ class CommitLog:
         except ValueError:
             return b""
 
+    def read_record(self, offset: int) -> bytes | None:
+        """The stored bytes of the record at ``offset`` (None when absent or not a record)."""
+        head = self.read(offset, RECORD_HEADER.size)
+        if head is None or len(head) < BLANK_RECORD.size:
+            return None
+        size = int.from_bytes(head[:4], "big", signed=True)
+        return self.read(offset, size) if size > RECORD_HEADER.size else None
+
     def get_message(self, offset: int) -> MessageView | None:
         """Decode the record at ``offset`` (None when absent or not a record)."""
         head = self.read(offset, RECORD_HEADER.size)

@@ -30,12 +30,13 @@ from store.format.record import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     BodyPolicy,
+    RecordFields,
     encode_msg_id,
     encode_record,
 )
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
-from store.names import validate_topic
+from store.names import is_system_topic, validate_topic
 from store.types import Message, MessageView, PutResult
 from store.write.arrivals import Arrivals
 from store.write.idempotence import ProducerRef, ProducerTable, request_uniq_keys, stored_prefix
@@ -229,6 +230,48 @@ class Appender:
                 size_bytes=int(batch.sizes[i]),
             )
             for i in range(len(records))
+        ]
+
+    def put_records(self, records: Sequence[RecordFields]) -> list[PutResult]:
+        """Append records built elsewhere (relocations): every field but the queue offset,
+        CommitLog offset and store timestamp is kept, UNIQ_KEY included. A user target topic
+        must exist or be auto-creatable; a queue id past its queue count wraps (mod count)."""
+        self._ensure_open()
+        if not records:
+            return []
+        placed = []
+        for rec in records:
+            if is_system_topic(rec.topic):
+                placed.append(rec)
+                continue
+            count = self._queue_count_for_put(rec.topic)
+            placed.append(rec._replace(queue_id=rec.queue_id % count))
+        uniq_keys = [(r.properties or {}).get(PROPERTY_UNIQ_KEY, "") for r in placed]
+        encoded = EncodedBatch.from_records([encode_record(r) for r in placed], uniq_keys)
+        topics = [r.topic for r in placed]
+        props = [r.properties or {} for r in placed]
+        topic_names = tuple(dict.fromkeys(topics))
+        code_of = {t: i for i, t in enumerate(topic_names)}
+        batch = self._append(
+            encoded,
+            topic_names,
+            np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=len(placed)),
+            np.fromiter((r.queue_id for r in placed), dtype=np.int32, count=len(placed)),
+            tags_hashes_of([p.get(PROPERTY_TAGS) for p in props]),
+            tuple(p.get(PROPERTY_KEYS) for p in props),
+        )
+        return [
+            PutResult(
+                msg_id=encode_msg_id(self._store_host, int(batch.commitlog_offsets[i])),
+                uniq_key=uniq_keys[i],
+                topic=topics[i],
+                queue_id=int(batch.queue_ids[i]),
+                queue_offset=int(batch.queue_offsets[i]),
+                commitlog_offset=int(batch.commitlog_offsets[i]),
+                store_timestamp_ms=batch.store_timestamp_ms,
+                size_bytes=int(batch.sizes[i]),
+            )
+            for i in range(len(placed))
         ]
 
     def _append_columns(

@@ -1,0 +1,120 @@
+"""Relocation: the record RocketMQ writes when a parked message comes due (pure, no I/O).
+
+A message parked in ``SCHEDULE_TOPIC_XXXX`` (a delay level) or ``rmq_sys_wheel_timer`` (a
+timer message) is delivered by appending a *new* record to its real topic, rebuilt from the
+parked record's stored bytes exactly as RocketMQ's ``ScheduleMessageService.messageTimeUp``
+and ``TimerMessageStore.convertMessage`` do (docs/operators.md has the field table):
+
+* topic / queue id = ``REAL_TOPIC`` / ``REAL_QID``;
+* body (still compressed if it was), flag, sysflag, born timestamp and host, **store host**,
+  reconsume times: copied;
+* the properties string: copied whole. RocketMQ builds it *before* it clears ``DELAY`` and
+  ``REAL_*``, so the delivered bytes keep them, and **UNIQ_KEY** (the client msgId) is kept;
+  a timer delivery adds ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS``;
+* tagsCode (recomputed from ``TAGS`` at dispatch), store timestamp, queue offset and CommitLog
+  offset are new; ``preparedTransactionOffset`` is 0.
+
+A timer message due beyond the roll window is *rolled*: re-appended to ``rmq_sys_wheel_timer``
+with ``TIMER_ROLL_TIMES`` + 1 and the same ``TIMER_OUT_MS`` (RocketMQ's ``MAGIC_ROLL``), so no
+pending message depends on a CommitLog file older than the window.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from store.errors import InvalidArgument
+from store.format.record import (
+    BODY_POS,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    RecordFields,
+    RecordStatus,
+    check_record,
+)
+from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
+
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+#: RocketMQ's ``TIMER_ENQUEUE_MS`` for a message that never entered the wheel (Long.MAX_VALUE).
+NEVER_ENQUEUED_MS = 2**63 - 1
+
+
+class RelocationKind(enum.IntEnum):
+    #: Append to REAL_TOPIC / REAL_QID.
+    DELIVER = 0
+    #: Re-append to the timer topic with TIMER_ROLL_TIMES + 1 (timer messages only).
+    ROLL = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Relocation:
+    """One relocation request: the parked record at ``commitlog_offset`` is delivered or rolled."""
+
+    commitlog_offset: int
+    kind: RelocationKind = RelocationKind.DELIVER
+    enqueue_ms: int = NEVER_ENQUEUED_MS
+    dequeue_ms: int = 0
+
+
+class NotRelocatable(InvalidArgument):
+    """The CommitLog position does not hold a parked message that can be relocated."""
+
+    code = "not_relocatable"
+
+
+def relocated_record(
+    raw: bytes | memoryview, kind: RelocationKind, *, enqueue_ms: int, dequeue_ms: int
+) -> RecordFields | None:
+    """The record to append for the parked record ``raw`` (its full stored bytes).
+
+    ``None`` when RocketMQ would drop it: a delayed half message (the "[BUG]" case of
+    ``ScheduleMessageService``, PR #1626). Raises :class:`NotRelocatable` when ``raw`` is not a
+    parked record. ``enqueue_ms`` / ``dequeue_ms`` become ``TIMER_ENQUEUE_MS`` /
+    ``TIMER_DEQUEUE_MS`` of a delivered timer message.
+    """
+    check = check_record(raw, 0, check_crc=False)
+    if check.status is not RecordStatus.OK or check.header is None or check.properties is None:
+        raise NotRelocatable(f"no valid record: {check.status.value} {check.reason}")
+    header, source_topic = check.header, check.topic
+    properties = dict(check.properties)
+    if source_topic not in (SCHEDULE_TOPIC, TIMER_TOPIC):
+        raise NotRelocatable(f"record of topic {source_topic!r} is not parked")
+    real_topic = properties.get(PROPERTY_REAL_TOPIC)
+    real_qid = properties.get(PROPERTY_REAL_QID, "0")
+    if not real_topic or not real_qid.isdigit():
+        raise NotRelocatable(f"parked record without REAL_TOPIC/REAL_QID: {properties}")
+    if real_topic == TRANS_HALF_TOPIC:
+        return None
+    if kind is RelocationKind.ROLL:
+        if source_topic != TIMER_TOPIC:
+            raise NotRelocatable("only timer messages roll")
+        rolls = int(properties.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0)
+        properties[PROPERTY_TIMER_ROLL_TIMES] = str(rolls + 1)
+        topic, queue_id = TIMER_TOPIC, 0
+    else:
+        topic, queue_id = real_topic, int(real_qid)
+        if source_topic == TIMER_TOPIC:
+            properties[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueue_ms)
+            properties[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
+    body = bytes(raw[BODY_POS : BODY_POS + header.body_len])
+    return RecordFields(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        flag=header.flag,
+        properties=properties,
+        sys_flag=header.sys_flag,
+        born_timestamp_ms=header.born_timestamp,
+        born_host=(_ip(header.born_ip), header.born_port),
+        store_host=(_ip(header.store_ip), header.store_port),
+        reconsume_times=header.reconsume_times,
+        prepared_transaction_offset=0,
+    )
+
+
+def _ip(raw: bytes) -> str:
+    return ".".join(str(b) for b in raw)
