@@ -55,8 +55,32 @@ def _kafka_companions(options: ServeOptions) -> list[Companion]:
     return list(serve_companions(options))
 
 
+def _operator_companions(options: ServeOptions) -> list[Companion]:
+    """The operator job as a supervised child process, unless ``--operators off``."""
+    if options.extra.get("operators", "local") != "local":
+        return []
+    from ingest_api.http.operators import OperatorSupervisor, job_argv, supervised
+
+    cfg = options.config
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+    checkpoint_dir = Path(options.extra.get("checkpoint_dir", "checkpoints")).resolve() / "operators"
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    argv = job_argv(
+        f"http://{host}:{cfg.port}",
+        Path(cfg.store.store_dir).resolve(),
+        checkpoint_dir,
+        str(options.extra.get("operators_master", "local[2]")),
+    )
+    supervisor = OperatorSupervisor(argv, log_path=checkpoint_dir / "operator-job.log")
+
+    def companion(broker: Any) -> Any:
+        return supervised(broker.operators, supervisor)
+
+    return [companion]
+
+
 #: Factories of companions run with ``serve`` (each may return none).
-SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [_kafka_companions]
+SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [_kafka_companions, _operator_companions]
 
 
 @app.command()
@@ -86,6 +110,16 @@ def serve(
     kafka_advertised_host: Annotated[
         str | None, typer.Option(help="Host the Kafka gateway tells clients to connect to.")
     ] = None,
+    operators: Annotated[
+        str,
+        typer.Option(help="local: run the stateful operators (delayed delivery) as a child Spark job; off."),
+    ] = "local",
+    operators_master: Annotated[
+        str, typer.Option(help="Spark master of the local operator job.")
+    ] = "local[2]",
+    checkpoint_dir: Annotated[
+        Path, typer.Option(help="Root of the operator job's Spark checkpoints.")
+    ] = Path("checkpoints"),
 ) -> None:
     """Run the broker: open the store and serve the HTTP API until SIGTERM or Ctrl-C."""
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +145,13 @@ def serve(
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)
         raise typer.Exit(2) from None
+    if operators not in ("local", "off"):
+        typer.echo(f"sparkmq serve: --operators must be local or off, got {operators!r}", err=True)
+        raise typer.Exit(2)
     extra = {
+        "operators": operators,
+        "operators_master": operators_master,
+        "checkpoint_dir": str(checkpoint_dir),
         "kafka_port": kafka_port,
         "kafka_host": kafka_host,
         "kafka_advertised_host": kafka_advertised_host,
@@ -209,6 +249,19 @@ def consume(
         for message in pulled["messages"]:
             typer.echo(json.dumps(message))
         typer.echo(f"next_offset={pulled['next_offset']}", err=True)
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def operators(ctx: typer.Context) -> None:
+    """Run the operator job (delayed delivery) against a broker, e.g. on a Spark cluster:
+    ``sparkmq operators --endpoint http://broker:8080 --master spark://host:7077``
+    (``--help`` lists its options)."""
+    from streaming.operators.runtime import main as run_operators
+
+    raise typer.Exit(run_operators(list(ctx.args)))
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 from store.write.appender import BatchPutResult
+from store.write.delay_levels import parse_delay_levels
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
 
@@ -75,6 +76,7 @@ __all__ = [
     "is_system_topic",
     "java_string_hash",
     "java_string_hashes",
+    "parse_delay_levels",
     "parse_tag_expression",
     "request_uniq_keys",
     "validate_group",

@@ -41,7 +41,14 @@ from store.metadata.checkpoint import StoreCheckpoint
 from store.metadata.file_sizes import adopt_layout, read_layout, write_layout
 from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
-from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_group, validate_topic
+from store.names import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+    is_system_topic,
+    validate_group,
+    validate_topic,
+)
 from store.read.queue_reader import BatchReadResult, QueueReader
 from store.recovery.recovery import RecoveryReport, rebuild_derived, recover
 from store.services import PeriodicService
@@ -54,7 +61,7 @@ from store.write.relocate import Relocation, relocated_record
 
 log = logging.getLogger("sparkmq.store")
 
-_SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18, TRANS_HALF_TOPIC: 1}
+_SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18, TRANS_HALF_TOPIC: 1, TIMER_TOPIC: 1}
 
 
 def wall_clock_ms() -> int:

@@ -147,7 +147,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "endpoint", "path", "topic", "topics", "tags", "startingoffsets", "startingtimestamp",
         "startingoffsetsbytimestamp", "endingoffsets", "endingtimestamp", "maxmessagespertrigger",
         "maxoffsetspertrigger", "minpartitions", "group", "failondataloss", "requesttimeoutms",
-        "pollintervalms", "readchunkmessages", "authtoken", "groupcommitintervalms",
+        "pollintervalms", "readchunkmessages", "authtoken", "groupcommitintervalms", "systemtopics",
     }  # fmt: skip
     unknown = sorted(set(lower) - known)
     if unknown:
@@ -199,6 +199,10 @@ def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None]:
     return endpoint, path
 
 
+#: System topics the internal ``systemTopics`` option unlocks (the stateful operators' inputs).
+READABLE_SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"})
+
+
 def _parse_topics(lower: Mapping[str, str]) -> tuple[str, ...]:
     if "topic" in lower and "topics" in lower:
         raise InvalidSourceOption("topics", "set only one of 'topic' and 'topics'")
@@ -207,9 +211,10 @@ def _parse_topics(lower: Mapping[str, str]) -> tuple[str, ...]:
     if raw is None:
         raise InvalidSourceOption("topic", "is required (or 'topics', comma-separated)")
     topics = [t.strip() for t in raw.split(",")]
+    system = lower.get("systemtopics", "false").strip().lower() == "true"
     for topic in topics:
         try:
-            validate_topic(topic)
+            validate_topic(topic, allow_system=system and topic in READABLE_SYSTEM_TOPICS)
         except InvalidArgument as exc:
             raise InvalidSourceOption(name, str(exc)) from None
     if len(set(topics)) != len(topics):

@@ -28,9 +28,10 @@ from ingest_api.http.fastlane import FastLane
 from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
-from ingest_api.http.routers import groups, messages, ops, queues, sinks, topics
+from ingest_api.http.operators import OperatorBoard
+from ingest_api.http.routers import groups, messages, operators, ops, queues, sinks, topics
 from ingest_api.http.schemas import ProduceBatchIn
-from store import MessageStore, StoreConfig
+from store import MessageStore, StoreConfig, parse_delay_levels
 
 #: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
 Companion = Callable[[Broker], AbstractAsyncContextManager[Any]]
@@ -55,12 +56,15 @@ def _lifespan(
                 metrics=BrokerMetrics(),
                 producer=ProduceCoalescer(store),
                 tokens=tokens,
+                operators=OperatorBoard(store, operator_settings(config)),
             )
             app.state.broker = broker
             try:
                 async with AsyncExitStack() as stack:
                     # Sink batches decided before the last stop are published before serving.
                     await stack.enter_async_context(sinks.sink_recovery(broker))
+                    # So are relocation batches of the operators (delayed messages).
+                    await run_in_threadpool(broker.operators.relocations.recover)
                     for companion in companions:
                         await stack.enter_async_context(companion(broker))
                     yield
@@ -71,6 +75,16 @@ def _lifespan(
             await run_in_threadpool(store.close)
 
     return lifespan
+
+
+def operator_settings(config: ServerConfig) -> dict[str, Any]:
+    """What the resolver job needs to compute due times, from this broker's configuration."""
+    return {
+        "delay_levels_ms": list(parse_delay_levels(config.store.delay_levels)),
+        "timer_precision_ms": int(getattr(config.store, "timer_precision_ms", 1000)),
+        "timer_roll_window_ms": config.timer_roll_window_ms,
+        "burst_cap": config.operator_burst_cap,
+    }
 
 
 def _openapi_with_batch_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -112,7 +126,7 @@ def create_app(
         # Added first, so it runs inside the size limit (the last added middleware is outermost).
         app.add_middleware(FastLane)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
-    for module in (topics, messages, queues, groups, sinks, ops):
+    for module in (topics, messages, queues, groups, sinks, operators, ops):
         app.include_router(module.router)
     app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
     return app

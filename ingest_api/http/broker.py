@@ -9,6 +9,7 @@ from ingest_api.http.coalescer import ProduceCoalescer
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
+from ingest_api.http.operators import OperatorBoard
 from store import MessageStore
 
 
@@ -24,3 +25,5 @@ class Broker:
     producer: ProduceCoalescer
     #: ``None`` when auth is off.
     tokens: TokenTable | None
+    #: Relocation publishing and the status of the stateful operators.
+    operators: OperatorBoard | None = None

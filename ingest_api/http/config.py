@@ -41,6 +41,11 @@ class ServerConfig:
     #: Serve the hot single produce through :mod:`ingest_api.http.fastlane` (same answers; off only
     #: to compare against the plain FastAPI route).
     fast_lane: bool = True
+    #: Timer messages due further out than this are rolled by the delay resolver (must stay well
+    #: under CommitLog retention so no pending message depends on a deleted file).
+    timer_roll_window_ms: int = 86_400_000
+    #: Most pointers one resolver key relocates per micro-batch (catch-up is spread over batches).
+    operator_burst_cap: int = 100_000
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -50,6 +55,8 @@ class ServerConfig:
             (1 <= self.max_batch_messages <= 1_000_000, "max_batch_messages must be in [1, 1000000]"),
             (self.max_request_bytes >= 1024, "max_request_bytes must be >= 1024"),
             (self.graceful_shutdown_s >= 0, "graceful_shutdown_s must be >= 0"),
+            (self.timer_roll_window_ms >= 60_000, "timer_roll_window_ms must be >= 60000"),
+            (self.operator_burst_cap >= 1, "operator_burst_cap must be >= 1"),
             (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
         ]
         for ok, message in checks:

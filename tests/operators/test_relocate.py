@@ -114,7 +114,9 @@ def _table(offsets: list[int]) -> pa.Table:
 
 def test_relocation_batch_is_published_once_across_replays(tmp_path: Path) -> None:
     with open_store(tmp_path) as ms:
-        parked = [ms.put_message(Message(topic="t", body=b"m%d" % i, delay_level=1, queue_id=0)) for i in range(5)]
+        parked = [
+            ms.put_message(Message(topic="t", body=b"m%d" % i, delay_level=1, queue_id=0)) for i in range(5)
+        ]
         log = RelocationLog(ms, chunk_rows=2)
         offsets = [p.commitlog_offset for p in parked]
         first = log.commit("delay", 0, _table(offsets[:3]))
@@ -129,7 +131,9 @@ def test_relocation_batch_is_published_once_across_replays(tmp_path: Path) -> No
 def test_torn_publish_resumes_without_duplicates(tmp_path: Path) -> None:
     """A decision whose publish stopped after some chunks (broker killed) resumes at the gap."""
     with open_store(tmp_path) as ms:
-        parked = [ms.put_message(Message(topic="t", body=b"m%d" % i, delay_level=1, queue_id=0)) for i in range(7)]
+        parked = [
+            ms.put_message(Message(topic="t", body=b"m%d" % i, delay_level=1, queue_id=0)) for i in range(7)
+        ]
         offsets = [p.commitlog_offset for p in parked]
         log = RelocationLog(ms, chunk_rows=3)
         # What a crash leaves: the decision written, then the first chunk appended.

@@ -49,7 +49,7 @@ class _Pulled:
 
 
 def _check_queue(store: MessageStore, topic: str, queue_id: int) -> None:
-    validate_topic(topic)
+    validate_topic(topic, allow_system=True)  # parked messages are readable (the operators read them)
     if not store.has_topic(topic):
         raise UnknownTopic(f"topic {topic!r} does not exist")
     queues = store.queue_count(topic)

@@ -52,7 +52,7 @@ async def list_topics(broker: BrokerDep, principal: PrincipalDep) -> TopicListOu
 
 
 def _describe(store: MessageStore, topic: str) -> TopicOut:
-    validate_topic(topic)
+    validate_topic(topic, allow_system=True)
     if not store.has_topic(topic):
         raise UnknownTopic(f"topic {topic!r} does not exist")
     offsets = store.queue_offsets(topic)

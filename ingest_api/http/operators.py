@@ -1,0 +1,238 @@
+"""The broker's view of its stateful operators: relocation publishing, status and the child job.
+
+* :class:`OperatorBoard` keeps what ``GET /operators`` shows: each query's last reported
+  progress, the pending delayed messages per (bucket, shard) key as the resolver last reported
+  them, the relocations published and their lateness (delivered store time − due time).
+* :class:`OperatorSupervisor` runs the operator job (``python -m streaming.operators``) as a
+  child process of ``sparkmq serve``: started after the broker is up (the broker is healthy
+  before Spark is), restarted with back-off when it dies, stopped with SIGTERM (then SIGKILL)
+  when the broker stops. The child gets ``PR_SET_PDEATHSIG``: a ``kill -9`` of the broker kills
+  it too, and the JVM it started exits when its Python driver goes (PySpark's gateway watches
+  its stdin), so no driver is orphaned; the next broker's job resumes from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store import MessageStore
+from store.publish.relocations import RelocationLog, RelocationOutcome
+
+log = logging.getLogger("sparkmq.operators")
+
+ROW_RELOCATION, ROW_SUMMARY = 0, 1
+#: Lateness histogram buckets, seconds (delivered store time − due time).
+LATENESS_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class LatenessHistogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENESS_BUCKETS_S) + 1))
+    total: int = 0
+    sum_s: float = 0.0
+
+    def observe_many(self, lateness_ms: Sequence[int]) -> None:
+        for ms in lateness_ms:
+            seconds = max(ms, 0) / 1000
+            i = next(
+                (k for k, bound in enumerate(LATENESS_BUCKETS_S) if seconds <= bound), len(LATENESS_BUCKETS_S)
+            )
+            self.counts[i] += 1
+            self.total += 1
+            self.sum_s += seconds
+
+
+@dataclass
+class OperatorState:
+    status: dict[str, Any] = field(default_factory=dict)
+    pending_by_key: dict[tuple[int, int], tuple[int, int | None]] = field(default_factory=dict)
+    relocated_total: int = 0
+    lateness: LatenessHistogram = field(default_factory=LatenessHistogram)
+    last_published_batch: int = -1
+
+    def pending(self) -> int:
+        return sum(count for count, _ in self.pending_by_key.values())
+
+    def next_due_ms(self) -> int | None:
+        times = [t for count, t in self.pending_by_key.values() if count and t is not None]
+        return min(times) if times else None
+
+
+class OperatorBoard:
+    """Relocation publishing plus the status of every operator of one broker."""
+
+    def __init__(self, store: MessageStore, settings: dict[str, Any]) -> None:
+        self.store = store
+        self.settings = settings
+        self.relocations = RelocationLog(store)
+        self._lock = threading.Lock()
+        self._states: dict[str, OperatorState] = {}
+        self.supervisor: OperatorSupervisor | None = None
+
+    def state(self, operator: str) -> OperatorState:
+        with self._lock:
+            return self._states.setdefault(operator, OperatorState())
+
+    def commit_batch(self, operator: str, batch_id: int, table: pa.Table) -> RelocationOutcome:
+        """Decide and publish one batch of resolver output (blocking; run in a thread)."""
+        kind = table.column("row_type") if "row_type" in table.column_names else None
+        relocations = table.filter(pc.equal(kind, ROW_RELOCATION)) if kind is not None else table
+        outcome = self.relocations.commit(operator, batch_id, relocations)
+        state = self.state(operator)
+        if kind is not None:
+            summaries = table.filter(pc.equal(kind, ROW_SUMMARY)).to_pydict()
+            for bucket, shard, pending, next_ms in zip(
+                summaries["bucket_ms"], summaries["shard"], summaries["pending"], summaries["next_action_ms"],
+                strict=True,
+            ):  # fmt: skip
+                if pending:
+                    state.pending_by_key[(int(bucket), int(shard))] = (int(pending), next_ms)
+                else:
+                    state.pending_by_key.pop((int(bucket), int(shard)), None)
+        if outcome.appended and "due_ms" in relocations.column_names:
+            now = int(time.time() * 1000)  # just after the append: the delivered store time
+            state.lateness.observe_many([now - int(d) for d in relocations.column("due_ms").to_pylist()])
+        state.relocated_total += outcome.appended
+        state.last_published_batch = max(state.last_published_batch, batch_id)
+        return outcome
+
+    def report(self, operator: str, status: dict[str, Any]) -> None:
+        self.state(operator).status = dict(status, reported_at_ms=int(time.time() * 1000))
+
+    def describe(self) -> list[dict[str, Any]]:
+        names = set(self._states) | set(self.relocations.operators())
+        out = []
+        for name in sorted(names):
+            state = self.state(name)
+            out.append(
+                {
+                    "operator": name,
+                    **state.status,
+                    "last_published_batch": max(
+                        state.last_published_batch, self.relocations.last_published(name)
+                    ),
+                    "relocated_total": state.relocated_total,
+                    "pending": state.pending(),
+                    "next_due_ms": state.next_due_ms(),
+                }
+            )
+        return out
+
+    def job(self) -> dict[str, Any]:
+        sup = self.supervisor
+        if sup is None:
+            return {"mode": "external"}
+        return {"mode": "child", "running": sup.running, "pid": sup.pid, "restarts": sup.restarts}
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent already died between fork and prctl
+        os._exit(1)
+
+
+class OperatorSupervisor:
+    """Keeps one operator job child alive for the broker's lifetime (see the module docstring)."""
+
+    def __init__(
+        self, argv: Sequence[str], log_path: Path | None = None, max_backoff_s: float = 30.0
+    ) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.max_backoff_s = max_backoff_s
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _spawn(self) -> None:
+        out = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            # Spawned from the event loop's (main) thread: PDEATHSIG follows the spawning thread.
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()  # type: ignore[union-attr]
+        log.info("operator job started (pid %d): %s", self._proc.pid, " ".join(self.argv))
+
+    async def watch(self) -> None:
+        backoff = 1.0
+        while not self._stopping:
+            started = time.monotonic()
+            self._spawn()
+            while not self._stopping and self.running:
+                await asyncio.sleep(0.5)
+            if self._stopping:
+                return
+            code = self._proc.returncode if self._proc is not None else None
+            backoff = 1.0 if time.monotonic() - started > 60 else min(backoff * 2, self.max_backoff_s)
+            log.error("operator job exited with status %s; restarting in %.0f s", code, backoff)
+            self.restarts += 1
+            await asyncio.sleep(backoff)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stopping = True
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("operator job did not stop in %.0f s: killing it", timeout_s)
+            proc.kill()
+            proc.wait()
+
+
+def job_argv(
+    endpoint: str, store_dir: Path, checkpoint_dir: Path, master: str, extra: Sequence[str] = ()
+) -> list[str]:
+    """The command line of the local operator job."""
+    return [
+        sys.executable, "-m", "streaming.operators", "--endpoint", endpoint, "--path", str(store_dir),
+        "--checkpoint-dir", str(checkpoint_dir), "--master", master, *extra,
+    ]  # fmt: skip
+
+
+@asynccontextmanager
+async def supervised(board: OperatorBoard, supervisor: OperatorSupervisor) -> AsyncIterator[None]:
+    """Run ``supervisor`` for the lifetime of the context (a broker companion)."""
+    board.supervisor = supervisor
+    task = asyncio.create_task(supervisor.watch())
+    try:
+        yield
+    finally:
+        supervisor._stopping = True
+        await asyncio.to_thread(supervisor.stop)
+        task.cancel()

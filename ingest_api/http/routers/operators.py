@@ -1,0 +1,103 @@
+"""``/operators``: the stateful operators' side of the broker.
+
+* ``GET  /operators`` — the operator job (child process or external) and each resolver query:
+  state, last batch id and time, input lag, pending delayed messages, next due time,
+  relocations published.
+* ``GET  /operators/settings`` — what the job needs to compute due times (level table, timer
+  precision, roll window, burst cap); the job reads it at start.
+* ``POST /operators/{operator}/batches/{batch_id}`` — body: an Arrow IPC stream of the batch's
+  resolver output; the relocation requests are decided once per (operator, batch) and
+  published exactly once (:mod:`store.publish.relocations`). Idempotent: a replayed batch
+  answers ``already_published``.
+* ``PUT  /operators/{operator}/status`` — the job's progress report.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pyarrow as pa
+from fastapi import APIRouter, Path, Request, Response
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from ingest_api.http.auth import authorize_global_admin
+from ingest_api.http.broker import Broker
+from ingest_api.http.deps import BrokerDep, PrincipalDep
+from ingest_api.http.errors import ApiError
+from ingest_api.http.operators import OperatorBoard
+from ingest_api.http.schemas import ErrorOut
+from store import InvalidArgument
+
+router = APIRouter(prefix="/operators", tags=["operators"], responses={400: {"model": ErrorOut}})
+
+OperatorPath = Annotated[
+    str, Path(pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="Operator name, e.g. delay.")
+]
+BatchPath = Annotated[int, Path(ge=0, description="Micro-batch id of the operator's query.")]
+
+
+class RelocationOut(BaseModel):
+    operator: str
+    batch_id: int
+    requests: int
+    appended: int
+    decided_now: bool
+    already_published: bool
+
+
+def board_of(broker: Broker) -> OperatorBoard:
+    board = broker.operators
+    if board is None:
+        raise ApiError(503, "operators_unavailable", "the broker has no operator board")
+    return board
+
+
+@router.get("")
+async def list_operators(broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
+    """The operator job and each resolver query with its progress and pending messages."""
+    authorize_global_admin(principal)
+    board = board_of(broker)
+    return {"job": board.job(), "operators": await run_in_threadpool(board.describe)}
+
+
+@router.get("/settings")
+async def operator_settings(broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
+    """The due-time settings the resolver job must use (this broker's configuration)."""
+    authorize_global_admin(principal)
+    return board_of(broker).settings
+
+
+def _read_table(payload: bytes) -> pa.Table:
+    try:
+        return pa.ipc.open_stream(pa.BufferReader(payload)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidArgument(f"the batch must be an Arrow IPC stream: {exc}") from exc
+
+
+@router.post("/{operator}/batches/{batch_id}", response_model=RelocationOut)
+async def commit_batch(
+    operator: OperatorPath, batch_id: BatchPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+) -> RelocationOut:
+    """Decide (first decision wins) and publish one batch of relocation requests."""
+    authorize_global_admin(principal)
+    board = board_of(broker)
+    table = await run_in_threadpool(_read_table, await request.body())
+    outcome = await run_in_threadpool(board.commit_batch, operator, batch_id, table)
+    return RelocationOut(
+        operator=operator,
+        batch_id=batch_id,
+        requests=outcome.requests,
+        appended=outcome.appended,
+        decided_now=outcome.decided_now,
+        already_published=outcome.already_published,
+    )
+
+
+@router.put("/{operator}/status", status_code=204, response_class=Response)
+async def report_status(
+    operator: OperatorPath, status: dict[str, Any], broker: BrokerDep, principal: PrincipalDep
+) -> None:
+    """The operator job's progress report for one query."""
+    authorize_global_admin(principal)
+    board_of(broker).report(operator, status)

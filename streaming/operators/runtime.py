@@ -1,0 +1,264 @@
+"""The operator job: a Spark driver running the resolver queries against one broker.
+
+``sparkmq serve`` starts it in a child process (``local[2]`` by default); ``sparkmq operators
+--endpoint URL --master URL`` (or ``spark-submit -m streaming.operators``) runs the same job
+on a cluster. Each resolver is its own streaming query with its own checkpoint under
+``<checkpoint_dir>/<operator>``:
+
+* it reads parked records with the ``sparkmq`` source (``systemTopics``), from the store
+  directory when the job runs beside the broker (``--path``), else over HTTP;
+* its ``transformWithState`` output goes to the broker with ``foreachBatch``: one POST of the
+  batch's relocation requests per batch id, which the broker decides once and publishes
+  idempotently (:mod:`store.publish.relocations`), so a replayed batch changes nothing;
+* a reporter thread PUTs each query's progress to ``/operators/<operator>/status``.
+
+Never ``Trigger.AvailableNow`` (with timers it never ends): a processing-time trigger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streaming.operators.delay import ROW_RELOCATION, SCHEDULE_TOPIC, TIMER_TOPIC, DelaySettings, resolve
+
+log = logging.getLogger("sparkmq.operators")
+
+DELAY_OPERATOR = "delay"
+#: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
+POST_COLUMNS = ("row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms",
+                "bucket_ms", "shard", "pending", "next_action_ms")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything the operator job needs; read from flags at the edge (:func:`main`)."""
+
+    endpoint: str
+    checkpoint_dir: Path
+    master: str = "local[2]"
+    #: The broker's store directory, when the job runs on the same machine (faster reads).
+    path: str | None = None
+    trigger_ms: int = 500
+    shards: int = 2
+    auth_token: str | None = None
+    request_timeout_s: float = 60.0
+
+
+class BrokerClient:
+    """The job's HTTP calls to the broker (retried while the broker restarts)."""
+
+    def __init__(self, config: JobConfig) -> None:
+        headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
+        self.http = httpx.Client(base_url=config.endpoint, headers=headers, timeout=config.request_timeout_s)
+
+    def _call(self, method: str, url: str, **kwargs: Any) -> Any:
+        delay = 0.2
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                resp = self.http.request(method, url, **kwargs)
+                if resp.status_code < 500:
+                    if resp.status_code >= 400:
+                        raise RuntimeError(f"{method} {url}: {resp.status_code} {resp.text}")
+                    return resp.json() if resp.content else None
+                problem = f"{resp.status_code} {resp.text[:200]}"
+            except httpx.TransportError as exc:
+                problem = str(exc)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{method} {url}: broker unavailable: {problem}")
+            log.warning("%s %s failed (%s); retrying", method, url, problem)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/operators/settings"))
+
+    def post_batch(self, operator: str, batch_id: int, table: pa.Table) -> Any:
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return self._call(
+            "POST",
+            f"/operators/{operator}/batches/{batch_id}",
+            content=sink.getvalue(),
+            headers={"content-type": "application/vnd.apache.arrow.stream"},
+        )
+
+    def put_status(self, operator: str, status: dict[str, Any]) -> None:
+        try:
+            self.http.put(f"/operators/{operator}/status", json=status, timeout=5)
+        except httpx.HTTPError as exc:
+            log.debug("status report failed: %s", exc)
+
+
+def batch_poster(client: BrokerClient, operator: str) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function: one idempotent POST per batch id (replays are no-ops)."""
+
+    def post(df: Any, batch_id: int) -> None:
+        table = df.toArrow()
+        if table.num_rows == 0:
+            return
+        table = table.select(list(POST_COLUMNS))
+        client.post_batch(operator, batch_id, table)
+        relocations = int(pc.sum(pc.equal(table.column("row_type"), ROW_RELOCATION)).as_py() or 0)
+        log.info("operator %s batch %d: %d relocation(s)", operator, batch_id, relocations)
+
+    return post
+
+
+def session(config: JobConfig) -> Any:
+    """The job's SparkSession: RocksDB state (transformWithState needs it), few partitions."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(config.master)
+        .appName("sparkmq-operators")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(config.shards))
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if config.master.startswith("local"):
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+            "spark.driver.host", "127.0.0.1"
+        )
+    spark = builder.getOrCreate()
+    from streaming.register import register
+
+    register(spark)
+    return spark
+
+
+def delay_settings(doc: dict[str, Any], shards: int) -> DelaySettings:
+    return DelaySettings(
+        level_delays_ms=tuple(int(ms) for ms in doc["delay_levels_ms"]),
+        timer_precision_ms=int(doc.get("timer_precision_ms", 1000)),
+        shards=shards,
+        roll_window_ms=int(doc.get("timer_roll_window_ms", 86_400_000)),
+        burst_cap=int(doc.get("burst_cap", 100_000)),
+    )
+
+
+def start_delay_query(spark: Any, config: JobConfig, client: BrokerClient, settings: DelaySettings) -> Any:
+    reader = (
+        spark.readStream.format("sparkmq")
+        .option("topics", f"{SCHEDULE_TOPIC},{TIMER_TOPIC}")
+        .option("systemTopics", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", str(max(settings.burst_cap, 10_000)))
+    )
+    reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
+    if config.auth_token:
+        reader = reader.option("authToken", config.auth_token)
+    return (
+        resolve(reader.load(), settings)
+        .writeStream.queryName(DELAY_OPERATOR)
+        .foreachBatch(batch_poster(client, DELAY_OPERATOR))
+        .option("checkpointLocation", str(config.checkpoint_dir / DELAY_OPERATOR))
+        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+        .start()
+    )
+
+
+def query_status(query: Any) -> dict[str, Any]:
+    """What ``/operators`` shows of a query, from its last progress."""
+    progress = query.lastProgress or {}
+    lag = 0
+    for source in progress.get("sources", []):
+        lag += _offset_gap(source.get("endOffset"), source.get("latestOffset"))
+    status = query.status or {}
+    return {
+        "query_id": str(query.id),
+        "state": "active" if query.isActive else "stopped",
+        "message": status.get("message"),
+        "last_batch_id": progress.get("batchId"),
+        "last_batch_time": progress.get("timestamp"),
+        "input_rows_per_second": progress.get("inputRowsPerSecond"),
+        "input_lag": lag,
+        "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+    }
+
+
+def _offset_gap(end: Any, latest: Any) -> int:
+    if isinstance(end, str):
+        end = json.loads(end)
+    if isinstance(latest, str):
+        latest = json.loads(latest)
+    if isinstance(end, dict) and isinstance(latest, dict):
+        return sum(_offset_gap(end.get(k), v) for k, v in latest.items())
+    if isinstance(end, int | float) and isinstance(latest, int | float):
+        return max(0, int(latest) - int(end))
+    return 0
+
+
+def run(config: JobConfig, stop: threading.Event) -> int:
+    """Run the resolver queries until ``stop`` is set or a query fails (exit status 1)."""
+    client = BrokerClient(config)
+    settings = delay_settings(client.settings(), config.shards)
+    spark = session(config)
+    query = start_delay_query(spark, config, client, settings)
+    log.info("operator %s started (checkpoint %s)", DELAY_OPERATOR, config.checkpoint_dir / DELAY_OPERATOR)
+    try:
+        while not stop.is_set() and query.isActive:
+            client.put_status(DELAY_OPERATOR, query_status(query))
+            stop.wait(1.0)
+        if query.exception() is not None:
+            log.error("operator %s failed: %s", DELAY_OPERATOR, query.exception())
+            return 1
+        return 0
+    finally:
+        query.stop()
+        client.put_status(DELAY_OPERATOR, {"state": "stopped"})
+        spark.stop()
+
+
+def parse_args(argv: Sequence[str]) -> JobConfig:
+    parser = argparse.ArgumentParser(prog="sparkmq operators", description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoint", required=True, help="the broker's HTTP base URL")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    parser.add_argument("--checkpoint-dir", default="checkpoints/operators", type=Path)
+    parser.add_argument("--path", default=None, help="the broker's store directory (same machine only)")
+    parser.add_argument("--trigger-ms", default=500, type=int)
+    parser.add_argument("--shards", default=2, type=int, help="state partitions (fixed at first start)")
+    parser.add_argument("--auth-token", default=os.environ.get("SPARKMQ_TOKEN"))
+    args = parser.parse_args(list(argv))
+    return JobConfig(
+        endpoint=args.endpoint.rstrip("/"),
+        checkpoint_dir=args.checkpoint_dir,
+        master=args.master,
+        path=args.path,
+        trigger_ms=args.trigger_ms,
+        shards=args.shards,
+        auth_token=args.auth_token,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return run(config, stop)
