@@ -57,7 +57,7 @@ def local_broker() -> Iterator[str]:
         port = _free_port()
         command = [
             sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", store_dir,
-            "--port", str(port), "--log-level", "warning", "--max-batch", "100000",
+            "--port", str(port), "--log-level", "warning", "--max-batch", "100000", "--operators", "off",
         ]  # fmt: skip
         process = subprocess.Popen(command, env=os.environ.copy())
         url = f"http://127.0.0.1:{port}"

@@ -11,6 +11,7 @@ the HTTP API on the same event loop (see :mod:`ingest_api.http.app`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,6 +142,8 @@ def serve(
             max_request_bytes=max_request_mib << 20,
             log_level=log_level,
             access_log=access_log,
+            relocation_fault=os.environ.get("SPARKMQ_TEST_RELOCATION_FAULT"),
+            relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
         ).validate()
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)

@@ -49,6 +49,12 @@ def _lifespan(
         try:
             hub = ArrivalHub(asyncio.get_running_loop())
             store.add_arrival_listener(hub.on_arrival)
+            board = OperatorBoard(
+                store,
+                operator_settings(config),
+                chunk_rows=config.relocation_chunk_rows,
+                fault=config.relocation_fault,
+            )
             broker = Broker(
                 config=config,
                 store=store,
@@ -56,7 +62,7 @@ def _lifespan(
                 metrics=BrokerMetrics(),
                 producer=ProduceCoalescer(store),
                 tokens=tokens,
-                operators=OperatorBoard(store, operator_settings(config)),
+                operators=board,
             )
             app.state.broker = broker
             try:
@@ -64,7 +70,7 @@ def _lifespan(
                     # Sink batches decided before the last stop are published before serving.
                     await stack.enter_async_context(sinks.sink_recovery(broker))
                     # So are relocation batches of the operators (delayed messages).
-                    await run_in_threadpool(broker.operators.relocations.recover)
+                    await run_in_threadpool(board.relocations.recover)
                     for companion in companions:
                         await stack.enter_async_context(companion(broker))
                     yield

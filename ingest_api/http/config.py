@@ -46,6 +46,11 @@ class ServerConfig:
     timer_roll_window_ms: int = 86_400_000
     #: Most pointers one resolver key relocates per micro-batch (catch-up is spread over batches).
     operator_burst_cap: int = 100_000
+    #: Relocations per atomic append when publishing an operator batch.
+    relocation_chunk_rows: int = 65_536
+    #: Test only: ``<event>:<marker file>`` SIGKILLs the broker once after that relocation step
+    #: (``decided``, ``chunk-<k>``, ``published``); read from ``SPARKMQ_TEST_RELOCATION_FAULT``.
+    relocation_fault: str | None = None
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -57,6 +62,7 @@ class ServerConfig:
             (self.graceful_shutdown_s >= 0, "graceful_shutdown_s must be >= 0"),
             (self.timer_roll_window_ms >= 60_000, "timer_roll_window_ms must be >= 60000"),
             (self.operator_burst_cap >= 1, "operator_burst_cap must be >= 1"),
+            (self.relocation_chunk_rows >= 1, "relocation_chunk_rows must be >= 1"),
             (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
         ]
         for ok, message in checks:

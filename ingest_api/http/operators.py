@@ -2,7 +2,7 @@
 
 * :class:`OperatorBoard` keeps what ``GET /operators`` shows: each query's last reported
   progress, the pending delayed messages per (bucket, shard) key as the resolver last reported
-  them, the relocations published and their lateness (delivered store time − due time).
+  them, the relocations published and their lateness (delivered store time - due time).
 * :class:`OperatorSupervisor` runs the operator job (``python -m streaming.operators``) as a
   child process of ``sparkmq serve``: started after the broker is up (the broker is healthy
   before Spark is), restarted with back-off when it dies, stopped with SIGTERM (then SIGKILL)
@@ -37,7 +37,7 @@ from store.publish.relocations import RelocationLog, RelocationOutcome
 log = logging.getLogger("sparkmq.operators")
 
 ROW_RELOCATION, ROW_SUMMARY = 0, 1
-#: Lateness histogram buckets, seconds (delivered store time − due time).
+#: Lateness histogram buckets, seconds (delivered store time - due time).
 LATENESS_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 _PR_SET_PDEATHSIG = 1
 
@@ -78,10 +78,17 @@ class OperatorState:
 class OperatorBoard:
     """Relocation publishing plus the status of every operator of one broker."""
 
-    def __init__(self, store: MessageStore, settings: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        settings: dict[str, Any],
+        *,
+        chunk_rows: int = 65_536,
+        fault: str | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
-        self.relocations = RelocationLog(store)
+        self.relocations = RelocationLog(store, chunk_rows=chunk_rows, on_event=_crash_hook(fault))
         self._lock = threading.Lock()
         self._states: dict[str, OperatorState] = {}
         self.supervisor: OperatorSupervisor | None = None
@@ -142,6 +149,21 @@ class OperatorBoard:
         return {"mode": "child", "running": sup.running, "pid": sup.pid, "restarts": sup.restarts}
 
 
+def _crash_hook(fault: str | None) -> Any:
+    """Test only: SIGKILL this broker once, after the relocation step named in ``fault``."""
+    if not fault:
+        return None
+    point, marker = fault.split(":", 1)
+
+    def hit(event: str) -> None:
+        if event == point and not os.path.exists(marker):
+            Path(marker).write_text(event)
+            log.warning("test fault: killing the broker after relocation step %s", event)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hit
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -179,7 +201,7 @@ class OperatorSupervisor:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 (prctl only; no locks taken)
             )
         finally:
             if out is not subprocess.DEVNULL:

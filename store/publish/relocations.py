@@ -33,7 +33,7 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,9 +103,18 @@ def check_relocation_table(table: pa.Table) -> pa.Table:
 class RelocationLog:
     """Decisions and idempotent publishing of relocation batches for every operator of a store."""
 
-    def __init__(self, store: MessageStore, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_event(name)`` is called after each step (``decided``, ``chunk-<k>``,
+        ``published``): a seam for crash tests."""
         if chunk_rows < 1:
             raise InvalidArgument("chunk_rows must be >= 1")
+        self._on_event = on_event
         self.store = store
         self.root = Path(store.config.store_dir) / OPERATORS_DIR_NAME
         self.chunk_rows = chunk_rows
@@ -113,6 +122,10 @@ class RelocationLog:
         self._locks: dict[str, threading.Lock] = {}
         #: Records appended per operator since this broker started (for /operators and metrics).
         self.appended_total: Counter[str] = Counter()
+
+    def _event(self, name: str) -> None:
+        if self._on_event is not None:
+            self._on_event(name)
 
     def _lock(self, operator: str) -> threading.Lock:
         with self._guard:
@@ -156,7 +169,9 @@ class RelocationLog:
             if not path.exists():
                 decided_now = _create_exclusive(path, table, self.store.commitlog_max_offset)
             decided, after = _load_decision(path)
+            self._event("decided")
             appended = self._publish(operator, requests_of(decided), after, resume=not decided_now)
+            self._event("published")
             self._mark_published(operator, batch_id, path)
             return RelocationOutcome(operator, batch_id, decided.num_rows, appended, decided_now)
 
@@ -185,9 +200,10 @@ class RelocationLog:
     def _publish(self, operator: str, requests: Sequence[Relocation], after: int, *, resume: bool) -> int:
         start = self._stored_prefix(requests, after) if resume else 0
         appended = 0
-        for lo in range(start, len(requests), self.chunk_rows):
+        for k, lo in enumerate(range(start, len(requests), self.chunk_rows)):
             results = self.store.relocate(requests[lo : lo + self.chunk_rows])
             appended += sum(r is not None for r in results)
+            self._event(f"chunk-{k}")
         self.appended_total[operator] += appended
         return appended
 

@@ -98,7 +98,8 @@ def action_time(due_ms: int, kind: int, now_ms: int, roll_window_ms: int) -> int
 
 def fire(pending: Iterable[Pending], now_ms: int, burst_cap: int) -> tuple[list[Pending], list[Pending]]:
     """Split ``pending`` into (to emit now, in (due, offset) order, at most ``burst_cap``; to keep)."""
-    ready, keep = [], []
+    ready: list[Pending] = []
+    keep: list[Pending] = []
     for p in pending:
         (ready if p[2] <= now_ms else keep).append(p)
     ready.sort(key=lambda p: (p[1], p[0]))

@@ -58,6 +58,9 @@ class JobConfig:
     shards: int = 2
     auth_token: str | None = None
     request_timeout_s: float = 60.0
+    #: Test only: ``<before_post|after_post>:<marker file>`` kills this driver (SIGKILL) once,
+    #: at that point of a batch with relocations (``SPARKMQ_TEST_OPERATOR_FAULT``).
+    fault: str | None = None
 
 
 class BrokerClient:
@@ -107,7 +110,19 @@ class BrokerClient:
             log.debug("status report failed: %s", exc)
 
 
-def batch_poster(client: BrokerClient, operator: str) -> Callable[[Any, int], None]:
+def _maybe_die(fault: str | None, point: str) -> None:
+    """Test-only crash point: SIGKILL this process once (the marker file records it)."""
+    if not fault:
+        return
+    where, marker = fault.split(":", 1)
+    if where != point or os.path.exists(marker):
+        return
+    Path(marker).write_text(point)
+    log.warning("test fault: killing the operator driver at %s", point)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def batch_poster(client: BrokerClient, operator: str, fault: str | None = None) -> Callable[[Any, int], None]:
     """The ``foreachBatch`` function: one idempotent POST per batch id (replays are no-ops)."""
 
     def post(df: Any, batch_id: int) -> None:
@@ -115,8 +130,12 @@ def batch_poster(client: BrokerClient, operator: str) -> Callable[[Any, int], No
         if table.num_rows == 0:
             return
         table = table.select(list(POST_COLUMNS))
-        client.post_batch(operator, batch_id, table)
         relocations = int(pc.sum(pc.equal(table.column("row_type"), ROW_RELOCATION)).as_py() or 0)
+        if relocations:
+            _maybe_die(fault, "before_post")
+        client.post_batch(operator, batch_id, table)
+        if relocations:
+            _maybe_die(fault, "after_post")
         log.info("operator %s batch %d: %d relocation(s)", operator, batch_id, relocations)
 
     return post
@@ -175,7 +194,7 @@ def start_delay_query(spark: Any, config: JobConfig, client: BrokerClient, setti
     return (
         resolve(reader.load(), settings)
         .writeStream.queryName(DELAY_OPERATOR)
-        .foreachBatch(batch_poster(client, DELAY_OPERATOR))
+        .foreachBatch(batch_poster(client, DELAY_OPERATOR, config.fault))
         .option("checkpointLocation", str(config.checkpoint_dir / DELAY_OPERATOR))
         .trigger(processingTime=f"{config.trigger_ms} milliseconds")
         .start()
@@ -252,6 +271,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         trigger_ms=args.trigger_ms,
         shards=args.shards,
         auth_token=args.auth_token,
+        fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
     )
 
 

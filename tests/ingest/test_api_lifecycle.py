@@ -112,6 +112,8 @@ def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signa
         str(store_dir),
         "--port",
         str(port),
+        "--operators",
+        "off",
     ]
     if stop_signal is signal.SIGTERM:  # with the Kafka gateway on the same event loop
         command += ["--kafka-port", str(kafka_port)]
@@ -146,6 +148,8 @@ def test_second_broker_on_same_store_fails_to_start(broker_factory: BrokerFactor
         str(store_dir),
         "--port",
         str(_free_port()),
+        "--operators",
+        "off",
     ]
     finished = subprocess.run(command, capture_output=True, timeout=60, check=False)
     assert finished.returncode == 1

@@ -1,0 +1,145 @@
+"""A real ``sparkmq serve`` in a subprocess, with its operator job, for the operator tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+#: Spark start-up plus the first stateful batches on a loaded 2-core machine.
+JOB_START_TIMEOUT_S = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().split(") ", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text(encoding="ascii")
+            except OSError:
+                continue
+            if int(stat.split(") ", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class Broker:
+    process: subprocess.Popen[bytes]
+    url: str
+    store_dir: Path
+    checkpoint_dir: Path
+    log_path: Path
+
+    @property
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def operators(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.url}/operators", timeout=10).json()
+        return result
+
+    def delay_operator(self) -> dict[str, Any]:
+        found = [op for op in self.operators()["operators"] if op["operator"] == "delay"]
+        return found[0] if found else {}
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 90) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def start_broker(
+    tmp_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
+    port: int | None = None,
+) -> Broker:
+    port = port or free_port()
+    store_dir, checkpoint_dir = tmp_path / "store", tmp_path / "checkpoints"
+    log_path = tmp_path / f"broker-{port}-{time.monotonic_ns()}.log"
+    command = [
+        sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", str(store_dir), "--port", str(port),
+        "--checkpoint-dir", str(checkpoint_dir), "--log-level", "warning", *extra_args,
+    ]  # fmt: skip
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    broker = Broker(process, f"http://127.0.0.1:{port}", store_dir, checkpoint_dir, log_path)
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"broker exited with {process.returncode}: {log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{broker.url}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, 60, "the broker to answer /healthz")
+    return broker
+
+
+def all_messages(broker: Broker, topic: str) -> list[dict[str, Any]]:
+    """Every message of ``topic``, all queues (JSON pull)."""
+    with broker.http as http:
+        described = http.get(f"/topics/{topic}")
+        if described.status_code == 404:
+            return []
+        out: list[dict[str, Any]] = []
+        for queue in described.json()["queue_offsets"]:
+            offset = queue["min_offset"]
+            while offset < queue["max_offset"]:
+                page = http.get(
+                    f"/topics/{topic}/queues/{queue['queue_id']}/messages",
+                    params={"offset": offset, "max_messages": 1000},
+                ).json()
+                out.extend(page["messages"])
+                if page["next_offset"] <= offset:
+                    break
+                offset = page["next_offset"]
+        return out

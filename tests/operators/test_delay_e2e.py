@@ -1,0 +1,160 @@
+"""Delayed delivery end to end: a real ``sparkmq serve``, its operator job (real local Spark,
+transformWithState on RocksDB) and real HTTP producers; kill -9 of the driver and the broker."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.operators.broker_process import (
+    JOB_START_TIMEOUT_S,
+    Broker,
+    all_messages,
+    children_of,
+    pid_alive,
+    start_broker,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+#: The default level table's first levels (1s 5s 10s).
+LEVEL_MS = {1: 1000, 2: 5000, 3: 10_000}
+
+
+def produce_delayed(broker: Broker, topic: str, count: int, level: int, tag: str) -> list[dict[str, Any]]:
+    with broker.http as http:
+        results = []
+        for i in range(count):
+            resp = http.post(f"/topics/{topic}/messages", json={"body": f"{tag}-{i}", "delay_level": level})
+            assert resp.status_code == 201, resp.text
+            results.append(resp.json())
+        return results
+
+
+def delivered_once(broker: Broker, topic: str, expected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Wait until every expected message is in ``topic``; assert none twice and none extra."""
+    want = {r["uniq_key"] for r in expected}
+
+    def arrived() -> list[dict[str, Any]] | None:
+        got = all_messages(broker, topic)
+        return got if want <= {m["uniq_key"] for m in got} else None
+
+    got = wait_for(arrived, JOB_START_TIMEOUT_S, f"{len(want)} delayed messages in {topic}", poll_s=0.5)
+    counts = Counter(m["uniq_key"] for m in got)
+    assert {k: n for k, n in counts.items() if n > 1} == {}, "a delayed message was delivered twice"
+    assert set(counts) == want, "unexpected messages in the topic"
+    return got
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Any:
+    running = start_broker(tmp_path)
+    yield running
+    running.stop(signal.SIGKILL)
+
+
+def test_levels_delivered_exactly_once_never_early_and_reported(broker: Broker) -> None:
+    parked = []
+    for level, count in ((1, 20), (2, 8), (3, 4)):
+        parked += [dict(r, level=level) for r in produce_delayed(broker, "orders", count, level, f"l{level}")]
+    assert {r["topic"] for r in parked} == {"SCHEDULE_TOPIC_XXXX"}
+    got = delivered_once(broker, "orders", parked)
+    by_key = {m["uniq_key"]: m for m in got}
+    for r in parked:
+        m = by_key[r["uniq_key"]]
+        due = r["store_timestamp"] + LEVEL_MS[r["level"]]
+        assert m["store_timestamp"] >= due, f"delivered {due - m['store_timestamp']} ms early"
+        # RocketMQ keeps DELAY/REAL_* in the delivered bytes (the string is built before clearing).
+        assert m["properties"]["DELAY"] == str(r["level"]) and m["properties"]["REAL_TOPIC"] == "orders"
+        assert m["body"] == f"l{r['level']}-" + m["body"].split("-", 1)[1]
+    report = wait_for(
+        lambda: (op := broker.delay_operator()) and op.get("relocated_total") == len(parked) and op,
+        60,
+        "/operators to count the relocations",
+    )
+    assert report["state"] == "active" and report["pending"] == 0 and report["next_due_ms"] is None
+    assert report["last_batch_id"] is not None and report["input_lag"] == 0
+    job = broker.operators()["job"]
+    assert job["mode"] == "child" and job["running"]
+    # SIGTERM stops the broker cleanly, and its job with it.
+    job_pid = job["pid"]
+    assert broker.stop(signal.SIGTERM) == 0
+    wait_for(lambda: not pid_alive(job_pid), 30, "the operator job to stop with the broker")
+
+
+def test_pending_messages_are_reported_with_their_due_time(broker: Broker) -> None:
+    wait_for(lambda: broker.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query")
+    parked = produce_delayed(broker, "later", 3, 5, "p")  # 1 min
+    wait_for(lambda: broker.delay_operator().get("pending") == 3, 45, "3 pending delayed messages")
+    op = broker.delay_operator()
+    due = min(r["store_timestamp"] for r in parked) + 60_000
+    assert op["next_due_ms"] == due
+    assert op["relocated_total"] == 0
+    assert all_messages(broker, "later") == [], "never visible before its due time"
+
+
+@pytest.mark.parametrize("point", ["before_post", "after_post"])
+def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
+    marker = tmp_path / f"{point}.killed"
+    running = start_broker(tmp_path, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"{point}:{marker}"})
+    try:
+        parked = produce_delayed(running, "kill", 25, 1, point)
+        delivered_once(running, "kill", parked)
+        assert marker.exists(), "the driver was not killed"
+        assert running.operators()["job"]["restarts"] >= 1
+    finally:
+        running.stop(signal.SIGKILL)
+
+
+def test_broker_kill9_mid_publish_then_restart_resumes_without_duplicates(tmp_path: Path) -> None:
+    marker = tmp_path / "chunk.killed"
+    env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"chunk-0:{marker}", "SPARKMQ_TEST_RELOCATION_CHUNK_ROWS": "4"}
+    first = start_broker(tmp_path, env=env)
+    parked = produce_delayed(first, "resume", 12, 1, "r")
+    parked += produce_delayed(first, "resume", 6, 3, "r3")  # still pending while the broker is down
+    job_pid = wait_for(lambda: first.operators()["job"].get("pid"), 30, "the operator job pid")
+    job_children = wait_for(lambda: children_of(job_pid), 60, "the job's JVM")
+    assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash mid-publish"
+    assert marker.exists()
+    # No orphan: the driver dies with the broker, its JVM with the driver.
+    wait_for(lambda: not pid_alive(job_pid), 30, "the operator driver to die with the broker")
+    wait_for(lambda: not any(pid_alive(p) for p in job_children), 60, "the driver's JVM to exit")
+    partial = Counter(all_messages_offline(first))
+    assert 0 < sum(partial.values()) < len(parked)
+    second = start_broker(tmp_path, port=int(first.url.rsplit(":", 1)[1]))
+    try:
+        delivered_once(second, "resume", parked)
+    finally:
+        second.stop(signal.SIGKILL)
+
+
+def all_messages_offline(broker: Broker) -> list[str]:
+    """UNIQ_KEYs the crashed broker wrote to ``resume``, read without the store lock."""
+    from store import StoreReader
+
+    with StoreReader(broker.store_dir) as reader:
+        keys: list[str] = []
+        for queue_id, (low, high) in reader.queue_offsets("resume").items():
+            if high > low:
+                batch = reader.read_batch("resume", queue_id, low, high - low).batch
+                keys.extend(batch.column("uniq_key").to_pylist())
+        return keys
+
+
+def test_serve_with_operators_off_runs_no_job(tmp_path: Path) -> None:
+    running = start_broker(tmp_path, extra_args=("--operators", "off"))
+    try:
+        assert running.operators()["job"] == {"mode": "external"}
+        assert httpx.get(f"{running.url}/operators/settings").json()["delay_levels_ms"][:3] == [
+            1000,
+            5000,
+            10000,
+        ]
+    finally:
+        running.stop()
