@@ -16,9 +16,12 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 import sparkmq
+from ingest_api.console import install_console
+from ingest_api.console.samples import sampling
 from ingest_api.http.auth import load_token_table
 from ingest_api.http.broker import Broker
 from ingest_api.http.coalescer import ProduceCoalescer
@@ -71,6 +74,7 @@ def _lifespan(
                     await stack.enter_async_context(sinks.sink_recovery(broker))
                     # So are relocation batches of the operators (delayed messages).
                     await run_in_threadpool(board.relocations.recover)
+                    await stack.enter_async_context(sampling(broker, config.console_sample_interval_s))
                     for companion in companions:
                         await stack.enter_async_context(companion(broker))
                     yield
@@ -110,6 +114,10 @@ def _openapi_with_batch_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
+async def _to_console() -> RedirectResponse:
+    return RedirectResponse("/console/", status_code=307)
+
+
 def create_app(
     config: ServerConfig | StoreConfig,
     companions: Sequence[Companion] = (),
@@ -134,5 +142,7 @@ def create_app(
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
     for module in (topics, messages, queues, groups, sinks, operators, ops):
         app.include_router(module.router)
+    install_console(app)
+    app.add_api_route("/", _to_console, include_in_schema=False)
     app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
     return app

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ingest_api.http.auth import TokenTable
 from ingest_api.http.coalescer import ProduceCoalescer
@@ -11,6 +14,30 @@ from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
 from store import MessageStore
+
+
+class KafkaMemberView(Protocol):
+    """A member of a Kafka consumer group, as the gateway's coordinator describes it."""
+
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def client_host(self) -> str: ...
+
+
+class KafkaGroupView(Protocol):
+    """A Kafka consumer group known to the gateway's coordinator (members live only there)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def state(self) -> enum.Enum: ...
+    @property
+    def protocol_name(self) -> str: ...
+    @property
+    def members(self) -> Sequence[KafkaMemberView]: ...
 
 
 @dataclass
@@ -27,3 +54,7 @@ class Broker:
     tokens: TokenTable | None
     #: Relocation publishing and the status of the stateful operators.
     operators: OperatorBoard | None = None
+    #: Set by a running Kafka gateway: its coordinator's groups. Call on the event loop.
+    kafka_groups: Callable[[], Sequence[KafkaGroupView]] | None = None
+    #: The console's chart sampler (:class:`ingest_api.console.samples.Sampler`) once running.
+    samples: Any = None

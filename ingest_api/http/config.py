@@ -51,6 +51,8 @@ class ServerConfig:
     #: Test only: ``<event>:<marker file>`` SIGKILLs the broker once after that relocation step
     #: (``decided``, ``chunk-<k>``, ``published``); read from ``SPARKMQ_TEST_RELOCATION_FAULT``.
     relocation_fault: str | None = None
+    #: Seconds between two samples of the console's live charts.
+    console_sample_interval_s: float = 5.0
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -63,6 +65,7 @@ class ServerConfig:
             (self.timer_roll_window_ms >= 60_000, "timer_roll_window_ms must be >= 60000"),
             (self.operator_burst_cap >= 1, "operator_burst_cap must be >= 1"),
             (self.relocation_chunk_rows >= 1, "relocation_chunk_rows must be >= 1"),
+            (self.console_sample_interval_s > 0, "console_sample_interval_s must be > 0"),
             (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
         ]
         for ok, message in checks:

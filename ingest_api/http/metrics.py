@@ -35,6 +35,11 @@ class Counter:
         with self._lock:
             return sorted(self._values.items())
 
+    def total(self) -> float:
+        """The sum over every label set."""
+        with self._lock:
+            return sum(self._values.values())
+
 
 @dataclass
 class _HistogramState:

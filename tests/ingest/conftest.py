@@ -5,14 +5,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
-from ingest_api.http.app import StoreOpener
+from ingest_api.http.app import Companion, StoreOpener
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import BrokerServer, build_server
 from store.config import StoreConfig
@@ -62,12 +62,16 @@ class RunningBroker:
         assert not self.thread.is_alive(), "broker did not stop"
 
 
-def start_broker(config: ServerConfig, open_store: StoreOpener = MessageStore.open) -> RunningBroker:
+def start_broker(
+    config: ServerConfig, open_store: StoreOpener = MessageStore.open, companions: Sequence[Companion] = ()
+) -> RunningBroker:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(config.with_changes(port=port, log_level="warning"), open_store=open_store)
+    server = build_server(
+        config.with_changes(port=port, log_level="warning"), companions=companions, open_store=open_store
+    )
     failure: list[BaseException] = []
 
     def run() -> None:

@@ -1,0 +1,237 @@
+"""What the console pages show, read from the store (blocking: callers use a worker thread).
+
+Every list is cut to one page *before* anything costly is read: queue offsets, lag and the
+age of the oldest unconsumed message are computed only for the rows on the page (the lesson
+of AKHQ #2171, Kafbat #1776 and RabbitMQ's management PR #399).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from store import MessageStore, MessageView
+
+T = TypeVar("T")
+
+DEFAULT_PAGE_SIZE = 25
+MAX_PAGE_SIZE = 200
+#: Groups shown on a topic's page (each costs one lag computation).
+MAX_TOPIC_GROUPS = 50
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a longer list: ``total`` rows matched, ``items`` are those on page ``page``."""
+
+    items: list[T]
+    page: int
+    page_size: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.page_size))
+
+    @property
+    def has_prev(self) -> bool:
+        return self.page > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.pages
+
+
+def paginate(names: Sequence[str], page: int, page_size: int) -> Page[str]:
+    """Cut sorted ``names`` to one page (page numbers start at 1, clamped to the last page)."""
+    size = min(max(page_size, 1), MAX_PAGE_SIZE)
+    last = max(1, math.ceil(len(names) / size))
+    number = min(max(page, 1), last)
+    start = (number - 1) * size
+    return Page(list(names[start : start + size]), number, size, len(names))
+
+
+def matching(names: Sequence[str], name_filter: str) -> list[str]:
+    """Sorted names containing ``name_filter`` (case-insensitive)."""
+    needle = name_filter.strip().lower()
+    return sorted(name for name in names if needle in name.lower())
+
+
+def stored_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int | None:
+    """Store timestamp (ms) of the message at ``offset``, or ``None`` when there is none."""
+    result = store.get_messages(topic, queue_id, offset, 1)
+    return result.messages[0].store_timestamp_ms if result.messages else None
+
+
+def lag_seconds(store: MessageStore, topic: str, queue_id: int, committed: int, now_ms: int) -> float | None:
+    """How long the oldest unconsumed message has waited: now - its store time (``None`` when
+    the group is caught up). A queue never committed counts from its min offset."""
+    low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+    start = max(committed, low)
+    if start >= high:
+        return None
+    stamp = stored_at(store, topic, queue_id, start)
+    return None if stamp is None else max(0.0, (now_ms - stamp) / 1000)
+
+
+@dataclass(frozen=True)
+class TopicRow:
+    name: str
+    queues: int
+    #: Messages still retained (sum over queues of max - min offset).
+    messages: int
+
+
+def topic_rows(store: MessageStore, names: Sequence[str]) -> list[TopicRow]:
+    rows = []
+    for name in names:
+        offsets = store.queue_offsets(name)
+        rows.append(TopicRow(name, len(offsets), sum(high - low for low, high in offsets.values())))
+    return rows
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_ms: int | None
+
+
+@dataclass(frozen=True)
+class GroupQueueRow:
+    topic: str
+    queue_id: int
+    #: -1 where the group never committed.
+    committed: int
+    max_offset: int
+    lag: int
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True)
+class GroupTopicLag:
+    group: str
+    topic: str
+    lag: int
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True)
+class TopicDetail:
+    name: str
+    queues: list[QueueRow]
+    groups: list[GroupTopicLag]
+    #: More groups read the topic than are shown.
+    groups_truncated: bool
+
+
+def group_topic_rows(store: MessageStore, group: str, topic: str, now_ms: int) -> list[GroupQueueRow]:
+    committed = store.committed_offsets(group, topic)
+    lags = store.lag(group, topic)
+    rows = []
+    for queue_id in range(store.queue_count(topic)):
+        offset = committed.get(queue_id, -1)
+        lag = lags.get(queue_id, 0)
+        seconds = lag_seconds(store, topic, queue_id, offset, now_ms) if lag else None
+        rows.append(GroupQueueRow(topic, queue_id, offset, store.max_offset(topic, queue_id), lag, seconds))
+    return rows
+
+
+def summarize(group: str, topic: str, rows: Sequence[GroupQueueRow]) -> GroupTopicLag:
+    ages = [row.lag_seconds for row in rows if row.lag_seconds is not None]
+    return GroupTopicLag(group, topic, sum(row.lag for row in rows), max(ages) if ages else None)
+
+
+def topic_detail(store: MessageStore, topic: str, now_ms: int) -> TopicDetail:
+    queues = []
+    for queue_id, (low, high) in sorted(store.queue_offsets(topic).items()):
+        last = stored_at(store, topic, queue_id, high - 1) if high > low else None
+        queues.append(QueueRow(queue_id, low, high, last))
+    readers = sorted(group for group, topics in store.groups().items() if topic in topics)
+    groups = [
+        summarize(group, topic, group_topic_rows(store, group, topic, now_ms))
+        for group in readers[:MAX_TOPIC_GROUPS]
+    ]
+    return TopicDetail(topic, queues, groups, len(readers) > MAX_TOPIC_GROUPS)
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    member_id: str
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True)
+class KafkaGroupInfo:
+    """What the Kafka coordinator knows of a group (members live only in its memory)."""
+
+    state: str
+    protocol: str
+    members: tuple[MemberRow, ...]
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    name: str
+    #: "kafka" for groups the Kafka gateway coordinates, else "offset table" (HTTP commits
+    #: and Spark queries mirrored with the source's ``group`` option).
+    kind: str
+    topics: list[str]
+    lags: list[GroupTopicLag]
+    members: int
+
+    @property
+    def total_lag(self) -> int:
+        return sum(lag.lag for lag in self.lags)
+
+    @property
+    def max_lag_seconds(self) -> float | None:
+        ages = [lag.lag_seconds for lag in self.lags if lag.lag_seconds is not None]
+        return max(ages) if ages else None
+
+
+def group_rows(
+    store: MessageStore,
+    names: Sequence[str],
+    group_topics: dict[str, list[str]],
+    kafka: dict[str, KafkaGroupInfo],
+    may_read: Callable[[str], bool],
+    now_ms: int,
+) -> list[GroupRow]:
+    """Rows for the groups on one page, with their lag per topic (in messages and seconds)."""
+    rows = []
+    for name in names:
+        topics = [t for t in group_topics.get(name, []) if may_read(t) and store.has_topic(t)]
+        lags = [summarize(name, t, group_topic_rows(store, name, t, now_ms)) for t in topics]
+        info = kafka.get(name)
+        kind = "kafka" if info is not None else "offset table"
+        rows.append(GroupRow(name, kind, topics, lags, len(info.members) if info else 0))
+    return rows
+
+
+@dataclass
+class GroupDetail:
+    name: str
+    kind: str
+    kafka: KafkaGroupInfo | None
+    queues: list[GroupQueueRow] = field(default_factory=list)
+
+
+def consumed_by(store: MessageStore, view: MessageView) -> list[tuple[str, int]]:
+    """Groups whose committed offset on the message's queue is past it: (group, committed)."""
+    topic = view.properties.get("REAL_TOPIC", view.topic)
+    queue_id = int(view.properties.get("REAL_QID", view.queue_id))
+    offset = view.queue_offset
+    if topic != view.topic:  # a delayed message: its real queue offset is not known yet
+        return []
+    found = []
+    for group, topics in sorted(store.groups().items()):
+        if topic in topics:
+            committed = store.committed_offset(group, topic, queue_id)
+            if committed > offset:
+                found.append((group, committed))
+    return found

@@ -1,0 +1,166 @@
+"""Console pages for reading the broker: overview (live charts), topics, one topic, groups, one group."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from starlette.concurrency import run_in_threadpool
+
+from ingest_api.console import data
+from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
+from ingest_api.http.broker import Broker
+from ingest_api.http.errors import ApiError
+from ingest_api.http.params import TopicPath
+from ingest_api.http.schemas import ErrorOut
+from store import MessageStore, StoreStats, UnknownTopic, validate_group, validate_topic
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False, responses={404: {"model": ErrorOut}})
+
+PageQuery = Annotated[int, Query(ge=1, le=1_000_000)]
+SizeQuery = Annotated[int, Query(ge=1, le=data.MAX_PAGE_SIZE)]
+FilterQuery = Annotated[str, Query(max_length=255)]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def kafka_groups(broker: Broker) -> dict[str, data.KafkaGroupInfo]:
+    """The Kafka coordinator's groups (read on the event loop, where the coordinator lives)."""
+    if broker.kafka_groups is None:
+        return {}
+    return {
+        group.group_id: data.KafkaGroupInfo(
+            state=group.state.name,
+            protocol=group.protocol_name,
+            members=tuple(data.MemberRow(m.member_id, m.client_id, m.client_host) for m in group.members),
+        )
+        for group in broker.kafka_groups()
+    }
+
+
+@router.get("", response_class=RedirectResponse)
+async def console_root() -> RedirectResponse:
+    return RedirectResponse(f"{PREFIX}/", status_code=307)
+
+
+def _overview(store: MessageStore, viewer: Viewer) -> tuple[StoreStats, int, int]:
+    topics = [t for t in store.topics() if viewer.may_see(t)]
+    return store.stats(), len(topics), len(store.groups())
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, viewer: ViewerDep) -> HTMLResponse:
+    stats, topics, groups = await run_in_threadpool(_overview, viewer.broker.store, viewer)
+    return page(
+        request,
+        "overview.html",
+        viewer,
+        section="overview",
+        stats=stats,
+        topics=topics,
+        groups=groups,
+        kafka_groups=len(kafka_groups(viewer.broker)),
+        sample_interval_s=viewer.broker.config.console_sample_interval_s,
+    )
+
+
+@router.get("/api/series", response_class=JSONResponse)
+async def series(viewer: ViewerDep) -> JSONResponse:
+    """The overview charts' samples, column-wise (uPlot's format); global admins only, as
+    ``/metrics``."""
+    viewer.require_global_admin()
+    sampler = viewer.broker.samples
+    return JSONResponse(sampler.series() if sampler is not None else {"time": []})
+
+
+def _topics(
+    store: MessageStore, viewer: Viewer, name: str, number: int, size: int
+) -> data.Page[data.TopicRow]:
+    names = data.matching([t for t in store.topics() if viewer.may_see(t)], name)
+    cut = data.paginate(names, number, size)
+    return data.Page(data.topic_rows(store, cut.items), cut.page, cut.page_size, cut.total)
+
+
+@router.get("/topics", response_class=HTMLResponse)
+async def topics(
+    request: Request,
+    viewer: ViewerDep,
+    name: FilterQuery = "",
+    page_number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
+    size: SizeQuery = data.DEFAULT_PAGE_SIZE,
+) -> HTMLResponse:
+    rows = await run_in_threadpool(_topics, viewer.broker.store, viewer, name, page_number, size)
+    template = "topics_rows.html" if request.headers.get("hx-request") else "topics.html"
+    return page(request, template, viewer, section="topics", rows=rows, name=name)
+
+
+def _topic(store: MessageStore, topic: str) -> data.TopicDetail:
+    validate_topic(topic)
+    if not store.has_topic(topic):
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    return data.topic_detail(store, topic, now_ms())
+
+
+@router.get("/topics/{topic}", response_class=HTMLResponse)
+async def topic_detail(request: Request, topic: TopicPath, viewer: ViewerDep) -> HTMLResponse:
+    viewer.require_read(topic)
+    detail = await run_in_threadpool(_topic, viewer.broker.store, topic)
+    return page(request, "topic.html", viewer, section="topics", topic=detail)
+
+
+def _groups(
+    store: MessageStore,
+    viewer: Viewer,
+    kafka: dict[str, data.KafkaGroupInfo],
+    name: str,
+    number: int,
+    size: int,
+) -> data.Page[data.GroupRow]:
+    offsets = store.groups()
+    visible = {g for g, ts in offsets.items() if any(viewer.may_read(t) for t in ts)}
+    if viewer.is_global_admin:
+        visible |= set(kafka)
+    cut = data.paginate(data.matching(sorted(visible), name), number, size)
+    rows = data.group_rows(store, cut.items, offsets, kafka, viewer.may_read, now_ms())
+    return data.Page(rows, cut.page, cut.page_size, cut.total)
+
+
+@router.get("/groups", response_class=HTMLResponse)
+async def groups(
+    request: Request,
+    viewer: ViewerDep,
+    name: FilterQuery = "",
+    page_number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
+    size: SizeQuery = data.DEFAULT_PAGE_SIZE,
+) -> HTMLResponse:
+    kafka = kafka_groups(viewer.broker)
+    rows = await run_in_threadpool(_groups, viewer.broker.store, viewer, kafka, name, page_number, size)
+    template = "groups_rows.html" if request.headers.get("hx-request") else "groups.html"
+    return page(request, template, viewer, section="groups", rows=rows, name=name)
+
+
+def _group(
+    store: MessageStore, viewer: Viewer, group: str, kafka: dict[str, data.KafkaGroupInfo]
+) -> data.GroupDetail:
+    validate_group(group)
+    topics = [t for t in store.groups().get(group, []) if viewer.may_read(t) and store.has_topic(t)]
+    info = kafka.get(group)
+    if not topics and info is None:
+        raise ApiError(404, "group_not_found", f"group {group!r} has no committed offsets you may read")
+    detail = data.GroupDetail(group, "kafka" if info else "offset table", info)
+    stamp = now_ms()
+    for topic in topics:
+        detail.queues.extend(data.group_topic_rows(store, group, topic, stamp))
+    return detail
+
+
+@router.get("/groups/{group}", response_class=HTMLResponse)
+async def group_detail(request: Request, group: str, viewer: ViewerDep) -> HTMLResponse:
+    kafka = kafka_groups(viewer.broker) if viewer.is_global_admin else {}
+    detail = await run_in_threadpool(_group, viewer.broker.store, viewer, group, kafka)
+    topics = sorted({row.topic for row in detail.queues})
+    return page(request, "group.html", viewer, section="groups", group=detail, topics=topics)
