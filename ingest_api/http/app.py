@@ -34,6 +34,7 @@ from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
 from ingest_api.http.routers import groups, messages, operators, ops, queues, sinks, topics
 from ingest_api.http.schemas import ProduceBatchIn
+from ingest_api.http.timing import RequestTiming
 from store import MessageStore, StoreConfig, parse_delay_levels
 
 #: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
@@ -143,6 +144,7 @@ def create_app(
     for module in (topics, messages, queues, groups, sinks, operators, ops):
         app.include_router(module.router)
     install_console(app)
+    app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included
     app.add_api_route("/", _to_console, include_in_schema=False)
     app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
     return app

@@ -26,6 +26,7 @@ from ingest_api.http.errors import ApiError, response_for
 from ingest_api.http.params import TOPIC_PATTERN
 from ingest_api.http.routers.messages import produce_one
 from ingest_api.http.schemas import ProduceIn
+from ingest_api.http.timing import ROUTE_KEY
 from store import SparkMQError
 
 _TOPIC = re.compile(TOPIC_PATTERN)
@@ -85,6 +86,7 @@ class FastLane:
         if entry is None:
             await self.app(scope, _replay(received, receive), send)
             return
+        scope[ROUTE_KEY] = "/topics/{topic}/messages"
         try:
             response = await produce_one(broker, topic, entry)
         except (ApiError, SparkMQError) as exc:

@@ -1,8 +1,9 @@
 """Prometheus text exposition (format 0.0.4) without a client library.
 
-The broker counts what passes through HTTP (:class:`BrokerMetrics`); queue offsets, dispatch
-lag and group lag are read from the store at scrape time and passed in as :class:`StoreGauges`.
-Rendering is a pure function of those two values.
+The broker counts what passes through its doors (:class:`BrokerMetrics`): HTTP, the Kafka
+gateway and the exactly-once Spark sink each label their traffic with ``door``. Queue
+offsets, lag, storage figures and group lag are read from the store at scrape time and
+passed in as :class:`StoreGauges`. Rendering is a pure function of those two values.
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ from dataclasses import dataclass, field
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
+#: Request duration buckets (HTTP routes, Kafka APIs), in seconds; long polls land high.
+REQUEST_BUCKETS_S: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+#: Message body size buckets, in bytes (RocketMQ's le_1_kb ... le_4_mb).
+SIZE_BUCKETS_BYTES: tuple[float, ...] = (
+    128, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+)  # fmt: skip
+
+#: The front doors a message can come through.
+DOORS = ("http", "kafka", "sink")
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -56,16 +68,17 @@ class Histogram:
         self._states: dict[Labels, _HistogramState] = {}
         self._lock = threading.Lock()
 
-    def observe(self, labels: Labels, value: float) -> None:
+    def observe(self, labels: Labels, value: float, count: int = 1) -> None:
+        """Record ``value`` ``count`` times (a batch whose sizes are known only as a mean)."""
         index = bisect.bisect_left(self.buckets, value)
         with self._lock:
             state = self._states.get(labels)
             if state is None:
                 state = self._states[labels] = _HistogramState([0] * len(self.buckets))
             if index < len(self.buckets):
-                state.bucket_counts[index] += 1
-            state.total += value
-            state.count += 1
+                state.bucket_counts[index] += count
+            state.total += value * count
+            state.count += count
 
     def snapshot(self) -> list[tuple[Labels, _HistogramState]]:
         with self._lock:
@@ -76,7 +89,7 @@ class Histogram:
 
 
 class BrokerMetrics:
-    """What the HTTP layer counts itself."""
+    """What the doors count themselves (thread-safe: doors count from worker threads too)."""
 
     def __init__(self) -> None:
         self.messages_in = Counter()
@@ -84,18 +97,46 @@ class BrokerMetrics:
         self.messages_out = Counter()
         self.bytes_out = Counter()
         self.produce_latency = Histogram(LATENCY_BUCKETS_S)
+        self.message_size = Histogram(SIZE_BUCKETS_BYTES)
+        self.http_duration = Histogram(REQUEST_BUCKETS_S)
+        self.kafka_duration = Histogram(REQUEST_BUCKETS_S)
+        self.sink_batches = Counter()
+        self.sink_rows = Counter()
 
-    def produced(self, topic: str, messages: int, body_bytes: int, kind: str, seconds: float) -> None:
-        labels = (("topic", topic),)
+    def produced(
+        self, topic: str, messages: int, body_bytes: int, kind: str, seconds: float, door: str = "http"
+    ) -> None:
+        """``messages`` stored through ``door``; ``kind`` labels the produce latency
+        (``single``/``batch`` over HTTP, ``kafka``)."""
+        labels = (("door", door), ("topic", topic))
         self.messages_in.inc(labels, messages)
         self.bytes_in.inc(labels, body_bytes)
         self.produce_latency.observe((("kind", kind),), seconds)
-
-    def consumed(self, topic: str, messages: int, body_bytes: int) -> None:
         if messages:
-            labels = (("topic", topic),)
+            self.message_size.observe((("door", door),), body_bytes / messages, messages)
+
+    def consumed(self, topic: str, messages: int, body_bytes: int, door: str = "http") -> None:
+        if messages:
+            labels = (("door", door), ("topic", topic))
             self.messages_out.inc(labels, messages)
             self.bytes_out.inc(labels, body_bytes)
+
+    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        labels = (("method", method), ("route", route), ("status", f"{status // 100}xx"))
+        self.http_duration.observe(labels, seconds)
+
+    def kafka_request(self, api: str, seconds: float) -> None:
+        self.kafka_duration.observe((("api", api),), seconds)
+
+    def sink_committed(self, rows: int, decided_now: bool, already_published: bool) -> None:
+        """One exactly-once sink commit; ``rows`` count as produced only when first decided."""
+        outcome = "replayed" if already_published or not decided_now else "published"
+        self.sink_batches.inc((("outcome", outcome),))
+        if outcome == "published":
+            self.sink_rows.inc((), rows)
+            # A batch may span topics and the staging layer reports only its row count, so
+            # the sink door's messages are counted under topic "*".
+            self.messages_in.inc((("door", "sink"), ("topic", "*")), rows)
 
 
 @dataclass
@@ -104,12 +145,23 @@ class StoreGauges:
 
     #: (topic, queue_id) -> max offset (next offset to be written).
     queue_max_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (topic, queue_id) -> min offset (the oldest retained message).
+    queue_min_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     #: CommitLog bytes written but not yet dispatched to ConsumeQueue/IndexFile.
     dispatch_lag_bytes: int = 0
     #: (group, topic, queue_id) -> lag in messages.
     group_lag: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    #: Store-level counters (name -> value), rendered as ``sparkmq_store_<name>``.
+    #: (group, topic) -> age in seconds of the oldest unconsumed message (lagging pairs only,
+    #: at most a scrape's budget of them).
+    group_lag_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Store-level positions (name -> value), rendered as gauges ``sparkmq_store_<name>``.
     store_counters: dict[str, float] = field(default_factory=dict)
+    #: Store-level monotonic totals (name -> value), rendered as ``sparkmq_store_<name>_total``.
+    store_totals: dict[str, float] = field(default_factory=dict)
+    #: Storage figures (name -> value), rendered as gauges ``sparkmq_storage_<name>``.
+    storage: dict[str, float] = field(default_factory=dict)
+    topics: int = 0
+    groups: int = 0
 
 
 def _escape(value: str) -> str:
@@ -135,42 +187,100 @@ def _counter(lines: list[str], name: str, help_text: str, counter: Counter) -> N
     lines.extend(f"{name}{_labels(labels)} {_number(value)}" for labels, value in counter.samples())
 
 
-def render(metrics: BrokerMetrics, gauges: StoreGauges) -> str:
-    """The whole exposition as text (ends with a newline)."""
-    lines: list[str] = []
-    _counter(lines, "sparkmq_messages_in_total", "Messages produced over HTTP.", metrics.messages_in)
-    _counter(lines, "sparkmq_bytes_in_total", "Body bytes produced over HTTP.", metrics.bytes_in)
-    _counter(lines, "sparkmq_messages_out_total", "Messages pulled over HTTP.", metrics.messages_out)
-    _counter(lines, "sparkmq_bytes_out_total", "Body bytes pulled over HTTP.", metrics.bytes_out)
-
-    name = "sparkmq_produce_latency_seconds"
-    _family(lines, name, "histogram", "Produce request latency in the store, by kind (single|batch).")
-    for labels, state in metrics.produce_latency.snapshot():
+def _histogram(lines: list[str], name: str, help_text: str, histogram: Histogram) -> None:
+    _family(lines, name, "histogram", help_text)
+    for labels, state in histogram.snapshot():
         cumulative = 0
-        for bound, count in zip(metrics.produce_latency.buckets, state.bucket_counts, strict=True):
+        for bound, count in zip(histogram.buckets, state.bucket_counts, strict=True):
             cumulative += count
-            lines.append(f"{name}_bucket{_labels((*labels, ('le', repr(bound))))} {cumulative}")
+            lines.append(f"{name}_bucket{_labels((*labels, ('le', repr(float(bound)))))} {cumulative}")
         lines.append(f"{name}_bucket{_labels((*labels, ('le', '+Inf')))} {state.count}")
         lines.append(f"{name}_sum{_labels(labels)} {_number(state.total)}")
         lines.append(f"{name}_count{_labels(labels)} {state.count}")
+
+
+def _gauge(lines: list[str], name: str, help_text: str, value: float) -> None:
+    _family(lines, name, "gauge", help_text)
+    lines.append(f"{name} {_number(value)}")
+
+
+_STORAGE_HELP = {
+    "bytes": "Bytes of the store directory on disk (CommitLog, ConsumeQueues, index, metadata).",
+    "commitlog_bytes": "CommitLog bytes retained (max offset - min offset).",
+    "flush_behind_bytes": "CommitLog bytes written but not yet flushed to disk.",
+    "oldest_message_age_seconds": "Age of the oldest retained message (the retention horizon).",
+    "disk_free_bytes": "Free bytes on the store's file system.",
+    "disk_total_bytes": "Size of the store's file system.",
+}
+
+
+def _render_traffic(lines: list[str], metrics: BrokerMetrics) -> None:
+    _counter(lines, "sparkmq_messages_in_total", "Messages stored, by door (http|kafka|sink) and topic.",
+             metrics.messages_in)  # fmt: skip
+    _counter(lines, "sparkmq_bytes_in_total", "Body bytes stored, by door and topic.", metrics.bytes_in)
+    _counter(lines, "sparkmq_messages_out_total", "Messages read by consumers, by door and topic.",
+             metrics.messages_out)  # fmt: skip
+    _counter(lines, "sparkmq_bytes_out_total", "Body bytes read by consumers, by door and topic.",
+             metrics.bytes_out)  # fmt: skip
+    _histogram(lines, "sparkmq_message_size_bytes",
+               "Body size of stored messages, by door (batches count each message at the batch's mean).",
+               metrics.message_size)  # fmt: skip
+    _histogram(lines, "sparkmq_produce_latency_seconds",
+               "Produce latency in the store, by kind (single|batch over HTTP, kafka).",
+               metrics.produce_latency)  # fmt: skip
+    _histogram(lines, "sparkmq_http_request_duration_seconds",
+               "HTTP request duration by method, route template and status class.",
+               metrics.http_duration)  # fmt: skip
+    _histogram(lines, "sparkmq_kafka_request_duration_seconds",
+               "Kafka gateway request duration by API.", metrics.kafka_duration)  # fmt: skip
+    _counter(lines, "sparkmq_sink_batches_total",
+             "Exactly-once sink commits, by outcome (published|replayed).", metrics.sink_batches)  # fmt: skip
+    _counter(lines, "sparkmq_sink_rows_total", "Rows published by the exactly-once sink.", metrics.sink_rows)
+
+
+def render(metrics: BrokerMetrics, gauges: StoreGauges) -> str:
+    """The whole exposition as text (ends with a newline)."""
+    lines: list[str] = []
+    _render_traffic(lines, metrics)
 
     name = "sparkmq_queue_max_offset"
     _family(lines, name, "gauge", "Next offset to be written, per queue.")
     for (topic, queue_id), offset in sorted(gauges.queue_max_offsets.items()):
         lines.append(f"{name}{_labels((('topic', topic), ('queue_id', str(queue_id))))} {offset}")
+    name = "sparkmq_queue_min_offset"
+    _family(lines, name, "gauge", "Oldest retained offset, per queue.")
+    for (topic, queue_id), offset in sorted(gauges.queue_min_offsets.items()):
+        lines.append(f"{name}{_labels((('topic', topic), ('queue_id', str(queue_id))))} {offset}")
 
-    name = "sparkmq_dispatch_lag_bytes"
-    _family(lines, name, "gauge", "CommitLog bytes not yet dispatched to ConsumeQueue and IndexFile.")
-    lines.append(f"{name} {gauges.dispatch_lag_bytes}")
+    dispatch_help = "CommitLog bytes not yet dispatched to ConsumeQueue and IndexFile."
+    _gauge(lines, "sparkmq_dispatch_lag_bytes", dispatch_help, gauges.dispatch_lag_bytes)
+    _gauge(lines, "sparkmq_topics", "User topics.", gauges.topics)
+    _gauge(lines, "sparkmq_groups", "Consumer groups with committed offsets.", gauges.groups)
 
     name = "sparkmq_group_lag"
     _family(lines, name, "gauge", "Consumer group lag in messages (max offset - committed offset).")
+    sums: dict[tuple[str, str], int] = {}
     for (group, topic, queue_id), lag in sorted(gauges.group_lag.items()):
         labels = (("group", group), ("topic", topic), ("queue_id", str(queue_id)))
         lines.append(f"{name}{_labels(labels)} {lag}")
+        sums[(group, topic)] = sums.get((group, topic), 0) + lag
+    name = "sparkmq_group_lag_sum"
+    _family(lines, name, "gauge", "Consumer group lag in messages, summed over the topic's queues.")
+    for (group, topic), lag in sorted(sums.items()):
+        lines.append(f"{name}{_labels((('group', group), ('topic', topic)))} {lag}")
+    name = "sparkmq_group_lag_seconds"
+    age_help = "Age of the oldest unconsumed message per group and topic (0: caught up; bounded per scrape)."
+    _family(lines, name, "gauge", age_help)
+    for (group, topic), seconds in sorted(gauges.group_lag_seconds.items()):
+        lines.append(f"{name}{_labels((('group', group), ('topic', topic)))} {_number(round(seconds, 3))}")
 
     for counter_name, value in sorted(gauges.store_counters.items()):
-        name = f"sparkmq_store_{counter_name}"
-        _family(lines, name, "gauge", f"Store statistic {counter_name}.")
+        _gauge(lines, f"sparkmq_store_{counter_name}", f"Store position {counter_name}.", value)
+    for total_name, value in sorted(gauges.store_totals.items()):
+        name = f"sparkmq_store_{total_name}_total"
+        _family(lines, name, "counter", f"Store total {total_name} since the store was opened.")
         lines.append(f"{name} {_number(value)}")
+    for storage_name, value in sorted(gauges.storage.items()):
+        help_text = _STORAGE_HELP.get(storage_name, f"Storage figure {storage_name}.")
+        _gauge(lines, f"sparkmq_storage_{storage_name}", help_text, value)
     return "\n".join(lines) + "\n"

@@ -42,15 +42,21 @@ class KafkaCompanion:
         self.gateway: KafkaGateway | None = None
 
     def __call__(self, broker: _HasStore) -> AbstractAsyncContextManager[KafkaGateway]:
-        return self._run(broker.store)
+        return self._run(broker)
 
     @asynccontextmanager
-    async def _run(self, store: KafkaStore) -> AsyncIterator[KafkaGateway]:
-        gateway = await start_kafka_gateway(store, config=self.config)
+    async def _run(self, broker: _HasStore) -> AsyncIterator[KafkaGateway]:
+        store: KafkaStore = broker.store
+        metrics = getattr(broker, "metrics", None)
+        gateway = await start_kafka_gateway(store, config=self.config, metrics=metrics)
         self.gateway = gateway
+        if hasattr(broker, "kafka_groups"):  # the console lists the coordinator's groups
+            setattr(broker, "kafka_groups", gateway.context.coordinator.groups)  # noqa: B010
         try:
             yield gateway
         finally:
+            if hasattr(broker, "kafka_groups"):
+                setattr(broker, "kafka_groups", None)  # noqa: B010
             self.gateway = None
             await gateway.close()
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
 from ingest_api.kafka.framing import MAX_REQUEST_BYTES
@@ -120,6 +120,16 @@ class ArrivalNotifier:
                         del self._waiters[ref]
 
 
+class DoorMetrics(Protocol):
+    """Where the gateway counts its traffic (the broker's ``BrokerMetrics`` when embedded)."""
+
+    def produced(
+        self, topic: str, messages: int, body_bytes: int, kind: str, seconds: float, door: str
+    ) -> None: ...
+    def consumed(self, topic: str, messages: int, body_bytes: int, door: str) -> None: ...
+    def kafka_request(self, api: str, seconds: float) -> None: ...
+
+
 @dataclass
 class GatewayContext:
     #: The broker's store seen through Kafka names (:mod:`ingest_api.kafka.names`).
@@ -136,6 +146,8 @@ class GatewayContext:
     commit_metadata: dict[tuple[str, str, int], str] = field(default_factory=dict)
     bound_port: int = 0
     arrivals: ArrivalNotifier | None = None
+    #: ``None`` when standalone (nothing to count into).
+    metrics: DoorMetrics | None = None
 
     @classmethod
     def create(

@@ -23,10 +23,11 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 from types import TracebackType
 
 from ingest_api.kafka.codec import decode_request, encode_api_versions_fallback, needs_api_versions_fallback
-from ingest_api.kafka.context import GatewayConfig, GatewayContext
+from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext
 from ingest_api.kafka.errors import KafkaGatewayError
 from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_prefix
 from ingest_api.kafka.handlers import HANDLERS, Connection
@@ -137,7 +138,13 @@ class KafkaGateway:
             log.debug("ApiVersions v%d unsupported: answering error 35 with a v0 body", prefix.api_version)
             return encode_api_versions_fallback(prefix.correlation_id)
         request = decode_request(frame)
-        return await HANDLERS[request.api_key](self._ctx, conn, request)
+        started = time.perf_counter()
+        try:
+            return await HANDLERS[request.api_key](self._ctx, conn, request)
+        finally:
+            if self._ctx.metrics is not None:
+                api = getattr(request.api_key, "name", str(request.api_key)).lower()
+                self._ctx.metrics.kafka_request(api, time.perf_counter() - started)
 
     async def close(self) -> None:
         if self._closed:
@@ -173,17 +180,20 @@ async def start_kafka_gateway(
     advertised_host: str | None = None,
     *,
     config: GatewayConfig | None = None,
+    metrics: DoorMetrics | None = None,
 ) -> KafkaGateway:
     """Start listening on the running loop; returns once the socket is bound.
 
     ``config`` overrides everything else; otherwise host/port/advertised_host fill a default
     :class:`GatewayConfig`. ``store`` is a ``store.MessageStore`` (the caller owns it and
-    closes it after ``await gateway.close()``).
+    closes it after ``await gateway.close()``). ``metrics`` receives the door's counts
+    (produce, fetch, request durations), labelled ``door="kafka"``.
     """
     if config is None:
         config = GatewayConfig(host=host, port=port, advertised_host=advertised_host)
     config.validate()
     ctx = GatewayContext.create(store, config, asyncio.get_running_loop())
+    ctx.metrics = metrics
     gateway = KafkaGateway(ctx)
     await gateway._start()
     return gateway

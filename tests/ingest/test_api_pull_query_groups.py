@@ -283,10 +283,10 @@ class TestOps:
         response = client.get("/metrics")
         assert response.headers["content-type"].startswith("text/plain")
         lines = response.text.splitlines()
-        assert f'sparkmq_messages_in_total{{topic="{topic}"}} 2' in lines
-        assert f'sparkmq_bytes_in_total{{topic="{topic}"}} 6' in lines
-        assert f'sparkmq_messages_out_total{{topic="{topic}"}} 2' in lines
-        assert f'sparkmq_bytes_out_total{{topic="{topic}"}} 6' in lines
+        assert f'sparkmq_messages_in_total{{door="http",topic="{topic}"}} 2' in lines
+        assert f'sparkmq_bytes_in_total{{door="http",topic="{topic}"}} 6' in lines
+        assert f'sparkmq_messages_out_total{{door="http",topic="{topic}"}} 2' in lines
+        assert f'sparkmq_bytes_out_total{{door="http",topic="{topic}"}} 6' in lines
         assert f'sparkmq_queue_max_offset{{topic="{topic}",queue_id="0"}} 2' in lines
         assert f'sparkmq_group_lag{{group="metrics_group",topic="{topic}",queue_id="0"}} 1' in lines
         assert any(line.startswith('sparkmq_produce_latency_seconds_count{kind="single"}') for line in lines)

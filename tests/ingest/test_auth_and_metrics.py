@@ -92,9 +92,9 @@ def test_render_prometheus_text() -> None:
     )
     text = render(metrics, gauges)
     lines = set(text.splitlines())
-    assert 'sparkmq_messages_in_total{topic="orders"} 4' in lines
-    assert 'sparkmq_bytes_in_total{topic="orders"} 400' in lines
-    assert 'sparkmq_messages_out_total{topic="orders"} 2' in lines
+    assert 'sparkmq_messages_in_total{door="http",topic="orders"} 4' in lines
+    assert 'sparkmq_bytes_in_total{door="http",topic="orders"} 400' in lines
+    assert 'sparkmq_messages_out_total{door="http",topic="orders"} 2' in lines
     assert 'sparkmq_produce_latency_seconds_bucket{kind="batch",le="0.0025"} 1' in lines
     assert 'sparkmq_produce_latency_seconds_bucket{kind="batch",le="0.001"} 0' in lines
     assert 'sparkmq_produce_latency_seconds_bucket{kind="single",le="+Inf"} 1' in lines

@@ -237,8 +237,8 @@ def test_metrics_count_lane_produces(broker_factory: BrokerFactory, lane_calls: 
         )
     assert lane_calls == ["counted"] * 3
     lines = client.get("/metrics").text.splitlines()
-    assert 'sparkmq_messages_in_total{topic="counted"} 3' in lines
-    assert 'sparkmq_bytes_in_total{topic="counted"} 12' in lines
+    assert 'sparkmq_messages_in_total{door="http",topic="counted"} 3' in lines
+    assert 'sparkmq_bytes_in_total{door="http",topic="counted"} 12' in lines
     assert 'sparkmq_produce_latency_seconds_count{kind="single"} 3' in lines
 
 

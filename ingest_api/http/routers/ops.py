@@ -10,9 +10,9 @@ from starlette.concurrency import run_in_threadpool
 from ingest_api.http.auth import authorize_global_admin
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.metrics import StoreGauges, render
+from ingest_api.http.gauges import collect_store_gauges
+from ingest_api.http.metrics import render
 from ingest_api.http.schemas import ErrorOut, HealthOut
-from store import MessageStore
 
 router = APIRouter(tags=["ops"])
 
@@ -25,27 +25,6 @@ async def healthz(broker: BrokerDep) -> HealthOut:
     if broker.store.closed:
         raise ApiError(503, "store_closed", "the store is closed")
     return HealthOut(status="ok")
-
-
-def collect_store_gauges(store: MessageStore) -> StoreGauges:
-    stats = store.stats()
-    gauges = StoreGauges(
-        queue_max_offsets=dict(stats.queue_max_offsets),
-        dispatch_lag_bytes=stats.index_dispatch_lag_bytes,
-        store_counters={
-            "messages_put": stats.messages_put,
-            "bytes_put": stats.bytes_put,
-            "commitlog_max_offset": stats.commitlog_max_offset,
-            "commitlog_flushed_offset": stats.commitlog_flushed_offset,
-        },
-    )
-    for group, topics in store.groups().items():
-        for topic in topics:
-            if not store.has_topic(topic):
-                continue
-            for queue_id, lag in store.lag(group, topic).items():
-                gauges.group_lag[(group, topic, queue_id)] = lag
-    return gauges
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})

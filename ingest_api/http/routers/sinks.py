@@ -148,6 +148,7 @@ async def commit_batch(
         outcome = await run_in_threadpool(staging_for(broker).commit, sink_id, batch_id, parts)
     except SinkStagingError as exc:
         raise ApiError(409, "sink_staging_error", str(exc)) from exc
+    broker.metrics.sink_committed(outcome.rows, outcome.decided_now, outcome.already_published)
     return CommitOut(
         sink_id=sink_id,
         batch_id=batch_id,

@@ -54,6 +54,9 @@ class PartitionData:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    #: Records encoded into ``records`` and the sum of their value sizes (for the metrics).
+    messages: int = 0
+    body_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +106,13 @@ def columns_from_arrow(batch: pa.RecordBatch) -> RecordColumns:
 
 def encode_columns(columns: RecordColumns, max_bytes: int) -> bytes:
     """Batches for runs of consecutive offsets (normally one run), within ``max_bytes``."""
+    return encode_columns_counted(columns, max_bytes)[0]
+
+
+def encode_columns_counted(columns: RecordColumns, max_bytes: int) -> tuple[bytes, int]:
+    """:func:`encode_columns` and how many records (the first ones) it encoded."""
     offsets = columns.offsets
+    encoded = 0
     out: list[bytes] = []
     used = 0
     start = 0
@@ -128,10 +137,11 @@ def encode_columns(columns: RecordColumns, max_bytes: int) -> bytes:
             break
         out.append(data)
         used += len(data)
+        encoded += written
         if written < end - start:
             break
         start = end
-    return b"".join(out)
+    return b"".join(out), encoded
 
 
 def read_partition(
@@ -156,9 +166,12 @@ def read_partition(
     wanted = max(1, min(MAX_MESSAGES_PER_READ, budget // MIN_RECORD_BYTES, high - request.fetch_offset))
     read = store.read_batch(request.topic, request.partition, request.fetch_offset, wanted)
     if read.batch.num_rows:
-        encoded = encode_columns(columns_from_arrow(read.batch), budget)
+        columns = columns_from_arrow(read.batch)
+        encoded, count = encode_columns_counted(columns, budget)
         if allow_oversize or len(encoded) <= budget:
             result.records = encoded
+            result.messages = count
+            result.body_bytes = sum(len(value or b"") for value in columns.values[:count])
     return result
 
 
@@ -206,6 +219,9 @@ async def handle_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequ
                     break
                 results = await ctx.run_blocking(read_all, ctx.store, requests, max_bytes)
                 break
+    if ctx.metrics is not None:
+        for fetched, data in zip(requests, results, strict=True):
+            ctx.metrics.consumed(fetched.topic, data.messages, data.body_bytes, "kafka")
     return codec.encode_response(
         request,
         throttle_time_ms=0,

@@ -242,10 +242,27 @@ def _decode_and_append_plain(ctx: GatewayContext, body: Any) -> tuple[list[_Part
     return work, True
 
 
+def _count_produced(ctx: GatewayContext, work: list[_PartitionWork], seconds: float) -> None:
+    """Count the records written new (not a retry found in the store) per topic."""
+    if ctx.metrics is None:
+        return
+    for item in work:
+        if item.error != ErrorCode.NONE or not item.fresh:
+            continue
+        kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
+        written = [batch for batch, fresh in zip(kept, item.fresh, strict=True) if fresh]
+        messages = sum(len(batch) for batch in written)
+        if messages:
+            body_bytes = sum(len(value or b"") for batch in written for value in batch.values)
+            ctx.metrics.produced(item.topic, messages, body_bytes, "kafka", seconds, "kafka")
+
+
 async def handle_produce(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes | None:
+    started = time.perf_counter()
     work, appended = await ctx.run_blocking(_decode_and_append_plain, ctx, request.body)
     if not appended:
         await _append_idempotent(ctx, work)
+    _count_produced(ctx, work, time.perf_counter() - started)
     if not codec.expects_response(request):
         return None
     return codec.encode_response(request, throttle_time_ms=0, responses=_responses(work))
