@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -164,3 +164,18 @@ async def group_detail(request: Request, group: str, viewer: ViewerDep) -> HTMLR
     detail = await run_in_threadpool(_group, viewer.broker.store, viewer, group, kafka)
     topics = sorted({row.topic for row in detail.queues})
     return page(request, "group.html", viewer, section="groups", group=detail, topics=topics)
+
+
+def _operators(broker: Broker) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    board = broker.operators
+    if board is None:
+        return {"mode": "off"}, []
+    return board.job(), board.describe()
+
+
+@router.get("/operators", response_class=HTMLResponse)
+async def operators(request: Request, viewer: ViewerDep) -> HTMLResponse:
+    """The operator job and each resolver query (``GET /operators``' data); admins on '*'."""
+    viewer.require_global_admin()
+    job, rows = await run_in_threadpool(_operators, viewer.broker)
+    return page(request, "operators.html", viewer, section="operators", job=job, rows=rows)

@@ -82,6 +82,14 @@ def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console
     admin.post("/topics/orders/messages:batch", json={"messages": batch}).raise_for_status()
     admin.post("/topics/audit/messages", json={"body_base64": "AAECA/7/", "tags": "bin"}).raise_for_status()
     admin.put("/groups/billing/offsets", json={"topic": "orders", "offsets": {"0": 5, "1": 10, "2": 0}})
+    # What the operator job reports (streaming.operators.runtime.query_status).
+    status = {
+        "state": "active",
+        "last_batch_id": 7,
+        "last_batch_time": "2026-11-24T03:00:00.000Z",
+        "input_lag": 0,
+    }
+    admin.put("/operators/delay/status", json=status).raise_for_status()
     yield ConsoleBroker(running, admin)
     running.stop()
 

@@ -156,6 +156,17 @@ def test_produce_form_and_live_tail(session: BrowserSession, console_broker: Con
     _clean(session, console_broker)
 
 
+def test_operators_page(session: BrowserSession, console_broker: ConsoleBroker) -> None:
+    page = session.page
+    login(session, console_broker.url, path="/console/operators")
+    row = page.locator("#operators tbody tr").first
+    expect(row).to_contain_text("delay")
+    expect(row).to_contain_text("active")
+    expect(page.locator("#operator-job")).to_contain_text("outside the broker")
+    session.shot("operators")
+    _clean(session, console_broker)
+
+
 def test_groups_overview_export_and_security_headers(console_broker: ConsoleBroker) -> None:
     """Plain HTTP checks of what the browser tests rely on."""
     client = console_broker.broker.client()

@@ -12,6 +12,7 @@ from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.gauges import collect_store_gauges
 from ingest_api.http.metrics import render
+from ingest_api.http.operator_metrics import render_operators
 from ingest_api.http.schemas import ErrorOut, HealthOut
 
 router = APIRouter(tags=["ops"])
@@ -29,11 +30,12 @@ async def healthz(broker: BrokerDep) -> HealthOut:
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
 async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
-    """Prometheus text: messages/bytes in and out, produce latency, queue max offsets,
-    dispatch lag and group lag."""
+    """Prometheus text: traffic per door, sizes, latencies, queue offsets, group lag (messages
+    and seconds), storage and operator figures (docs/metrics.md)."""
     authorize_global_admin(principal)
     gauges = await run_in_threadpool(collect_store_gauges, broker.store)
-    return Response(render(broker.metrics, gauges), media_type=PROMETHEUS_TEXT)
+    operators = await run_in_threadpool(render_operators, broker.operators)
+    return Response(render(broker.metrics, gauges) + operators, media_type=PROMETHEUS_TEXT)
 
 
 @router.get("/openapi.json", include_in_schema=False)
