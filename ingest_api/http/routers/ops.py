@@ -12,7 +12,6 @@ from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.gauges import collect_store_gauges
 from ingest_api.http.metrics import render
-from ingest_api.http.operator_metrics import render_operators
 from ingest_api.http.schemas import ErrorOut, HealthOut
 
 router = APIRouter(tags=["ops"])
@@ -31,11 +30,10 @@ async def healthz(broker: BrokerDep) -> HealthOut:
 @router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
 async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
     """Prometheus text: traffic per door, sizes, latencies, queue offsets, group lag (messages
-    and seconds), storage and operator figures (docs/metrics.md)."""
+    and seconds) and storage figures (docs/metrics.md)."""
     authorize_global_admin(principal)
     gauges = await run_in_threadpool(collect_store_gauges, broker.store)
-    operators = await run_in_threadpool(render_operators, broker.operators)
-    return Response(render(broker.metrics, gauges) + operators, media_type=PROMETHEUS_TEXT)
+    return Response(render(broker.metrics, gauges), media_type=PROMETHEUS_TEXT)
 
 
 @router.get("/openapi.json", include_in_schema=False)
