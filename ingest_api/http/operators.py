@@ -142,6 +142,70 @@ class OperatorBoard:
             )
         return out
 
+    def metrics_text(self) -> str:
+        """Prometheus text of the operators (appended to ``/metrics``)."""
+        rows = self.describe()
+        lines: list[str] = []
+
+        def family(name: str, kind: str, help_text: str, values: list[tuple[str, Any]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(f'{name}{{operator="{op}"}} {value}' for op, value in values if value is not None)
+
+        family(
+            "sparkmq_operator_up",
+            "gauge",
+            "1 while the operator's query is active.",
+            [(r["operator"], int(r.get("state") == "active")) for r in rows],
+        )
+        family(
+            "sparkmq_operator_last_batch_id",
+            "gauge",
+            "Last micro-batch id of the operator's query.",
+            [(r["operator"], r.get("last_batch_id")) for r in rows],
+        )
+        family(
+            "sparkmq_operator_input_lag_messages",
+            "gauge",
+            "Parked messages not yet read by the query.",
+            [(r["operator"], r.get("input_lag")) for r in rows],
+        )
+        family(
+            "sparkmq_operator_pending_messages",
+            "gauge",
+            "Messages held in state, waiting to come due.",
+            [(r["operator"], r["pending"]) for r in rows],
+        )
+        family(
+            "sparkmq_operator_next_due_timestamp_ms",
+            "gauge",
+            "Earliest due time held in state (epoch ms).",
+            [(r["operator"], r["next_due_ms"]) for r in rows],
+        )
+        family(
+            "sparkmq_operator_relocated_total",
+            "counter",
+            "Messages delivered or rolled since start.",
+            [(r["operator"], r["relocated_total"]) for r in rows],
+        )
+        name = "sparkmq_operator_lateness_seconds"
+        lines.append(f"# HELP {name} Delivery time minus due time of delivered messages.")
+        lines.append(f"# TYPE {name} histogram")
+        for r in rows:
+            hist = self.state(r["operator"]).lateness
+            cumulative = 0
+            for bound, count in zip((*LATENESS_BUCKETS_S, "+Inf"), hist.counts, strict=True):
+                cumulative += count
+                lines.append(f'{name}_bucket{{operator="{r["operator"]}",le="{bound}"}} {cumulative}')
+            lines.append(f'{name}_sum{{operator="{r["operator"]}"}} {hist.sum_s:.3f}')
+            lines.append(f'{name}_count{{operator="{r["operator"]}"}} {hist.total}')
+        job = self.job()
+        if job["mode"] == "child":
+            lines.append("# HELP sparkmq_operator_job_restarts_total Restarts of the local operator job.")
+            lines.append("# TYPE sparkmq_operator_job_restarts_total counter")
+            lines.append(f"sparkmq_operator_job_restarts_total {job['restarts']}")
+        return "\n".join(lines) + "\n"
+
     def job(self) -> dict[str, Any]:
         sup = self.supervisor
         if sup is None:

@@ -80,6 +80,10 @@ def test_levels_delivered_exactly_once_never_early_and_reported(broker: Broker) 
     )
     assert report["state"] == "active" and report["pending"] == 0 and report["next_due_ms"] is None
     assert report["last_batch_id"] is not None and report["input_lag"] == 0
+    metrics = httpx.get(f"{broker.url}/metrics").text
+    assert f'sparkmq_operator_relocated_total{{operator="delay"}} {len(parked)}' in metrics
+    assert f'sparkmq_operator_lateness_seconds_count{{operator="delay"}} {len(parked)}' in metrics
+    assert 'sparkmq_operator_up{operator="delay"} 1' in metrics
     job = broker.operators()["job"]
     assert job["mode"] == "child" and job["running"]
     # SIGTERM stops the broker cleanly, and its job with it.

@@ -33,7 +33,10 @@ async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
     and seconds) and storage figures (docs/metrics.md)."""
     authorize_global_admin(principal)
     gauges = await run_in_threadpool(collect_store_gauges, broker.store)
-    return Response(render(broker.metrics, gauges), media_type=PROMETHEUS_TEXT)
+    text = render(broker.metrics, gauges)
+    if broker.operators is not None:
+        text += await run_in_threadpool(broker.operators.metrics_text)
+    return Response(text, media_type=PROMETHEUS_TEXT)
 
 
 @router.get("/openapi.json", include_in_schema=False)
