@@ -370,6 +370,16 @@ class MessageStore:
         stored = iter(self._appender.put_records(kept))
         return [None if r is None else next(stored) for r in records]
 
+    def delay_offsets(self) -> dict[int, int]:
+        """``config/delayOffset.json``: level -> next ``SCHEDULE_TOPIC_XXXX`` queue ``level-1``
+        offset to examine (every offset below it has been delivered)."""
+        return self._delay_offsets.levels()
+
+    def set_delay_offsets(self, offsets: Mapping[int, int]) -> None:
+        """Mirror the delay resolver's progress (persisted with the other offset tables)."""
+        for level, offset in offsets.items():
+            self._delay_offsets.set(level, offset)
+
     def read_record(self, offset: int) -> bytes | None:
         """The stored bytes of the record at CommitLog ``offset`` (None when absent)."""
         self._ensure_open()

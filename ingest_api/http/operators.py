@@ -37,6 +37,7 @@ from store.publish.relocations import RelocationLog, RelocationOutcome
 log = logging.getLogger("sparkmq.operators")
 
 ROW_RELOCATION, ROW_SUMMARY = 0, 1
+DELAY_OPERATOR = "delay"
 #: Lateness histogram buckets, seconds (delivered store time - due time).
 LATENESS_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 _PR_SET_PDEATHSIG = 1
@@ -59,20 +60,42 @@ class LatenessHistogram:
             self.sum_s += seconds
 
 
+KeySummary = tuple[int, int | None, int | None]
+
+
 @dataclass
 class OperatorState:
     status: dict[str, Any] = field(default_factory=dict)
-    pending_by_key: dict[tuple[int, int], tuple[int, int | None]] = field(default_factory=dict)
+    #: (bucket_ms, shard, parked queue) -> (pending count, next action ms, min queue offset),
+    #: as the resolver last reported each key (parked queue: level - 1, or -1 for timers).
+    pending_by_key: dict[tuple[int, int, int], KeySummary] = field(default_factory=dict)
     relocated_total: int = 0
     lateness: LatenessHistogram = field(default_factory=LatenessHistogram)
     last_published_batch: int = -1
 
     def pending(self) -> int:
-        return sum(count for count, _ in self.pending_by_key.values())
+        return sum(count for count, _, _ in self.pending_by_key.values())
 
     def next_due_ms(self) -> int | None:
-        times = [t for count, t in self.pending_by_key.values() if count and t is not None]
+        times = [t for count, t, _ in self.pending_by_key.values() if count and t is not None]
         return min(times) if times else None
+
+    def delay_offsets(self, levels: int) -> dict[int, int]:
+        """RocketMQ's delayOffset.json meaning: per level, the smallest queue offset still
+        pending, else the query's committed end offset of that level queue."""
+        ends = self.status.get("end_offsets") or {}
+        out: dict[int, int] = {}
+        for level in range(1, levels + 1):
+            pending = [
+                o
+                for (_, _, q), (n, _, o) in self.pending_by_key.items()
+                if q == level - 1 and n and o is not None
+            ]
+            if pending:
+                out[level] = min(pending)
+            elif f"SCHEDULE_TOPIC_XXXX/{level - 1}" in ends:
+                out[level] = int(ends[f"SCHEDULE_TOPIC_XXXX/{level - 1}"])
+        return out
 
 
 class OperatorBoard:
@@ -105,14 +128,15 @@ class OperatorBoard:
         state = self.state(operator)
         if kind is not None:
             summaries = table.filter(pc.equal(kind, ROW_SUMMARY)).to_pydict()
-            for bucket, shard, pending, next_ms in zip(
-                summaries["bucket_ms"], summaries["shard"], summaries["pending"], summaries["next_action_ms"],
-                strict=True,
+            for bucket, shard, queue, pending, next_ms, min_offset in zip(
+                summaries["bucket_ms"], summaries["shard"], summaries["src_queue"], summaries["pending"],
+                summaries["next_action_ms"], summaries["min_queue_offset"], strict=True,
             ):  # fmt: skip
+                key = (int(bucket), int(shard), int(queue))
                 if pending:
-                    state.pending_by_key[(int(bucket), int(shard))] = (int(pending), next_ms)
+                    state.pending_by_key[key] = (int(pending), next_ms, min_offset)
                 else:
-                    state.pending_by_key.pop((int(bucket), int(shard)), None)
+                    state.pending_by_key.pop(key, None)
         if outcome.appended and "due_ms" in relocations.column_names:
             now = int(time.time() * 1000)  # just after the append: the delivered store time
             state.lateness.observe_many([now - int(d) for d in relocations.column("due_ms").to_pylist()])
@@ -121,7 +145,11 @@ class OperatorBoard:
         return outcome
 
     def report(self, operator: str, status: dict[str, Any]) -> None:
-        self.state(operator).status = dict(status, reported_at_ms=int(time.time() * 1000))
+        state = self.state(operator)
+        state.status = dict(status, reported_at_ms=int(time.time() * 1000))
+        if operator == DELAY_OPERATOR and "end_offsets" in status:
+            levels = len(self.settings.get("delay_levels_ms", ()))
+            self.store.set_delay_offsets(state.delay_offsets(levels))
 
     def describe(self) -> list[dict[str, Any]]:
         names = set(self._states) | set(self.relocations.operators())

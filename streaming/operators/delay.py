@@ -54,6 +54,8 @@ PENDING_SCHEMA = StructType(
         StructField("action_ms", LongType()),
         StructField("kind", IntegerType()),
         StructField("enqueue_ms", LongType()),
+        StructField("src_queue", IntegerType()),
+        StructField("src_queue_offset", LongType()),
     ]
 )
 
@@ -69,6 +71,10 @@ OUTPUT_SCHEMA = StructType(
         StructField("shard", IntegerType()),
         StructField("pending", LongType()),
         StructField("next_action_ms", LongType()),
+        #: Summary rows: the parked queue (level - 1; -1 for the timer topic) and the smallest
+        #: queue offset still pending in this key (the broker mirrors delayOffset.json from it).
+        StructField("src_queue", IntegerType()),
+        StructField("min_queue_offset", LongType()),
     ]
 )
 
@@ -86,7 +92,8 @@ class DelaySettings:
     burst_cap: int = 100_000
 
 
-Pending = tuple[int, int, int, int, int]  # commitlog_offset, due_ms, action_ms, kind, enqueue_ms
+#: commitlog_offset, due_ms, action_ms, kind, enqueue_ms, src_queue, src_queue_offset
+Pending = tuple[int, int, int, int, int, int, int]
 
 
 def action_time(due_ms: int, kind: int, now_ms: int, roll_window_ms: int) -> int:
@@ -139,13 +146,15 @@ class DelayResolver(StatefulProcessor):
                     action_time(due, kind, now, window),
                     kind,
                     int(row.enqueue_ms),
+                    int(row.src_queue),
+                    int(row.src_queue_offset),
                 )
             )
         if added:
             self.pending.appendList([tuple(p) for p in added])
             for when in sorted({p[2] for p in added}):
                 self.handle.registerTimer(when)
-        yield from self._summary(key, list(self._pending()), now)
+        yield from self._summary(key, list(self._pending()), ())
 
     def handleExpiredTimer(  # noqa: N802 (Spark's name)
         self,
@@ -164,7 +173,7 @@ class DelayResolver(StatefulProcessor):
                 self.handle.registerTimer(when)
         else:
             self.pending.clear()
-        for offset, due, _action, kind, enqueue in emit:
+        for offset, due, _action, kind, enqueue, _queue, _queue_offset in emit:
             relocate = RELOCATE_DELIVER if due <= now else RELOCATE_ROLL
             yield Row(
                 row_type=ROW_RELOCATION,
@@ -177,28 +186,35 @@ class DelayResolver(StatefulProcessor):
                 shard=int(key[1]),
                 pending=None,
                 next_action_ms=None,
+                src_queue=None,
+                min_queue_offset=None,
             )
-        yield from self._summary(key, keep, now)
+        yield from self._summary(key, keep, emit)
 
     def _pending(self) -> Iterator[Pending]:
         if not self.pending.exists():
             return iter(())
         return (tuple(int(v) for v in p) for p in self.pending.get())  # type: ignore[misc]
 
-    def _summary(self, key: Any, pending: list[Pending], now: int) -> Iterator[Row]:
-        del now
-        yield Row(
-            row_type=ROW_SUMMARY,
-            commitlog_offset=None,
-            kind=None,
-            enqueue_ms=None,
-            dequeue_ms=None,
-            due_ms=None,
-            bucket_ms=int(key[0]),
-            shard=int(key[1]),
-            pending=len(pending),
-            next_action_ms=min((p[2] for p in pending), default=None),
-        )
+    def _summary(self, key: Any, pending: list[Pending], gone: Iterable[Pending]) -> Iterator[Row]:
+        """One row per parked queue seen in this key: what is still pending there (0 clears it)."""
+        queues = {p[5] for p in pending} | {p[5] for p in gone}
+        for queue in sorted(queues):
+            mine = [p for p in pending if p[5] == queue]
+            yield Row(
+                row_type=ROW_SUMMARY,
+                commitlog_offset=None,
+                kind=None,
+                enqueue_ms=None,
+                dequeue_ms=None,
+                due_ms=None,
+                bucket_ms=int(key[0]),
+                shard=int(key[1]),
+                pending=len(mine),
+                next_action_ms=min((p[2] for p in mine), default=None),
+                src_queue=queue,
+                min_queue_offset=min((p[6] for p in mine), default=None),
+            )
 
     def close(self) -> None:
         pass
@@ -226,6 +242,8 @@ def resolver_input(parked: DataFrame, settings: DelaySettings) -> DataFrame:
             .otherwise(F.lit(KIND_LEVEL))
             .alias("kind"),
             F.unix_millis(F.col("store_timestamp")).alias("enqueue_ms"),
+            F.when(F.col("topic") == TIMER_TOPIC, F.lit(-1)).otherwise(F.col("queue_id")).alias("src_queue"),
+            F.col("queue_offset").alias("src_queue_offset"),
             F.pmod(
                 F.hash(F.col("properties")["REAL_TOPIC"], F.col("uniq_key")), F.lit(settings.shards)
             ).alias("shard"),

@@ -41,8 +41,10 @@ log = logging.getLogger("sparkmq.operators")
 
 DELAY_OPERATOR = "delay"
 #: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
-POST_COLUMNS = ("row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms",
-                "bucket_ms", "shard", "pending", "next_action_ms")  # fmt: skip
+POST_COLUMNS = (
+    "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
+    "pending", "next_action_ms", "src_queue", "min_queue_offset",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -205,8 +207,13 @@ def query_status(query: Any) -> dict[str, Any]:
     """What ``/operators`` shows of a query, from its last progress."""
     progress = query.lastProgress or {}
     lag = 0
+    end_offsets: dict[str, int] = {}
     for source in progress.get("sources", []):
         lag += _offset_gap(source.get("endOffset"), source.get("latestOffset"))
+        end = source.get("endOffset")
+        end = json.loads(end) if isinstance(end, str) else end
+        if isinstance(end, dict):
+            end_offsets.update({str(k): int(v) for k, v in end.items() if isinstance(v, int | float)})
     status = query.status or {}
     return {
         "query_id": str(query.id),
@@ -217,6 +224,7 @@ def query_status(query: Any) -> dict[str, Any]:
         "input_rows_per_second": progress.get("inputRowsPerSecond"),
         "input_lag": lag,
         "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "end_offsets": end_offsets,
     }
 
 

@@ -33,7 +33,7 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {value!r}")
         time.sleep(poll_s)
 
 

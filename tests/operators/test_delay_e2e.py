@@ -79,6 +79,13 @@ def test_levels_delivered_exactly_once_never_early_and_reported(broker: Broker) 
         "/operators to count the relocations",
     )
     assert report["state"] == "active" and report["pending"] == 0 and report["next_due_ms"] is None
+    # Everything delivered: each level's delayOffset is its queue's end (RocketMQ's meaning).
+    expected = {1: 20, 2: 8, 3: 4}  # the levels whose queue holds messages
+    try:
+        wait_for(lambda: _delay_offsets(broker) == expected, 30, "delayOffset.json at the queue ends")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {_delay_offsets(broker)} {broker.delay_operator()}") from None
+    report = broker.delay_operator()  # the job's progress report has arrived by now
     assert report["last_batch_id"] is not None and report["input_lag"] == 0
     metrics = httpx.get(f"{broker.url}/metrics").text
     assert f'sparkmq_operator_relocated_total{{operator="delay"}} {len(parked)}' in metrics
@@ -98,9 +105,20 @@ def test_pending_messages_are_reported_with_their_due_time(broker: Broker) -> No
     wait_for(lambda: broker.delay_operator().get("pending") == 3, 45, "3 pending delayed messages")
     op = broker.delay_operator()
     due = min(r["store_timestamp"] for r in parked) + 60_000
+    # delayOffset.json (RocketMQ's meaning): level 5's next offset to examine is the first pending.
+    wait_for(lambda: _delay_offsets(broker).get(5) == 0, 30, "delayOffset.json to hold level 5 at 0")
     assert op["next_due_ms"] == due
     assert op["relocated_total"] == 0
     assert all_messages(broker, "later") == [], "never visible before its due time"
+
+
+def _delay_offsets(broker: Broker) -> dict[int, int]:
+    path = broker.store_dir / "config" / "delayOffset.json"
+    if not path.exists():
+        return {}
+    import json
+
+    return {int(k): int(v) for k, v in json.loads(path.read_text())["offsetTable"].items()}
 
 
 @pytest.mark.parametrize("point", ["before_post", "after_post"])

@@ -20,8 +20,12 @@ def test_action_time_is_the_due_time_within_the_roll_window() -> None:
 
 
 def test_fire_emits_due_pointers_in_due_then_offset_order_and_keeps_the_rest() -> None:
-    pending = [(30, 900, 900, KIND_LEVEL, 0), (10, 1000, 1000, KIND_LEVEL, 0), (20, 900, 900, KIND_LEVEL, 0),
-               (40, 1500, 1500, KIND_LEVEL, 0)]  # fmt: skip
+    pending = [
+        (30, 900, 900, KIND_LEVEL, 0, 0, 0),
+        (10, 1000, 1000, KIND_LEVEL, 0, 0, 0),
+        (20, 900, 900, KIND_LEVEL, 0, 0, 0),
+        (40, 1500, 1500, KIND_LEVEL, 0, 0, 0),
+    ]
     emit, keep = fire(pending, now_ms=1000, burst_cap=10)
     assert [p[0] for p in emit] == [20, 30, 10]
     assert [p[0] for p in keep] == [40]
@@ -30,7 +34,7 @@ def test_fire_emits_due_pointers_in_due_then_offset_order_and_keeps_the_rest() -
 
 
 def test_burst_cap_spreads_catch_up_over_batches_without_loss_or_duplicates() -> None:
-    pending = [(i, 100 + i % 7, 100 + i % 7, KIND_LEVEL, 0) for i in range(25)]
+    pending = [(i, 100 + i % 7, 100 + i % 7, KIND_LEVEL, 0, 0, 0) for i in range(25)]
     emitted: list[int] = []
     now = 10_000
     rounds = 0
@@ -54,7 +58,7 @@ def test_burst_cap_spreads_catch_up_over_batches_without_loss_or_duplicates() ->
 def test_fire_never_emits_early_and_partitions_the_input(
     raw: list[tuple[int, int, int]], now: int, cap: int
 ) -> None:
-    pending = [(off, due, action_time(due, kind, 0, 3000), kind, 0) for off, due, kind in raw]
+    pending = [(off, due, action_time(due, kind, 0, 3000), kind, 0, 0, 0) for off, due, kind in raw]
     emit, keep = fire(pending, now, cap)
     assert sorted(emit + keep) == sorted(pending)
     assert all(p[2] <= now for p in emit) and len(emit) <= cap
