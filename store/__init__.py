@@ -25,7 +25,7 @@ from store.errors import (
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.java_hash import java_string_hash, java_string_hashes
 from store.format.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, encode_msg_id
-from store.message_store import MessageStore, StoreStats
+from store.message_store import MessageStore, StoreStats, StoreVerification
 from store.metadata.file_sizes import existing_config
 from store.names import is_system_topic, validate_group, validate_topic
 from store.read.queue_reader import BatchReadResult
@@ -69,6 +69,7 @@ __all__ = [
     "StoreNotWritable",
     "StoreReader",
     "StoreStats",
+    "StoreVerification",
     "UnknownQueue",
     "UnknownTopic",
     "encode_msg_id",

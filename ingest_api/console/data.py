@@ -12,7 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from ingest_api.http.lag import GroupQueueRow, group_topic_rows, lag_seconds, stored_at
 from store import MessageStore, MessageView
+
+__all__ = ["GroupQueueRow", "group_topic_rows", "lag_seconds", "stored_at"]
 
 T = TypeVar("T")
 
@@ -59,23 +62,6 @@ def matching(names: Sequence[str], name_filter: str) -> list[str]:
     return sorted(name for name in names if needle in name.lower())
 
 
-def stored_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int | None:
-    """Store timestamp (ms) of the message at ``offset``, or ``None`` when there is none."""
-    result = store.get_messages(topic, queue_id, offset, 1)
-    return result.messages[0].store_timestamp_ms if result.messages else None
-
-
-def lag_seconds(store: MessageStore, topic: str, queue_id: int, committed: int, now_ms: int) -> float | None:
-    """How long the oldest unconsumed message has waited: now - its store time (``None`` when
-    the group is caught up). A queue never committed counts from its min offset."""
-    low, high = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
-    start = max(committed, low)
-    if start >= high:
-        return None
-    stamp = stored_at(store, topic, queue_id, start)
-    return None if stamp is None else max(0.0, (now_ms - stamp) / 1000)
-
-
 @dataclass(frozen=True)
 class TopicRow:
     name: str
@@ -101,17 +87,6 @@ class QueueRow:
 
 
 @dataclass(frozen=True)
-class GroupQueueRow:
-    topic: str
-    queue_id: int
-    #: -1 where the group never committed.
-    committed: int
-    max_offset: int
-    lag: int
-    lag_seconds: float | None
-
-
-@dataclass(frozen=True)
 class GroupTopicLag:
     group: str
     topic: str
@@ -126,18 +101,6 @@ class TopicDetail:
     groups: list[GroupTopicLag]
     #: More groups read the topic than are shown.
     groups_truncated: bool
-
-
-def group_topic_rows(store: MessageStore, group: str, topic: str, now_ms: int) -> list[GroupQueueRow]:
-    committed = store.committed_offsets(group, topic)
-    lags = store.lag(group, topic)
-    rows = []
-    for queue_id in range(store.queue_count(topic)):
-        offset = committed.get(queue_id, -1)
-        lag = lags.get(queue_id, 0)
-        seconds = lag_seconds(store, topic, queue_id, offset, now_ms) if lag else None
-        rows.append(GroupQueueRow(topic, queue_id, offset, store.max_offset(topic, queue_id), lag, seconds))
-    return rows
 
 
 def summarize(group: str, topic: str, rows: Sequence[GroupQueueRow]) -> GroupTopicLag:

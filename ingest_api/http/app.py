@@ -32,7 +32,7 @@ from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
-from ingest_api.http.routers import groups, messages, operators, ops, queues, sinks, topics
+from ingest_api.http.routers import groups, messages, operators, ops, queues, sinks, stats, topics
 from ingest_api.http.schemas import ProduceBatchIn
 from ingest_api.http.timing import RequestTiming
 from store import MessageStore, StoreConfig, parse_delay_levels
@@ -141,7 +141,7 @@ def create_app(
         # Added first, so it runs inside the size limit (the last added middleware is outermost).
         app.add_middleware(FastLane)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
-    for module in (topics, messages, queues, groups, sinks, operators, ops):
+    for module in (topics, messages, queues, groups, sinks, operators, stats, ops):
         app.include_router(module.router)
     install_console(app)
     app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included

@@ -250,13 +250,77 @@ class GroupResetIn(BaseModel):
     timestamp_ms: int | None = Field(
         None, ge=0, le=2**62, description="Reset to the first offset at/after T."
     )
-    to: Literal["earliest", "latest"] | None = None
+    to: Literal["earliest", "latest", "shift"] | None = Field(
+        None, description="earliest / latest offset, or shift: the committed offset plus shift_by."
+    )
+    shift_by: int | None = Field(
+        None, ge=-(2**62), le=2**62, description="With to=shift: messages to skip (negative: re-read)."
+    )
+    queue_id: QueueId | None = Field(None, description="Reset only this queue (default: every queue).")
+    dry_run: bool = Field(False, description="Answer the plan without committing anything.")
 
     @model_validator(mode="after")
     def _check(self) -> GroupResetIn:
         if (self.timestamp_ms is None) == (self.to is None):
             raise ValueError("give exactly one of 'timestamp_ms' and 'to'")
+        if (self.to == "shift") != (self.shift_by is not None):
+            raise ValueError("'shift_by' goes with to=shift, and to=shift needs it")
         return self
+
+
+class ResetQueueOut(BaseModel):
+    queue_id: int
+    current: int = Field(description="Committed offset before the reset (-1: never committed).")
+    target: int = Field(description="Offset the reset commits (clamped to [min_offset, max_offset]).")
+    change: int = Field(description="target - current (current = min_offset when never committed).")
+    min_offset: int
+    max_offset: int
+
+
+class GroupResetOut(BaseModel):
+    group: str
+    topic: str
+    dry_run: bool
+    offsets: dict[int, int] = Field(description="Queue id -> the offset committed (or, dry run, to commit).")
+    queues: list[ResetQueueOut]
+
+
+class GroupQueueOut(BaseModel):
+    topic: str
+    queue_id: int
+    committed_offset: int = Field(description="-1 when the group never committed on this queue.")
+    max_offset: int
+    lag: int
+    lag_seconds: float | None = Field(description="Age of the oldest unconsumed message; null: caught up.")
+
+
+class KafkaMemberOut(BaseModel):
+    member_id: str
+    client_id: str
+    client_host: str
+
+
+class GroupDescribeOut(BaseModel):
+    group: str
+    kind: Literal["kafka", "offset table"]
+    kafka_state: str | None = Field(description="Kafka coordinator state (kafka groups only).")
+    members: list[KafkaMemberOut]
+    queues: list[GroupQueueOut]
+    total_lag: int
+
+
+class StatsOut(BaseModel):
+    version: str
+    topics: int
+    groups: int
+    messages_put: int = Field(description="Messages appended since the broker started.")
+    bytes_put: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    commitlog_flushed_offset: int
+    index_dispatch_lag_bytes: int
+    messages_in: dict[str, float] = Field(description="Door (http, kafka, sink) -> messages stored.")
+    messages_out: dict[str, float] = Field(description="Door -> messages handed to consumers.")
 
 
 class QueueLagOut(BaseModel):

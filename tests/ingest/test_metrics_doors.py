@@ -127,7 +127,6 @@ def test_http_routes_sink_storage_and_lag_seconds(kafka_broker: tuple[RunningBro
     http.post("/sinks/m1/batches/0:commit", json=commit).raise_for_status()
     http.post("/sinks/m1/batches/0:commit", json=commit).raise_for_status()  # a replay counts once
 
-
     metrics = _metrics(broker)
     assert metrics['sparkmq_messages_in_total{door="http",topic="horders"}'] == 3
     assert metrics['sparkmq_messages_in_total{door="sink",topic="*"}'] == 3

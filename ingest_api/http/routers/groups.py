@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -10,17 +11,24 @@ from starlette.concurrency import run_in_threadpool
 from ingest_api.http.auth import Right, authorize, authorize_global_admin
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.lag import GroupQueueRow, group_topic_rows
 from ingest_api.http.params import TOPIC_PATTERN, GroupPath
+from ingest_api.http.resets import apply_reset, plan_reset
 from ingest_api.http.schemas import (
     ErrorOut,
+    GroupDescribeOut,
     GroupLagOut,
     GroupListOut,
     GroupOffsetsIn,
     GroupOffsetsOut,
+    GroupQueueOut,
     GroupResetIn,
+    GroupResetOut,
+    KafkaMemberOut,
     QueueLagOut,
+    ResetQueueOut,
 )
-from store import Boundary, MessageStore, UnknownTopic, validate_group, validate_topic
+from store import MessageStore, UnknownTopic, validate_group, validate_topic
 
 router = APIRouter(
     prefix="/groups", tags=["groups"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
@@ -89,31 +97,92 @@ async def put_offsets(
     return await run_in_threadpool(_commit, broker.store, group, spec.topic, dict(spec.offsets))
 
 
-def _reset(store: MessageStore, group: str, spec: GroupResetIn) -> GroupOffsetsOut:
-    queues = _queue_count(store, group, spec.topic)
-    offsets: dict[int, int] = {}
-    for queue_id in range(queues):
-        if spec.to == "earliest":
-            offsets[queue_id] = store.min_offset(spec.topic, queue_id)
-        elif spec.to == "latest":
-            offsets[queue_id] = store.max_offset(spec.topic, queue_id)
-        else:
-            assert spec.timestamp_ms is not None
-            offsets[queue_id] = store.offset_for_timestamp(
-                spec.topic, queue_id, spec.timestamp_ms, Boundary.LOWER
+def _reset(store: MessageStore, group: str, spec: GroupResetIn) -> GroupResetOut:
+    rows = plan_reset(
+        store,
+        group,
+        spec.topic,
+        spec.to or "timestamp",
+        timestamp_ms=spec.timestamp_ms,
+        shift_by=spec.shift_by,
+        queue_id=spec.queue_id,
+    )
+    if not spec.dry_run:
+        apply_reset(store, group, spec.topic, rows)
+    return GroupResetOut(
+        group=group,
+        topic=spec.topic,
+        dry_run=spec.dry_run,
+        offsets={row.queue_id: row.target for row in rows},
+        queues=[
+            ResetQueueOut(
+                queue_id=row.queue_id, current=row.current, target=row.target, change=row.change,
+                min_offset=row.min_offset, max_offset=row.max_offset,
             )
-    store.commit_offsets(group, spec.topic, offsets)
-    return GroupOffsetsOut(group=group, topic=spec.topic, offsets=offsets)
+            for row in rows
+        ],
+    )  # fmt: skip
 
 
-@router.post("/{group}/reset", response_model=GroupOffsetsOut, dependencies=[JsonBody])
+@router.post("/{group}/reset", response_model=GroupResetOut, dependencies=[JsonBody])
 async def reset_offsets(
     group: GroupPath, spec: GroupResetIn, broker: BrokerDep, principal: PrincipalDep
-) -> GroupOffsetsOut:
-    """Move every queue's offset to the first message stored at/after ``timestamp_ms``, or to
-    the ``earliest`` / ``latest`` offset."""
+) -> GroupResetOut:
+    """Move every queue's offset (or ``queue_id``'s) to the first message stored at/after
+    ``timestamp_ms``, to the ``earliest`` / ``latest`` offset, or ``shift`` it by ``shift_by``.
+    With ``dry_run`` nothing is committed: the answer is the per-queue plan (current, target)."""
     authorize(principal, Right.CONSUME, spec.topic)
     return await run_in_threadpool(_reset, broker.store, group, spec)
+
+
+def _describe(store: MessageStore, group: str, topics: list[str] | None) -> list[GroupQueueRow]:
+    validate_group(group)
+    now_ms = int(time.time() * 1000)
+    names = topics if topics is not None else store.groups().get(group, [])
+    rows: list[GroupQueueRow] = []
+    for topic in names:
+        validate_topic(topic)
+        if store.has_topic(topic):
+            rows.extend(group_topic_rows(store, group, topic, now_ms))
+    return rows
+
+
+@router.get("/{group}", response_model=GroupDescribeOut)
+async def describe_group(
+    group: GroupPath,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    topic: Annotated[str | None, Query(max_length=255, pattern=TOPIC_PATTERN)] = None,
+) -> GroupDescribeOut:
+    """Per topic and queue: committed offset, max offset, lag in messages and in seconds; for a
+    Kafka group also its state and members. 404 when nothing is known of the group."""
+    if topic is not None:
+        authorize(principal, Right.CONSUME, topic)
+    else:
+        authorize_global_admin(principal)
+    kafka = (
+        next((g for g in broker.kafka_groups() if g.group_id == group), None) if broker.kafka_groups else None
+    )
+    rows = await run_in_threadpool(_describe, broker.store, group, [topic] if topic else None)
+    if not rows and kafka is None:
+        raise ApiError(404, "group_not_found", f"group {group!r} has no committed offsets and no members")
+    return GroupDescribeOut(
+        group=group,
+        kind="kafka" if kafka is not None else "offset table",
+        kafka_state=kafka.state.name if kafka is not None else None,
+        members=[
+            KafkaMemberOut(member_id=m.member_id, client_id=m.client_id, client_host=m.client_host)
+            for m in (kafka.members if kafka is not None else ())
+        ],
+        queues=[
+            GroupQueueOut(
+                topic=row.topic, queue_id=row.queue_id, committed_offset=row.committed,
+                max_offset=row.max_offset, lag=row.lag, lag_seconds=row.lag_seconds,
+            )
+            for row in rows
+        ],
+        total_lag=sum(row.lag for row in rows),
+    )  # fmt: skip
 
 
 def _lag(store: MessageStore, group: str, topic: str) -> GroupLagOut:

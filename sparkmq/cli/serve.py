@@ -1,7 +1,4 @@
-"""``sparkmq``: run the broker and talk to it.
-
-``sparkmq serve`` is the main job. The other commands are thin HTTP clients for a running broker
-(``--url``, ``--token``; environment ``SPARKMQ_URL`` / ``SPARKMQ_TOKEN``).
+"""``sparkmq serve`` (run the broker) and ``sparkmq operators`` (run the operator job).
 
 Other front doors (the Kafka gateway) add themselves to ``serve`` through :data:`SERVE_COMPANIONS`:
 a function that receives the parsed ``serve`` options and returns companions to run alongside
@@ -10,26 +7,20 @@ the HTTP API on the same event loop (see :mod:`ingest_api.http.app`).
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 
 from ingest_api.http.app import Companion
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import serve as run_server
+from sparkmq.cli.root import app
 from store import FlushDiskType, InvalidArgument, StoreConfig
-
-app = typer.Typer(help="sparkmq: a RocketMQ-compatible message queue native to Spark.", no_args_is_help=True)
-topics_app = typer.Typer(help="Create and list topics on a running broker.", no_args_is_help=True)
-app.add_typer(topics_app, name="topics")
 
 
 class FlushMode(StrEnum):
@@ -168,92 +159,6 @@ def serve(
         raise typer.Exit(1)
 
 
-# HTTP client commands ------------------------------------------------------------------------
-UrlOption = Annotated[str, typer.Option(envvar="SPARKMQ_URL", help="Broker base URL.")]
-TokenOption = Annotated[str | None, typer.Option(envvar="SPARKMQ_TOKEN", help="Bearer token.")]
-
-
-def _client(url: str, token: str | None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(10.0, read=70.0))
-
-
-def _checked(response: httpx.Response) -> Any:
-    if response.is_error:
-        typer.echo(f"error {response.status_code}: {response.text}", err=True)
-        raise typer.Exit(1)
-    return response.json()
-
-
-@topics_app.command("create")
-def topics_create(
-    topic: str,
-    queues: Annotated[int, typer.Option(help="Queue count (an existing topic only grows).")] = 8,
-    url: UrlOption = "http://127.0.0.1:8080",
-    token: TokenOption = None,
-) -> None:
-    """Create a topic or grow its queue count."""
-    with _client(url, token) as client:
-        typer.echo(json.dumps(_checked(client.put(f"/topics/{topic}", json={"queues": queues}))))
-
-
-@topics_app.command("list")
-def topics_list(url: UrlOption = "http://127.0.0.1:8080", token: TokenOption = None) -> None:
-    """List topics and their queue counts."""
-    with _client(url, token) as client:
-        for entry in _checked(client.get("/topics"))["topics"]:
-            typer.echo(f"{entry['topic']}\t{entry['queues']}")
-
-
-@app.command()
-def produce(
-    topic: str,
-    *,
-    body: Annotated[
-        str | None, typer.Argument(help="Message body; one message per stdin line when absent.")
-    ] = None,
-    tags: Annotated[str | None, typer.Option(help="TAGS of every message.")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A key (repeatable).")] = None,
-    url: UrlOption = "http://127.0.0.1:8080",
-    token: TokenOption = None,
-) -> None:
-    """Produce one message, or every stdin line as one batch."""
-
-    def entry(text: str) -> dict[str, Any]:
-        return {"body": text, "tags": tags, "keys": key or []}
-
-    with _client(url, token) as client:
-        if body is not None:
-            typer.echo(json.dumps(_checked(client.post(f"/topics/{topic}/messages", json=entry(body)))))
-            return
-        lines = [line.rstrip("\n") for line in sys.stdin]
-        if lines:
-            results = _checked(
-                client.post(f"/topics/{topic}/messages:batch", json={"messages": [entry(x) for x in lines]})
-            )
-            typer.echo(f"produced {len(results['results'])} messages")
-
-
-@app.command()
-def consume(
-    topic: str,
-    *,
-    queue_id: Annotated[int, typer.Option("--queue", help="Queue id.")] = 0,
-    offset: Annotated[int, typer.Option(help="Queue offset to start from.")] = 0,
-    max_messages: Annotated[int, typer.Option(help="Stop after this many messages.")] = 32,
-    wait_ms: Annotated[int, typer.Option(help="Long-poll time when nothing is there yet.")] = 0,
-    url: UrlOption = "http://127.0.0.1:8080",
-    token: TokenOption = None,
-) -> None:
-    """Print messages of one queue as JSON lines, then the next offset on stderr."""
-    with _client(url, token) as client:
-        params = {"offset": offset, "max_messages": max_messages, "wait_ms": wait_ms}
-        pulled = _checked(client.get(f"/topics/{topic}/queues/{queue_id}/messages", params=params))
-        for message in pulled["messages"]:
-            typer.echo(json.dumps(message))
-        typer.echo(f"next_offset={pulled['next_offset']}", err=True)
-
-
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
@@ -265,11 +170,3 @@ def operators(ctx: typer.Context) -> None:
     from streaming.operators.runtime import main as run_operators
 
     raise typer.Exit(run_operators(list(ctx.args)))
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

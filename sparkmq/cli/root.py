@@ -1,0 +1,18 @@
+"""The ``sparkmq`` Typer application and its command groups (commands register themselves)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="sparkmq: a RocketMQ-compatible message queue native to Spark.", no_args_is_help=True)
+topics_app = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
+groups_app = typer.Typer(help="Consumer groups: list, describe (lag), reset offsets.", no_args_is_help=True)
+msg_app = typer.Typer(help="Look messages up by id, UNIQ_KEY, key or position.", no_args_is_help=True)
+store_app = typer.Typer(
+    help="Offline tools on a store directory no broker is using (they refuse a store in use).",
+    no_args_is_help=True,
+)
+app.add_typer(topics_app, name="topics")
+app.add_typer(groups_app, name="groups")
+app.add_typer(msg_app, name="msg")
+app.add_typer(store_app, name="store")
