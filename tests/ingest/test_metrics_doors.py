@@ -54,7 +54,10 @@ def _metrics(broker: RunningBroker) -> dict[str, float]:
 
 def _types(broker: RunningBroker) -> dict[str, str]:
     text = broker.client().get("/metrics").text
-    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, flags=re.M))
+    declared = re.findall(r"^# TYPE (\S+) (\S+)$", text, flags=re.M)
+    names = [name for name, _ in declared]
+    assert len(names) == len(set(names)), "a metric family is declared twice"
+    return dict(declared)
 
 
 def _wait(predicate: object, what: str, timeout_s: float = 20.0) -> None:
