@@ -8,7 +8,7 @@ Input: the parked records of ``SCHEDULE_TOPIC_XXXX`` (18 level queues) and ``rmq
   ConsumeQueue tagsCode, computed with the level table the resolver runs with); a timer message
   at ``TIMER_OUT_MS`` + precision (RocketMQ 5 rounds the requested time *up* to the next
   precision boundary, so delivery is never early).
-* Key: ``(bucket_ms, shard)``: the due time rounded up to the second, and a hash of
+* Key: ``(bucket_ms, shard)``: the due time rounded up to ``bucket_ms`` (100 ms), and a hash of
   (REAL_TOPIC, UNIQ_KEY) modulo the shard count, so a hot second spreads over partitions.
   One ``ListState`` of pointers and about one timer per key (operators.md §4.4: a timer per
   message runs at ~6k/s here, a timer per bucket at ~50k/s).
@@ -85,6 +85,9 @@ class DelaySettings:
 
     level_delays_ms: tuple[int, ...]
     timer_precision_ms: int = 1000
+    #: Width of a key's due-time bucket: a timer fires at the bucket's end, so a level message is
+    #: at most this late from rounding (timer messages are due on precision boundaries anyway).
+    bucket_ms: int = 100
     shards: int = 2
     #: Timer messages due further out than this are rolled (re-parked) instead of kept.
     roll_window_ms: int = 86_400_000
@@ -152,7 +155,10 @@ class DelayResolver(StatefulProcessor):
             )
         if added:
             self.pending.appendList([tuple(p) for p in added])
-            for when in sorted({p[2] for p in added}):
+            # One timer per key for deliveries (the bucket's end, never before any due time in
+            # it), plus one per distinct roll time: never a timer per message.
+            bucket_end = int(key[0])
+            for when in sorted({bucket_end if p[2] == p[1] else p[2] for p in added}):
                 self.handle.registerTimer(when)
         yield from self._summary(key, list(self._pending()), ())
 
@@ -233,7 +239,7 @@ def due_column(settings: DelaySettings) -> Column:
 
 def resolver_input(parked: DataFrame, settings: DelaySettings) -> DataFrame:
     """Pointers keyed by (bucket_ms, shard) from the source's rows."""
-    precision = settings.timer_precision_ms
+    width = settings.bucket_ms
     return (
         parked.select(
             F.col("commitlog_offset"),
@@ -249,7 +255,7 @@ def resolver_input(parked: DataFrame, settings: DelaySettings) -> DataFrame:
             ).alias("shard"),
         )
         .where(F.col("due_ms").isNotNull())
-        .withColumn("bucket_ms", F.ceil(F.col("due_ms") / F.lit(precision)).cast("long") * F.lit(precision))
+        .withColumn("bucket_ms", F.ceil(F.col("due_ms") / F.lit(width)).cast("long") * F.lit(width))
     )
 
 

@@ -1,0 +1,226 @@
+"""Delayed delivery figures: resolution throughput, lateness, a hot second, 1M pending, recovery.
+
+Runs a real ``sparkmq serve`` (with its operator job: local Spark, transformWithState on
+RocksDB) on a temporary store, produces over HTTP, and reads the delivered records back with
+their store timestamps. Lateness = delivered store time - due time (parked store time + level
+delay), computed per message from the records themselves. Prints figures; asserts nothing.
+
+    python -m bench.operators_bench            # all scenarios (~10 min on 2 cores)
+    python -m bench.operators_bench --quick    # smaller counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from tests.operators.broker_process import Broker, children_of, start_broker, wait_for
+
+ARROW = "application/vnd.apache.arrow.stream"
+LEVEL_MS = {1: 1000, 2: 5000, 3: 10_000, 18: 7_200_000}
+
+
+def produce(http: httpx.Client, topic: str, count: int, level: int, batch: int = 5000) -> None:
+    for lo in range(0, count, batch):
+        n = min(batch, count - lo)
+        resp = http.post(
+            f"/topics/{topic}/messages:batch",
+            json={"messages": [{"body": "x" * 100, "delay_level": level}] * n},
+        )
+        resp.raise_for_status()
+
+
+def produce_at_rate(http: httpx.Client, topic: str, rate: int, seconds: float, level: int) -> int:
+    """About ``rate`` msg/s for ``seconds``, in 100 ms slices."""
+    sent, start = 0, time.monotonic()
+    while (elapsed := time.monotonic() - start) < seconds:
+        due = int(rate * (elapsed + 0.1)) - sent
+        if due > 0:
+            produce(http, topic, due, level, batch=due)
+            sent += due
+        time.sleep(max(0.0, start + elapsed + 0.1 - time.monotonic()))
+    return sent
+
+
+def read_all(http: httpx.Client, topic: str) -> pa.Table:
+    described = http.get(f"/topics/{topic}")
+    if described.status_code != 200:
+        return pa.table({"uniq_key": pa.array([], pa.string()), "store_timestamp": pa.array([], pa.int64())})
+    tables = []
+    for queue in described.json()["queue_offsets"]:
+        offset = queue["min_offset"]
+        while offset < queue["max_offset"]:
+            resp = http.get(
+                f"/topics/{topic}/queues/{queue['queue_id']}/messages",
+                params={"offset": offset, "max_messages": 100_000},
+                headers={"accept": ARROW},
+            )
+            table = pa.ipc.open_stream(resp.content).read_all()
+            if table.num_rows == 0:
+                break
+            tables.append(table.select(["uniq_key", "store_timestamp"]))
+            offset += table.num_rows
+    if not tables:
+        return pa.table({"uniq_key": pa.array([], pa.string()), "store_timestamp": pa.array([], pa.int64())})
+    table = pa.concat_tables(tables)
+    return table.set_column(1, "store_timestamp", table.column("store_timestamp").cast(pa.int64()))
+
+
+def lateness_ms(http: httpx.Client, topic: str, level: int) -> np.ndarray:
+    """Per delivered message: delivered store time - (parked store time + level delay)."""
+    parked = read_all(http, "SCHEDULE_TOPIC_XXXX")
+    delivered = read_all(http, topic)
+    parked_at = dict(zip(parked.column("uniq_key").to_pylist(), parked.column("store_timestamp").to_pylist()))
+    out = [
+        ts - (parked_at[key] + LEVEL_MS[level])
+        for key, ts in zip(
+            delivered.column("uniq_key").to_pylist(), delivered.column("store_timestamp").to_pylist()
+        )
+        if key in parked_at
+    ]
+    return np.asarray(out, dtype=np.int64)
+
+
+def relocated(broker: Broker) -> int:
+    return int(broker.delay_operator().get("relocated_total") or 0)
+
+
+@contextmanager
+def running_broker(root: Path, env: dict[str, str] | None = None) -> Iterator[Broker]:
+    broker = start_broker(root, env=env)
+    try:
+        wait_for(lambda: broker.delay_operator().get("state") == "active", 300, "the delay query", poll_s=0.5)
+        yield broker
+    finally:
+        broker.stop(signal.SIGTERM)
+
+
+def tree_rss_mb(pid: int) -> float:
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children_of(p))
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def du_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def throughput(root: Path, count: int) -> None:
+    with running_broker(root) as broker, broker.http as http:
+        produce(http, "tput", count, 1)
+        produced_at = time.monotonic()
+        before = relocated(broker)
+        wait_for(lambda: relocated(broker) - before >= count, 600, f"{count} deliveries", poll_s=0.2)
+        seconds = time.monotonic() - produced_at - 1.0  # the level delay itself is not work
+        print(
+            f"resolution throughput: {count:,} delayed msgs in {seconds:.1f} s after due -> {count / seconds:,.0f} msg/s"
+        )
+
+
+def lateness(root: Path, rate: int, seconds: float) -> None:
+    with running_broker(root) as broker, broker.http as http:
+        sent = produce_at_rate(http, "late", rate, seconds, 1)
+        wait_for(lambda: relocated(broker) >= sent, 300, f"{sent} deliveries", poll_s=0.5)
+        late = lateness_ms(http, "late", 1)
+        print(
+            f"lateness at {rate:,} msg/s ({sent:,} msgs): p50 {np.percentile(late, 50):.0f} ms, "
+            f"p99 {np.percentile(late, 99):.0f} ms, max {late.max()} ms, early {(late < 0).sum()}"
+        )
+
+
+def hot_second(root: Path, count: int) -> None:
+    with running_broker(root) as broker, broker.http as http:
+        start = time.monotonic()
+        produce(http, "hot", count, 3)  # 10 s: all due within the production time
+        spread = time.monotonic() - start
+        wait_for(lambda: relocated(broker) >= count, 600, f"{count} deliveries", poll_s=0.5)
+        late = lateness_ms(http, "hot", 3)
+        print(
+            f"hot second: {count:,} msgs due within {spread:.1f} s -> all delivered {late.max() / 1000:.1f} s "
+            f"after due (p50 {np.percentile(late, 50) / 1000:.1f} s, p99 {np.percentile(late, 99) / 1000:.1f} s)"
+        )
+
+
+def pending_million(root: Path, count: int) -> None:
+    with running_broker(root) as broker, broker.http as http:
+        produce(http, "far", count, 18)  # 2 h: all stay pending
+        wait_for(
+            lambda: broker.delay_operator().get("pending", 0) >= count, 900, f"{count} pending", poll_s=1
+        )
+        time.sleep(5)
+        job = broker.operators()["job"]["pid"]
+        print(
+            f"{count:,} pending: operator job RSS {tree_rss_mb(job):,.0f} MB (driver + JVM + Python workers), "
+            f"checkpoint {du_mb(broker.checkpoint_dir):,.1f} MB, store {du_mb(broker.store_dir):,.0f} MB"
+        )
+
+
+def recovery(root: Path, count: int) -> None:
+    with running_broker(root) as broker, broker.http as http:
+        produce(http, "rec", count, 2)  # 5 s: due while the broker is down
+        wait_for(lambda: broker.delay_operator().get("pending", 0) >= count, 120, "pending", poll_s=0.2)
+        broker.process.send_signal(signal.SIGKILL)
+        broker.process.wait()
+    time.sleep(6)
+    restart = time.monotonic()
+    again = start_broker(root)
+    try:
+        wait_for(lambda: relocated(again) > 0, 300, "the first delivery after restart", poll_s=0.1)
+        first = time.monotonic() - restart
+        wait_for(lambda: relocated(again) >= count, 300, "all deliveries", poll_s=0.2)
+        print(f"recovery: broker restart to first delivery {first:.1f} s; {count:,} overdue delivered by "
+              f"{time.monotonic() - restart:.1f} s")  # fmt: skip
+    finally:
+        again.stop(signal.SIGTERM)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    scale = 0.2 if args.quick else 1.0
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    print(f"operators bench: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    root = Path(tempfile.mkdtemp(prefix="sparkmq-ops-bench-"))
+    try:
+        for name, run in (
+            ("throughput", lambda d: throughput(d, int(300_000 * scale))),
+            ("lateness-1k", lambda d: lateness(d, 1_000, 20 * scale + 5)),
+            ("lateness-20k", lambda d: lateness(d, 20_000, 20 * scale + 5)),
+            ("hot", lambda d: hot_second(d, int(100_000 * scale))),
+            ("pending", lambda d: pending_million(d, int(1_000_000 * scale))),
+            ("recovery", lambda d: recovery(d, int(20_000 * scale))),
+        ):
+            directory = root / name
+            directory.mkdir()
+            try:
+                run(directory)
+            except (AssertionError, httpx.HTTPError, subprocess.SubprocessError) as exc:
+                print(f"{name}: failed: {exc}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
