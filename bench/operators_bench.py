@@ -83,14 +83,12 @@ def lateness_ms(http: httpx.Client, topic: str, level: int) -> np.ndarray:
     """Per delivered message: delivered store time - (parked store time + level delay)."""
     parked = read_all(http, "SCHEDULE_TOPIC_XXXX")
     delivered = read_all(http, topic)
-    parked_at = dict(zip(parked.column("uniq_key").to_pylist(), parked.column("store_timestamp").to_pylist()))
-    out = [
-        ts - (parked_at[key] + LEVEL_MS[level])
-        for key, ts in zip(
-            delivered.column("uniq_key").to_pylist(), delivered.column("store_timestamp").to_pylist()
-        )
-        if key in parked_at
-    ]
+    keys, stamps = parked.column("uniq_key").to_pylist(), parked.column("store_timestamp").to_pylist()
+    parked_at = dict(zip(keys, stamps, strict=True))
+    got = zip(
+        delivered.column("uniq_key").to_pylist(), delivered.column("store_timestamp").to_pylist(), strict=True
+    )
+    out = [ts - (parked_at[key] + LEVEL_MS[level]) for key, ts in got if key in parked_at]
     return np.asarray(out, dtype=np.int64)
 
 
@@ -133,8 +131,9 @@ def throughput(root: Path, count: int) -> None:
         before = relocated(broker)
         wait_for(lambda: relocated(broker) - before >= count, 600, f"{count} deliveries", poll_s=0.2)
         seconds = time.monotonic() - produced_at - 1.0  # the level delay itself is not work
+        rate = count / seconds
         print(
-            f"resolution throughput: {count:,} delayed msgs in {seconds:.1f} s after due -> {count / seconds:,.0f} msg/s"
+            f"resolution throughput: {count:,} delayed msgs in {seconds:.1f} s after due -> {rate:,.0f} msg/s"
         )
 
 
@@ -155,10 +154,11 @@ def hot_second(root: Path, count: int) -> None:
         produce(http, "hot", count, 3)  # 10 s: all due within the production time
         spread = time.monotonic() - start
         wait_for(lambda: relocated(broker) >= count, 600, f"{count} deliveries", poll_s=0.5)
-        late = lateness_ms(http, "hot", 3)
+        late = lateness_ms(http, "hot", 3) / 1000
+        p50, p99 = np.percentile(late, 50), np.percentile(late, 99)
         print(
-            f"hot second: {count:,} msgs due within {spread:.1f} s -> all delivered {late.max() / 1000:.1f} s "
-            f"after due (p50 {np.percentile(late, 50) / 1000:.1f} s, p99 {np.percentile(late, 99) / 1000:.1f} s)"
+            f"hot second: {count:,} msgs due within {spread:.1f} s -> all delivered {late.max():.1f} s "
+            f"after due (p50 {p50:.1f} s, p99 {p99:.1f} s)"
         )
 
 
@@ -171,7 +171,7 @@ def pending_million(root: Path, count: int) -> None:
         time.sleep(5)
         job = broker.operators()["job"]["pid"]
         print(
-            f"{count:,} pending: operator job RSS {tree_rss_mb(job):,.0f} MB (driver + JVM + Python workers), "
+            f"{count:,} pending: operator job RSS {tree_rss_mb(job):,.0f} MB (driver, JVM, Python workers), "
             f"checkpoint {du_mb(broker.checkpoint_dir):,.1f} MB, store {du_mb(broker.store_dir):,.0f} MB"
         )
 
