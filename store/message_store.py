@@ -30,7 +30,6 @@ from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
 from store.format.record import (
-    RecordFields,
     decode_msg_id,
 )
 from store.index.index_file import IndexService
@@ -57,7 +56,7 @@ from store.write.appender import Appender, BatchPutResult
 from store.write.arrivals import ArrivalListener, Arrivals
 from store.write.delay_levels import parse_delay_levels
 from store.write.idempotence import ProducerRef
-from store.write.relocate import Relocation, relocated_record
+from store.write.relocate import Relocated, Relocation, relocated_bytes
 
 log = logging.getLogger("sparkmq.store")
 
@@ -371,7 +370,7 @@ class MessageStore:
         does not hold a parked record, with nothing written.
         """
         self._ensure_open()
-        records: list[RecordFields | None] = []
+        records: list[Relocated | None] = []
         for req in requests:
             raw = self._commitlog.read_record(req.commitlog_offset)
             if raw is None:
@@ -379,10 +378,10 @@ class MessageStore:
                 records.append(None)
                 continue
             records.append(
-                relocated_record(raw, req.kind, enqueue_ms=req.enqueue_ms, dequeue_ms=req.dequeue_ms)
+                relocated_bytes(raw, req.kind, enqueue_ms=req.enqueue_ms, dequeue_ms=req.dequeue_ms)
             )
         kept = [r for r in records if r is not None]
-        stored = iter(self._appender.put_records(kept))
+        stored = iter(self._appender.put_relocated(kept))
         return [None if r is None else next(stored) for r in records]
 
     def delay_offsets(self) -> dict[int, int]:

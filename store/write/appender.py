@@ -29,8 +29,8 @@ from store.format.record import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    QUEUE_ID_POS,
     BodyPolicy,
-    RecordFields,
     encode_msg_id,
     encode_record,
 )
@@ -41,6 +41,7 @@ from store.types import Message, MessageView, PutResult
 from store.write.arrivals import Arrivals
 from store.write.idempotence import ProducerRef, ProducerTable, request_uniq_keys, stored_prefix
 from store.write.message_builder import build_record, place, tags_codes_for, tags_hashes_of, validate_message
+from store.write.relocate import Relocated
 
 UniqKeyLookup = Callable[[str, str], MessageView | None]
 
@@ -232,33 +233,42 @@ class Appender:
             for i in range(len(records))
         ]
 
-    def put_records(self, records: Sequence[RecordFields]) -> list[PutResult]:
-        """Append records built elsewhere (relocations): every field but the queue offset,
-        CommitLog offset and store timestamp is kept, UNIQ_KEY included. A user target topic
-        must exist or be auto-creatable; a queue id past its queue count wraps (mod count)."""
+    def put_relocated(self, records: Sequence[Relocated]) -> list[PutResult]:
+        """Append encoded relocations (:mod:`store.write.relocate`): every field but the queue
+        offset, CommitLog offset and store timestamp is kept, UNIQ_KEY included. A user target
+        topic must exist or be auto-creatable; a queue id past its queue count wraps (mod count)."""
         self._ensure_open()
         if not records:
             return []
-        placed = []
+        data: list[bytes] = []
+        queue_ids: list[int] = []
+        counts: dict[str, int] = {}
         for rec in records:
-            if is_system_topic(rec.topic):
-                placed.append(rec)
-                continue
-            count = self._queue_count_for_put(rec.topic)
-            placed.append(rec._replace(queue_id=rec.queue_id % count))
-        uniq_keys = [(r.properties or {}).get(PROPERTY_UNIQ_KEY, "") for r in placed]
-        encoded = EncodedBatch.from_records([encode_record(r) for r in placed], uniq_keys)
-        topics = [r.topic for r in placed]
-        props = [r.properties or {} for r in placed]
+            queue_id = rec.queue_id
+            if not is_system_topic(rec.topic):
+                count = counts.get(rec.topic) or counts.setdefault(
+                    rec.topic, self._queue_count_for_put(rec.topic)
+                )
+                if queue_id >= count:
+                    queue_id %= count
+            raw = rec.data
+            if queue_id != rec.queue_id:
+                raw = raw[:QUEUE_ID_POS] + queue_id.to_bytes(4, "big") + raw[QUEUE_ID_POS + 4 :]
+            data.append(raw)
+            queue_ids.append(queue_id)
+        uniq_keys = [r.properties.get(PROPERTY_UNIQ_KEY, "") for r in records]
+        encoded = EncodedBatch.from_records(data, uniq_keys)
+        topics = [r.topic for r in records]
         topic_names = tuple(dict.fromkeys(topics))
         code_of = {t: i for i, t in enumerate(topic_names)}
+        n = len(records)
         batch = self._append(
             encoded,
             topic_names,
-            np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=len(placed)),
-            np.fromiter((r.queue_id for r in placed), dtype=np.int32, count=len(placed)),
-            tags_hashes_of([p.get(PROPERTY_TAGS) for p in props]),
-            tuple(p.get(PROPERTY_KEYS) for p in props),
+            np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=n),
+            np.asarray(queue_ids, dtype=np.int32),
+            tags_hashes_of([r.properties.get(PROPERTY_TAGS) for r in records]),
+            tuple(r.properties.get(PROPERTY_KEYS) for r in records),
         )
         return [
             PutResult(
@@ -271,7 +281,7 @@ class Appender:
                 store_timestamp_ms=batch.store_timestamp_ms,
                 size_bytes=int(batch.sizes[i]),
             )
-            for i in range(len(placed))
+            for i in range(n)
         ]
 
     def _append_columns(

@@ -22,16 +22,25 @@ pending message depends on a CommitLog file older than the window.
 from __future__ import annotations
 
 import enum
+import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from store.errors import InvalidArgument
 from store.format.record import (
     BODY_POS,
+    MAGIC_V1,
+    PREPARED_TX_OFFSET_POS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
+    QUEUE_ID_POS,
+    TOPIC_LEN_V1,
+    TOPIC_LEN_V2,
     RecordFields,
     RecordStatus,
     check_record,
+    encode_record,
 )
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 
@@ -117,4 +126,57 @@ def relocated_record(
 
 
 def _ip(raw: bytes) -> str:
-    return ".".join(str(b) for b in raw)
+    return socket.inet_ntoa(raw)
+
+
+class Relocated(NamedTuple):
+    """An encoded relocated record and what the put path needs to dispatch it."""
+
+    data: bytes
+    topic: str
+    queue_id: int
+    properties: Mapping[str, str]
+
+
+def relocated_bytes(
+    raw: bytes, kind: RelocationKind, *, enqueue_ms: int, dequeue_ms: int
+) -> Relocated | None:
+    """:func:`relocated_record`, encoded. A delivered level message (the bulk) is spliced from
+    the parked bytes — its properties string is copied unchanged — instead of being decoded and
+    re-encoded; queue offset, CommitLog offset and store timestamp are patched at append."""
+    check = check_record(raw, 0, check_crc=False)
+    if check.status is not RecordStatus.OK or check.header is None or check.properties is None:
+        raise NotRelocatable(f"no valid record: {check.status.value} {check.reason}")
+    props = check.properties
+    splice = kind is RelocationKind.DELIVER and check.topic == SCHEDULE_TOPIC
+    real_topic, real_qid = props.get(PROPERTY_REAL_TOPIC), props.get(PROPERTY_REAL_QID, "0")
+    if not splice or not real_topic or not real_qid.isdigit() or real_topic == TRANS_HALF_TOPIC:
+        rec = relocated_record(raw, kind, enqueue_ms=enqueue_ms, dequeue_ms=dequeue_ms)
+        if rec is None:
+            return None
+        return Relocated(encode_record(rec), rec.topic, rec.queue_id, rec.properties or {})
+    header = check.header
+    magic = int.from_bytes(raw[4:8], "big")
+    topic_prefix = TOPIC_LEN_V1 if magic == MAGIC_V1 else TOPIC_LEN_V2
+    old_topic_len_pos = BODY_POS + header.body_len
+    props_len_pos = old_topic_len_pos + topic_prefix.size + len(check.topic.encode("utf-8"))
+    topic_bytes = real_topic.encode("utf-8")
+    if len(topic_bytes) >= 1 << (8 * topic_prefix.size):
+        raise NotRelocatable(f"REAL_TOPIC {real_topic!r} is too long for the record's magic")
+    queue_id = int(real_qid)
+    tail = raw[props_len_pos:]
+    size = old_topic_len_pos + topic_prefix.size + len(topic_bytes) + len(tail)
+    data = b"".join(
+        (
+            size.to_bytes(4, "big"),
+            raw[4:QUEUE_ID_POS],
+            queue_id.to_bytes(4, "big", signed=True),
+            raw[QUEUE_ID_POS + 4 : PREPARED_TX_OFFSET_POS],
+            bytes(8),  # preparedTransactionOffset
+            raw[PREPARED_TX_OFFSET_POS + 8 : old_topic_len_pos],
+            topic_prefix.pack(len(topic_bytes)),
+            topic_bytes,
+            tail,
+        )
+    )
+    return Relocated(data, real_topic, queue_id, props)
