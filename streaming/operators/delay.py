@@ -59,6 +59,15 @@ PENDING_SCHEMA = StructType(
     ]
 )
 
+STATS_KEY_SCHEMA = StructType([StructField("queue", IntegerType())])
+STATS_VALUE_SCHEMA = StructType(
+    [
+        StructField("count", LongType()),
+        StructField("next_action_ms", LongType()),
+        StructField("min_queue_offset", LongType()),
+    ]
+)
+
 OUTPUT_SCHEMA = StructType(
     [
         StructField("row_type", IntegerType()),
@@ -99,6 +108,15 @@ class DelaySettings:
 Pending = tuple[int, int, int, int, int, int, int]
 
 
+def _stats(pending: Iterable[Pending]) -> dict[int, tuple[int, int, int]]:
+    """Per parked queue: (count, earliest action ms, smallest queue offset)."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for p in pending:
+        old = out.get(p[5])
+        out[p[5]] = (1, p[2], p[6]) if old is None else (old[0] + 1, min(old[1], p[2]), min(old[2], p[6]))
+    return out
+
+
 def action_time(due_ms: int, kind: int, now_ms: int, roll_window_ms: int) -> int:
     """When a pointer must be acted on: its due time, or the end of the roll window."""
     if kind == KIND_TIMER and due_ms - now_ms > roll_window_ms:
@@ -135,6 +153,9 @@ class DelayResolver(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.pending = handle.getListState("pending", PENDING_SCHEMA)
+        #: Per parked queue of this key: (count, next action ms, min queue offset), so input
+        #: batches update the summary without reading the pointer list back.
+        self.stats = handle.getMapState("stats", STATS_KEY_SCHEMA, STATS_VALUE_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:  # noqa: N802,N803 (Spark's names)
         now = timerValues.getCurrentProcessingTimeInMs()
@@ -160,7 +181,11 @@ class DelayResolver(StatefulProcessor):
             bucket_end = int(key[0])
             for when in sorted({bucket_end if p[2] == p[1] else p[2] for p in added}):
                 self.handle.registerTimer(when)
-        yield from self._summary(key, list(self._pending()), ())
+        for queue, new in sorted(_stats(added).items()):
+            old = self.stats.getValue((queue,)) if self.stats.containsKey((queue,)) else None
+            merged = new if old is None else (new[0] + old[0], min(new[1], old[1]), min(new[2], old[2]))
+            self.stats.updateValue((queue,), merged)
+            yield self._summary_row(key, queue, *merged)
 
     def handleExpiredTimer(  # noqa: N802 (Spark's name)
         self,
@@ -179,6 +204,10 @@ class DelayResolver(StatefulProcessor):
                 self.handle.registerTimer(when)
         else:
             self.pending.clear()
+        self.stats.clear()
+        remaining = _stats(keep)
+        for queue, value in remaining.items():
+            self.stats.updateValue((queue,), value)
         for offset, due, _action, kind, enqueue, _queue, _queue_offset in emit:
             relocate = RELOCATE_DELIVER if due <= now else RELOCATE_ROLL
             yield Row(
@@ -204,23 +233,27 @@ class DelayResolver(StatefulProcessor):
 
     def _summary(self, key: Any, pending: list[Pending], gone: Iterable[Pending]) -> Iterator[Row]:
         """One row per parked queue seen in this key: what is still pending there (0 clears it)."""
-        queues = {p[5] for p in pending} | {p[5] for p in gone}
-        for queue in sorted(queues):
-            mine = [p for p in pending if p[5] == queue]
-            yield Row(
-                row_type=ROW_SUMMARY,
-                commitlog_offset=None,
-                kind=None,
-                enqueue_ms=None,
-                dequeue_ms=None,
-                due_ms=None,
-                bucket_ms=int(key[0]),
-                shard=int(key[1]),
-                pending=len(mine),
-                next_action_ms=min((p[2] for p in mine), default=None),
-                src_queue=queue,
-                min_queue_offset=min((p[6] for p in mine), default=None),
-            )
+        stats = _stats(pending)
+        for queue in sorted(set(stats) | {p[5] for p in gone}):
+            count, next_ms, min_offset = stats.get(queue, (0, None, None))
+            yield self._summary_row(key, queue, count, next_ms, min_offset)
+
+    @staticmethod
+    def _summary_row(key: Any, queue: int, count: int, next_ms: int | None, min_offset: int | None) -> Row:
+        return Row(
+            row_type=ROW_SUMMARY,
+            commitlog_offset=None,
+            kind=None,
+            enqueue_ms=None,
+            dequeue_ms=None,
+            due_ms=None,
+            bucket_ms=int(key[0]),
+            shard=int(key[1]),
+            pending=count,
+            next_action_ms=next_ms,
+            src_queue=queue,
+            min_queue_offset=min_offset,
+        )
 
     def close(self) -> None:
         pass
