@@ -31,7 +31,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Row
+import numpy as np
+import pandas as pd
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (Spark's idiom)
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -145,7 +147,9 @@ def next_timer(keep: Iterable[Pending], now_ms: int) -> int | None:
 
 
 class DelayResolver(StatefulProcessor):
-    """Keyed by (bucket_ms, shard); see the module docstring."""
+    """Keyed by (bucket_ms, shard); see the module docstring. Runs on PySpark's pandas API
+    (``transformWithStateInPandas``): rows arrive and leave as DataFrames, so the per-message
+    Python work is a few NumPy operations, not a ``Row`` per message."""
 
     def __init__(self, settings: DelaySettings) -> None:
         self.settings = settings
@@ -157,48 +161,53 @@ class DelayResolver(StatefulProcessor):
         #: batches update the summary without reading the pointer list back.
         self.stats = handle.getMapState("stats", STATS_KEY_SCHEMA, STATS_VALUE_SCHEMA)
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:  # noqa: N802,N803 (Spark's names)
+    def handleInputRows(  # noqa: N802 (Spark's name)
+        self,
+        key: Any,
+        rows: Iterator[pd.DataFrame],
+        timerValues: TimerValues,  # noqa: N803
+    ) -> Iterator[pd.DataFrame]:
         now = timerValues.getCurrentProcessingTimeInMs()
+        frames = [f for f in rows if len(f)]
+        if not frames:
+            return
+        frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        due = frame["due_ms"].to_numpy(dtype=np.int64)
+        kind = frame["kind"].to_numpy(dtype=np.int64)
         window = self.settings.roll_window_ms
-        added: list[Pending] = []
-        for row in rows:
-            due, kind = int(row.due_ms), int(row.kind)
-            added.append(
-                (
-                    int(row.commitlog_offset),
-                    due,
-                    action_time(due, kind, now, window),
-                    kind,
-                    int(row.enqueue_ms),
-                    int(row.src_queue),
-                    int(row.src_queue_offset),
-                )
-            )
-        if added:
-            self.pending.appendList([tuple(p) for p in added])
-            # One timer per key for deliveries (the bucket's end, never before any due time in
-            # it), plus one per distinct roll time: never a timer per message.
-            bucket_end = int(key[0])
-            for when in sorted({bucket_end if p[2] == p[1] else p[2] for p in added}):
-                self.handle.registerTimer(when)
+        action = np.where((kind == KIND_TIMER) & (due - now > window), now + window, due)
+        columns = [
+            frame["commitlog_offset"].to_numpy(dtype=np.int64), due, action, kind,
+            frame["enqueue_ms"].to_numpy(dtype=np.int64), frame["src_queue"].to_numpy(dtype=np.int64),
+            frame["src_queue_offset"].to_numpy(dtype=np.int64),
+        ]  # fmt: skip
+        added: list[Pending] = list(zip(*(c.tolist() for c in columns), strict=True))
+        self.pending.appendList(added)  # type: ignore[arg-type]
+        # One timer per key for deliveries (the bucket's end, never before any due time in
+        # it), plus one per distinct roll time: never a timer per message.
+        bucket_end = int(key[0])
+        for when in sorted({bucket_end, *np.unique(action[action != due]).tolist()}):
+            self.handle.registerTimer(int(when))
+        summaries = []
         for queue, new in sorted(_stats(added).items()):
             old = self.stats.getValue((queue,)) if self.stats.containsKey((queue,)) else None
             merged = new if old is None else (new[0] + old[0], min(new[1], old[1]), min(new[2], old[2]))
             self.stats.updateValue((queue,), merged)
-            yield self._summary_row(key, queue, *merged)
+            summaries.append((queue, *merged))
+        yield _summary_frame(key, summaries)
 
     def handleExpiredTimer(  # noqa: N802 (Spark's name)
         self,
         key: Any,
         timerValues: TimerValues,  # noqa: N803 (the keyword Spark passes)
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
-    ) -> Iterator[Row]:
+    ) -> Iterator[pd.DataFrame]:
         now = timerValues.getCurrentProcessingTimeInMs()
         emit, keep = fire(self._pending(), now, self.settings.burst_cap)
         if not emit:
             return
         if keep:
-            self.pending.put([tuple(p) for p in keep])
+            self.pending.put(keep)  # type: ignore[arg-type]
             when = next_timer(keep, now)
             if when is not None and when != expiredTimerInfo.getExpiryTimeInMs():
                 self.handle.registerTimer(when)
@@ -208,55 +217,58 @@ class DelayResolver(StatefulProcessor):
         remaining = _stats(keep)
         for queue, value in remaining.items():
             self.stats.updateValue((queue,), value)
-        for offset, due, _action, kind, enqueue, _queue, _queue_offset in emit:
-            relocate = RELOCATE_DELIVER if due <= now else RELOCATE_ROLL
-            yield Row(
-                row_type=ROW_RELOCATION,
-                commitlog_offset=offset,
-                kind=relocate,
-                enqueue_ms=enqueue if kind == KIND_TIMER else 0,
-                dequeue_ms=now,
-                due_ms=due,
-                bucket_ms=int(key[0]),
-                shard=int(key[1]),
-                pending=None,
-                next_action_ms=None,
-                src_queue=None,
-                min_queue_offset=None,
-            )
-        yield from self._summary(key, keep, emit)
+        out = np.asarray(emit, dtype=np.int64).reshape(len(emit), 7)
+        due, kind = out[:, 1], out[:, 3]
+        n = len(emit)
+        yield pd.DataFrame(
+            {
+                "row_type": np.full(n, ROW_RELOCATION, dtype=np.int32),
+                "commitlog_offset": out[:, 0],
+                "kind": np.where(due <= now, RELOCATE_DELIVER, RELOCATE_ROLL).astype(np.int32),
+                "enqueue_ms": np.where(kind == KIND_TIMER, out[:, 4], 0),
+                "dequeue_ms": np.full(n, now, dtype=np.int64),
+                "due_ms": due,
+                "bucket_ms": np.full(n, int(key[0]), dtype=np.int64),
+                "shard": np.full(n, int(key[1]), dtype=np.int32),
+                "pending": pd.array([None] * n, dtype="Int64"),
+                "next_action_ms": pd.array([None] * n, dtype="Int64"),
+                "src_queue": pd.array([None] * n, dtype="Int32"),
+                "min_queue_offset": pd.array([None] * n, dtype="Int64"),
+            }
+        )
+        gone = {p[5] for p in emit} - set(remaining)
+        yield _summary_frame(
+            key, [(q, *remaining[q]) for q in sorted(remaining)] + [(q, 0, None, None) for q in sorted(gone)]
+        )
 
     def _pending(self) -> Iterator[Pending]:
         if not self.pending.exists():
             return iter(())
         return (tuple(int(v) for v in p) for p in self.pending.get())  # type: ignore[misc]
 
-    def _summary(self, key: Any, pending: list[Pending], gone: Iterable[Pending]) -> Iterator[Row]:
-        """One row per parked queue seen in this key: what is still pending there (0 clears it)."""
-        stats = _stats(pending)
-        for queue in sorted(set(stats) | {p[5] for p in gone}):
-            count, next_ms, min_offset = stats.get(queue, (0, None, None))
-            yield self._summary_row(key, queue, count, next_ms, min_offset)
-
-    @staticmethod
-    def _summary_row(key: Any, queue: int, count: int, next_ms: int | None, min_offset: int | None) -> Row:
-        return Row(
-            row_type=ROW_SUMMARY,
-            commitlog_offset=None,
-            kind=None,
-            enqueue_ms=None,
-            dequeue_ms=None,
-            due_ms=None,
-            bucket_ms=int(key[0]),
-            shard=int(key[1]),
-            pending=count,
-            next_action_ms=next_ms,
-            src_queue=queue,
-            min_queue_offset=min_offset,
-        )
-
     def close(self) -> None:
         pass
+
+
+def _summary_frame(key: Any, rows: list[tuple[int, int, int | None, int | None]]) -> pd.DataFrame:
+    """Summary rows (queue, pending, next action, min queue offset) of one key."""
+    n = len(rows)
+    return pd.DataFrame(
+        {
+            "row_type": np.full(n, ROW_SUMMARY, dtype=np.int32),
+            "commitlog_offset": pd.array([None] * n, dtype="Int64"),
+            "kind": pd.array([None] * n, dtype="Int32"),
+            "enqueue_ms": pd.array([None] * n, dtype="Int64"),
+            "dequeue_ms": pd.array([None] * n, dtype="Int64"),
+            "due_ms": pd.array([None] * n, dtype="Int64"),
+            "bucket_ms": np.full(n, int(key[0]), dtype=np.int64),
+            "shard": np.full(n, int(key[1]), dtype=np.int32),
+            "pending": pd.array([r[1] for r in rows], dtype="Int64"),
+            "next_action_ms": pd.array([r[2] for r in rows], dtype="Int64"),
+            "src_queue": pd.array([r[0] for r in rows], dtype="Int32"),
+            "min_queue_offset": pd.array([r[3] for r in rows], dtype="Int64"),
+        }
+    )
 
 
 def due_column(settings: DelaySettings) -> Column:
@@ -297,7 +309,7 @@ def resolve(parked: DataFrame, settings: DelaySettings) -> DataFrame:
     return (
         resolver_input(parked, settings)
         .groupBy("bucket_ms", "shard")
-        .transformWithState(
+        .transformWithStateInPandas(
             statefulProcessor=DelayResolver(settings),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",

@@ -128,7 +128,9 @@ def batch_poster(client: BrokerClient, operator: str, fault: str | None = None) 
     """The ``foreachBatch`` function: one idempotent POST per batch id (replays are no-ops)."""
 
     def post(df: Any, batch_id: int) -> None:
+        started = time.monotonic()
         table = df.toArrow()
+        computed = time.monotonic()
         if table.num_rows == 0:
             return
         table = table.select(list(POST_COLUMNS))
@@ -138,7 +140,10 @@ def batch_poster(client: BrokerClient, operator: str, fault: str | None = None) 
         client.post_batch(operator, batch_id, table)
         if relocations:
             _maybe_die(fault, "after_post")
-        log.info("operator %s batch %d: %d relocation(s)", operator, batch_id, relocations)
+        log.info(
+            "operator %s batch %d: %d relocation(s); resolver %.2f s, publish %.2f s",
+            operator, batch_id, relocations, computed - started, time.monotonic() - computed,
+        )  # fmt: skip
 
     return post
 
