@@ -9,7 +9,7 @@ Usable on its own as a library::
 See docs/store_api.md.
 """
 
-from store.config import MIB, FlushDiskType, StoreConfig
+from store.config import DEFAULT_DELAY_LEVELS, MIB, FlushDiskType, StoreConfig
 from store.errors import (
     DataLost,
     InvalidArgument,
@@ -24,7 +24,16 @@ from store.errors import (
 )
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.java_hash import java_string_hash, java_string_hashes
-from store.format.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, encode_msg_id
+from store.format.record import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    SYSTEM_PROPERTIES,
+    encode_msg_id,
+)
 from store.message_store import MessageStore, StoreStats, StoreVerification
 from store.metadata.file_sizes import existing_config
 from store.names import is_system_topic, validate_group, validate_topic
@@ -33,17 +42,24 @@ from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 from store.write.appender import BatchPutResult
-from store.write.delay_levels import parse_delay_levels
+from store.write.delay_levels import parse_delay_levels, parse_duration_ms
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
+from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request
 
 __all__ = [
+    "DEFAULT_DELAY_LEVELS",
     "MAX_PRODUCER_ID_CHARS",
     "MESSAGE_SCHEMA",
     "MIB",
     "NAME_VALUE_SEPARATOR",
+    "PROPERTY_DELAY",
     "PROPERTY_SEPARATOR",
+    "PROPERTY_TIMER_DELAY_MS",
+    "PROPERTY_TIMER_DELAY_SEC",
+    "PROPERTY_TIMER_DELIVER_MS",
     "SYSTEM_PROPERTIES",
+    "TIMER_REQUEST_PROPERTIES",
     "BatchPutResult",
     "BatchReadResult",
     "Boundary",
@@ -70,14 +86,17 @@ __all__ = [
     "StoreReader",
     "StoreStats",
     "StoreVerification",
+    "TimerIllegal",
     "UnknownQueue",
     "UnknownTopic",
     "encode_msg_id",
     "existing_config",
     "is_system_topic",
+    "is_timer_request",
     "java_string_hash",
     "java_string_hashes",
     "parse_delay_levels",
+    "parse_duration_ms",
     "parse_tag_expression",
     "request_uniq_keys",
     "validate_group",

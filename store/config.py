@@ -85,6 +85,10 @@ class StoreConfig:
     store_port: int = 10911
 
     delay_levels: str = DEFAULT_DELAY_LEVELS
+    #: Timer messages (RocketMQ 5): the furthest delivery time accepted (``timerMaxDelaySec``,
+    #: 3 days) and the precision delivery times are rounded up to (``timerPrecisionMs``).
+    timer_max_delay_ms: int = 3 * 86_400_000
+    timer_precision_ms: int = 1000
 
     #: Run background services (flush, index dispatch, retention). Tests may turn them off
     #: and drive :class:`~store.message_store.MessageStore` explicitly.
@@ -110,6 +114,8 @@ class StoreConfig:
             (all(0 <= h <= 23 for h in self.delete_when_hours), "delete_when_hours must be in [0, 23]"),
             (0.0 < self.disk_max_used_ratio <= 1.0, "disk_max_used_ratio must be in (0, 1]"),
             (0 < self.store_port < 65536, "store_port must be in (0, 65536)"),
+            (self.timer_max_delay_ms > 0, "timer_max_delay_ms must be > 0"),
+            (0 < self.timer_precision_ms <= 60_000, "timer_precision_ms must be in (0, 60000]"),
         ]
         for ok, message in checks:
             if not ok:

@@ -15,7 +15,15 @@ Input columns (all but ``body`` optional)::
     properties    map<string,string>     user properties
     queue_id      tinyint..bigint        explicit queue (wins over sharding_key)
     sharding_key  string                 queue = abs(javaHash(key)) % queues (RocketMQ order)
-    delay_level   tinyint..bigint        1-18: delivered later through SCHEDULE_TOPIC_XXXX
+    delay_level   tinyint..bigint        0 = none; N: the N-th level of the broker's table
+                                         (above it clamps), parked in SCHEDULE_TOPIC_XXXX
+    deliver_at    timestamp              timer message: delivered at that time (RocketMQ 5
+                                         TIMER_DELIVER_MS, rounded up to the second)
+    delay_ms      tinyint..bigint        timer message: delivered this long after publish
+                                         (TIMER_DELAY_MS)
+
+At most one of ``delay_level`` / ``deliver_at`` / ``delay_ms`` per row; the timer columns
+travel as the ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS`` properties of the staged row.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store import InvalidArgument, validate_topic
+from store import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS, InvalidArgument, validate_topic
 from store.publish.sink_staging import PART_SCHEMA, check_id
 
 MIB = 1 << 20
@@ -151,6 +159,8 @@ ACCEPTED = {
     "queue_id": _INTEGERS,
     "sharding_key": ("string",),
     "delay_level": _INTEGERS,
+    "deliver_at": ("timestamp", "timestamp_ntz"),
+    "delay_ms": _INTEGERS,
 }
 ACCEPTED_HELP = "accepted columns: " + ", ".join(f"{c} {'|'.join(t)}" for c, t in ACCEPTED.items())
 
@@ -190,19 +200,67 @@ def to_part_batch(batch: pa.RecordBatch, default_topic: str | None) -> pa.Record
     keys = column("keys")
     if keys is not None and (pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type)):
         keys = pc.binary_join(keys, " ")
+    delay_level = _cast_or_nulls(column("delay_level"), pa.int32(), n)
+    properties = _map_column(column("properties"), n)
+    properties = _with_timer_properties(properties, delay_level, column("deliver_at"), column("delay_ms"))
     return pa.RecordBatch.from_arrays(
         [
             topic,
             body,
             _cast_or_nulls(column("tags"), pa.string(), n),
             _cast_or_nulls(keys, pa.string(), n),
-            _map_column(column("properties"), n),
+            properties,
             _cast_or_nulls(column("queue_id"), pa.int32(), n),
             _cast_or_nulls(column("sharding_key"), pa.string(), n),
-            _cast_or_nulls(column("delay_level"), pa.int32(), n),
+            delay_level,
         ],
         schema=PART_SCHEMA,
     )
+
+
+def _epoch_ms(values: pa.Array) -> pa.Array:
+    """Milliseconds since the epoch of a timestamp column (any unit, with or without zone)."""
+    unit = values.type.unit
+    raw = values.cast(pa.timestamp(unit)).cast(pa.int64())
+    scale = {"s": 1000, "ms": 1, "us": 1 / 1000, "ns": 1 / 1_000_000}[unit]
+    if scale >= 1:
+        return pc.multiply(raw, int(scale))
+    return pc.divide(raw, int(1 / scale))  # floor for times after 1970
+
+
+def _with_timer_properties(
+    properties: pa.Array, delay_level: pa.Array, deliver_at: pa.Array | None, delay_ms: pa.Array | None
+) -> pa.Array:
+    """``properties`` plus ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS`` where a row asks for a timer;
+    refuses a row with two scheduling columns or a negative level or delay."""
+    if delay_level.null_count < len(delay_level) and pc.any(pc.less(delay_level, 0)).as_py():
+        raise InvalidSinkColumn("delay_level", "is negative in some row (0 = no delay)")
+    given = [(name, c) for name, c in (("deliver_at", deliver_at), ("delay_ms", delay_ms)) if c is not None]
+    given = [(name, c) for name, c in given if c.null_count < len(c)]
+    if not given:
+        return properties
+    counts = pc.cast(pc.is_valid(delay_level), pa.int8())
+    for _, c in given:
+        counts = pc.add(counts, pc.cast(pc.is_valid(c), pa.int8()))
+    if pc.any(pc.greater(counts, 1)).as_py():
+        raise InvalidSinkColumn(
+            given[0][0], "is set in a row that also sets another of delay_level, deliver_at, delay_ms"
+        )
+    values: dict[str, list[int | None]] = {}
+    for name, c in given:
+        if name == "delay_ms":
+            ms = c.cast(pa.int64())
+            if pc.any(pc.less(ms, 0)).as_py():
+                raise InvalidSinkColumn("delay_ms", "is negative in some row")
+            values[PROPERTY_TIMER_DELAY_MS] = ms.to_pylist()
+        else:
+            values[PROPERTY_TIMER_DELIVER_MS] = _epoch_ms(c).to_pylist()
+    rows = properties.to_pylist()
+    for prop, per_row in values.items():
+        for i, value in enumerate(per_row):
+            if value is not None:
+                rows[i] = [*(rows[i] or ()), (prop, str(value))]
+    return pa.array(rows, type=properties.type)
 
 
 def _topic_column(topic: pa.Array | None, default: str | None, n: int) -> pa.Array:

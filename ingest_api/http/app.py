@@ -92,7 +92,7 @@ def operator_settings(config: ServerConfig) -> dict[str, Any]:
     """What the resolver job needs to compute due times, from this broker's configuration."""
     return {
         "delay_levels_ms": list(parse_delay_levels(config.store.delay_levels)),
-        "timer_precision_ms": int(getattr(config.store, "timer_precision_ms", 1000)),
+        "timer_precision_ms": config.store.timer_precision_ms,
         "timer_roll_window_ms": config.timer_roll_window_ms,
         "burst_cap": config.operator_burst_cap,
     }

@@ -21,7 +21,10 @@ NDJSON = "application/x-ndjson"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
 #: Columns an Arrow batch may carry; ``body`` is required.
-ARROW_COLUMNS = ("body", "tags", "keys", "properties", "queue_id", "sharding_key", "delay_level")
+ARROW_COLUMNS = (
+    "body", "tags", "keys", "properties", "queue_id", "sharding_key",
+    "delay_level", "deliver_at_ms", "delay_ms",
+)  # fmt: skip
 
 
 def _too_many(count: int, limit: int) -> ApiError:
@@ -34,6 +37,12 @@ def _empty() -> ApiError:
 
 def _invalid_entry(index: int, message: str) -> ApiError:
     return ApiError(422, "invalid_batch_entry", f"messages[{index}]: {message}", index=index)
+
+
+def schedule_error(message: str, field: str, index: int | None) -> ApiError:
+    """A 400 for a refused delay_level / deliver_at_ms / delay_ms, naming the field (and entry)."""
+    where = f"messages[{index}]: " if index is not None else ""
+    return ApiError(400, "invalid_schedule", f"{where}{message}", field=field, index=index)
 
 
 def _from_validation_error(exc: ValidationError, index_offset: int = 0) -> ApiError:
@@ -100,6 +109,8 @@ class ArrowBatch:
     queue_id: pa.Int32Array | None
     sharding_key: pa.StringArray | None
     delay_level: pa.Int32Array | None
+    deliver_at_ms: pa.Int64Array | None = None
+    delay_ms: pa.Int64Array | None = None
 
     def __len__(self) -> int:
         return len(self.body)
@@ -165,6 +176,8 @@ def parse_arrow_batch(raw: bytes, limit: int) -> ArrowBatch:
         queue_id=_cast_column(table, "queue_id", pa.int32()),
         sharding_key=_cast_column(table, "sharding_key", pa.string()),
         delay_level=_cast_column(table, "delay_level", pa.int32()),
+        deliver_at_ms=_cast_column(table, "deliver_at_ms", pa.int64()),
+        delay_ms=_cast_column(table, "delay_ms", pa.int64()),
     )
     _validate_arrow_batch(batch)
     return batch
@@ -229,10 +242,34 @@ def _validate_arrow_batch(batch: ArrowBatch) -> None:
         bad = _first_true(pc.equal(pc.utf8_length(batch.sharding_key), 0))
         if bad is not None:
             raise _invalid_entry(bad, "sharding_key must not be empty")
-    if batch.delay_level is not None:
-        bad = _first_true(pc.or_(pc.less(batch.delay_level, 1), pc.greater(batch.delay_level, 18)))
+    _validate_arrow_schedule(batch)
+
+
+def _validate_arrow_schedule(batch: ArrowBatch) -> None:
+    """The scheduling rules of :func:`ingest_api.http.producing.scheduling`, vectorised (the
+    maximum delay is checked when the rows are stored)."""
+    columns = {
+        name: column
+        for name, column in (
+            ("delay_level", batch.delay_level),
+            ("deliver_at_ms", batch.deliver_at_ms),
+            ("delay_ms", batch.delay_ms),
+        )
+        if column is not None and column.null_count < len(column)
+    }
+    if len(columns) > 1:
+        given = pa.array(np.zeros(len(batch), dtype=np.int8))
+        for column in columns.values():
+            given = pc.add(given, pc.cast(pc.is_valid(column), pa.int8()))
+        bad = _first_true(pc.greater(given, 1))
         if bad is not None:
-            raise _invalid_entry(bad, "delay_level must be in 1..18")
+            raise schedule_error(
+                "give at most one of 'delay_level', 'deliver_at_ms' and 'delay_ms'", list(columns)[1], bad
+            )
+    for name, column in columns.items():
+        bad = _first_true(pc.less(column, 0))
+        if bad is not None:
+            raise schedule_error(f"{name} must be >= 0, got {column[bad].as_py()}", name, bad)
 
 
 def check_body_sizes(sizes: pa.Array, max_bytes: int) -> None:

@@ -11,6 +11,7 @@ it and through ``put_messages`` otherwise; both are all-or-nothing.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -18,16 +19,19 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest_api.http.batches import ArrowBatch, check_body_sizes
+from ingest_api.http.batches import ArrowBatch, check_body_sizes, schedule_error
 from ingest_api.http.errors import ApiError
 from ingest_api.http.schemas import ProduceIn, decode_body
 from store import (
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
     BatchPutResult,
     Message,
     MessageStore,
     ProducerRef,
     PutResult,
     UnknownTopic,
+    is_timer_request,
     java_string_hash,
     java_string_hashes,
     validate_topic,
@@ -104,16 +108,78 @@ def _too_large(size: int, limit: int, index: int | None = None) -> ApiError:
     )
 
 
+def scheduling(
+    delay_level: int | None,
+    deliver_at_ms: int | None,
+    delay_ms: int | None,
+    *,
+    max_delay_ms: int,
+    index: int | None = None,
+    now_ms: int | None = None,
+) -> tuple[int, dict[str, str]]:
+    """``(delay level, timer properties)`` for the three scheduling fields, or a 400 naming the
+    field: at most one of them; a level >= 0 (0 = none; above the table clamps); a timer no
+    further out than ``max_delay_ms`` (the store checks that again when it parks it)."""
+    given = [
+        name
+        for name, value in (
+            ("delay_level", delay_level),
+            ("deliver_at_ms", deliver_at_ms),
+            ("delay_ms", delay_ms),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise schedule_error(
+            f"give at most one of 'delay_level', 'deliver_at_ms' and 'delay_ms' (got {' and '.join(given)})",
+            given[1],
+            index,
+        )
+    if delay_level is not None:
+        if delay_level < 0:
+            raise schedule_error(
+                f"delay_level must be >= 0 (0 = no delay), got {delay_level}", "delay_level", index
+            )
+        return delay_level, {}
+    if deliver_at_ms is None and delay_ms is None:
+        return 0, {}
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if delay_ms is not None:
+        field, wait, prop = "delay_ms", delay_ms, {PROPERTY_TIMER_DELAY_MS: str(delay_ms)}
+        if delay_ms < 0:
+            raise schedule_error(f"delay_ms must be >= 0, got {delay_ms}", field, index)
+    else:
+        assert deliver_at_ms is not None
+        field, wait, prop = (
+            "deliver_at_ms",
+            deliver_at_ms - now,
+            {PROPERTY_TIMER_DELIVER_MS: str(deliver_at_ms)},
+        )
+        if deliver_at_ms < 0:
+            raise schedule_error(
+                f"deliver_at_ms must be an epoch millisecond >= 0, got {deliver_at_ms}", field, index
+            )
+    if wait > max_delay_ms:
+        raise schedule_error(
+            f"{field} is {wait} ms ahead; the broker's --timer-max-delay is {max_delay_ms} ms", field, index
+        )
+    return 0, prop
+
+
 def entry_message(
-    topic: str, entry: ProduceIn, queue_count: int, max_body: int, index: int | None
+    topic: str, entry: ProduceIn, queue_count: int, max_body: int, index: int | None, max_delay_ms: int
 ) -> Message:
-    """The store message for a validated entry: queue resolved, body size checked."""
+    """The store message for a validated entry: queue resolved, scheduling fields checked,
+    body size checked."""
     queue_id = entry.queue_id
     if queue_id is not None and queue_id >= queue_count:
         raise _unknown_queue(queue_id, topic, queue_count, index)
     if entry.sharding_key is not None:
         queue_id = sharding_queue(entry.sharding_key, queue_count)
-    message = entry.to_message(topic, queue_id)
+    level, schedule = scheduling(
+        entry.delay_level, entry.deliver_at_ms, entry.delay_ms, max_delay_ms=max_delay_ms, index=index
+    )
+    message = entry.to_message(topic, queue_id, level, schedule)
     if len(message.body) > max_body:
         raise _too_large(len(message.body), max_body, index)
     return message
@@ -131,9 +197,12 @@ def put_entries(
     max_body = store.config.max_message_size_bytes
     names = _property_names(e.properties for e in entries)
     if len(names) > MAX_PROPERTY_COLUMNS or any(
-        e.queue_id is not None or e.sharding_key is not None or e.delay_level for e in entries
+        e.queue_id is not None or e.sharding_key is not None or e.scheduled for e in entries
     ):
-        messages = [entry_message(topic, e, queue_count, max_body, i) for i, e in enumerate(entries)]
+        max_delay = store.config.timer_max_delay_ms
+        messages = [
+            entry_message(topic, e, queue_count, max_body, i, max_delay) for i, e in enumerate(entries)
+        ]
         return put_rows(store, topic, messages, producer), sum(len(m.body) for m in messages)
     bodies = [decode_body(e.body, e.body_base64) for e in entries]
     sizes = [len(body) for body in bodies]
@@ -188,7 +257,7 @@ def put_rows(
     placed = sum(m.queue_id is not None for m in messages)
     names = _property_names(m.properties for m in messages)
     if (
-        any(m.delay_level for m in messages)
+        any(m.delay_level or is_timer_request(m.properties) for m in messages)
         or 0 < placed < len(messages)
         or len(names) > MAX_PROPERTY_COLUMNS
     ):
@@ -222,27 +291,37 @@ def arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> npt.NDAr
     return queue_ids
 
 
-def arrow_messages(topic: str, batch: ArrowBatch, queue_ids: npt.NDArray[np.int32] | None) -> list[Message]:
+def arrow_messages(
+    topic: str, batch: ArrowBatch, queue_ids: npt.NDArray[np.int32] | None, max_delay_ms: int
+) -> list[Message]:
     """Row-wise :class:`Message` objects (the path used when a column feature needs it)."""
+    now_ms = int(time.time() * 1000)
     n = len(batch)
     bodies = batch.body.to_pylist()
     tags = batch.tags.to_pylist() if batch.tags is not None else [None] * n
     keys = batch.keys.to_pylist() if batch.keys is not None else [None] * n
     props = batch.properties.to_pylist() if batch.properties is not None else [None] * n
     delays = batch.delay_level.to_pylist() if batch.delay_level is not None else [None] * n
+    deliver_at = batch.deliver_at_ms.to_pylist() if batch.deliver_at_ms is not None else [None] * n
+    delay_ms = batch.delay_ms.to_pylist() if batch.delay_ms is not None else [None] * n
     qids = queue_ids.tolist() if queue_ids is not None else [-1] * n
-    return [
-        Message(
-            topic=topic,
-            body=bodies[i],
-            tags=tags[i],
-            keys=tuple(keys[i] or ()),
-            properties=dict(props[i] or ()),
-            queue_id=None if qids[i] < 0 else qids[i],
-            delay_level=delays[i] or 0,
+    messages = []
+    for i in range(n):
+        level, schedule = scheduling(
+            delays[i], deliver_at[i], delay_ms[i], max_delay_ms=max_delay_ms, index=i, now_ms=now_ms
         )
-        for i in range(n)
-    ]
+        messages.append(
+            Message(
+                topic=topic,
+                body=bodies[i],
+                tags=tags[i],
+                keys=tuple(keys[i] or ()),
+                properties={**dict(props[i] or ()), **schedule},
+                queue_id=None if qids[i] < 0 else qids[i],
+                delay_level=level,
+            )
+        )
+    return messages
 
 
 def property_columns(column: pa.MapArray, n: int) -> dict[str, list[str | None]] | None:
@@ -285,10 +364,14 @@ def put_arrow(
     body_bytes = int(pc.sum(sizes).as_py() or 0)
     queue_ids = arrow_queue_ids(topic, batch, queue_count)
     columnar, batch_queue_ids = _columnar_queue_ids(queue_ids)
-    has_delay = batch.delay_level is not None and batch.delay_level.null_count < len(batch)
+    has_delay = any(
+        column is not None and column.null_count < len(batch)
+        for column in (batch.delay_level, batch.deliver_at_ms, batch.delay_ms)
+    )
     properties = property_columns(batch.properties, len(batch)) if batch.properties is not None else {}
     if not columnar or has_delay or properties is None:
-        return put_rows(store, topic, arrow_messages(topic, batch, queue_ids), producer), body_bytes
+        messages = arrow_messages(topic, batch, queue_ids, store.config.timer_max_delay_ms)
+        return put_rows(store, topic, messages, producer), body_bytes
     keys = None
     if batch.keys is not None:
         joined = pc.binary_join(batch.keys, " ")

@@ -78,7 +78,29 @@ class ProduceIn(BaseModel):
     sharding_key: NonEmpty | None = Field(
         None, description="Messages with the same key go to the same queue (so their order holds)."
     )
-    delay_level: int | None = Field(None, ge=1, le=18, description="RocketMQ delay level 1-18.")
+    delay_level: int | None = Field(
+        None,
+        ge=-(2**31),
+        lt=2**31,
+        description="RocketMQ delay level: 0 = no delay, N waits the N-th time of the broker's level "
+        "table (`--delay-levels`, default 1s 5s 10s 30s 1m ... 2h); above the table clamps to the "
+        "last level. Excludes deliver_at_ms and delay_ms.",
+    )
+    deliver_at_ms: int | None = Field(
+        None,
+        ge=-(2**63),
+        lt=2**63,
+        description="Timer message (RocketMQ 5 TIMER_DELIVER_MS): deliver at this epoch millisecond, "
+        "rounded up to the second; a time in the past delivers at once. At most the broker's "
+        "`--timer-max-delay` ahead.",
+    )
+    delay_ms: int | None = Field(
+        None,
+        ge=-(2**63),
+        lt=2**63,
+        description="Timer message (TIMER_DELAY_MS): deliver this many milliseconds after the broker "
+        "receives it, rounded up to the second.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ProduceIn:
@@ -96,16 +118,28 @@ class ProduceIn(BaseModel):
             decode_body(None, self.body_base64)
         return self
 
-    def to_message(self, topic: str, queue_id: int | None) -> Message:
+    def to_message(
+        self, topic: str, queue_id: int | None, delay_level: int = 0, schedule: dict[str, str] | None = None
+    ) -> Message:
+        """The store message; ``delay_level`` / ``schedule`` (timer properties) come from
+        :func:`ingest_api.http.producing.scheduling`, which checks the three scheduling fields."""
+        properties = dict(self.properties)
+        if schedule:
+            properties.update(schedule)
         return Message(
             topic=topic,
             body=decode_body(self.body, self.body_base64),
             tags=self.tags,
             keys=tuple(self.keys),
-            properties=dict(self.properties),
+            properties=properties,
             queue_id=queue_id,
-            delay_level=self.delay_level or 0,
+            delay_level=delay_level,
         )
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether a scheduling field is given (such entries are stored one by one)."""
+        return self.delay_level is not None or self.deliver_at_ms is not None or self.delay_ms is not None
 
 
 class ProduceBatchIn(BaseModel):
@@ -117,7 +151,10 @@ class ProduceBatchIn(BaseModel):
 class ProduceOut(BaseModel):
     msg_id: str = Field(description="offsetMsgId: 32 hex chars (store host, port, CommitLog offset).")
     uniq_key: str = Field(description="Client-side unique id (RocketMQ UNIQ_KEY).")
-    topic: str = Field(description="Topic written (SCHEDULE_TOPIC_XXXX for a delayed message).")
+    topic: str = Field(
+        description="Topic written: SCHEDULE_TOPIC_XXXX for a delay level, rmq_sys_wheel_timer for a "
+        "timer message due in the future (the delay resolver delivers them to their topic)."
+    )
     queue_id: int
     queue_offset: int
     commitlog_offset: int

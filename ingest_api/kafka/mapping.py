@@ -15,6 +15,10 @@
   JSON ``[[key, base64(value) | null], ...]`` (plain headers are still projected for readers of
   the other doors). Fetch: ``KAFKA_HEADERS`` if present, else every non-reserved property in
   stored order, values UTF-8 encoded.
+* **scheduling headers**: ``DELAY`` (a delay level, 0 = none) and the RocketMQ 5 timer
+  properties ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_MS`` / ``TIMER_DELAY_SEC`` (decimal text) are
+  not stored as headers: they schedule the record exactly as the HTTP door's ``delay_level`` /
+  ``deliver_at_ms`` / ``delay_ms`` do (the store parks it; a bad value is ``INVALID_RECORD``).
 * **value** -> body; a null value (tombstone) is stored as an empty body plus
   ``KAFKA_NULL_VALUE=1``.
 * **timestamp** (CreateTime) -> ``born_timestamp_ms``; a record without one (-1) gets none and
@@ -30,7 +34,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ingest_api.kafka.records import Header, KafkaRecord
-from store import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, Message
+from store import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
+    PROPERTY_SEPARATOR,
+    SYSTEM_PROPERTIES,
+    TIMER_REQUEST_PROPERTIES,
+    InvalidArgument,
+    Message,
+)
 
 KEY_PROPERTY = "KAFKA_KEY"
 _KEY_PREFIX = "b64:"
@@ -41,6 +53,35 @@ NULL_VALUE_PROPERTY = "KAFKA_NULL_VALUE"
 RESERVED_PROPERTIES = SYSTEM_PROPERTIES | {KEY_PROPERTY, HEADERS_PROPERTY, NULL_VALUE_PROPERTY}
 _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 _NO_TIMESTAMP = -1
+#: Headers that schedule a record instead of travelling with it.
+SCHEDULING_HEADERS = frozenset({PROPERTY_DELAY, *TIMER_REQUEST_PROPERTIES})
+
+
+def split_scheduling(headers: Iterable[Header]) -> tuple[list[Header], int, dict[str, str]]:
+    """``(other headers, delay level, timer properties)`` of a record's headers."""
+    rest: list[Header] = []
+    level, timer = 0, {}
+    for name, value in headers:
+        if name not in SCHEDULING_HEADERS:
+            rest.append((name, value))
+            continue
+        try:
+            text = (value or b"").decode("ascii").strip()
+        except UnicodeDecodeError:
+            text = ""
+        if not text.lstrip("+-").isdigit():
+            raise InvalidArgument(f"header {name} must be a decimal integer, got {value!r}")
+        if name == PROPERTY_DELAY:
+            level = int(text)
+            if level < 0:
+                raise InvalidArgument(f"header DELAY must be >= 0 (0 = no delay), got {level}")
+        else:
+            timer[name] = text
+    return rest, level, timer
+
+
+def has_scheduling(headers: Iterable[Header]) -> bool:
+    return any(name in SCHEDULING_HEADERS for name, _ in headers)
 
 
 def _plain_text(raw: bytes) -> str | None:
@@ -98,9 +139,11 @@ def headers_to_properties(headers: Iterable[Header]) -> dict[str, str]:
 def record_to_message(topic: str, partition: int, record: KafkaRecord) -> Message:
     """The store message for one produced Kafka record."""
     keys, properties = key_to_store(record.key)
-    properties.update(headers_to_properties(record.headers))
+    headers, level, timer = split_scheduling(record.headers)
+    properties.update(headers_to_properties(headers))
     if record.value is None:
         properties[NULL_VALUE_PROPERTY] = "1"
+    properties.update(timer)
     born = record.timestamp_ms if record.timestamp_ms >= 0 else None
     return Message(
         topic=topic,
@@ -109,6 +152,7 @@ def record_to_message(topic: str, partition: int, record: KafkaRecord) -> Messag
         properties=properties,
         queue_id=partition,
         born_timestamp_ms=born,
+        delay_level=level,
     )
 
 
@@ -125,9 +169,10 @@ class StoreColumns:
 def records_to_columns(records: Sequence[KafkaRecord], now_ms: int) -> StoreColumns | None:
     """Columnar form of ``records`` (same mapping as :func:`record_to_message`).
 
-    Returns ``None`` when records carry differently ordered property names: the columnar put
-    would store them in column order and headers must come back in the producer's order, so
-    the caller falls back to one ``Message`` per record.
+    Returns ``None`` when records carry differently ordered property names (the columnar put
+    would store them in column order and headers must come back in the producer's order) or
+    scheduling headers (the store parks those one by one), so the caller falls back to one
+    ``Message`` per record.
     """
     return batch_to_columns(
         [r.timestamp_ms for r in records],
@@ -150,6 +195,8 @@ def batch_to_columns(
     store_keys: list[str | None] = [None] * n
     columns: dict[str, list[str | None]] = {}
     names: tuple[str, ...] | None = ()
+    if any(has_scheduling(h) for h in headers if h):
+        return None
     if any(k is not None for k in keys) or any(headers) or None in values:
         names = None
         for i in range(n):

@@ -20,7 +20,7 @@ from ingest_api.http.app import Companion
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import serve as run_server
 from sparkmq.cli.root import app
-from store import FlushDiskType, InvalidArgument, StoreConfig
+from store import DEFAULT_DELAY_LEVELS, FlushDiskType, InvalidArgument, StoreConfig, parse_duration_ms
 
 
 class FlushMode(StrEnum):
@@ -112,12 +112,27 @@ def serve(
     checkpoint_dir: Annotated[
         Path, typer.Option(help="Root of the operator job's Spark checkpoints.")
     ] = Path("checkpoints"),
+    delay_levels: Annotated[
+        str, typer.Option(help="Delay level table (RocketMQ messageDelayLevel), level 1 first.")
+    ] = DEFAULT_DELAY_LEVELS,
+    timer_max_delay: Annotated[
+        str, typer.Option(help="Furthest a timer message may be scheduled (RocketMQ: 3d); e.g. 30d, 3650d.")
+    ] = "3d",
+    timer_roll_window: Annotated[
+        str,
+        typer.Option(
+            help="Timer messages due further out are re-parked (rolled) when the window has passed, "
+            "so none outlives CommitLog retention (keep it well under the 72 h retention)."
+        ),
+    ] = "1d",
 ) -> None:
     """Run the broker: open the store and serve the HTTP API until SIGTERM or Ctrl-C."""
     store_dir.mkdir(parents=True, exist_ok=True)
     try:
         store_config = StoreConfig(
             store_dir=store_dir,
+            delay_levels=delay_levels,
+            timer_max_delay_ms=parse_duration_ms(timer_max_delay),
             flush_disk_type=FlushDiskType.SYNC_FLUSH
             if flush is FlushMode.sync
             else FlushDiskType.ASYNC_FLUSH,
@@ -133,6 +148,7 @@ def serve(
             max_request_bytes=max_request_mib << 20,
             log_level=log_level,
             access_log=access_log,
+            timer_roll_window_ms=parse_duration_ms(timer_roll_window),
             relocation_fault=os.environ.get("SPARKMQ_TEST_RELOCATION_FAULT"),
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
         ).validate()

@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -49,9 +50,10 @@ from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError, UnknownTopic
 from store.format.java_hash import java_string_hashes
 from store.message_store import MessageStore
-from store.names import SCHEDULE_TOPIC, validate_topic
+from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, validate_topic
 from store.types import Message
 from store.write.idempotence import ProducerRef, request_uniq_keys
+from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
 
 log = logging.getLogger("sparkmq.sink")
 
@@ -435,6 +437,7 @@ class SinkStaging:
             longest = pc.max(pc.binary_length(table.column("body"))).as_py()
             if longest is not None and longest > max_body:
                 raise MessageTooLarge(f"a body is {longest} bytes; the limit is {max_body}")
+            self._check_timers(table)
             topics = pc.unique(table.column("topic")).to_pylist()
             queue_ids = table.column("queue_id")
             for topic in topics:
@@ -449,6 +452,19 @@ class SinkStaging:
                 if high is not None and (high >= count or low < 0):
                     bad = high if high >= count else low
                     raise InvalidArgument(f"queue_id {bad} is outside topic {topic!r}'s {count} queues")
+
+    def _check_timers(self, table: pa.Table) -> None:
+        """Refuse a timer beyond the maximum delay now, before deciding (a delay only shrinks
+        until the publish, so the store accepts it then)."""
+        scheduled = _scheduled_rows(table)
+        if not scheduled.any():
+            return
+        rules = TimerRules(self.store.config.timer_max_delay_ms, self.store.config.timer_precision_ms)
+        now = int(time.time() * 1000)
+        for row in np.flatnonzero(scheduled).tolist():
+            properties = dict(table.column("properties")[row].as_py() or ())
+            if any(name in properties for name in TIMER_REQUEST_PROPERTIES):
+                admit_timer(properties, now, rules)
 
     def _queue_count(self, topic: str) -> int:
         if self.store.has_topic(topic):
@@ -478,7 +494,9 @@ class SinkStaging:
         uniq = chunk_uniq_keys(ref, n)
         start = 0
         if resume:
-            start = self._stored_prefix(SCHEDULE_TOPIC if delayed else topic, uniq)
+            # A scheduled row is parked (level or timer) or, a timer due already, in its topic.
+            lookup = (SCHEDULE_TOPIC, TIMER_TOPIC, topic) if delayed else (topic,)
+            start = self._stored_prefix(lookup, uniq)
             if start == n:
                 return True
             # Chunks are appended in order, each all-or-nothing: a chunk not (fully) stored means
@@ -492,11 +510,11 @@ class SinkStaging:
             self._put_columns(topic, rest, keys)
         return resume
 
-    def _stored_prefix(self, lookup_topic: str, uniq: Sequence[str]) -> int:
+    def _stored_prefix(self, lookup_topics: tuple[str, ...], uniq: Sequence[str]) -> int:
         """How many leading messages of a chunk are stored (found through the key index)."""
 
         def stored(i: int) -> bool:
-            return self.store.get_by_uniq_key(lookup_topic, uniq[i]) is not None
+            return any(self.store.get_by_uniq_key(t, uniq[i]) is not None for t in lookup_topics)
 
         if not stored(0):
             return 0
@@ -540,6 +558,24 @@ def chunk_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
     return [joined[i : i + 32] for i in range(0, 32 * count, 32)]
 
 
+def _scheduled_rows(rows: pa.Table) -> npt.NDArray[np.bool_]:
+    """Rows with a delay level > 0 or a timer property (stored one by one: the store parks them)."""
+    delay = rows.column("delay_level")
+    out = np.zeros(rows.num_rows, dtype=np.bool_)
+    if delay.null_count < len(delay):
+        out |= np.asarray(pc.fill_null(pc.greater(delay, 0), False).to_numpy(zero_copy_only=False))
+    props = rows.column("properties")
+    if props.null_count < len(props):
+        merged = props.combine_chunks() if props.num_chunks != 1 else props.chunk(0)
+        hit = pc.is_in(merged.keys, value_set=pa.array(TIMER_REQUEST_PROPERTIES)).to_numpy(
+            zero_copy_only=False
+        )
+        seen = np.concatenate([[0], np.cumsum(hit, dtype=np.int64)])
+        offsets = np.asarray(merged.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        out |= (seen[offsets[1:]] - seen[offsets[:-1]]) > 0
+    return out
+
+
 def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, bool]]:
     """(topic, rows, delayed) in a deterministic order: topics sorted, plain rows then delayed."""
     if table.num_rows == 0:
@@ -547,11 +583,11 @@ def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, b
     topics = sorted(pc.unique(table.column("topic")).to_pylist())
     for topic in topics:
         rows = table if len(topics) == 1 else table.filter(pc.equal(table.column("topic"), topic))
-        delay = rows.column("delay_level")
-        if delay.null_count == len(delay) or not pc.any(pc.greater(delay, 0)).as_py():
+        scheduled = _scheduled_rows(rows)
+        if not scheduled.any():
             groups = [(rows, False)]
         else:
-            is_delayed = pc.fill_null(pc.greater(delay, 0), False)
+            is_delayed = pa.array(scheduled)
             groups = [(rows.filter(pc.invert(is_delayed)), False), (rows.filter(is_delayed), True)]
         for group, delayed in groups:
             for start in range(0, group.num_rows, chunk_rows):

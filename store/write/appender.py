@@ -26,6 +26,7 @@ from store.consumequeue.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownQueue, UnknownTopic
 from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
 from store.format.record import (
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -36,12 +37,20 @@ from store.format.record import (
 )
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
-from store.names import is_system_topic, validate_topic
+from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_topic
 from store.types import Message, MessageView, PutResult
 from store.write.arrivals import Arrivals
 from store.write.idempotence import ProducerRef, ProducerTable, request_uniq_keys, stored_prefix
-from store.write.message_builder import build_record, place, tags_codes_for, tags_hashes_of, validate_message
+from store.write.message_builder import (
+    build_record,
+    parked_topic,
+    place,
+    tags_codes_for,
+    tags_hashes_of,
+    validate_message,
+)
 from store.write.relocate import Relocated
+from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules
 
 UniqKeyLookup = Callable[[str, str], MessageView | None]
 
@@ -101,6 +110,7 @@ class Appender:
     ) -> None:
         self.config = config
         self.delay_levels = delay_levels
+        self.timers = TimerRules(config.timer_max_delay_ms, config.timer_precision_ms)
         self.lock = threading.Lock()
         self._clock = clock_ms
         self._policy = BodyPolicy.from_config(config)
@@ -162,7 +172,7 @@ class Appender:
             if isinstance(cached, list) and len(cached) == len(messages):
                 return cached
             keys = request_uniq_keys(ref, len(messages))
-            topics = [place(m, 0, self.delay_levels).topic for m in messages]
+            topics = [self._candidate_topics(m) for m in messages]
             stored = self._stored_prefix(topics, keys)
             missing = [i for i in range(len(messages)) if i not in stored]
             if missing:
@@ -172,12 +182,21 @@ class Appender:
             self._producers.remember(ref, results)
             return results
 
-    def _stored_prefix(self, topics: Sequence[str], keys: Sequence[str]) -> dict[int, PutResult]:
+    def _candidate_topics(self, msg: Message) -> tuple[str, ...]:
+        """Where an earlier attempt may have stored ``msg``: a timer message is parked, or
+        stored in its own topic when it was due already."""
+        parked = parked_topic(msg, self.delay_levels)
+        return (parked,) if parked in (msg.topic, SCHEDULE_TOPIC, TRANS_HALF_TOPIC) else (parked, msg.topic)
+
+    def _stored_prefix(self, topics: Sequence[tuple[str, ...]], keys: Sequence[str]) -> dict[int, PutResult]:
         """Results of the messages of an earlier attempt of this request that are stored."""
 
         def lookup(i: int) -> PutResult | None:
-            view = self._lookup(topics[i], keys[i])
-            return None if view is None else _put_result(view)
+            for topic in topics[i]:
+                view = self._lookup(topic, keys[i])
+                if view is not None:
+                    return _put_result(view)
+            return None
 
         return stored_prefix(len(keys), lookup)
 
@@ -194,7 +213,7 @@ class Appender:
             validate_message(msg)
             count = self._queue_count_for_put(msg.topic)
             queue_id = self._choose_queue(msg.topic, msg.queue_id, count)
-            placement = place(msg, queue_id, self.delay_levels)
+            placement = place(msg, queue_id, self.delay_levels, now_ms=now, timers=self.timers)
             records.append(
                 build_record(
                     msg,
@@ -335,6 +354,12 @@ class Appender:
         for reserved in (PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS):
             if reserved in columns:
                 raise InvalidArgument(f"property {reserved} is set through its own argument")
+        for scheduling in (PROPERTY_DELAY, *TIMER_REQUEST_PROPERTIES):
+            if scheduling in columns:
+                raise InvalidArgument(
+                    f"property {scheduling} schedules a message: put delayed and timer messages "
+                    "with put_messages, which parks them"
+                )
         columns[PROPERTY_UNIQ_KEY] = keys_out
         if keys is not None:
             _check_column_length("keys", keys, n)
@@ -377,7 +402,7 @@ class Appender:
             if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == topic:
                 return cached
             uniq = request_uniq_keys(ref, n)
-            stored = self._stored_prefix([topic] * n, uniq)
+            stored = self._stored_prefix([(topic,)] * n, uniq)
             if stored:
                 missing = np.array([i for i in range(n) if i not in stored], dtype=np.int64)
                 if len(missing):
@@ -391,7 +416,7 @@ class Appender:
                         uniq_keys=[uniq[i] for i in missing.tolist()],
                         born_timestamps_ms=_take(born_timestamps_ms, missing),
                     )
-                    stored.update(self._stored_prefix([topic] * n, uniq))
+                    stored.update(self._stored_prefix([(topic,)] * n, uniq))
                 result = _batch_result(topic, [stored[i] for i in range(n)], self._store_host)
             else:
                 result = self.put_batch(

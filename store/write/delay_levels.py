@@ -13,15 +13,27 @@ from store.errors import InvalidArgument
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+def parse_duration_ms(token: str) -> int:
+    """``"500ms"``, ``"5s"``, ``"1m"``, ``"2h"``, ``"3d"`` in milliseconds."""
+    unit = "ms" if token.endswith("ms") else token[-1:]
+    number = token[: -len(unit)]
+    if unit not in _UNIT_MS or not number.isdigit():
+        raise InvalidArgument(
+            f"bad duration {token!r}: expected a whole number and a unit, e.g. 500ms, 5s, 1m, 2h, 3d"
+        )
+    return int(number) * _UNIT_MS[unit]
+
+
 def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> tuple[int, ...]:
     """Parse ``"1s 5s ... 2h"`` into milliseconds per level (units ms, s, m, h, d)."""
     levels: list[int] = []
     for token in spec.split():
-        unit = "ms" if token.endswith("ms") else token[-1]
-        number = token[: -len(unit)]
-        if unit not in _UNIT_MS or not number.isdigit():
-            raise InvalidArgument(f"bad delay level {token!r} in {spec!r}: expected e.g. 5s, 1m, 2h")
-        levels.append(int(number) * _UNIT_MS[unit])
+        try:
+            levels.append(parse_duration_ms(token))
+        except InvalidArgument:
+            raise InvalidArgument(
+                f"bad delay level {token!r} in {spec!r}: expected e.g. 5s, 1m, 2h"
+            ) from None
     if not levels:
         raise InvalidArgument("delay level table is empty")
     return tuple(levels)

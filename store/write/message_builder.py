@@ -1,11 +1,14 @@
 """From a producer's :class:`~store.types.Message` to the record the CommitLog stores.
 
-Pure functions (no I/O, no clock): validation, the ``KEYS``/``TAGS``/``UNIQ_KEY`` properties,
+Pure functions (no I/O; the clock is an argument): validation, the ``KEYS``/``TAGS``/``UNIQ_KEY`` properties,
 and RocketMQ's two topic rewrites:
 
 * a message with a delay level 1-18 (larger clamps to 18) goes to ``SCHEDULE_TOPIC_XXXX``
   queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``/``DELAY``; its ConsumeQueue tagsCode is
   the deliver timestamp (see :func:`tags_codes_for`);
+* a timer message (``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` / ``TIMER_DELIVER_MS``, see
+  :mod:`store.write.timers`) due in the future goes to ``rmq_sys_wheel_timer`` queue 0 with
+  ``TIMER_OUT_MS``/``REAL_TOPIC``/``REAL_QID``; one due already is stored as it is;
 * a prepared transactional message goes to ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
   ``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG``/``__transactionId__`` and its transaction type reset
   to NOT_TYPE so that it is dispatched to the half topic's own ConsumeQueue.
@@ -27,6 +30,7 @@ from store.format.record import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_TRAN_MSG,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
@@ -34,9 +38,16 @@ from store.format.record import (
     RecordFields,
     prepare_body,
 )
-from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.types import Message
 from store.write.delay_levels import clamp_delay_level
+from store.write.timers import (
+    DEFAULT_TIMER_RULES,
+    TimerRules,
+    admit_timer,
+    is_timer_request,
+    without_timer_requests,
+)
 
 MAX_KEY_CHARS = 4096
 
@@ -49,6 +60,8 @@ class Placement:
     queue_id: int
     real_topic: str
     real_queue_id: int
+    #: ``TIMER_OUT_MS`` of a parked timer message.
+    timer_out_ms: int | None = None
 
 
 def validate_message(msg: Message) -> None:
@@ -70,14 +83,37 @@ def validate_message(msg: Message) -> None:
         raise InvalidArgument(f"flag must fit in an int32, got {msg.flag}")
 
 
-def place(msg: Message, queue_id: int, delay_levels: tuple[int, ...]) -> Placement:
-    """Apply the delay / half-message topic rewrites."""
+def place(
+    msg: Message,
+    queue_id: int,
+    delay_levels: tuple[int, ...],
+    *,
+    now_ms: int,
+    timers: TimerRules = DEFAULT_TIMER_RULES,
+) -> Placement:
+    """Apply the delay / timer / half-message topic rewrites (RocketMQ ``HookUtils``)."""
     if msg.transaction_prepared:
         return Placement(TRANS_HALF_TOPIC, 0, msg.topic, queue_id)
     level = clamp_delay_level(msg.delay_level, delay_levels)
     if level > 0:
         return Placement(SCHEDULE_TOPIC, level - 1, msg.topic, queue_id)
+    if msg.topic != TIMER_TOPIC and is_timer_request(msg.properties):
+        out_ms = admit_timer(msg.properties, now_ms, timers)
+        if out_ms is not None:
+            return Placement(TIMER_TOPIC, 0, msg.topic, queue_id, out_ms)
     return Placement(msg.topic, queue_id, msg.topic, queue_id)
+
+
+def parked_topic(msg: Message, delay_levels: tuple[int, ...]) -> str:
+    """Where ``msg`` would be parked if it had to wait (a timer due already is not: the caller
+    also looks in the real topic)."""
+    if msg.transaction_prepared:
+        return TRANS_HALF_TOPIC
+    if clamp_delay_level(msg.delay_level, delay_levels) > 0:
+        return SCHEDULE_TOPIC
+    if msg.topic != TIMER_TOPIC and is_timer_request(msg.properties):
+        return TIMER_TOPIC
+    return msg.topic
 
 
 def build_properties(
@@ -85,11 +121,15 @@ def build_properties(
 ) -> dict[str, str]:
     """User properties plus the system ones, in a stable order (user first)."""
     props: dict[str, str] = dict(msg.properties)
+    if placement.topic == SCHEDULE_TOPIC:
+        props = without_timer_requests(props)  # a delay level wins (RocketMQ clears them)
     props[PROPERTY_UNIQ_KEY] = uniq_key
     if msg.keys:
         props[PROPERTY_KEYS] = " ".join(msg.keys)
     if msg.tags:
         props[PROPERTY_TAGS] = msg.tags
+    if placement.timer_out_ms is not None:
+        props[PROPERTY_TIMER_OUT_MS] = str(placement.timer_out_ms)
     if placement.topic != msg.topic:
         props[PROPERTY_REAL_TOPIC] = placement.real_topic
         props[PROPERTY_REAL_QID] = str(placement.real_queue_id)

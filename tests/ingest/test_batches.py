@@ -53,7 +53,7 @@ class TestJson:
             {"body": "a", "tags": "a||b"},
             {"body": "a", "properties": {"TAGS": "x"}},
             {"body": "a", "properties": {"p": "x\x01y"}},
-            {"body": "a", "delay_level": 19},
+            {"body": "a", "delay_level": "soon"},
             {"body": "a", "queue_id": -1},
             {"body": "a", "unknown": 1},
         ],
@@ -102,7 +102,7 @@ class TestArrow:
         queue_ids = arrow_queue_ids("t", batch, 4)
         assert queue_ids is not None
         assert queue_ids.tolist() == [sharding_queue("order-1", 4), 1]
-        messages = arrow_messages("t", batch, queue_ids)
+        messages = arrow_messages("t", batch, queue_ids, 86_400_000)
         assert messages[0].body == b"x"
         assert messages[0].keys == ("k1", "k2")
         assert messages[0].properties == {"p": "v"}
@@ -113,7 +113,7 @@ class TestArrow:
     def test_round_robin_when_no_queue_columns(self) -> None:
         batch = batches.parse_arrow_batch(arrow_bytes(pa.table({"body": pa.array([b"a"])})), 10)
         assert arrow_queue_ids("t", batch, 4) is None
-        assert arrow_messages("t", batch, None)[0].queue_id is None
+        assert arrow_messages("t", batch, None, 86_400_000)[0].queue_id is None
 
     def test_unknown_queue_names_row(self) -> None:
         table = pa.table({"body": pa.array([b"a", b"b"]), "queue_id": pa.array([0, 9], pa.int32())})
@@ -135,7 +135,15 @@ class TestArrow:
                 0,
             ),
             ({"body": pa.array([b"a", b"b"]), "queue_id": pa.array([0, -1])}, 1),
-            ({"body": pa.array([b"a", b"b"]), "delay_level": pa.array([1, 30])}, 1),
+            ({"body": pa.array([b"a", b"b"]), "delay_level": pa.array([1, -3])}, 1),
+            (
+                {
+                    "body": pa.array([b"a", b"b"]),
+                    "delay_level": pa.array([1, 2]),
+                    "delay_ms": pa.array([None, 9]),
+                },
+                1,
+            ),
             (
                 {
                     "body": pa.array([b"a", b"b"]),
@@ -279,7 +287,7 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
             lambda store: producing.put_rows(
                 store,
                 "t",
-                [producing.entry_message("t", e, 4, 1024, i) for i, e in enumerate(entries)],
+                [producing.entry_message("t", e, 4, 1024, i, 86_400_000) for i, e in enumerate(entries)],
             ),
         ),
     ):

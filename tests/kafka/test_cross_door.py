@@ -188,3 +188,47 @@ def test_serve_hook_is_off_unless_a_kafka_port_is_given(tmp_path: Path) -> None:
         19092,
         "kafka.example",
     )
+
+
+def test_kafka_scheduling_headers_park_like_the_http_fields(broker: Broker) -> None:
+    """DELAY and TIMER_* record headers schedule a record as delay_level / delay_ms / deliver_at_ms
+    do over HTTP; they are not stored as headers, and a bad value fails the produce."""
+    from confluent_kafka import Producer
+
+    from store.names import SCHEDULE_TOPIC, TIMER_TOPIC
+
+    broker.store.create_topic("door-t", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    due = (int(time.time()) + 120) * 1000 + 500  # not a whole second: TIMER_OUT_MS rounds down
+    sends = [
+        [("DELAY", b"2"), ("color", b"red")],
+        [("TIMER_DELAY_MS", b"60000")],
+        [("TIMER_DELIVER_MS", str(due).encode())],
+        [("TIMER_DELAY_SEC", b"30")],
+        [("DELAY", b"0")],
+    ]
+    for headers in sends:
+        producer.produce("door-t", value=b"v", headers=headers)
+        assert producer.flush(10) == 0
+    store = broker.store
+    assert store.max_offset("door-t", 0) == 1, "only DELAY=0 is visible at once"
+    parked = store.get_messages(SCHEDULE_TOPIC, 1, store.min_offset(SCHEDULE_TOPIC, 1), 10).messages
+    assert [m.properties.get("color") for m in parked] == ["red"]
+    assert "KAFKA_HEADERS" not in parked[0].properties and parked[0].properties["DELAY"] == "2"
+    timers = store.get_messages(TIMER_TOPIC, 0, 0, 10).messages
+    assert [sorted(k for k in m.properties if k.startswith("TIMER_")) for m in timers] == [
+        ["TIMER_DELAY_MS", "TIMER_OUT_MS"],
+        ["TIMER_DELIVER_MS", "TIMER_OUT_MS"],
+        ["TIMER_DELAY_SEC", "TIMER_OUT_MS"],
+    ]
+    assert timers[1].properties["TIMER_OUT_MS"] == str((due // 1000) * 1000)
+    errors: list[Any] = []
+    producer.produce(
+        "door-t",
+        value=b"bad",
+        headers=[("TIMER_DELAY_MS", b"soon")],
+        on_delivery=lambda e, _: errors.append(e),
+    )
+    producer.flush(10)
+    assert errors and errors[0] is not None and errors[0].code() != 0
+    assert store.max_offset("door-t", 0) == 1

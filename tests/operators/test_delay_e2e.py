@@ -129,7 +129,8 @@ def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
         parked = produce_delayed(running, "kill", 25, 1, point)
         delivered_once(running, "kill", parked)
         assert marker.exists(), "the driver was not killed"
-        assert running.operators()["job"]["restarts"] >= 1
+        # After "after_post" the batch is published before the supervisor has noticed the kill.
+        wait_for(lambda: running.operators()["job"]["restarts"] >= 1, 60, "the supervisor to restart the job")
     finally:
         running.stop(signal.SIGKILL)
 

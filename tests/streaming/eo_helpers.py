@@ -53,7 +53,7 @@ def part_batch(
 def topic_rows(store: Any, topic: str) -> list[dict[str, Any]]:
     """Every message of ``topic`` (all queues, queue order) as dicts of MESSAGE_SCHEMA fields."""
     rows: list[dict[str, Any]] = []
-    if topic not in store.topics() and not topic.startswith("SCHEDULE_TOPIC"):
+    if topic not in store.topics(include_system=True):
         return rows
     for queue_id, (lo, hi) in sorted(store.queue_offsets(topic).items()):
         offset = lo

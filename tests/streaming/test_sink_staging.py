@@ -309,3 +309,50 @@ def test_resume_finds_delayed_rows_in_the_schedule_topic(store_dir: Path) -> Non
         assert_exactly_once(topic_bodies(ms, "SCHEDULE_TOPIC_XXXX"), [bodies[1], bodies[3], bodies[4]])
     finally:
         ms.close()
+
+
+def test_resume_finds_timer_rows_parked_or_stored_at_once(store_dir: Path) -> None:
+    """Timer rows (TIMER_* properties) are parked in rmq_sys_wheel_timer, or stored in their topic
+    when due already; a resume after kill -9 finds both and stores nothing twice."""
+    import time
+
+    ms = _open(store_dir)
+    staging = SinkStaging(ms)
+    root = staging_root(store_dir)
+    part_id = new_part_id(0, 0)
+    bodies = _bodies(0, 5)
+    later = {"TIMER_DELAY_MS": "600000"}
+    past = {"TIMER_DELIVER_MS": str(int(time.time() * 1000) - 5000)}
+    write_part(
+        part_path(root, SINK, 0, part_id),
+        [
+            part_batch(
+                bodies, properties=[None, later, past, later, None], delay_levels=[None, None, None, None, 2]
+            )
+        ],
+    )
+    staging._mark_published = lambda sink, batch: (_ for _ in ()).throw(SystemExit("kill -9"))  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        staging.commit(SINK, 0, [StagedPart(part_id, 5)])
+    ms.abandon()
+    ms = _open(store_dir)
+    try:
+        SinkStaging(ms).commit(SINK, 0, [])
+        assert_exactly_once(topic_bodies(ms, "out"), [bodies[0], bodies[2]])
+        assert_exactly_once(topic_bodies(ms, "rmq_sys_wheel_timer"), [bodies[1], bodies[3]])
+        assert_exactly_once(topic_bodies(ms, "SCHEDULE_TOPIC_XXXX"), [bodies[4]])
+    finally:
+        ms.close()
+
+
+def test_a_timer_beyond_the_max_delay_is_refused_before_deciding(
+    store: MessageStore, store_dir: Path
+) -> None:
+    root = staging_root(store_dir)
+    part_id = new_part_id(0, 0)
+    too_far = {"TIMER_DELAY_MS": str(4 * 86_400_000)}
+    write_part(part_path(root, SINK, 0, part_id), [part_batch([b"a", b"b"], properties=[None, too_far])])
+    with pytest.raises(InvalidArgument, match="max delay"):
+        SinkStaging(store).commit(SINK, 0, [StagedPart(part_id, 2)])
+    assert topic_bodies(store, "out") == []
+    assert not (staging_root(store_dir) / SINK / "0" / "COMMIT.json").exists()

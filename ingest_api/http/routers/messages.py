@@ -54,7 +54,8 @@ _BATCH_BODY: dict[str, Any] = {
                     "type": "string",
                     "format": "binary",
                     "description": "Arrow IPC stream: body (binary|string) and optional tags, keys "
-                    "(list<string>), properties (map<string,string>), queue_id, sharding_key, delay_level.",
+                    "(list<string>), properties (map<string,string>), queue_id, sharding_key, delay_level, "
+                    "deliver_at_ms (int64), delay_ms (int64).",
                 }
             },
         },
@@ -94,7 +95,9 @@ async def produce_one(
     queue_count = producing.known_queue_count(store, topic)
     if queue_count is None:
         queue_count = await run_in_threadpool(producing.ensure_topic, store, topic)
-    message = producing.entry_message(topic, entry, queue_count, store.config.max_message_size_bytes, None)
+    message = producing.entry_message(
+        topic, entry, queue_count, store.config.max_message_size_bytes, None, store.config.timer_max_delay_ms
+    )
     if producer is None:
         result = await broker.producer.put(message)
     else:  # not coalesced: the request is its own idempotent unit
