@@ -67,8 +67,16 @@ def produce(
     prop: Annotated[list[str] | None, typer.Option("--property", help="name=value (repeatable).")] = None,
     queue_id: Annotated[int | None, typer.Option("--queue", help="Explicit queue.")] = None,
     sharding_key: Annotated[str | None, typer.Option(help="Same key, same queue (ordered).")] = None,
-    delay_level: Annotated[int | None, typer.Option(help="RocketMQ delay level 1-18.")] = None,
+    delay_level: Annotated[
+        int | None, typer.Option(help="RocketMQ delay level (0 = none; above the table clamps).")
+    ] = None,
     delay_ms: Annotated[int | None, typer.Option(help="Deliver after this many ms (timer message).")] = None,
+    deliver_at: Annotated[
+        str | None,
+        typer.Option(
+            help="Deliver at this time (timer message): epoch ms or ISO-8601, e.g. 2026-12-01T09:00Z."
+        ),
+    ] = None,
     ndjson: Annotated[bool, typer.Option(help="stdin is NDJSON, one produce entry per line.")] = False,
     arrow: Annotated[Path | None, typer.Option(help="Produce an Arrow IPC stream file as one batch.")] = None,
     idempotency_key: Annotated[
@@ -82,6 +90,7 @@ def produce(
     options = {
         "tags": tags, "keys": key or [], "properties": _properties(prop), "queue_id": queue_id,
         "sharding_key": sharding_key, "delay_level": delay_level, "delay_ms": delay_ms,
+        "deliver_at_ms": None if deliver_at is None else parse_time_ms(deliver_at),
     }  # fmt: skip
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     with client(url, token) as http:
