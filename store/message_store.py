@@ -30,7 +30,12 @@ from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
 from store.format.record import (
+    PREPARED_TX_OFFSET_POS,
+    SYSFLAG_TX_COMMIT,
+    SYSFLAG_TX_MASK,
+    RecordFields,
     decode_msg_id,
+    encode_record,
 )
 from store.index.index_file import IndexService
 from store.index.index_service import IndexDispatcher
@@ -43,7 +48,9 @@ from store.metadata.topic_config import TopicConfigTable
 from store.names import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     is_system_topic,
     validate_group,
     validate_topic,
@@ -60,7 +67,13 @@ from store.write.relocate import Relocated, Relocation, relocated_bytes
 
 log = logging.getLogger("sparkmq.store")
 
-_SYSTEM_TOPIC_QUEUES = {SCHEDULE_TOPIC: 18, TRANS_HALF_TOPIC: 1, TIMER_TOPIC: 1}
+_SYSTEM_TOPIC_QUEUES = {
+    SCHEDULE_TOPIC: 18,
+    TRANS_HALF_TOPIC: 1,
+    TRANS_OP_HALF_TOPIC: 1,
+    TRANS_CHECK_MAX_TIME_TOPIC: 1,
+    TIMER_TOPIC: 1,
+}
 
 
 def wall_clock_ms() -> int:
@@ -383,6 +396,36 @@ class MessageStore:
         kept = [r for r in records if r is not None]
         stored = iter(self._appender.put_relocated(kept))
         return [None if r is None else next(stored) for r in records]
+
+    def append_records(self, records: Sequence[RecordFields]) -> list[PutResult]:
+        """Append records built whole elsewhere (a transaction's final messages and its op) in
+        one atomic append: every field is kept but the queue offset, CommitLog offset and store
+        timestamp. A user topic must exist or be auto-creatable."""
+        self._ensure_open()
+        encoded = [Relocated(encode_record(r), r.topic, r.queue_id, r.properties or {}) for r in records]
+        return self._appender.put_relocated(encoded)
+
+    def now_ms(self) -> int:
+        """The store's clock (injected in tests)."""
+        return self._clock()
+
+    def new_uniq_key(self) -> str:
+        """A fresh UNIQ_KEY (RocketMQ ``MessageClientIDSetter``), for records the broker writes."""
+        return self._appender.new_uniq_keys(1)[0]
+
+    def committed_half_offsets(self, from_offset: int) -> Iterator[tuple[int, int]]:
+        """``(CommitLog offset, preparedTransactionOffset)`` of every COMMIT-type record from
+        ``from_offset`` to the end of the CommitLog, in log order."""
+        self._ensure_open()
+        for batch in self._commitlog.scan(max(from_offset, self._commitlog.min_offset)):
+            commits = (batch.sys_flags & SYSFLAG_TX_MASK) == SYSFLAG_TX_COMMIT
+            for offset in batch.commitlog_offsets[commits].tolist():
+                raw = self._commitlog.read_record(offset)
+                if raw is not None:
+                    yield (
+                        offset,
+                        int.from_bytes(raw[PREPARED_TX_OFFSET_POS : PREPARED_TX_OFFSET_POS + 8], "big"),
+                    )
 
     def delay_offsets(self) -> dict[int, int]:
         """``config/delayOffset.json``: level -> next ``SCHEDULE_TOPIC_XXXX`` queue ``level-1``

@@ -156,6 +156,9 @@ class Appender:
         """Re-read next queue offsets from the ConsumeQueues (after a rebuild)."""
         self._queue_next.clear()
 
+    def new_uniq_keys(self, count: int) -> list[str]:
+        return self._uniq.next_batch(count)
+
     def put_message(self, msg: Message) -> PutResult:
         return self.put_messages([msg])[0]
 

@@ -137,7 +137,9 @@ def build_properties(
         props[PROPERTY_DELAY] = str(placement.queue_id + 1)
     if placement.topic == TRANS_HALF_TOPIC:
         props[PROPERTY_TRAN_MSG] = "true"
-        props[PROPERTY_TRANSACTION_ID] = uniq_key
+        # RocketMQ: the half's UNIQ_KEY; the halves of one multi-message transaction carry its
+        # first message's (set by the caller).
+        props.setdefault(PROPERTY_TRANSACTION_ID, uniq_key)
     return props
 
 
