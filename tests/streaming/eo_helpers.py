@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from store import is_system_topic
 from store.publish.sink_staging import PART_SCHEMA
 
 
@@ -53,7 +54,7 @@ def part_batch(
 def topic_rows(store: Any, topic: str) -> list[dict[str, Any]]:
     """Every message of ``topic`` (all queues, queue order) as dicts of MESSAGE_SCHEMA fields."""
     rows: list[dict[str, Any]] = []
-    if topic not in store.topics(include_system=True):
+    if topic not in store.topics() and not is_system_topic(topic):
         return rows
     for queue_id, (lo, hi) in sorted(store.queue_offsets(topic).items()):
         offset = lo
