@@ -32,9 +32,20 @@ from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
-from ingest_api.http.routers import groups, messages, operators, ops, queues, sinks, stats, topics
+from ingest_api.http.routers import (
+    groups,
+    messages,
+    operators,
+    ops,
+    queues,
+    sinks,
+    stats,
+    topics,
+    transactions,
+)
 from ingest_api.http.schemas import ProduceBatchIn
 from ingest_api.http.timing import RequestTiming
+from ingest_api.http.transactions import TransactionBoard
 from store import MessageStore, StoreConfig, parse_delay_levels
 
 #: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
@@ -59,6 +70,7 @@ def _lifespan(
                 chunk_rows=config.relocation_chunk_rows,
                 fault=config.relocation_fault,
             )
+            board.transactions = await run_in_threadpool(TransactionBoard.open, store)
             broker = Broker(
                 config=config,
                 store=store,
@@ -80,6 +92,7 @@ def _lifespan(
                         await stack.enter_async_context(companion(broker))
                     yield
             finally:
+                await board.transactions.dispatcher.close()
                 hub.close()
                 store.remove_arrival_listener(hub.on_arrival)
         finally:
@@ -95,6 +108,10 @@ def operator_settings(config: ServerConfig) -> dict[str, Any]:
         "timer_precision_ms": config.store.timer_precision_ms,
         "timer_roll_window_ms": config.timer_roll_window_ms,
         "burst_cap": config.operator_burst_cap,
+        "tx_immunity_ms": config.tx_immunity_ms,
+        "tx_check_interval_ms": config.tx_check_interval_ms,
+        "tx_check_max": config.tx_check_max,
+        "file_reserved_ms": int(config.store.file_reserved_time_hours * 3_600_000),
     }
 
 
@@ -141,7 +158,7 @@ def create_app(
         # Added first, so it runs inside the size limit (the last added middleware is outermost).
         app.add_middleware(FastLane)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
-    for module in (topics, messages, queues, groups, sinks, operators, stats, ops):
+    for module in (topics, messages, queues, groups, sinks, operators, transactions, stats, ops):
         app.include_router(module.router)
     install_console(app)
     app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included

@@ -71,6 +71,11 @@ def parse_json_batch(raw: bytes, limit: int) -> list[ProduceIn]:
         raise _from_validation_error(exc) from None
     if len(batch.messages) > limit:
         raise _too_many(len(batch.messages), limit)
+    if batch.transaction is not None:  # the batch's transaction: every entry joins it
+        return [
+            e if e.transaction is not None else e.model_copy(update={"transaction": batch.transaction})
+            for e in batch.messages
+        ]
     return batch.messages
 
 

@@ -53,6 +53,12 @@ class ServerConfig:
     relocation_fault: str | None = None
     #: Seconds between two samples of the console's live charts.
     console_sample_interval_s: float = 5.0
+    #: Transactions (RocketMQ ``transactionTimeOut``, ``transactionCheckInterval``,
+    #: ``transactionCheckMax``): no check-back before this age, then one per interval, and after
+    #: the last check the half goes to TRANS_CHECK_MAX_TIME_TOPIC.
+    tx_immunity_ms: int = 6000
+    tx_check_interval_ms: int = 30_000
+    tx_check_max: int = 15
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -66,6 +72,9 @@ class ServerConfig:
             (self.operator_burst_cap >= 1, "operator_burst_cap must be >= 1"),
             (self.relocation_chunk_rows >= 1, "relocation_chunk_rows must be >= 1"),
             (self.console_sample_interval_s > 0, "console_sample_interval_s must be > 0"),
+            (self.tx_immunity_ms >= 0, "tx_immunity_ms must be >= 0"),
+            (self.tx_check_interval_ms >= 100, "tx_check_interval_ms must be >= 100"),
+            (self.tx_check_max >= 1, "tx_check_max must be >= 1"),
             (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
         ]
         for ok, message in checks:

@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest_api.http.transactions import TransactionBoard
 from store import MessageStore
 from store.publish.relocations import RelocationLog, RelocationOutcome
 
@@ -115,6 +116,8 @@ class OperatorBoard:
         self._lock = threading.Lock()
         self._states: dict[str, OperatorState] = {}
         self.supervisor: OperatorSupervisor | None = None
+        #: Transactions: the service, check-backs and the resolver's decisions (set by the app).
+        self.transactions: TransactionBoard | None = None
 
     def state(self, operator: str) -> OperatorState:
         with self._lock:
@@ -174,6 +177,8 @@ class OperatorBoard:
         """Prometheus text of the operators (appended to ``/metrics``)."""
         rows = self.describe()
         lines: list[str] = []
+        if self.transactions is not None:
+            lines.append(self.transactions.metrics_text().rstrip("\n"))
 
         def family(name: str, kind: str, help_text: str, values: list[tuple[str, Any]]) -> None:
             lines.append(f"# HELP {name} {help_text}")

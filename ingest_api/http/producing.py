@@ -10,6 +10,7 @@ it and through ``put_messages`` otherwise; both are all-or-nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,8 +24,10 @@ from ingest_api.http.batches import ArrowBatch, check_body_sizes, schedule_error
 from ingest_api.http.errors import ApiError
 from ingest_api.http.schemas import ProduceIn, decode_body
 from store import (
+    PROPERTY_PGROUP,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TRANSACTION_ID,
     BatchPutResult,
     Message,
     MessageStore,
@@ -34,8 +37,10 @@ from store import (
     is_timer_request,
     java_string_hash,
     java_string_hashes,
+    request_uniq_keys,
     validate_topic,
 )
+from store.publish.transactions import TransactionService
 
 ProduceOutcome = BatchPutResult | list[PutResult]
 
@@ -195,6 +200,14 @@ def put_entries(
     through :func:`entry_message` and :func:`put_rows`."""
     queue_count = ensure_topic(store, topic)
     max_body = store.config.max_message_size_bytes
+    if any(e.topic not in (None, topic) for e in entries):
+        counts = {t: ensure_topic(store, t) for t in entry_topics(topic, entries)}
+        max_delay = store.config.timer_max_delay_ms
+        messages = [
+            entry_message(e.topic or topic, e, counts[e.topic or topic], max_body, i, max_delay)
+            for i, e in enumerate(entries)
+        ]
+        return list(store.put_messages(messages, producer=producer)), sum(len(m.body) for m in messages)
     names = _property_names(e.properties for e in entries)
     if len(names) > MAX_PROPERTY_COLUMNS or any(
         e.queue_id is not None or e.sharding_key is not None or e.scheduled for e in entries
@@ -386,3 +399,59 @@ def put_arrow(
         producer=producer,
     )
     return outcome, body_bytes
+
+
+def put_transaction(
+    store: MessageStore,
+    transactions: TransactionService,
+    topic: str,
+    entries: Sequence[ProduceIn],
+    producer_group: str,
+    producer: ProducerRef | None = None,
+) -> tuple[str, list[PutResult]]:
+    """Store ``entries`` as the half messages of one transaction (RocketMQ
+    ``parseHalfMessageInner``) and register it; returns ``(transaction_id, results)``.
+
+    The transaction id is the first half's UNIQ_KEY (RocketMQ's ``__transactionId__``); every
+    half carries it. A delay or timer is refused: RocketMQ's client clears ``DELAY`` on a
+    transactional message and its broker would deliver a committed timer message late (#1540)."""
+    for i, entry in enumerate(entries):
+        if entry.scheduled:
+            field = next(
+                f for f in ("delay_level", "deliver_at_ms", "delay_ms") if getattr(entry, f) is not None
+            )
+            raise ApiError(
+                400,
+                "invalid_transaction",
+                f"messages[{i}]: a transactional message cannot be delayed ({field})",
+                field=field,
+                index=i,
+            )
+    max_body = store.config.max_message_size_bytes
+    counts: dict[str, int] = {}
+    messages = []
+    keys = request_uniq_keys(producer, len(entries)) if producer else [store.new_uniq_key() for _ in entries]
+    transaction_id = keys[0]
+    for i, entry in enumerate(entries):
+        target = entry.topic or topic
+        if target not in counts:
+            counts[target] = ensure_topic(store, target)
+        message = entry_message(target, entry, counts[target], max_body, i, store.config.timer_max_delay_ms)
+        system = {PROPERTY_PGROUP: producer_group, PROPERTY_TRANSACTION_ID: transaction_id}
+        messages.append(
+            dataclasses.replace(
+                message,
+                properties={**message.properties, **system},
+                transaction_prepared=True,
+                uniq_key=keys[i],
+            )
+        )
+    results = store.put_messages(messages, producer=producer)
+    born = results[0].store_timestamp_ms if results else 0
+    transactions.register(transaction_id, producer_group, results, born)
+    return transaction_id, list(results)
+
+
+def entry_topics(path_topic: str, entries: Sequence[ProduceIn]) -> list[str]:
+    """The distinct topics a batch writes (its path topic first)."""
+    return list(dict.fromkeys([path_topic, *(e.topic for e in entries if e.topic)]))

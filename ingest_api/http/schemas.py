@@ -64,6 +64,19 @@ def decode_body(body: str | None, body_base64: str | None) -> bytes:
         raise ValueError(f"body_base64 is not valid base64: {exc}") from None
 
 
+class TransactionIn(BaseModel):
+    """Makes a produce request a transaction (RocketMQ ``sendMessageInTransaction``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    producer_group: str = Field(
+        min_length=1,
+        max_length=120,
+        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        description="Producer group; check-backs go to its check_url (PUT /producer-groups/{group}).",
+    )
+
+
 class ProduceIn(BaseModel):
     """One message to produce. Without ``queue_id`` or ``sharding_key`` queues are used round robin."""
 
@@ -100,6 +113,19 @@ class ProduceIn(BaseModel):
         lt=2**63,
         description="Timer message (TIMER_DELAY_MS): deliver this many milliseconds after the broker "
         "receives it, rounded up to the second.",
+    )
+    transaction: TransactionIn | None = Field(
+        None,
+        description="Store as a half message of a transaction: invisible until POST "
+        "/transactions/{transaction_id} commits it. In a batch, every entry joins one transaction.",
+    )
+    topic: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        description="Batch entries only: write this entry to another topic than the path's (e.g. a "
+        "transaction across topics).",
     )
 
     @model_validator(mode="after")
@@ -146,6 +172,9 @@ class ProduceBatchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     messages: list[ProduceIn] = Field(min_length=1)
+    transaction: TransactionIn | None = Field(
+        None, description="All messages form one transaction (atomic commit, across topics too)."
+    )
 
 
 class ProduceOut(BaseModel):
@@ -175,6 +204,58 @@ class ProduceOut(BaseModel):
 
 class ProduceBatchOut(BaseModel):
     results: list[ProduceOut]
+
+
+class TransactionalProduceOut(ProduceOut):
+    transaction_id: str = Field(description="End it with POST /transactions/{transaction_id}.")
+
+
+class TransactionalBatchOut(ProduceBatchOut):
+    transaction_id: str = Field(description="End it with POST /transactions/{transaction_id}.")
+
+
+class EndTransactionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["commit", "rollback"]
+    producer_group: str = Field(min_length=1, max_length=120)
+
+
+class TransactionOut(BaseModel):
+    transaction_id: str
+    producer_group: str
+    state: Literal["prepared", "committed", "rolled_back", "discarded"]
+    topics: list[str]
+    messages: int = Field(description="Half messages in the transaction.")
+    born_timestamp: int
+    age_ms: int
+    check_times: int = Field(description="Check-backs decided so far (since this broker started).")
+    last_check_timestamp: int | None
+
+
+class EndTransactionOut(TransactionOut):
+    ended_now: bool = Field(description="False when the transaction had ended already (first outcome kept).")
+    results: list[ProduceOut] = Field(
+        description="The committed messages (when committed by this broker process)."
+    )
+
+
+class TransactionListOut(BaseModel):
+    transactions: list[TransactionOut]
+
+
+class ProducerGroupIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    check_url: str = Field(
+        min_length=1, max_length=2048, description="http(s) URL the broker POSTs checks to."
+    )
+
+
+class ProducerGroupOut(BaseModel):
+    producer_group: str
+    check_url: str
+    registered_timestamp: int
 
 
 class TopicIn(BaseModel):

@@ -125,6 +125,21 @@ def serve(
             "so none outlives CommitLog retention (keep it well under the 72 h retention)."
         ),
     ] = "1d",
+    tx_immunity_ms: Annotated[
+        int,
+        typer.Option(
+            help="No transaction check-back before a half is this old (RocketMQ transactionTimeOut)."
+        ),
+    ] = 6000,
+    tx_check_interval_ms: Annotated[
+        int, typer.Option(help="Between two check-backs of one transaction (transactionCheckInterval).")
+    ] = 30_000,
+    tx_check_max: Annotated[
+        int,
+        typer.Option(
+            help="Check-backs before a half goes to TRANS_CHECK_MAX_TIME_TOPIC (transactionCheckMax)."
+        ),
+    ] = 15,
 ) -> None:
     """Run the broker: open the store and serve the HTTP API until SIGTERM or Ctrl-C."""
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -149,6 +164,9 @@ def serve(
             log_level=log_level,
             access_log=access_log,
             timer_roll_window_ms=parse_duration_ms(timer_roll_window),
+            tx_immunity_ms=tx_immunity_ms,
+            tx_check_interval_ms=tx_check_interval_ms,
+            tx_check_max=tx_check_max,
             relocation_fault=os.environ.get("SPARKMQ_TEST_RELOCATION_FAULT"),
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
         ).validate()

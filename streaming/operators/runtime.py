@@ -1,4 +1,5 @@
-"""The operator job: a Spark driver running the resolver queries against one broker.
+"""The operator job: a Spark driver running the resolver queries (delay, transactions) against
+one broker.
 
 ``sparkmq serve`` starts it in a child process (``local[2]`` by default); ``sparkmq operators
 --endpoint URL --master URL`` (or ``spark-submit -m streaming.operators``) runs the same job
@@ -35,11 +36,13 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streaming.operators import transactions
 from streaming.operators.delay import ROW_RELOCATION, SCHEDULE_TOPIC, TIMER_TOPIC, DelaySettings, resolve
 
 log = logging.getLogger("sparkmq.operators")
 
 DELAY_OPERATOR = "delay"
+TRANSACTION_OPERATOR = "transactions"
 #: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
 POST_COLUMNS = (
     "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
@@ -124,8 +127,19 @@ def _maybe_die(fault: str | None, point: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def batch_poster(client: BrokerClient, operator: str, fault: str | None = None) -> Callable[[Any, int], None]:
-    """The ``foreachBatch`` function: one idempotent POST per batch id (replays are no-ops)."""
+def _relocations(table: pa.Table) -> int:
+    return int(pc.sum(pc.equal(table.column("row_type"), ROW_RELOCATION)).as_py() or 0)
+
+
+def batch_poster(
+    client: BrokerClient,
+    operator: str,
+    fault: str | None = None,
+    columns: Sequence[str] = POST_COLUMNS,
+    decisions: Callable[[pa.Table], int] = _relocations,
+) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function: one idempotent POST per batch id (replays are no-ops).
+    ``decisions`` counts the rows that change something (the crash points apply to those)."""
 
     def post(df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -133,15 +147,15 @@ def batch_poster(client: BrokerClient, operator: str, fault: str | None = None) 
         computed = time.monotonic()
         if table.num_rows == 0:
             return
-        table = table.select(list(POST_COLUMNS))
-        relocations = int(pc.sum(pc.equal(table.column("row_type"), ROW_RELOCATION)).as_py() or 0)
+        table = table.select(list(columns))
+        relocations = decisions(table)
         if relocations:
             _maybe_die(fault, "before_post")
         client.post_batch(operator, batch_id, table)
         if relocations:
             _maybe_die(fault, "after_post")
         log.info(
-            "operator %s batch %d: %d relocation(s); resolver %.2f s, publish %.2f s",
+            "operator %s batch %d: %d decision(s); resolver %.2f s, publish %.2f s",
             operator, batch_id, relocations, computed - started, time.monotonic() - computed,
         )  # fmt: skip
 
@@ -208,6 +222,39 @@ def start_delay_query(spark: Any, config: JobConfig, client: BrokerClient, setti
     )
 
 
+def transaction_settings(doc: dict[str, Any]) -> transactions.TransactionSettings:
+    return transactions.TransactionSettings(
+        immunity_ms=int(doc.get("tx_immunity_ms", 6000)),
+        check_interval_ms=int(doc.get("tx_check_interval_ms", 30_000)),
+        check_max=int(doc.get("tx_check_max", 15)),
+        reserved_ms=int(doc.get("file_reserved_ms", 72 * 3_600_000)),
+    )
+
+
+def start_transaction_query(
+    spark: Any, config: JobConfig, client: BrokerClient, settings: transactions.TransactionSettings
+) -> Any:
+    reader = (
+        spark.readStream.format("sparkmq")
+        .option("topics", f"{transactions.TRANS_HALF_TOPIC},{transactions.TRANS_OP_HALF_TOPIC}")
+        .option("systemTopics", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "100000")
+    )
+    reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
+    if config.auth_token:
+        reader = reader.option("authToken", config.auth_token)
+    columns = [field.name for field in transactions.OUTPUT_SCHEMA.fields]
+    return (
+        transactions.resolve(reader.load(), settings)
+        .writeStream.queryName(TRANSACTION_OPERATOR)
+        .foreachBatch(batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows))
+        .option("checkpointLocation", str(config.checkpoint_dir / TRANSACTION_OPERATOR))
+        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+        .start()
+    )
+
+
 def query_status(query: Any) -> dict[str, Any]:
     """What ``/operators`` shows of a query, from its last progress."""
     progress = query.lastProgress or {}
@@ -248,21 +295,25 @@ def _offset_gap(end: Any, latest: Any) -> int:
 def run(config: JobConfig, stop: threading.Event) -> int:
     """Run the resolver queries until ``stop`` is set or a query fails (exit status 1)."""
     client = BrokerClient(config)
-    settings = delay_settings(client.settings(), config.shards)
+    doc = client.settings()
     spark = session(config)
-    query = start_delay_query(spark, config, client, settings)
-    log.info("operator %s started (checkpoint %s)", DELAY_OPERATOR, config.checkpoint_dir / DELAY_OPERATOR)
+    queries = {DELAY_OPERATOR: start_delay_query(spark, config, client, delay_settings(doc, config.shards))}
+    queries[TRANSACTION_OPERATOR] = start_transaction_query(spark, config, client, transaction_settings(doc))
+    for name in queries:
+        log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
     try:
-        while not stop.is_set() and query.isActive:
-            client.put_status(DELAY_OPERATOR, query_status(query))
+        while not stop.is_set() and all(q.isActive for q in queries.values()):
+            for name, query in queries.items():
+                client.put_status(name, query_status(query))
             stop.wait(1.0)
-        if query.exception() is not None:
-            log.error("operator %s failed: %s", DELAY_OPERATOR, query.exception())
-            return 1
-        return 0
+        failed = [name for name, q in queries.items() if q.exception() is not None]
+        for name in failed:
+            log.error("operator %s failed: %s", name, queries[name].exception())
+        return 1 if failed else 0
     finally:
-        query.stop()
-        client.put_status(DELAY_OPERATOR, {"state": "stopped"})
+        for name, query in queries.items():
+            query.stop()
+            client.put_status(name, {"state": "stopped"})
         spark.stop()
 
 

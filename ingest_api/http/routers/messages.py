@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,8 +24,18 @@ from ingest_api.http.schemas import (
     ProduceIn,
     ProduceOut,
     QueryOut,
+    TransactionalBatchOut,
+    TransactionalProduceOut,
 )
-from store import InvalidArgument, MessageStore, MessageView, ProducerRef, UnknownTopic, validate_topic
+from store import (
+    InvalidArgument,
+    MessageStore,
+    MessageView,
+    ProducerRef,
+    PutResult,
+    UnknownTopic,
+    validate_topic,
+)
 
 router = APIRouter(tags=["messages"])
 
@@ -92,6 +103,13 @@ async def produce_one(
     :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
     started = time.perf_counter()
     store = broker.store
+    if entry.topic not in (None, topic):
+        raise ApiError(400, "invalid_topic", f"entry topic {entry.topic!r} differs from the path's {topic!r}")
+    if entry.transaction is not None:
+        txid, results = await run_in_threadpool(_put_transaction, broker, topic, [entry], producer)
+        broker.metrics.produced(topic, 1, 0, "single", time.perf_counter() - started)
+        out = TransactionalProduceOut(**ProduceOut.of(results[0]).model_dump(), transaction_id=txid)
+        return Response(out.model_dump_json(), status_code=201, media_type="application/json")
     queue_count = producing.known_queue_count(store, topic)
     if queue_count is None:
         queue_count = await run_in_threadpool(producing.ensure_topic, store, topic)
@@ -107,6 +125,24 @@ async def produce_one(
     return Response(ProduceOut.of(result).model_dump_json(), status_code=201, media_type="application/json")
 
 
+def _put_transaction(
+    broker: Broker, topic: str, entries: list[ProduceIn], producer: ProducerRef | None
+) -> tuple[str, list[PutResult]]:
+    groups = {e.transaction.producer_group if e.transaction else None for e in entries}
+    if len(groups) != 1 or None in groups:
+        raise ApiError(
+            400,
+            "invalid_transaction",
+            "a batch is one transaction: give 'transaction' once for the batch, or the same on every entry",
+        )
+    (group,) = groups
+    assert group is not None
+    board = broker.operators.transactions if broker.operators is not None else None
+    if board is None:
+        raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
+    return producing.put_transaction(broker.store, board.service, topic, entries, group, producer)
+
+
 @dataclass(frozen=True)
 class _BatchRequest:
     topic: str
@@ -114,6 +150,8 @@ class _BatchRequest:
     raw: bytes
     arrow_results: bool
     producer: ProducerRef | None = None
+    #: Checks the principal's produce right on another topic named by an entry.
+    authorize_topic: Callable[[str], None] | None = None
 
 
 def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memoryview, int, int]:
@@ -129,6 +167,13 @@ def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memory
             entries = batches.parse_ndjson_batch(raw, limit)
         else:
             entries = batches.parse_json_batch(raw, limit)
+        if request.authorize_topic is not None:
+            for other in producing.entry_topics(topic, entries)[1:]:
+                request.authorize_topic(other)
+        if any(e.transaction is not None for e in entries):
+            txid, rows = _put_transaction(broker, topic, entries, request.producer)
+            out = TransactionalBatchOut(results=[ProduceOut.of(r) for r in rows], transaction_id=txid)
+            return out.model_dump_json(), len(rows), sum(len(e.body or e.body_base64 or "") for e in entries)
         results, body_bytes = producing.put_entries(broker.store, topic, entries, request.producer)
     payload = produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
     return payload, len(results), body_bytes
@@ -167,7 +212,14 @@ async def produce_batch(
     raw = await request.body()
     started = time.perf_counter()
     arrow_results = batches.ARROW_STREAM in request.headers.get("accept", "")
-    batch_request = _BatchRequest(topic, content_type, raw, arrow_results, producer)
+    batch_request = _BatchRequest(
+        topic,
+        content_type,
+        raw,
+        arrow_results,
+        producer,
+        lambda other: authorize(principal, Right.PRODUCE, other),
+    )
     payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, batch_request)
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
     media = batches.ARROW_STREAM if arrow_results else "application/json"

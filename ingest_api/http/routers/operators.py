@@ -27,6 +27,7 @@ from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.operators import OperatorBoard
 from ingest_api.http.schemas import ErrorOut
+from ingest_api.http.transactions import TRANSACTION_OPERATOR
 from store import InvalidArgument
 
 router = APIRouter(prefix="/operators", tags=["operators"], responses={400: {"model": ErrorOut}})
@@ -83,6 +84,19 @@ async def commit_batch(
     authorize_global_admin(principal)
     board = board_of(broker)
     table = await run_in_threadpool(_read_table, await request.body())
+    if operator == TRANSACTION_OPERATOR:  # check-backs and discards, applied once per batch
+        if board.transactions is None:
+            raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
+        applied = await board.transactions.apply_batch(batch_id, table)
+        board.state(operator).last_published_batch = max(board.state(operator).last_published_batch, batch_id)
+        return RelocationOut(
+            operator=operator,
+            batch_id=batch_id,
+            requests=applied.requests,
+            appended=applied.discarded,
+            decided_now=not applied.already_applied,
+            already_published=applied.already_applied,
+        )
     outcome = await run_in_threadpool(board.commit_batch, operator, batch_id, table)
     return RelocationOut(
         operator=operator,

@@ -1,0 +1,184 @@
+"""Transactional messages: end a transaction, list them, and register producer check-backs.
+
+* ``POST /transactions/{transaction_id}`` ``{"action": "commit"|"rollback", "producer_group"}``
+  ends the transaction once (final messages and op in one atomic append); a second end answers
+  200 with the first outcome; an unknown id is 404.
+* ``GET /transactions?producer_group=&state=prepared`` lists transactions with age and checks.
+* ``PUT / GET / DELETE /producer-groups/{group}`` ``{"check_url"}``: where check-backs go.
+
+Half messages are produced with ``"transaction": {"producer_group": ...}`` on
+``POST /topics/{topic}/messages`` and ``messages:batch`` (docs/transactions.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+from starlette.concurrency import run_in_threadpool
+
+from ingest_api.http.auth import Principal, Right, authorize
+from ingest_api.http.broker import Broker
+from ingest_api.http.deps import BrokerDep, PrincipalDep
+from ingest_api.http.errors import ApiError
+from ingest_api.http.schemas import (
+    EndTransactionIn,
+    EndTransactionOut,
+    ErrorOut,
+    ProduceOut,
+    ProducerGroupIn,
+    ProducerGroupOut,
+    TransactionListOut,
+    TransactionOut,
+)
+from ingest_api.http.transactions import TransactionBoard
+from store.publish.transactions import Transaction, UnknownTransaction
+from store.write.transactions import TxOutcome
+
+router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
+
+GroupPath = Annotated[
+    str, Path(min_length=1, max_length=120, pattern=r"^[%|a-zA-Z0-9_-]+$", description="Producer group.")
+]
+TransactionPath = Annotated[
+    str, Path(min_length=1, max_length=128, description="transaction_id of the produce.")
+]
+
+_STATE = {
+    None: "prepared",
+    TxOutcome.COMMIT: "committed",
+    TxOutcome.ROLLBACK: "rolled_back",
+    TxOutcome.DISCARD: "discarded",
+}
+
+
+def board_of(broker: Broker) -> TransactionBoard:
+    board = broker.operators.transactions if broker.operators is not None else None
+    if board is None:
+        raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
+    return board
+
+
+def _authorize_topics(principal: Principal | None, tx: Transaction) -> None:
+    for topic in tx.topics:
+        authorize(principal, Right.PRODUCE, topic)
+
+
+def _out(tx: Transaction) -> TransactionOut:
+    return TransactionOut(
+        transaction_id=tx.transaction_id,
+        producer_group=tx.producer_group,
+        state=_STATE[tx.outcome],  # type: ignore[arg-type]
+        topics=tx.topics,
+        messages=len(tx.halves),
+        born_timestamp=tx.born_ms,
+        age_ms=max(0, int(time.time() * 1000) - tx.born_ms),
+        check_times=tx.check_times,
+        last_check_timestamp=tx.last_check_ms,
+    )
+
+
+@router.post("/transactions/{transaction_id}", response_model=EndTransactionOut)
+async def end_transaction(
+    transaction_id: TransactionPath, body: EndTransactionIn, broker: BrokerDep, principal: PrincipalDep
+) -> EndTransactionOut:
+    """Commit or roll back a transaction. Idempotent: a second end (a retry, or an end racing a
+    check-back answer) changes nothing and reports the first outcome."""
+    board = board_of(broker)
+    tx = board.service.get(transaction_id)
+    if tx is None:
+        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+    _authorize_topics(principal, tx)
+    outcome = TxOutcome.COMMIT if body.action == "commit" else TxOutcome.ROLLBACK
+    ended = await run_in_threadpool(board.service.end, transaction_id, outcome, body.producer_group)
+    out = _out(ended.transaction)
+    return EndTransactionOut(
+        **out.model_dump(),
+        ended_now=ended.ended_now,
+        results=[ProduceOut.of(r) for r in ended.transaction.results],
+    )
+
+
+@router.get("/transactions", response_model=TransactionListOut)
+async def list_transactions(
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    producer_group: Annotated[str | None, Query(description="Only this producer group.")] = None,
+    state: Annotated[
+        Literal["prepared", "committed", "rolled_back", "discarded", "all"], Query()
+    ] = "prepared",
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> TransactionListOut:
+    """Transactions, oldest first (pending ones by default), with their age and check count."""
+    board = board_of(broker)
+    found = board.service.transactions(producer_group)
+    rows = [tx for tx in found if state == "all" or _STATE[tx.outcome] == state]
+    rows.sort(key=lambda tx: (tx.born_ms, tx.transaction_id))
+    visible = []
+    for tx in rows:
+        if principal is None or all(principal.may(Right.PRODUCE, t) for t in tx.topics):
+            visible.append(_out(tx))
+        if len(visible) >= limit:
+            break
+    return TransactionListOut(transactions=visible)
+
+
+@router.get("/transactions/{transaction_id}", response_model=TransactionOut)
+async def get_transaction(
+    transaction_id: TransactionPath, broker: BrokerDep, principal: PrincipalDep
+) -> TransactionOut:
+    tx = board_of(broker).service.get(transaction_id)
+    if tx is None:
+        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+    _authorize_topics(principal, tx)
+    return _out(tx)
+
+
+def _may_register(principal: Principal | None) -> None:
+    if principal is not None and not principal.grants.get(Right.PRODUCE):
+        raise ApiError(403, "forbidden", f"token {principal.name!r} may not produce")
+
+
+def _group_out(group: str, doc: dict[str, object]) -> ProducerGroupOut:
+    return ProducerGroupOut(
+        producer_group=group,
+        check_url=str(doc["check_url"]),
+        registered_timestamp=int(doc.get("registered_ms", 0)),  # type: ignore[call-overload]
+    )
+
+
+@router.put("/producer-groups/{group}", response_model=ProducerGroupOut)
+async def put_producer_group(
+    group: GroupPath, body: ProducerGroupIn, response: Response, broker: BrokerDep, principal: PrincipalDep
+) -> ProducerGroupOut:
+    """Register where the broker sends check-backs for this producer group (201 when new)."""
+    _may_register(principal)
+    groups = board_of(broker).groups
+    created = await run_in_threadpool(groups.put, group, body.check_url)
+    response.status_code = 201 if created else 200
+    return _group_out(group, groups.get(group) or {})
+
+
+@router.get("/producer-groups", response_model=list[ProducerGroupOut])
+async def list_producer_groups(broker: BrokerDep, principal: PrincipalDep) -> list[ProducerGroupOut]:
+    _may_register(principal)
+    return [_group_out(g, doc) for g, doc in sorted(board_of(broker).groups.all().items())]
+
+
+@router.get("/producer-groups/{group}", response_model=ProducerGroupOut)
+async def get_producer_group(
+    group: GroupPath, broker: BrokerDep, principal: PrincipalDep
+) -> ProducerGroupOut:
+    _may_register(principal)
+    doc = board_of(broker).groups.get(group)
+    if doc is None:
+        raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")
+    return _group_out(group, doc)
+
+
+@router.delete("/producer-groups/{group}", status_code=204, response_class=Response)
+async def delete_producer_group(group: GroupPath, broker: BrokerDep, principal: PrincipalDep) -> None:
+    _may_register(principal)
+    if not await run_in_threadpool(board_of(broker).groups.delete, group):
+        raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")

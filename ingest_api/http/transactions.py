@@ -1,0 +1,278 @@
+"""The broker's side of transaction check-backs: producer groups, the check dispatcher, and the
+transaction resolver's decisions.
+
+* :class:`ProducerGroups`: ``config/producerGroups.json``, each producer group's ``check_url``
+  (RocketMQ registers a producer's channel by heartbeat; over HTTP the producer registers a URL).
+* :class:`CheckDispatcher`: POSTs ``{"transaction_id", "producer_group", "topic", "msg_id",
+  "uniq_key", "check_times"}`` to the group's URL and ends the transaction with the answer
+  (``commit`` / ``rollback``; ``unknown`` does nothing) through the same idempotent end as
+  ``POST /transactions/{id}``. Outside Spark, so a slow producer stalls nothing: connect 1 s /
+  read 3 s timeouts, a concurrency limit per group (a check that finds the group busy is
+  skipped: the next one comes one interval later), and a circuit breaker per group (after
+  ``failure_threshold`` failures in a row, checks are skipped for ``open_s``).
+* :class:`TransactionBoard`: applies a batch of the resolver's decisions once per batch id
+  (``config/transactionChecks.json`` remembers the last one): DISCARD ends the transaction
+  (idempotent), CHECK goes to the dispatcher. A crash between applying and remembering repeats
+  the batch's checks, which are queries: harmless.
+
+A check counts when the resolver decides it, like RocketMQ (which counts a check even when no
+producer channel exists): a producer offline for ``check_max`` intervals has its transaction
+moved to ``TRANS_CHECK_MAX_TIME_TOPIC``, from where nothing is lost (docs/transactions.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+import pyarrow as pa
+from starlette.concurrency import run_in_threadpool
+
+from store import InvalidArgument, MessageStore, encode_msg_id
+from store.io.json_file import read_json, write_json_atomically
+from store.publish.transactions import TransactionService, UnknownTransaction
+from store.write.transactions import TxOutcome
+
+log = logging.getLogger("sparkmq.transactions")
+
+TRANSACTION_OPERATOR = "transactions"
+ACTION_CHECK, ACTION_DISCARD = 0, 1
+GROUPS_FILE = "producerGroups.json"
+APPLIED_FILE = "transactionChecks.json"
+
+
+class ProducerGroups:
+    """Producer group -> check-back URL, persisted atomically in the store's config dir."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.path = config_dir / GROUPS_FILE
+        document = read_json(self.path) or {}
+        self._groups: dict[str, dict[str, Any]] = dict(document.get("producerGroups", {}))
+
+    def get(self, group: str) -> dict[str, Any] | None:
+        return self._groups.get(group)
+
+    def all(self) -> dict[str, dict[str, Any]]:
+        return dict(self._groups)
+
+    def put(self, group: str, check_url: str) -> bool:
+        """Register (or change) ``group``'s URL; returns whether the group is new."""
+        parsed = urlparse(check_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidArgument(f"check_url must be an http(s) URL, got {check_url!r}")
+        created = group not in self._groups
+        self._groups[group] = {"check_url": check_url, "registered_ms": int(time.time() * 1000)}
+        write_json_atomically(self.path, {"producerGroups": self._groups})
+        return created
+
+    def delete(self, group: str) -> bool:
+        if self._groups.pop(group, None) is None:
+            return False
+        write_json_atomically(self.path, {"producerGroups": self._groups})
+        return True
+
+
+@dataclass
+class Breaker:
+    failures: int = 0
+    open_until: float = 0.0
+
+
+@dataclass
+class CheckStats:
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] += 1
+
+
+class CheckDispatcher:
+    """Sends check-backs and ends transactions with the producers' answers."""
+
+    def __init__(
+        self,
+        service: TransactionService,
+        groups: ProducerGroups,
+        *,
+        concurrency: int = 8,
+        failure_threshold: int = 5,
+        open_s: float = 10.0,
+        connect_timeout_s: float = 1.0,
+        read_timeout_s: float = 3.0,
+    ) -> None:
+        self.service = service
+        self.groups = groups
+        self.concurrency = concurrency
+        self.failure_threshold = failure_threshold
+        self.open_s = open_s
+        self._timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self._client: httpx.AsyncClient | None = None
+        self._inflight: Counter[str] = Counter()
+        self._breakers: dict[str, Breaker] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stats = CheckStats()
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout)
+        return self._client
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def submit(self, check: dict[str, Any]) -> None:
+        """Start a check-back (returns at once; call on the event loop)."""
+        group = str(check["producer_group"])
+        registered = self.groups.get(group)
+        if registered is None:
+            self.stats.count("no_check_url")
+            return
+        breaker = self._breakers.setdefault(group, Breaker())
+        if breaker.open_until > time.monotonic():
+            self.stats.count("circuit_open")
+            return
+        if self._inflight[group] >= self.concurrency:
+            self.stats.count("group_busy")
+            return
+        self._inflight[group] += 1
+        task = asyncio.get_running_loop().create_task(self._check(str(registered["check_url"]), check))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _check(self, url: str, check: dict[str, Any]) -> None:
+        group = str(check["producer_group"])
+        breaker = self._breakers[group]
+        try:
+            try:
+                response = await self._http().post(url, json=check)
+            except httpx.TimeoutException:
+                self._failed(breaker, "timeout", check)
+                return
+            except httpx.HTTPError as exc:
+                self._failed(breaker, "unreachable", check, exc)
+                return
+            if response.status_code >= 300:
+                self._failed(breaker, "http_error", check, response.status_code)
+                return
+            try:
+                action = str(response.json().get("action", "")).lower()
+            except (ValueError, AttributeError):
+                action = ""
+            breaker.failures = 0
+            action = "unknown" if action == "unknow" else action  # RocketMQ spells it UNKNOW
+            if action not in ("commit", "rollback", "unknown"):
+                self.stats.count("bad_answer")
+                log.warning("check of %s: producer answered %r", check["transaction_id"], response.text[:200])
+                return
+            self.stats.count(f"answer_{action}")
+            if action in ("commit", "rollback"):
+                outcome = TxOutcome.COMMIT if action == "commit" else TxOutcome.ROLLBACK
+                try:
+                    await run_in_threadpool(self.service.end, str(check["transaction_id"]), outcome, group)
+                except UnknownTransaction:
+                    log.warning("check answer for unknown transaction %s", check["transaction_id"])
+        finally:
+            self._inflight[group] -= 1
+
+    def _failed(self, breaker: Breaker, why: str, check: dict[str, Any], detail: object = None) -> None:
+        self.stats.count(why)
+        breaker.failures += 1
+        if breaker.failures >= self.failure_threshold:
+            breaker.open_until = time.monotonic() + self.open_s
+            breaker.failures = 0
+            self.stats.count("circuit_opened")
+        log.info("check of %s failed (%s %s)", check["transaction_id"], why, detail or "")
+
+
+@dataclass(frozen=True)
+class AppliedBatch:
+    requests: int
+    discarded: int
+    checks: int
+    already_applied: bool
+
+
+class TransactionBoard:
+    """The transaction service, its check dispatcher and the resolver's applied batches."""
+
+    def __init__(self, store: MessageStore, service: TransactionService, groups: ProducerGroups) -> None:
+        self.store = store
+        self.service = service
+        self.groups = groups
+        self.dispatcher = CheckDispatcher(service, groups)
+        self._applied_path = store.config.store_dir / "config" / APPLIED_FILE
+        self.last_applied = int((read_json(self._applied_path) or {}).get("lastAppliedBatch", -1))
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def open(cls, store: MessageStore) -> TransactionBoard:
+        service = TransactionService.open(store)
+        if service.repaired:
+            log.warning("transactions: repaired %d end(s) torn by a crash", service.repaired)
+        return cls(store, service, ProducerGroups(store.config.store_dir / "config"))
+
+    async def apply_batch(self, batch_id: int, table: pa.Table) -> AppliedBatch:
+        async with self._lock:
+            if batch_id <= self.last_applied:
+                return AppliedBatch(table.num_rows, 0, 0, already_applied=True)
+            rows = table.to_pylist()
+            discarded = checks = 0
+            host = (self.store.config.store_host, self.store.config.store_port)
+            for row in rows:
+                txid = str(row["transaction_id"])
+                tx = self.service.get(txid)
+                if tx is not None:
+                    tx.check_times = max(tx.check_times, int(row["check_times"] or 0))
+                    tx.last_check_ms = int(row["decided_ms"])
+                if row["action"] == ACTION_DISCARD:
+                    try:
+                        await run_in_threadpool(
+                            self.service.end,
+                            txid,
+                            TxOutcome.DISCARD,
+                            None,
+                            check_times=int(row["check_times"] or 0),
+                        )
+                        discarded += 1
+                    except UnknownTransaction:
+                        log.warning("discard of unknown transaction %s", txid)
+                elif tx is not None and tx.outcome is None:
+                    checks += 1
+                    self.dispatcher.submit(
+                        {
+                            "transaction_id": txid,
+                            "producer_group": row["producer_group"],
+                            "topic": row["topic"],
+                            "msg_id": encode_msg_id(host, int(row["commitlog_offset"])),
+                            "uniq_key": row["uniq_key"],
+                            "check_times": int(row["check_times"] or 0),
+                        }
+                    )
+            self.last_applied = batch_id
+            await run_in_threadpool(write_json_atomically, self._applied_path, {"lastAppliedBatch": batch_id})
+            return AppliedBatch(len(rows), discarded, checks, already_applied=False)
+
+    def metrics_text(self) -> str:
+        lines = [
+            "# HELP sparkmq_transactions_pending Transactions with halves and no end yet.",
+            "# TYPE sparkmq_transactions_pending gauge",
+            f"sparkmq_transactions_pending {len(self.service.pending())}",
+            "# HELP sparkmq_transaction_checks_total Check-backs by outcome.",
+            "# TYPE sparkmq_transaction_checks_total counter",
+        ]
+        lines.extend(
+            f'sparkmq_transaction_checks_total{{outcome="{outcome}"}} {count}'
+            for outcome, count in sorted(self.dispatcher.stats.outcomes.items())
+        )
+        return "\n".join(lines) + "\n"
