@@ -12,10 +12,18 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from store import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSTEM_PROPERTIES, Message, MessageView, PutResult
+from store import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TRANSACTION_ID,
+    SYSTEM_PROPERTIES,
+    Message,
+    MessageView,
+    PutResult,
+)
 
 #: Property names the broker owns (RocketMQ's system properties); a producer may not send them.
-RESERVED_PROPERTIES = SYSTEM_PROPERTIES
+RESERVED_PROPERTIES = SYSTEM_PROPERTIES | {PROPERTY_TRANSACTION_ID}
 #: RocketMQ's property encoding separators; they cannot appear inside names or values.
 _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 

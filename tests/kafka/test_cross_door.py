@@ -232,3 +232,26 @@ def test_kafka_scheduling_headers_park_like_the_http_fields(broker: Broker) -> N
     producer.flush(10)
     assert errors and errors[0] is not None and errors[0].code() != 0
     assert store.max_offset("door-t", 0) == 1
+
+
+def test_a_transaction_is_invisible_to_kafka_until_committed(broker: Broker) -> None:
+    broker.store.create_topic("door-tx", 1)
+    rolled = broker.http.post(
+        "/topics/door-tx/messages", json={"body": "rolled", "transaction": {"producer_group": "pg"}}
+    ).json()["transaction_id"]
+    kept = broker.http.post(
+        "/topics/door-tx/messages", json={"body": "kept", "transaction": {"producer_group": "pg"}}
+    ).json()["transaction_id"]
+    ck = ck_consumer(broker.bootstrap, **{"group.id": "door-tx", "isolation.level": "read_committed"})
+    try:
+        ck.subscribe(["door-tx"])
+        early = [m for m in (ck.poll(0.5) for _ in range(6)) if m is not None and m.error() is None]
+        assert early == [], "a half message reached a Kafka consumer"
+        for txid, action in ((rolled, "rollback"), (kept, "commit")):
+            ended = broker.http.post(f"/transactions/{txid}", json={"action": action, "producer_group": "pg"})
+            assert ended.status_code == 200, ended.text
+        got = poll_values(ck, 1)
+        assert [(m.value(), m.headers()) for m in got] == [(b"kept", None)]
+        assert [m for m in (ck.poll(0.3) for _ in range(3)) if m is not None and m.error() is None] == []
+    finally:
+        ck.close()
