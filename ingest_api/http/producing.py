@@ -448,7 +448,7 @@ def put_transaction(
         )
     results = store.put_messages(messages, producer=producer)
     born = results[0].store_timestamp_ms if results else 0
-    transactions.register(transaction_id, producer_group, results, born)
+    transactions.register(transaction_id, producer_group, results, born, [m.topic for m in messages])
     return transaction_id, list(results)
 
 

@@ -7,9 +7,9 @@ transaction resolver's decisions.
   "uniq_key", "check_times"}`` to the group's URL and ends the transaction with the answer
   (``commit`` / ``rollback``; ``unknown`` does nothing) through the same idempotent end as
   ``POST /transactions/{id}``. Outside Spark, so a slow producer stalls nothing: connect 1 s /
-  read 3 s timeouts, a concurrency limit per group (a check that finds the group busy is
-  skipped: the next one comes one interval later), and a circuit breaker per group (after
-  ``failure_threshold`` failures in a row, checks are skipped for ``open_s``).
+  read 3 s timeouts, a concurrency limit per group (further checks wait their turn; beyond
+  ``max_waiting`` waiting checks a group's new ones are skipped), and a circuit breaker per
+  group (after ``failure_threshold`` failures in a row, checks are skipped for ``open_s``).
 * :class:`TransactionBoard`: applies a batch of the resolver's decisions once per batch id
   (``config/transactionChecks.json`` remembers the last one): DISCARD ends the transaction
   (idempotent), CHECK goes to the dispatcher. A crash between applying and remembering repeats
@@ -102,6 +102,7 @@ class CheckDispatcher:
         groups: ProducerGroups,
         *,
         concurrency: int = 8,
+        max_waiting: int = 100_000,
         failure_threshold: int = 5,
         open_s: float = 10.0,
         connect_timeout_s: float = 1.0,
@@ -110,6 +111,8 @@ class CheckDispatcher:
         self.service = service
         self.groups = groups
         self.concurrency = concurrency
+        self.max_waiting = max_waiting
+        self._slots: dict[str, asyncio.Semaphore] = {}
         self.failure_threshold = failure_threshold
         self.open_s = open_s
         self._timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
@@ -142,7 +145,7 @@ class CheckDispatcher:
         if breaker.open_until > time.monotonic():
             self.stats.count("circuit_open")
             return
-        if self._inflight[group] >= self.concurrency:
+        if self._inflight[group] >= self.concurrency + self.max_waiting:
             self.stats.count("group_busy")
             return
         self._inflight[group] += 1
@@ -153,37 +156,49 @@ class CheckDispatcher:
     async def _check(self, url: str, check: dict[str, Any]) -> None:
         group = str(check["producer_group"])
         breaker = self._breakers[group]
+        slots = self._slots.setdefault(group, asyncio.Semaphore(self.concurrency))
         try:
-            try:
-                response = await self._http().post(url, json=check)
-            except httpx.TimeoutException:
-                self._failed(breaker, "timeout", check)
-                return
-            except httpx.HTTPError as exc:
-                self._failed(breaker, "unreachable", check, exc)
-                return
-            if response.status_code >= 300:
-                self._failed(breaker, "http_error", check, response.status_code)
-                return
-            try:
-                action = str(response.json().get("action", "")).lower()
-            except (ValueError, AttributeError):
-                action = ""
-            breaker.failures = 0
-            action = "unknown" if action == "unknow" else action  # RocketMQ spells it UNKNOW
-            if action not in ("commit", "rollback", "unknown"):
-                self.stats.count("bad_answer")
-                log.warning("check of %s: producer answered %r", check["transaction_id"], response.text[:200])
-                return
-            self.stats.count(f"answer_{action}")
-            if action in ("commit", "rollback"):
-                outcome = TxOutcome.COMMIT if action == "commit" else TxOutcome.ROLLBACK
-                try:
-                    await run_in_threadpool(self.service.end, str(check["transaction_id"]), outcome, group)
-                except UnknownTransaction:
-                    log.warning("check answer for unknown transaction %s", check["transaction_id"])
+            async with slots:
+                await self._send(url, check, group, breaker)
         finally:
             self._inflight[group] -= 1
+
+    async def _send(self, url: str, check: dict[str, Any], group: str, breaker: Breaker) -> None:
+        if breaker.open_until > time.monotonic():
+            self.stats.count("circuit_open")
+            return
+        tx = self.service.get(str(check["transaction_id"]))
+        if tx is not None and tx.outcome is not None:
+            self.stats.count("ended_meanwhile")
+            return
+        try:
+            response = await self._http().post(url, json=check)
+        except httpx.TimeoutException:
+            self._failed(breaker, "timeout", check)
+            return
+        except httpx.HTTPError as exc:
+            self._failed(breaker, "unreachable", check, exc)
+            return
+        if response.status_code >= 300:
+            self._failed(breaker, "http_error", check, response.status_code)
+            return
+        try:
+            action = str(response.json().get("action", "")).lower()
+        except (ValueError, AttributeError):
+            action = ""
+        breaker.failures = 0
+        action = "unknown" if action == "unknow" else action  # RocketMQ spells it UNKNOW
+        if action not in ("commit", "rollback", "unknown"):
+            self.stats.count("bad_answer")
+            log.warning("check of %s: producer answered %r", check["transaction_id"], response.text[:200])
+            return
+        self.stats.count(f"answer_{action}")
+        if action in ("commit", "rollback"):
+            outcome = TxOutcome.COMMIT if action == "commit" else TxOutcome.ROLLBACK
+            try:
+                await run_in_threadpool(self.service.end, str(check["transaction_id"]), outcome, group)
+            except UnknownTransaction:
+                log.warning("check answer for unknown transaction %s", check["transaction_id"])
 
     def _failed(self, breaker: Breaker, why: str, check: dict[str, Any], detail: object = None) -> None:
         self.stats.count(why)

@@ -173,19 +173,28 @@ class TransactionService:
 
     # writes -------------------------------------------------------------------------------
     def register(
-        self, transaction_id: str, producer_group: str, results: Sequence[PutResult], born_ms: int
+        self,
+        transaction_id: str,
+        producer_group: str,
+        results: Sequence[PutResult],
+        born_ms: int,
+        real_topics: Sequence[str] | None = None,
     ) -> Transaction:
-        """Record the halves just stored for ``transaction_id`` (idempotent)."""
+        """Record the halves just stored for ``transaction_id`` (idempotent). ``real_topics``
+        (the halves' destinations) saves reading the halves back."""
         with self._lock:
             tx = self._by_id.get(transaction_id)
             if tx is None:
                 tx = self._by_id[transaction_id] = Transaction(transaction_id, producer_group, born_ms)
             known = {h.commitlog_offset for h in tx.halves}
-            for result in results:
+            for i, result in enumerate(results):
                 if result.commitlog_offset in known:
                     continue
-                raw = self.store.read_record(result.commitlog_offset)
-                real_topic = Half(raw, result.commitlog_offset).real_topic if raw is not None else ""
+                if real_topics is not None:
+                    real_topic = real_topics[i]
+                else:
+                    raw = self.store.read_record(result.commitlog_offset)
+                    real_topic = Half(raw, result.commitlog_offset).real_topic if raw is not None else ""
                 ref = HalfRef(result.commitlog_offset, result.queue_offset, real_topic)
                 tx.halves.append(ref)
                 self._by_half_offset[ref.commitlog_offset] = tx
