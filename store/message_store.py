@@ -47,6 +47,7 @@ from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
     SCHEDULE_TOPIC,
+    SENDBACK_TOPIC,
     TIMER_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -73,6 +74,7 @@ _SYSTEM_TOPIC_QUEUES = {
     TRANS_OP_HALF_TOPIC: 1,
     TRANS_CHECK_MAX_TIME_TOPIC: 1,
     TIMER_TOPIC: 1,
+    SENDBACK_TOPIC: 1,
 }
 
 
@@ -391,7 +393,13 @@ class MessageStore:
                 records.append(None)
                 continue
             records.append(
-                relocated_bytes(raw, req.kind, enqueue_ms=req.enqueue_ms, dequeue_ms=req.dequeue_ms)
+                relocated_bytes(
+                    raw,
+                    req.kind,
+                    enqueue_ms=req.enqueue_ms,
+                    dequeue_ms=req.dequeue_ms,
+                    max_level=len(self.delay_levels),
+                )
             )
         kept = [r for r in records if r is not None]
         stored = iter(self._appender.put_relocated(kept))

@@ -25,6 +25,8 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: Timer messages (RocketMQ 5 ``TimerMessageStore.TIMER_TOPIC``) wait here, queue 0, until due.
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: Consumer send-back requests (sparkmq): read by the retry resolver, relocated into the ladder.
+SENDBACK_TOPIC = "rmq_sys_sendback"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

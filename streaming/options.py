@@ -201,7 +201,13 @@ def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 #: System topics the internal ``systemTopics`` option unlocks (the stateful operators' inputs).
 READABLE_SYSTEM_TOPICS = frozenset(
-    {"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "rmq_sys_wheel_timer",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "rmq_sys_sendback",
+    }
 )
 
 

@@ -32,12 +32,14 @@ from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
+from ingest_api.http.retries import GroupConfigs
 from ingest_api.http.routers import (
     groups,
     messages,
     operators,
     ops,
     queues,
+    retries,
     sinks,
     stats,
     topics,
@@ -71,6 +73,7 @@ def _lifespan(
                 fault=config.relocation_fault,
             )
             board.transactions = await run_in_threadpool(TransactionBoard.open, store)
+            board.group_configs = GroupConfigs(store.config.store_dir / "config")
             broker = Broker(
                 config=config,
                 store=store,
@@ -158,7 +161,7 @@ def create_app(
         # Added first, so it runs inside the size limit (the last added middleware is outermost).
         app.add_middleware(FastLane)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
-    for module in (topics, messages, queues, groups, sinks, operators, transactions, stats, ops):
+    for module in (topics, messages, queues, retries, groups, sinks, operators, transactions, stats, ops):
         app.include_router(module.router)
     install_console(app)
     app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included

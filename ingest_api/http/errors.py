@@ -26,6 +26,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "unknown_topic": 404,
     "unknown_queue": 404,
     "unknown_transaction": 404,
+    "unknown_message": 404,
+    "unknown_group": 404,
     "producer_group_mismatch": 409,
     "not_a_half_message": 400,
     "message_too_large": 413,

@@ -118,6 +118,8 @@ class OperatorBoard:
         self.supervisor: OperatorSupervisor | None = None
         #: Transactions: the service, check-backs and the resolver's decisions (set by the app).
         self.transactions: TransactionBoard | None = None
+        #: Consumer groups' retry settings (max reconsume times, retry queues); set by the app.
+        self.group_configs: Any = None
 
     def state(self, operator: str) -> OperatorState:
         with self._lock:

@@ -46,6 +46,7 @@ from store.format.record import (
     encode_record,
 )
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
+from store.write.sendback import sendback_record
 
 #: RocketMQ's ``TIMER_ENQUEUE_MS`` for a message that never entered the wheel (Long.MAX_VALUE).
 NEVER_ENQUEUED_MS = 2**63 - 1
@@ -56,6 +57,8 @@ class RelocationKind(enum.IntEnum):
     DELIVER = 0
     #: Re-append to the timer topic with TIMER_ROLL_TIMES + 1 (timer messages only).
     ROLL = 1
+    #: A consumer send-back request becomes its retry or dead-letter record (store.write.sendback).
+    SENDBACK = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,7 @@ class NotRelocatable(InvalidArgument):
 
 
 def relocated_record(
-    raw: bytes | memoryview, kind: RelocationKind, *, enqueue_ms: int, dequeue_ms: int
+    raw: bytes | memoryview, kind: RelocationKind, *, enqueue_ms: int, dequeue_ms: int, max_level: int = 18
 ) -> RecordFields | None:
     """The record to append for the parked record ``raw`` (its full stored bytes).
 
@@ -84,6 +87,11 @@ def relocated_record(
     parked record. ``enqueue_ms`` / ``dequeue_ms`` become ``TIMER_ENQUEUE_MS`` /
     ``TIMER_DEQUEUE_MS`` of a delivered timer message.
     """
+    if kind is RelocationKind.SENDBACK:
+        try:
+            return sendback_record(raw, max_level)
+        except (InvalidArgument, KeyError, ValueError) as exc:
+            raise NotRelocatable(f"not a send-back request: {exc}") from None
     check = check_record(raw, 0, check_crc=False)
     if check.status is not RecordStatus.OK or check.header is None or check.properties is None:
         raise NotRelocatable(f"no valid record: {check.status.value} {check.reason}")
@@ -138,7 +146,7 @@ class Relocated(NamedTuple):
 
 
 def relocated_bytes(
-    raw: bytes, kind: RelocationKind, *, enqueue_ms: int, dequeue_ms: int
+    raw: bytes, kind: RelocationKind, *, enqueue_ms: int, dequeue_ms: int, max_level: int = 18
 ) -> Relocated | None:
     """:func:`relocated_record`, encoded. A delivered level message (the bulk) is spliced from
     the parked bytes — its properties string is copied unchanged — instead of being decoded and
@@ -150,7 +158,7 @@ def relocated_bytes(
     splice = kind is RelocationKind.DELIVER and check.topic == SCHEDULE_TOPIC
     real_topic, real_qid = props.get(PROPERTY_REAL_TOPIC), props.get(PROPERTY_REAL_QID, "0")
     if not splice or not real_topic or not real_qid.isdigit() or real_topic == TRANS_HALF_TOPIC:
-        rec = relocated_record(raw, kind, enqueue_ms=enqueue_ms, dequeue_ms=dequeue_ms)
+        rec = relocated_record(raw, kind, enqueue_ms=enqueue_ms, dequeue_ms=dequeue_ms, max_level=max_level)
         if rec is None:
             return None
         return Relocated(encode_record(rec), rec.topic, rec.queue_id, rec.properties or {})

@@ -1,5 +1,5 @@
-"""The operator job: a Spark driver running the resolver queries (delay, transactions) against
-one broker.
+"""The operator job: a Spark driver running the resolver queries (delay, transactions, retry)
+against one broker.
 
 ``sparkmq serve`` starts it in a child process (``local[2]`` by default); ``sparkmq operators
 --endpoint URL --master URL`` (or ``spark-submit -m streaming.operators``) runs the same job
@@ -36,13 +36,14 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.operators import transactions
+from streaming.operators import retry, transactions
 from streaming.operators.delay import ROW_RELOCATION, SCHEDULE_TOPIC, TIMER_TOPIC, DelaySettings, resolve
 
 log = logging.getLogger("sparkmq.operators")
 
 DELAY_OPERATOR = "delay"
 TRANSACTION_OPERATOR = "transactions"
+RETRY_OPERATOR = "retry"
 #: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
 POST_COLUMNS = (
     "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
@@ -255,6 +256,27 @@ def start_transaction_query(
     )
 
 
+def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> Any:
+    reader = (
+        spark.readStream.format("sparkmq")
+        .option("topics", retry.SENDBACK_TOPIC)
+        .option("systemTopics", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "100000")
+    )
+    reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
+    if config.auth_token:
+        reader = reader.option("authToken", config.auth_token)
+    return (
+        retry.resolve(reader.load(), retry.RetrySettings())
+        .writeStream.queryName(RETRY_OPERATOR)
+        .foreachBatch(batch_poster(client, RETRY_OPERATOR, config.fault))
+        .option("checkpointLocation", str(config.checkpoint_dir / RETRY_OPERATOR))
+        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+        .start()
+    )
+
+
 def query_status(query: Any) -> dict[str, Any]:
     """What ``/operators`` shows of a query, from its last progress."""
     progress = query.lastProgress or {}
@@ -299,6 +321,7 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     spark = session(config)
     queries = {DELAY_OPERATOR: start_delay_query(spark, config, client, delay_settings(doc, config.shards))}
     queries[TRANSACTION_OPERATOR] = start_transaction_query(spark, config, client, transaction_settings(doc))
+    queries[RETRY_OPERATOR] = start_retry_query(spark, config, client)
     for name in queries:
         log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
     try:

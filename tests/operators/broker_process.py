@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -127,7 +128,8 @@ def start_broker(
 def all_messages(broker: Broker, topic: str) -> list[dict[str, Any]]:
     """Every message of ``topic``, all queues (JSON pull)."""
     with broker.http as http:
-        described = http.get(f"/topics/{topic}")
+        path = quote(topic, safe="")  # %RETRY%group, %DLQ%group
+        described = http.get(f"/topics/{path}")
         if described.status_code == 404:
             return []
         out: list[dict[str, Any]] = []
@@ -135,7 +137,7 @@ def all_messages(broker: Broker, topic: str) -> list[dict[str, Any]]:
             offset = queue["min_offset"]
             while offset < queue["max_offset"]:
                 page = http.get(
-                    f"/topics/{topic}/queues/{queue['queue_id']}/messages",
+                    f"/topics/{path}/queues/{queue['queue_id']}/messages",
                     params={"offset": offset, "max_messages": 1000},
                 ).json()
                 out.extend(page["messages"])

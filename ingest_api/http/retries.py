@@ -1,0 +1,235 @@
+"""Consumer send-back (the retry ladder) and dead letters, broker side.
+
+* :class:`GroupConfigs`: ``config/groupConfigs.json``, a consumer group's ``max_reconsume_times``
+  (RocketMQ ``retryMaxTimes``, default 16) and ``retry_queues`` (``retryQueueNums``, default 1).
+* :func:`send_back`: finds the message (offsetMsgId, or UNIQ_KEY in the group's retry topic then
+  in the topic), creates ``%RETRY%group`` / ``%DLQ%group`` as RocketMQ does, and stores a
+  send-back request (:mod:`store.write.sendback`). The retry resolver accepts one request per
+  attempt and the broker relocates it into the ladder or the DLQ, exactly once.
+* :func:`resend_dead_letter`: a dead letter back to its original topic (``RETRY_TOPIC``), as a
+  new message with the same UNIQ_KEY, body, tags, keys and user properties.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from store import (
+    SYSTEM_PROPERTIES,
+    InvalidArgument,
+    Message,
+    MessageStore,
+    MessageView,
+    ProducerRef,
+    PutResult,
+    SparkMQError,
+    UnknownTopic,
+    request_uniq_keys,
+    validate_group,
+    validate_topic,
+)
+from store.io.json_file import read_json, write_json_atomically
+from store.names import SENDBACK_TOPIC
+from store.write.sendback import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    LADDER_BASE_LEVEL,
+    dlq_topic,
+    retry_topic,
+    sendback_request,
+)
+
+GROUP_CONFIGS_FILE = "groupConfigs.json"
+#: Properties the broker adds on the way through the ladder; a resent dead letter drops them.
+_LADDER_PROPERTIES = {
+    "RETRY_TOPIC",
+    "ORIGIN_MESSAGE_ID",
+    "DELAY",
+    "REAL_TOPIC",
+    "REAL_QID",
+    "UNIQ_KEY",
+    "KEYS",
+    "TAGS",
+}
+
+
+class UnknownMessage(SparkMQError):
+    code = "unknown_message"
+
+
+class UnknownGroup(SparkMQError):
+    code = "unknown_group"
+
+
+class GroupConfigs:
+    def __init__(self, config_dir: Path) -> None:
+        self.path = config_dir / GROUP_CONFIGS_FILE
+        self._groups: dict[str, dict[str, int]] = dict((read_json(self.path) or {}).get("groups", {}))
+
+    def get(self, group: str) -> dict[str, int] | None:
+        return self._groups.get(group)
+
+    def put(self, group: str, max_reconsume_times: int | None, retry_queues: int | None) -> dict[str, int]:
+        validate_group(group)
+        current = dict(self._groups.get(group, {}))
+        if max_reconsume_times is not None:
+            current["max_reconsume_times"] = max_reconsume_times
+        if retry_queues is not None:
+            current["retry_queues"] = retry_queues
+        current.setdefault("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
+        current.setdefault("retry_queues", 1)
+        self._groups[group] = current
+        write_json_atomically(self.path, {"groups": self._groups})
+        return current
+
+
+@dataclass(frozen=True)
+class SendBack:
+    group: str
+    topic: str
+    msg_id: str
+    uniq_key: str | None
+    request_id: str
+    attempt: int
+    outcome: str  # "retry" or "dlq"
+    delay_level: int
+    target_topic: str
+
+
+def _find(store: MessageStore, group: str, topic: str, msg_id: str) -> MessageView:
+    retry = retry_topic(group)
+    if len(msg_id) == 32:
+        try:
+            view = store.get_by_msg_id(msg_id)
+        except (InvalidArgument, ValueError):
+            view = None
+        if view is not None:
+            if view.topic not in (topic, retry):
+                raise UnknownMessage(f"message {msg_id} is in topic {view.topic!r}, not {topic!r}")
+            return view
+    for where in (retry, topic):
+        if store.has_topic(where):
+            found = store.get_by_uniq_key(where, msg_id)
+            if found is not None:
+                return found
+    raise UnknownMessage(f"no message {msg_id!r} (offsetMsgId or UNIQ_KEY) in topic {topic!r} or {retry!r}")
+
+
+def send_back(
+    store: MessageStore,
+    configs: GroupConfigs,
+    group: str,
+    topic: str,
+    msg_id: str,
+    *,
+    delay_level: int = 0,
+    max_reconsume_times: int | None = None,
+    producer: ProducerRef | None = None,
+) -> SendBack:
+    validate_group(group)
+    validate_topic(topic)
+    if delay_level < -1:
+        raise InvalidArgument(
+            f"delay_level must be -1 (the DLQ), 0 (the ladder) or a level >= 1, got {delay_level}"
+        )
+    if max_reconsume_times is not None and not 0 <= max_reconsume_times <= 10_000:
+        raise InvalidArgument(f"max_reconsume_times must be in [0, 10000], got {max_reconsume_times}")
+    if not store.has_topic(topic):
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    config = configs.get(group)
+    if config is None and group not in store.groups():
+        raise UnknownGroup(f"consumer group {group!r} is unknown (no offsets, no PUT /groups/{group})")
+    view = _find(store, group, topic, msg_id)
+    raw = store.read_record(view.commitlog_offset)
+    if raw is None:
+        raise UnknownMessage(f"message {msg_id!r} is gone (retention)")
+    maximum = max_reconsume_times
+    if maximum is None:
+        maximum = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
+    queues = (config or {}).get("retry_queues", 1)
+    for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
+        if not store.has_topic(name):
+            store.create_topic(name, count)
+    request_id = request_uniq_keys(producer, 1)[0] if producer is not None else store.new_uniq_key()
+    existing = store.get_by_uniq_key(SENDBACK_TOPIC, request_id) if producer is not None else None
+    if existing is None:
+        request = sendback_request(
+            raw,
+            group=group,
+            delay_level=delay_level,
+            max_reconsume_times=maximum,
+            retry_queues=queues,
+            uniq_key=request_id,
+            born_ms=store.now_ms(),
+            store_host=(store.config.store_host, store.config.store_port),
+        )
+        store.append_records([request])
+    times = view.reconsume_times
+    to_dlq = times >= maximum or delay_level < 0
+    level = 0 if to_dlq else min(delay_level or LADDER_BASE_LEVEL + times, len(store.delay_levels))
+    return SendBack(
+        group=group,
+        topic=topic,
+        msg_id=view.msg_id,
+        uniq_key=view.uniq_key,
+        request_id=request_id,
+        attempt=times,
+        outcome="dlq" if to_dlq else "retry",
+        delay_level=level,
+        target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
+    )
+
+
+def resend_dead_letter(store: MessageStore, group: str, msg_id: str) -> PutResult:
+    """Produce a dead letter again to its original topic (a new message, same UNIQ_KEY)."""
+    validate_group(group)
+    dlq = dlq_topic(group)
+    view = _find_in(store, dlq, msg_id)
+    original = view.properties.get("RETRY_TOPIC")
+    if not original or not store.has_topic(original):
+        raise UnknownTopic(f"the dead letter's original topic {original!r} does not exist")
+    user = {
+        k: v for k, v in view.properties.items() if k not in SYSTEM_PROPERTIES and k not in _LADDER_PROPERTIES
+    }
+    message = Message(
+        topic=original,
+        body=view.body,
+        tags=view.tags,
+        keys=tuple(view.keys),
+        properties=user,
+        uniq_key=view.uniq_key,
+        born_timestamp_ms=int(time.time() * 1000),
+    )
+    return store.put_messages([message])[0]
+
+
+def _find_in(store: MessageStore, topic: str, msg_id: str) -> MessageView:
+    if not store.has_topic(topic):
+        raise UnknownMessage(f"no dead letters: {topic!r} does not exist")
+    if len(msg_id) == 32:
+        try:
+            view = store.get_by_msg_id(msg_id)
+        except (InvalidArgument, ValueError):
+            view = None
+        if view is not None and view.topic == topic:
+            return view
+    found = store.get_by_uniq_key(topic, msg_id)
+    if found is None:
+        raise UnknownMessage(f"no message {msg_id!r} in {topic!r}")
+    return found
+
+
+def as_dict(result: SendBack) -> dict[str, Any]:
+    return {
+        "group": result.group,
+        "topic": result.topic,
+        "msg_id": result.msg_id,
+        "uniq_key": result.uniq_key,
+        "request_id": result.request_id,
+        "attempt": result.attempt,
+        "outcome": result.outcome,
+        "delay_level": result.delay_level,
+        "target_topic": result.target_topic,
+    }

@@ -1,0 +1,152 @@
+"""The consumer retry ladder, as RocketMQ's ``consumerSendMsgBack`` writes it (pure, no I/O).
+
+A send-back is first stored as a **request** record in ``rmq_sys_sendback`` queue 0 (a sparkmq
+extension): its body is the whole stored record being sent back, and its properties say which
+group, which attempt and what to do (``SENDBACK_*``). The retry resolver
+(``streaming/operators/retry.py``) drops duplicate requests of one attempt, and the broker then
+*relocates* each accepted request into the record RocketMQ writes (:func:`sendback_record`):
+
+* **retry**: the source's body, flag, sysflag, born timestamp and host, store host and
+  properties, with ``RETRY_TOPIC`` (the original topic) and ``ORIGIN_MESSAGE_ID`` (the
+  original offsetMsgId) set only if absent, UNIQ_KEY kept, reconsume times + 1; parked in
+  ``SCHEDULE_TOPIC_XXXX`` at level ``3 + reconsume times`` (clamped to the table; or the level
+  the request names) with ``REAL_TOPIC = %RETRY%group`` and ``DELAY``; the delay resolver
+  delivers it to ``%RETRY%group``;
+* **dead letter**: when the reconsume times reach the maximum (16 by default) or the request
+  says ``-1``: the same record in ``%DLQ%group`` queue 0 with ``DELAY=0``, at once.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from store.errors import InvalidArgument
+from store.format.java_hash import java_string_hash
+from store.format.record import (
+    BODY_POS,
+    PROPERTY_DELAY,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    RecordFields,
+    RecordStatus,
+    check_record,
+    encode_msg_id,
+)
+from store.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SCHEDULE_TOPIC, SENDBACK_TOPIC
+
+PROPERTY_SENDBACK_GROUP = "SENDBACK_GROUP"
+PROPERTY_SENDBACK_ORIGIN = "SENDBACK_ORIGIN"
+PROPERTY_SENDBACK_ATTEMPT = "SENDBACK_ATTEMPT"
+PROPERTY_SENDBACK_DELAY_LEVEL = "SENDBACK_DELAY_LEVEL"
+PROPERTY_SENDBACK_MAX_RECONSUME = "SENDBACK_MAX_RECONSUME"
+PROPERTY_SENDBACK_RETRY_QUEUES = "SENDBACK_RETRY_QUEUES"
+#: RocketMQ ``subscriptionGroupConfig.retryMaxTimes``.
+DEFAULT_MAX_RECONSUME_TIMES = 16
+#: The retry ladder starts at level 3 (10 s).
+LADDER_BASE_LEVEL = 3
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_TOPIC_PREFIX + group
+
+
+def _fields(raw: bytes | memoryview) -> tuple[RecordFields, int, str]:
+    """(fields, its CommitLog offset, its offsetMsgId) of a stored record."""
+    check = check_record(raw, 0, check_crc=False)
+    if check.status is not RecordStatus.OK or check.header is None or check.properties is None:
+        raise InvalidArgument(f"not a valid record: {check.status.value} {check.reason}")
+    h = check.header
+    store_host = (socket.inet_ntoa(h.store_ip), h.store_port)
+    fields = RecordFields(
+        topic=check.topic,
+        body=bytes(raw[BODY_POS : BODY_POS + h.body_len]),
+        queue_id=h.queue_id,
+        flag=h.flag,
+        properties=dict(check.properties),
+        sys_flag=h.sys_flag,
+        born_timestamp_ms=h.born_timestamp,
+        born_host=(socket.inet_ntoa(h.born_ip), h.born_port),
+        store_host=store_host,
+        reconsume_times=h.reconsume_times,
+    )
+    return fields, h.physical_offset, encode_msg_id(store_host, h.physical_offset)
+
+
+def origin_id(source_raw: bytes | memoryview) -> str:
+    """What identifies the original message across attempts: its ``ORIGIN_MESSAGE_ID``, or the
+    offsetMsgId of the source itself on the first send-back."""
+    fields, _, msg_id = _fields(source_raw)
+    return (fields.properties or {}).get(PROPERTY_ORIGIN_MESSAGE_ID) or msg_id
+
+
+def sendback_request(
+    source_raw: bytes,
+    *,
+    group: str,
+    delay_level: int,
+    max_reconsume_times: int,
+    retry_queues: int,
+    uniq_key: str,
+    born_ms: int,
+    store_host: tuple[str, int],
+) -> RecordFields:
+    """The request record for sending ``source_raw`` back (``delay_level`` 0 = the ladder,
+    -1 = straight to the DLQ, N = that level)."""
+    if delay_level < -1:
+        raise InvalidArgument(f"delay_level must be -1 (DLQ), 0 (the ladder) or a level, got {delay_level}")
+    fields, _, _ = _fields(source_raw)
+    return RecordFields(
+        topic=SENDBACK_TOPIC,
+        body=bytes(source_raw),
+        properties={
+            PROPERTY_SENDBACK_GROUP: group,
+            PROPERTY_SENDBACK_ORIGIN: origin_id(source_raw),
+            PROPERTY_SENDBACK_ATTEMPT: str(fields.reconsume_times),
+            PROPERTY_SENDBACK_DELAY_LEVEL: str(delay_level),
+            PROPERTY_SENDBACK_MAX_RECONSUME: str(max_reconsume_times),
+            PROPERTY_SENDBACK_RETRY_QUEUES: str(retry_queues),
+            PROPERTY_UNIQ_KEY: uniq_key,
+        },
+        born_timestamp_ms=born_ms,
+        born_host=store_host,
+        store_host=store_host,
+    )
+
+
+def sendback_record(request_raw: bytes | memoryview, max_level: int = 18) -> RecordFields:
+    """The retry (parked) or dead-letter record for a stored send-back request."""
+    request, _, _ = _fields(request_raw)
+    if request.topic != SENDBACK_TOPIC:
+        raise InvalidArgument(f"record of topic {request.topic!r} is not a send-back request")
+    ask = request.properties or {}
+    group = ask[PROPERTY_SENDBACK_GROUP]
+    level = int(ask[PROPERTY_SENDBACK_DELAY_LEVEL])
+    maximum = int(ask[PROPERTY_SENDBACK_MAX_RECONSUME])
+    queues = max(1, int(ask.get(PROPERTY_SENDBACK_RETRY_QUEUES, "1")))
+    source, _, source_msg_id = _fields(request.body)
+    props = dict(source.properties or {})
+    props.setdefault(PROPERTY_RETRY_TOPIC, source.topic)
+    props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, source_msg_id)
+    times = source.reconsume_times
+    if times >= maximum or level < 0:
+        props[PROPERTY_DELAY] = "0"
+        return source._replace(
+            topic=dlq_topic(group), queue_id=0, properties=props, reconsume_times=times + 1
+        )
+    if level == 0:
+        level = LADDER_BASE_LEVEL + times
+    level = min(level, max_level)
+    real_qid = abs(java_string_hash(ask[PROPERTY_SENDBACK_ORIGIN])) % queues
+    props[PROPERTY_DELAY] = str(level)
+    props[PROPERTY_REAL_TOPIC] = retry_topic(group)
+    props[PROPERTY_REAL_QID] = str(real_qid)
+    return source._replace(
+        topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props, reconsume_times=times + 1
+    )
