@@ -120,3 +120,32 @@ def test_straight_to_the_dlq_and_refusals(broker: Broker) -> None:
     assert result["outcome"] == "dlq"
     (letter,) = copies(broker, "%DLQ%fast", m["uniq_key"], 1)
     assert letter["reconsume_times"] == 1
+
+
+@pytest.mark.parametrize("fault", ["driver:before_post", "driver:after_post", "broker:decided"])
+def test_send_backs_survive_kill9(tmp_path: Path, fault: str) -> None:
+    """kill -9 of the operator driver around its POST, or of the broker right after it decided a
+    relocation batch: every send-back still gives exactly one retry."""
+    who, point = fault.split(":")
+    marker = tmp_path / f"{point}.killed"
+    variable = "SPARKMQ_TEST_OPERATOR_FAULT" if who == "driver" else "SPARKMQ_TEST_RELOCATION_FAULT"
+    first = start_broker(tmp_path, extra_args=SHORT_LEVELS, env={variable: f"{point}:{marker}"})
+    running = first
+    try:
+        with first.http as http:
+            http.put("/groups/g", json={})
+            sent = [http.post("/topics/k/messages", json={"body": f"m{i}"}).json() for i in range(6)]
+        for m in sent:
+            send_back(first, "g", "k", m["msg_id"])
+            send_back(first, "g", "k", m["msg_id"])  # a duplicate of the same attempt
+        if who == "broker":
+            assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash"
+            running = start_broker(tmp_path, extra_args=SHORT_LEVELS, port=int(first.url.rsplit(":", 1)[1]))
+        for m in sent:
+            copies(running, "%RETRY%g", m["uniq_key"], 1)
+        assert marker.exists(), "nothing was killed"
+        assert len(all_messages(running, "%RETRY%g")) == len(sent)
+    finally:
+        running.stop(signal.SIGKILL)
+        if running is not first:
+            first.stop(signal.SIGKILL)
