@@ -227,3 +227,55 @@ def test_store_verify_reports_damage(broker_factory: BrokerFactory) -> None:
         raw.write(b"z" * 10)
     damaged = runner.invoke(app, ["store", "verify", str(running.store_dir)])
     assert damaged.exit_code == 7 and "damaged" in damaged.stdout
+
+
+def test_transactions_sendback_and_dlq_commands(shared_broker: RunningBroker, topic: str) -> None:
+    import httpx
+
+    with httpx.Client(base_url=shared_broker.url) as http:
+        half = http.post(
+            f"/topics/{topic}/messages", json={"body": "tx", "transaction": {"producer_group": "cli_pg"}}
+        ).json()
+        plain = http.post(f"/topics/{topic}/messages", json={"body": "retry me"}).json()
+        http.put("/groups/cli_g", json={"max_reconsume_times": 2})
+    listed = ok_json(cli(shared_broker, "tx", "list", "--producer-group", "cli_pg", "--output", "json"))
+    assert [t["transaction_id"] for t in listed["transactions"]] == [half["transaction_id"]]
+    table = cli(shared_broker, "tx", "list", "--producer-group", "cli_pg")
+    assert table.exit_code == 0 and half["transaction_id"] in table.output and "prepared" in table.output
+    committed = ok_json(
+        cli(
+            shared_broker,
+            "tx",
+            "commit",
+            half["transaction_id"],
+            "--producer-group",
+            "cli_pg",
+            "--output",
+            "json",
+        )
+    )
+    assert committed["state"] == "committed" and committed["ended_now"] is True
+    wrong = cli(shared_broker, "tx", "rollback", half["transaction_id"], "--producer-group", "other")
+    assert wrong.exit_code != 0
+    unknown = cli(shared_broker, "tx", "commit", "NOPE", "--producer-group", "cli_pg")
+    assert unknown.exit_code != 0
+    sent = ok_json(
+        cli(shared_broker, "groups", "sendback", "cli_g", topic, plain["msg_id"], "--output", "json")
+    )
+    assert (sent["outcome"], sent["attempt"], sent["target_topic"]) == ("retry", 0, "%RETRY%cli_g")
+    dead = ok_json(
+        cli(
+            shared_broker,
+            "groups",
+            "sendback",
+            "cli_g",
+            topic,
+            plain["uniq_key"],
+            "--delay-level",
+            "-1",
+            "--output",
+            "json",
+        )
+    )
+    assert dead["outcome"] == "dlq"
+    assert ok_json(cli(shared_broker, "dlq", "list", "cli_g", "--output", "json"))["topic"] == "%DLQ%cli_g"
