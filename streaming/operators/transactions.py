@@ -107,6 +107,35 @@ def on_fire(
     return ACTION_CHECK, (status, born, group, topic, uniq, offset, checks + 1, nxt), nxt
 
 
+#: (born_ms, producer group, topic, uniq key, first half's CommitLog offset, own immunity s)
+HalfInfo = tuple[int, str, str, str, int, int | None]
+
+
+def on_input(
+    current: tuple[Any, ...] | None,
+    *,
+    has_op: bool,
+    first_half: HalfInfo | None,
+    now_ms: int,
+    settings: TransactionSettings,
+) -> tuple[tuple[Any, ...] | None, int | None]:
+    """``(new state or None for unchanged, timer)`` for a batch of a transaction's rows.
+
+    An op ends the transaction (an *ended* tombstone with a cleanup timer), also when it is
+    read before its half; a half of an ended transaction changes nothing; the first half of a
+    new transaction makes it prepared, with its first check after the immunity."""
+    if has_op:
+        kept = current if current is not None else (None,) * len(STATE_SCHEMA.fields)
+        born = kept[1] if kept[1] is not None else 0
+        tombstone = now_ms + settings.tombstone_ms
+        return (STATUS_ENDED, born, *kept[2:7], tombstone), tombstone
+    if current is not None or first_half is None:
+        return None, None
+    born, group, topic, uniq, offset, own = first_half
+    when = first_check_ms(born, settings.immunity_ms, own)
+    return (STATUS_PREPARED, born, group, topic, uniq, offset, 0, when), when
+
+
 class TransactionResolver(StatefulProcessor):
     """Keyed by transaction id; see the module docstring."""
 
@@ -134,28 +163,24 @@ class TransactionResolver(StatefulProcessor):
         if not frames:
             return iter(())
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        current = self.state.get() if self.state.exists() else None
-        if (frame["kind"] == KIND_OP).any():
-            born = current[1] if current is not None else 0
-            keep = tuple(current) if current is not None else (None,) * len(STATE_SCHEMA.fields)
-            ended = (STATUS_ENDED, born, *keep[2:7], now + self.settings.tombstone_ms)
-            self.state.update(ended)
-            self._replace_timer(now + self.settings.tombstone_ms)
-        elif current is None:
-            halves = frame[frame["kind"] == KIND_HALF].sort_values("commitlog_offset")
-            first = halves.iloc[0]
-            born = int(halves["born_ms"].min())
-            immunity = halves["immunity_s"].dropna()
-            when = first_check_ms(
-                born, self.settings.immunity_ms, int(immunity.max()) if len(immunity) else None
-            )
-            self.state.update(
-                (
-                    STATUS_PREPARED, born, str(first["producer_group"] or ""), str(first["topic"] or ""),
-                    str(first["uniq_key"] or ""), int(first["commitlog_offset"]), 0, when,
-                )
-            )  # fmt: skip
-            self._replace_timer(when)
+        current = tuple(self.state.get() or ()) if self.state.exists() else None
+        halves = frame[frame["kind"] == KIND_HALF].sort_values("commitlog_offset")
+        first = halves.iloc[0] if len(halves) else None
+        immunity = halves["immunity_s"].dropna()
+        new_state, timer = on_input(
+            current,
+            has_op=bool((frame["kind"] == KIND_OP).any()),
+            first_half=None if first is None else (
+                int(halves["born_ms"].min()), str(first["producer_group"] or ""), str(first["topic"] or ""),
+                str(first["uniq_key"] or ""), int(first["commitlog_offset"]),
+                int(immunity.max()) if len(immunity) else None,
+            ),
+            now_ms=now,
+            settings=self.settings,
+        )  # fmt: skip
+        if new_state is not None:
+            self.state.update(new_state)
+            self._replace_timer(timer)
         return iter(())
 
     def handleExpiredTimer(  # noqa: N802 (Spark's name)

@@ -52,3 +52,27 @@ def test_past_retention_is_discarded_without_a_check(age: int, checks: int) -> N
     action, _, _ = on_fire(prepared(0, checks), age, SETTINGS)
     expected = ACTION_DISCARD if checks >= 15 or age > SETTINGS.reserved_ms else ACTION_CHECK
     assert action == expected
+
+
+def test_an_op_read_before_its_half_leaves_a_tombstone_and_the_half_is_never_checked() -> None:
+    from streaming.operators.transactions import on_input
+
+    tombstone, timer = on_input(None, has_op=True, first_half=None, now_ms=100, settings=SETTINGS)
+    assert tombstone is not None and tombstone[0] == STATUS_ENDED and timer == 100 + SETTINGS.tombstone_ms
+    late_half = (50, "pg", "orders", "UNIQ", 7, None)
+    assert on_input(tombstone, has_op=False, first_half=late_half, now_ms=200, settings=SETTINGS) == (
+        None,
+        None,
+    )
+    assert on_fire(tombstone, timer, SETTINGS) == (None, None, None)  # cleared later, never checked
+
+
+def test_a_new_half_is_prepared_with_its_first_check_after_the_immunity() -> None:
+    from streaming.operators.transactions import on_input
+
+    state, timer = on_input(
+        None, has_op=False, first_half=(1000, "pg", "t", "U", 9, 60), now_ms=1500, settings=SETTINGS
+    )
+    assert state == (STATUS_PREPARED, 1000, "pg", "t", "U", 9, 0, 61_000) and timer == 61_000
+    ended, _ = on_input(state, has_op=True, first_half=None, now_ms=2000, settings=SETTINGS)
+    assert ended is not None and ended[0] == STATUS_ENDED and ended[1] == 1000 and ended[2] == "pg"
