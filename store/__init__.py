@@ -40,6 +40,7 @@ from store.message_store import MessageStore, StoreStats, StoreVerification
 from store.metadata.file_sizes import existing_config
 from store.names import is_system_topic, validate_group, validate_topic
 from store.read.queue_reader import BatchReadResult
+from store.read.retry_view import RETRY_PREFIX, present_retry
 from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
@@ -62,6 +63,7 @@ __all__ = [
     "PROPERTY_TIMER_DELAY_SEC",
     "PROPERTY_TIMER_DELIVER_MS",
     "PROPERTY_TRANSACTION_ID",
+    "RETRY_PREFIX",
     "SYSTEM_PROPERTIES",
     "TIMER_REQUEST_PROPERTIES",
     "BatchPutResult",
@@ -102,6 +104,7 @@ __all__ = [
     "parse_delay_levels",
     "parse_duration_ms",
     "parse_tag_expression",
+    "present_retry",
     "request_uniq_keys",
     "validate_group",
     "validate_topic",

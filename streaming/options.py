@@ -148,6 +148,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "startingoffsetsbytimestamp", "endingoffsets", "endingtimestamp", "maxmessagespertrigger",
         "maxoffsetspertrigger", "minpartitions", "group", "failondataloss", "requesttimeoutms",
         "pollintervalms", "readchunkmessages", "authtoken", "groupcommitintervalms", "systemtopics",
+        "includeretry",
     }  # fmt: skip
     unknown = sorted(set(lower) - known)
     if unknown:
@@ -225,6 +226,14 @@ def _parse_topics(lower: Mapping[str, str]) -> tuple[str, ...]:
             validate_topic(topic, allow_system=system and topic in READABLE_SYSTEM_TOPICS)
         except InvalidArgument as exc:
             raise InvalidSourceOption(name, str(exc)) from None
+    retry_group = lower.get("includeretry")
+    if retry_group is not None:
+        # includeRetry=<group>: the group's retry topic too, so retries arrive in the same stream.
+        try:
+            validate_group(retry_group.strip())
+        except InvalidArgument as exc:
+            raise InvalidSourceOption("includeRetry", str(exc)) from None
+        topics.append(f"%RETRY%{retry_group.strip()}")
     if len(set(topics)) != len(topics):
         raise InvalidSourceOption(name, f"duplicate topic in {raw!r}")
     return tuple(sorted(topics))

@@ -44,7 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from store import DataLost, GetStatus
+from store import RETRY_PREFIX, DataLost, GetStatus, present_retry
 from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
 from streaming.offsets import (
     Offsets,
@@ -222,7 +222,7 @@ def read_ranges(options: SourceOptions, ranges: Sequence[QueueRange]) -> Iterato
                 if chunk.next_offset <= offset:
                     raise BackendError(f"{where}: read at {offset} made no progress ({chunk.status})")
                 if chunk.batch.num_rows:
-                    yield chunk.batch
+                    yield present_retry(chunk.batch) if rng.topic.startswith(RETRY_PREFIX) else chunk.batch
                 offset, deadline = chunk.next_offset, None
             elif chunk.status is GetStatus.OFFSET_TOO_SMALL:
                 _data_loss(

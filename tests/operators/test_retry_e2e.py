@@ -71,6 +71,7 @@ def test_the_full_ladder_duplicates_the_dlq_and_a_resend(broker: Broker) -> None
         retried = copies(broker, "%RETRY%billing", uniq, attempt + 1)
         latest = max(retried, key=lambda m: m["reconsume_times"])
         assert latest["reconsume_times"] == attempt + 1
+        assert latest["topic"] == "work", "a retry is read under its original topic (RETRY_TOPIC)"
         props = latest["properties"]
         assert props["RETRY_TOPIC"] == "work" and props["ORIGIN_MESSAGE_ID"] == original["msg_id"]
         assert props["p"] == "1" and latest["tags"] == "t" and latest["body"] == "charge"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, replace
@@ -21,12 +22,14 @@ from ingest_api.http.params import QueuePath, TopicPath
 from ingest_api.http.render import message_stream, messages_from_batch
 from ingest_api.http.schemas import ErrorOut, OffsetOut, PullOut
 from store import (
+    RETRY_PREFIX,
     BatchReadResult,
     Boundary,
     GetStatus,
     MessageStore,
     UnknownQueue,
     UnknownTopic,
+    present_retry,
     validate_topic,
 )
 
@@ -72,6 +75,8 @@ def _read(store: MessageStore, spec: _PullSpec) -> BatchReadResult:
     )
     if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
         _check_queue(store, spec.topic, spec.queue_id)
+    if spec.topic.startswith(RETRY_PREFIX):  # shown under the original topic, as RocketMQ's client
+        result = dataclasses.replace(result, batch=present_retry(result.batch))
     return result
 
 

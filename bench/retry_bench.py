@@ -1,0 +1,109 @@
+"""Send-back figures: send-backs per second over HTTP and from Spark (``streaming.sendback``),
+each beside plain single produce measured in the same run. A real ``sparkmq serve`` (operators
+off: this measures taking send-backs, not the ladder's delivery). Prints figures; asserts nothing.
+
+    python -m bench.retry_bench [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.transactions_bench import CONNECTIONS, _call
+from tests.operators.broker_process import Broker, start_broker
+
+
+async def _clients(url: str, seconds: float, make: object) -> float:
+    parsed = httpx.URL(url)
+
+    async def one(worker: int) -> int:
+        reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+        done, stop_at = 0, time.perf_counter() + seconds
+        try:
+            while time.perf_counter() < stop_at:
+                path, body = make(worker, done)  # type: ignore[operator]
+                status, raw = await _call(reader, writer, parsed.host, path, body)
+                assert status in (200, 201), raw
+                done += 1
+        finally:
+            writer.close()
+        return done
+
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(one(w) for w in range(CONNECTIONS)))
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def http_send_backs(broker: Broker, seconds: float) -> None:
+    with httpx.Client(base_url=broker.url, timeout=60) as http:
+        http.put("/groups/bench", json={})
+        ids = [
+            http.post("/topics/sb/messages", json={"body": "x" * 100}).json()["msg_id"] for _ in range(2000)
+        ]
+    plain = asyncio.run(
+        _clients(broker.url, seconds, lambda w, i: ("/topics/plain/messages", {"body": "x" * 100}))
+    )
+    rate = asyncio.run(
+        _clients(
+            broker.url,
+            seconds,
+            lambda w, i: (
+                "/groups/bench/messages:sendBack",
+                {"topic": "sb", "msg_id": ids[(w * 997 + i) % len(ids)]},
+            ),
+        )
+    )
+    print(
+        f"HTTP send-backs: {rate:,.0f}/s ({CONNECTIONS} connections); plain single produce {plain:,.0f}/s "
+        f"in the same run: ratio {rate / plain:.2f}x"
+    )
+
+
+def spark_send_backs(broker: Broker, rows: int) -> None:
+    from pyspark.sql import SparkSession
+
+    from streaming.register import register
+    from streaming.sendback import send_back
+
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    register(spark)
+    with httpx.Client(base_url=broker.url, timeout=60) as http:
+        http.put("/groups/sparkbench", json={})
+        http.post("/topics/ss/messages:batch", json={"messages": [{"body": "y"}] * rows}).raise_for_status()
+    df = spark.read.format("sparkmq").option("endpoint", broker.url).option("topic", "ss").load().cache()
+    df.count()
+    started = time.perf_counter()
+    send_back(df, 0, endpoint=broker.url, group="sparkbench", topic="ss", query="bench", concurrency=16)
+    elapsed = time.perf_counter() - started
+    print(
+        f"Spark send-backs (streaming.sendback, {rows:,} failed rows in a batch): {rows / elapsed:,.0f}/s"
+    )
+    spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="sparkmq-retrybench-"))
+    try:
+        broker = start_broker(root, extra_args=("--operators", "off"))
+        try:
+            http_send_backs(broker, 3.0 if args.quick else 10.0)
+            spark_send_backs(broker, 2000 if args.quick else 10_000)
+        finally:
+            broker.stop(signal.SIGTERM)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
