@@ -40,6 +40,9 @@ bench: venv
 	$(BIN)/python -m bench.kafka_bench
 	$(BIN)/python -m bench.spark_bench
 	$(BIN)/python -m bench.sink_bench
+	$(BIN)/python -m bench.operators_bench --quick
+	$(BIN)/python -m bench.transactions_bench
+	$(BIN)/python -m bench.retry_bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -83,9 +83,7 @@ def spark_send_backs(broker: Broker, rows: int) -> None:
     started = time.perf_counter()
     send_back(df, 0, endpoint=broker.url, group="sparkbench", topic="ss", query="bench", concurrency=16)
     elapsed = time.perf_counter() - started
-    print(
-        f"Spark send-backs (streaming.sendback, {rows:,} failed rows in a batch): {rows / elapsed:,.0f}/s"
-    )
+    print(f"Spark send-backs (streaming.sendback, {rows:,} failed rows in a batch): {rows / elapsed:,.0f}/s")
     spark.stop()
 
 

@@ -401,20 +401,17 @@ def put_arrow(
     return outcome, body_bytes
 
 
-def put_transaction(
+def transaction_messages(
     store: MessageStore,
-    transactions: TransactionService,
     topic: str,
     entries: Sequence[ProduceIn],
     producer_group: str,
     producer: ProducerRef | None = None,
-) -> tuple[str, list[PutResult]]:
-    """Store ``entries`` as the half messages of one transaction (RocketMQ
-    ``parseHalfMessageInner``) and register it; returns ``(transaction_id, results)``.
-
-    The transaction id is the first half's UNIQ_KEY (RocketMQ's ``__transactionId__``); every
-    half carries it. A delay or timer is refused: RocketMQ's client clears ``DELAY`` on a
-    transactional message and its broker would deliver a committed timer message late (#1540)."""
+) -> tuple[str, list[Message]]:
+    """``(transaction_id, half messages)`` for ``entries`` (RocketMQ ``parseHalfMessageInner``
+    happens in the store). The transaction id is the first half's UNIQ_KEY (RocketMQ's
+    ``__transactionId__``); every half carries it. A delay or timer is refused: RocketMQ's client
+    clears ``DELAY`` on a transactional message, and a timer would deliver a commit late (#1540)."""
     for i, entry in enumerate(entries):
         if entry.scheduled:
             field = next(
@@ -446,6 +443,19 @@ def put_transaction(
                 uniq_key=keys[i],
             )
         )
+    return transaction_id, messages
+
+
+def put_transaction(
+    store: MessageStore,
+    transactions: TransactionService,
+    topic: str,
+    entries: Sequence[ProduceIn],
+    producer_group: str,
+    producer: ProducerRef | None = None,
+) -> tuple[str, list[PutResult]]:
+    """Store ``entries`` as the halves of one transaction and register it (worker thread)."""
+    transaction_id, messages = transaction_messages(store, topic, entries, producer_group, producer)
     results = store.put_messages(messages, producer=producer)
     born = results[0].store_timestamp_ms if results else 0
     transactions.register(transaction_id, producer_group, results, born, [m.topic for m in messages])

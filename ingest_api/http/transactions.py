@@ -35,9 +35,9 @@ import httpx
 import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 
-from store import InvalidArgument, MessageStore, encode_msg_id
+from store import InvalidArgument, MessageStore, SparkMQError, encode_msg_id
 from store.io.json_file import read_json, write_json_atomically
-from store.publish.transactions import TransactionService, UnknownTransaction
+from store.publish.transactions import EndRequest, EndResult, TransactionService, UnknownTransaction
 from store.write.transactions import TxOutcome
 
 log = logging.getLogger("sparkmq.transactions")
@@ -121,6 +121,8 @@ class CheckDispatcher:
         self._breakers: dict[str, Breaker] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.stats = CheckStats()
+        #: Set by the board: ends from check answers join the HTTP ends' group commit.
+        self.ends: EndCoalescer | None = None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -196,7 +198,11 @@ class CheckDispatcher:
         if action in ("commit", "rollback"):
             outcome = TxOutcome.COMMIT if action == "commit" else TxOutcome.ROLLBACK
             try:
-                await run_in_threadpool(self.service.end, str(check["transaction_id"]), outcome, group)
+                request = EndRequest(str(check["transaction_id"]), outcome, group)
+                if self.ends is not None:  # grouped with concurrent ends into one append
+                    await self.ends.end(request)
+                else:
+                    await run_in_threadpool(self.service.end, request.transaction_id, outcome, group)
             except UnknownTransaction:
                 log.warning("check answer for unknown transaction %s", check["transaction_id"])
 
@@ -226,6 +232,8 @@ class TransactionBoard:
         self.service = service
         self.groups = groups
         self.dispatcher = CheckDispatcher(service, groups)
+        self.ends = EndCoalescer(service)
+        self.dispatcher.ends = self.ends
         self._applied_path = store.config.store_dir / "config" / APPLIED_FILE
         self.last_applied = int((read_json(self._applied_path) or {}).get("lastAppliedBatch", -1))
         self._lock = asyncio.Lock()
@@ -291,3 +299,63 @@ class TransactionBoard:
             for outcome, count in sorted(self.dispatcher.stats.outcomes.items())
         )
         return "\n".join(lines) + "\n"
+
+
+class EndCoalescer:
+    """Group commit for transaction ends: concurrent ``POST /transactions/{id}`` requests are
+    ended by one :meth:`TransactionService.end_many` call (one append for all their final
+    messages and ops), like :class:`ingest_api.http.coalescer.ProduceCoalescer` for produce."""
+
+    MAX_GROUP = 512
+    GATHER_TURNS = 4
+
+    def __init__(self, service: TransactionService) -> None:
+        self.service = service
+        self._pending: list[tuple[EndRequest, asyncio.Future[EndResult]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def end(self, request: EndRequest) -> EndResult:
+        future: asyncio.Future[EndResult] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        if self._drainer is None:
+            self._drainer = asyncio.create_task(self._drain())
+        return await future
+
+    def _end_each(self, requests: list[EndRequest]) -> list[EndResult | SparkMQError]:
+        try:
+            return self.service.end_many(requests)
+        except SparkMQError as group_error:
+            if len(requests) == 1:
+                return [group_error]
+        outcomes: list[EndResult | SparkMQError] = []
+        for request in requests:  # the group failed as a whole: each request on its own
+            try:
+                outcomes.extend(self.service.end_many([request]))
+            except SparkMQError as error:
+                outcomes.append(error)
+        return outcomes
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                for _ in range(self.GATHER_TURNS):
+                    if len(self._pending) >= self.MAX_GROUP:
+                        break
+                    await asyncio.sleep(0)
+                group, self._pending = self._pending[: self.MAX_GROUP], self._pending[self.MAX_GROUP :]
+                try:
+                    outcomes = await run_in_threadpool(self._end_each, [r for r, _ in group])
+                except BaseException as exc:
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(exc)
+                    raise
+                for (_, future), outcome in zip(group, outcomes, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(outcome, SparkMQError):
+                        future.set_exception(outcome)
+                    else:
+                        future.set_result(outcome)
+        finally:
+            self._drainer = None

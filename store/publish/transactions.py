@@ -85,6 +85,14 @@ class Transaction:
 
 
 @dataclass(frozen=True, slots=True)
+class EndRequest:
+    transaction_id: str
+    outcome: TxOutcome
+    producer_group: str | None
+    check_times: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EndResult:
     transaction: Transaction
     outcome: TxOutcome
@@ -211,22 +219,64 @@ class TransactionService:
     ) -> EndResult:
         """Commit, roll back or discard ``transaction_id`` once; later calls report the first
         outcome and write nothing."""
+        (result,) = self.end_many([EndRequest(transaction_id, outcome, producer_group, check_times)])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def end_many(self, requests: Sequence[EndRequest]) -> list[EndResult | SparkMQError]:
+        """End several transactions with **one** append (each one's final messages, then its op,
+        in request order); each request gets its own result or refusal. Requests for the same
+        transaction: the first decides, the others report its outcome."""
         with self._lock:
-            tx = self._by_id.get(transaction_id)
-            if tx is None or not tx.halves:
-                raise UnknownTransaction(f"no transaction {transaction_id!r}")
-            if producer_group is not None and producer_group != tx.producer_group:
-                raise ProducerGroupMismatch(
-                    f"transaction {transaction_id!r} belongs to producer group {tx.producer_group!r}, "
-                    f"not {producer_group!r}"
-                )
-            if tx.outcome is not None:
-                return EndResult(tx, tx.outcome, ended_now=False)
-            results = self._append_end(tx, outcome, check_times)
-            tx.outcome = outcome
-            if outcome is TxOutcome.COMMIT:
-                tx.results = results
-            return EndResult(tx, outcome, ended_now=True)
+            out: list[EndResult | SparkMQError | None] = [None] * len(requests)
+            records: list[RecordFields] = []
+            spans: list[tuple[int, Transaction, TxOutcome, int, int]] = []  # index, tx, outcome, lo, hi
+            deciding: dict[str, TxOutcome] = {}
+            for i, req in enumerate(requests):
+                tx = self._by_id.get(req.transaction_id)
+                if tx is None or not tx.halves:
+                    out[i] = UnknownTransaction(f"no transaction {req.transaction_id!r}")
+                    continue
+                if req.producer_group is not None and req.producer_group != tx.producer_group:
+                    out[i] = ProducerGroupMismatch(
+                        f"transaction {req.transaction_id!r} belongs to producer group "
+                        f"{tx.producer_group!r}, not {req.producer_group!r}"
+                    )
+                    continue
+                first = tx.outcome or deciding.get(req.transaction_id)
+                if first is not None:
+                    out[i] = EndResult(tx, first, ended_now=False)
+                    continue
+                try:
+                    lo = len(records)
+                    if req.outcome is TxOutcome.COMMIT:
+                        records.extend(final_record(h) for h in self._halves(tx))
+                    elif req.outcome is TxOutcome.DISCARD:
+                        records.extend(discard_record(h, req.check_times) for h in self._halves(tx))
+                    hi = len(records)
+                    records.append(self._op(tx, req.outcome))
+                except SparkMQError as exc:
+                    del records[lo:]
+                    out[i] = exc
+                    continue
+                deciding[req.transaction_id] = req.outcome
+                spans.append((i, tx, req.outcome, lo, hi))
+            if records:
+                stored = self.store.append_records(records)
+                self._last_op_commitlog_offset = stored[-1].commitlog_offset
+                for i, tx, outcome, lo, hi in spans:
+                    tx.outcome = outcome
+                    if outcome is TxOutcome.COMMIT:
+                        tx.results = stored[lo:hi]
+                    out[i] = EndResult(tx, outcome, ended_now=True)
+            for i, result in enumerate(out):
+                if result is None or (isinstance(result, EndResult) and not result.ended_now):
+                    tx = self._by_id[requests[i].transaction_id]
+                    out[i] = EndResult(
+                        tx, tx.outcome or deciding[requests[i].transaction_id], ended_now=False
+                    )
+            return [r for r in out if r is not None]
 
     def _halves(self, tx: Transaction) -> list[Half]:
         halves = []

@@ -300,3 +300,32 @@ def test_discard_copies_the_half_with_its_check_times(tmp_path: Path) -> None:
         assert copy.properties["TRANSACTION_CHECK_TIMES"] == "15" and copy.body == b"m0"
         assert copy.properties["REAL_TOPIC"] == "orders"
         assert records(ms, "orders", 1) == []
+
+
+def test_end_many_is_one_append_with_per_request_outcomes(tmp_path: Path) -> None:
+    from store.publish.transactions import EndRequest
+
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("orders", 4)
+        service = TransactionService.open(ms)
+        a, b = put_halves(ms, service, ["orders"]), put_halves(ms, service, ["orders", "orders"])
+        before = ms.commitlog_max_offset
+        results = service.end_many(
+            [
+                EndRequest(a, TxOutcome.COMMIT, "pg"),
+                EndRequest("missing", TxOutcome.COMMIT, "pg"),
+                EndRequest(b, TxOutcome.ROLLBACK, "pg"),
+                EndRequest(a, TxOutcome.ROLLBACK, "pg"),  # the same transaction again: first wins
+                EndRequest(b, TxOutcome.COMMIT, "other"),
+            ]
+        )
+        assert isinstance(results[1], UnknownTransaction) and isinstance(results[4], ProducerGroupMismatch)
+        first, _, second, again, _ = results
+        assert not isinstance(first, Exception) and first.ended_now and first.outcome is TxOutcome.COMMIT
+        assert not isinstance(second, Exception) and second.ended_now and second.outcome is TxOutcome.ROLLBACK
+        assert not isinstance(again, Exception) and not again.ended_now and again.outcome is TxOutcome.COMMIT
+        assert len(first.transaction.results) == 1
+        assert [m.body for m in ms.get_messages("orders", 1, 0, 10).messages] == [b"m0"]
+        ops = ms.get_messages(TRANS_OP_HALF_TOPIC, 0, 0, 10).messages
+        assert [o.properties["SPARKMQ_TX_END"] for o in ops] == ["commit", "rollback"]
+        assert ms.commitlog_max_offset > before

@@ -105,6 +105,18 @@ async def produce_one(
     store = broker.store
     if entry.topic not in (None, topic):
         raise ApiError(400, "invalid_topic", f"entry topic {entry.topic!r} differs from the path's {topic!r}")
+    if entry.transaction is not None and producer is None and broker.operators is not None:
+        board = broker.operators.transactions
+        if board is not None:  # group commit of halves, like plain single produces
+            group = entry.transaction.producer_group
+            if producing.known_queue_count(store, topic) is None:
+                await run_in_threadpool(producing.ensure_topic, store, topic)
+            txid, (half,) = producing.transaction_messages(store, topic, [entry], group)
+            result = await broker.producer.put(half)
+            board.service.register(txid, group, [result], result.store_timestamp_ms, [topic])
+            broker.metrics.produced(topic, 1, len(half.body), "single", time.perf_counter() - started)
+            out = TransactionalProduceOut(**ProduceOut.of(result).model_dump(), transaction_id=txid)
+            return Response(out.model_dump_json(), status_code=201, media_type="application/json")
     if entry.transaction is not None:
         txid, results = await run_in_threadpool(_put_transaction, broker, topic, [entry], producer)
         broker.metrics.produced(topic, 1, 0, "single", time.perf_counter() - started)

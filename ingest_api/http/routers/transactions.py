@@ -33,7 +33,7 @@ from ingest_api.http.schemas import (
     TransactionOut,
 )
 from ingest_api.http.transactions import TransactionBoard
-from store.publish.transactions import Transaction, UnknownTransaction
+from store.publish.transactions import EndRequest, Transaction, UnknownTransaction
 from store.write.transactions import TxOutcome
 
 router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
@@ -91,7 +91,7 @@ async def end_transaction(
         raise UnknownTransaction(f"no transaction {transaction_id!r}")
     _authorize_topics(principal, tx)
     outcome = TxOutcome.COMMIT if body.action == "commit" else TxOutcome.ROLLBACK
-    ended = await run_in_threadpool(board.service.end, transaction_id, outcome, body.producer_group)
+    ended = await board.ends.end(EndRequest(transaction_id, outcome, body.producer_group))
     out = _out(ended.transaction)
     return EndTransactionOut(
         **out.model_dump(),
