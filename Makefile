@@ -8,7 +8,7 @@ STORE_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test lint typecheck bench clean venv
+.PHONY: run test test-fast lint typecheck bench clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ run: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# The quick loop while editing (no Spark, no Kafka clients, no end-to-end kill tests);
+# `make test` stays the full suite that CI runs.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow and not spark and not kafka"
 
 lint: venv
 	$(BIN)/ruff check .
