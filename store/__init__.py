@@ -24,7 +24,8 @@ from store.errors import (
 )
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.java_hash import java_string_hash, java_string_hashes
-from store.format.record import (
+from store.format.record import encode_msg_id
+from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_PGROUP,
@@ -34,8 +35,9 @@ from store.format.record import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
     SYSTEM_PROPERTIES,
-    encode_msg_id,
 )
+from store.io.atomic_file import read_json, write_json_atomically
+from store.io.clock import Clock, wall_clock_ms
 from store.message_store import MessageStore, StoreStats, StoreVerification
 from store.metadata.file_sizes import existing_config
 from store.names import is_system_topic, validate_group, validate_topic
@@ -45,14 +47,17 @@ from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 from store.write.appender import BatchPutResult
+from store.write.columns import MAX_PROPERTY_COLUMNS, UNPLACED, ProduceColumns, ProduceOutcome
 from store.write.delay_levels import parse_delay_levels, parse_duration_ms
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
+from store.write.routing import sharding_queue, sharding_queues
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "MAX_PRODUCER_ID_CHARS",
+    "MAX_PROPERTY_COLUMNS",
     "MESSAGE_SCHEMA",
     "MIB",
     "NAME_VALUE_SEPARATOR",
@@ -66,9 +71,11 @@ __all__ = [
     "RETRY_PREFIX",
     "SYSTEM_PROPERTIES",
     "TIMER_REQUEST_PROPERTIES",
+    "UNPLACED",
     "BatchPutResult",
     "BatchReadResult",
     "Boundary",
+    "Clock",
     "DataLost",
     "FlushDiskType",
     "GetResult",
@@ -79,6 +86,8 @@ __all__ = [
     "MessageTooLarge",
     "MessageView",
     "NotRelocatable",
+    "ProduceColumns",
+    "ProduceOutcome",
     "ProducerRef",
     "PutResult",
     "Relocation",
@@ -105,7 +114,12 @@ __all__ = [
     "parse_duration_ms",
     "parse_tag_expression",
     "present_retry",
+    "read_json",
     "request_uniq_keys",
+    "sharding_queue",
+    "sharding_queues",
     "validate_group",
     "validate_topic",
+    "wall_clock_ms",
+    "write_json_atomically",
 ]

@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -29,16 +29,11 @@ from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
-from store.format.record import (
-    PREPARED_TX_OFFSET_POS,
-    SYSFLAG_TX_COMMIT,
-    SYSFLAG_TX_MASK,
-    RecordFields,
-    decode_msg_id,
-    encode_record,
-)
+from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id, encode_record
+from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK
 from store.index.index_file import IndexService
 from store.index.index_service import IndexDispatcher
+from store.io.clock import Clock, wall_clock_ms
 from store.io.fs import FileSystem, OsFileSystem
 from store.io.lock import DirectoryLock, remove_abort_file, write_abort_file
 from store.metadata.checkpoint import StoreCheckpoint
@@ -62,6 +57,7 @@ from store.services import PeriodicService
 from store.types import Boundary, GetResult, Message, MessageView, PutResult
 from store.write.appender import Appender, BatchPutResult
 from store.write.arrivals import ArrivalListener, Arrivals
+from store.write.columns import ProduceColumns, ProduceOutcome, put_columns
 from store.write.delay_levels import parse_delay_levels
 from store.write.idempotence import ProducerRef
 from store.write.relocate import Relocated, Relocation, relocated_bytes
@@ -76,10 +72,6 @@ _SYSTEM_TOPIC_QUEUES = {
     TIMER_TOPIC: 1,
     SENDBACK_TOPIC: 1,
 }
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +105,7 @@ class StoreVerification:
 class MessageStore:
     """A RocketMQ-compatible store in one directory. Thread-safe; use :meth:`open`."""
 
-    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int], fs: FileSystem) -> None:
+    def __init__(self, config: StoreConfig, clock_ms: Clock, fs: FileSystem) -> None:
         self.config = config
         self._clock = clock_ms
         self._fs = fs
@@ -133,7 +125,7 @@ class MessageStore:
         cls,
         config: StoreConfig,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Clock = wall_clock_ms,
         fs: FileSystem | None = None,
     ) -> MessageStore:
         """Lock the directory, recover, and start the background services.
@@ -296,6 +288,13 @@ class MessageStore:
         self._topics.persist()
         return created
 
+    def ensure_topic(self, topic: str) -> int:
+        """Queue count of ``topic``, creating it when auto-creation is on (what a producer's
+        first write does). Raises :class:`~store.errors.UnknownTopic` when it is off,
+        :class:`~store.errors.InvalidTopicName` for a bad or system topic name."""
+        self._ensure_open()
+        return self._appender.producible_queue_count(topic)
+
     def delete_topic(self, topic: str) -> bool:
         """Forget ``topic``: its config, ConsumeQueues and group offsets (bytes age out)."""
         self._ensure_open()
@@ -324,7 +323,6 @@ class MessageStore:
         tc = self._topics.get(topic)
         return tc is not None and 0 <= queue_id < tc.queues
 
-    # ------------------------------------------------------------------ produce
     # ------------------------------------------------------------------ produce
     def put_message(self, msg: Message) -> PutResult:
         return self.put_messages([msg])[0]
@@ -374,7 +372,17 @@ class MessageStore:
             producer=producer,
         )
 
-    # ------------------------------------------------------------------ arrivals / long-poll
+    def put_columns(
+        self, topic: str, columns: ProduceColumns, *, producer: ProducerRef | None = None
+    ) -> ProduceOutcome:
+        """The columnar produce entry every door uses (:mod:`store.write.columns`): queues
+        resolved (explicit, sharding key, round robin), then :meth:`put_batch` when nothing is
+        scheduled, else :meth:`put_messages`. All or nothing; the topic is auto-created when
+        allowed. With ``producer`` the call is idempotent."""
+        self._ensure_open()
+        return put_columns(self._appender, topic, columns, producer)
+
+    # ------------------------------------------------------------------ relocations and records
     def relocate(self, requests: Sequence[Relocation]) -> list[PutResult | None]:
         """Deliver (or roll) parked messages: one new record per request, appended atomically.
 

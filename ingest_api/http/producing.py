@@ -1,11 +1,11 @@
 """Turning validated produce requests into store writes.
 
-The ``put_*`` functions and :func:`ensure_topic` block on the store and run in worker
-threads; the rest is pure or in-memory. Queue choice: an explicit ``queue_id``; else a
-``sharding_key`` hashed like RocketMQ's ``SelectMessageQueueByHash`` (``abs(key.hashCode()) %
-queues``, so one key always lands on one queue and keeps its order); else ``None``, which lets
-the store go round robin. Batches go through the store's columnar ``put_batch`` when they fit
-it and through ``put_messages`` otherwise; both are all-or-nothing.
+The ``put_*`` functions block on the store and run in worker threads; the rest is pure or
+in-memory. This module checks what the HTTP contract reports with an entry index (queue ids
+against the topic, scheduling fields, body sizes) and hands the rest to the store: batches go
+to its one columnar entry, ``MessageStore.put_columns``, which resolves queues (explicit,
+sharding key, round robin) and stores all or nothing; a single message, a batch across topics
+and transaction halves go through ``put_messages``.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest_api.http.batches import ArrowBatch, check_body_sizes, schedule_error
+from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes, schedule_error
 from ingest_api.http.errors import ApiError
 from ingest_api.http.schemas import ProduceIn, decode_body
 from store import (
@@ -28,25 +27,18 @@ from store import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
-    BatchPutResult,
+    UNPLACED,
     Message,
     MessageStore,
+    ProduceColumns,
+    ProduceOutcome,
     ProducerRef,
     PutResult,
-    UnknownTopic,
-    is_timer_request,
-    java_string_hash,
-    java_string_hashes,
     request_uniq_keys,
+    sharding_queue,
     validate_topic,
 )
 from store.publish.transactions import TransactionService
-
-ProduceOutcome = BatchPutResult | list[PutResult]
-
-#: Above this many distinct property names a batch goes row by row (columns stop paying).
-MAX_PROPERTY_COLUMNS = 64
-
 
 #: Longest accepted ``Idempotency-Key`` header value.
 MAX_IDEMPOTENCY_KEY_CHARS = 200
@@ -67,26 +59,6 @@ def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters",
         )
     return ProducerRef(f"http:{topic}:{key}")
-
-
-def sharding_queue(key: str, queue_count: int) -> int:
-    """RocketMQ ``SelectMessageQueueByHash``: ``abs(key.hashCode() % n)``."""
-    return abs(java_string_hash(key)) % queue_count
-
-
-def sharding_queues(keys: Sequence[str], queue_count: int) -> npt.NDArray[np.int32]:
-    hashes = java_string_hashes(keys).astype(np.int64)
-    return (np.abs(hashes) % queue_count).astype(np.int32)
-
-
-def ensure_topic(store: MessageStore, topic: str) -> int:
-    """Queue count of ``topic``, creating it when auto-creation is on; else :class:`UnknownTopic`."""
-    validate_topic(topic)
-    if not store.has_topic(topic):
-        if not store.config.auto_create_topics:
-            raise UnknownTopic(f"topic {topic!r} does not exist (auto-creation is off)")
-        return store.create_topic(topic)
-    return store.queue_count(topic)
 
 
 def known_queue_count(store: MessageStore, topic: str) -> int | None:
@@ -195,210 +167,105 @@ def put_entries(
 ) -> tuple[ProduceOutcome, int]:
     """Every entry is checked before anything is stored; returns (outcome, body bytes).
 
-    Entries that only carry bodies, tags, keys and properties (round robin, no delay) go
-    straight to ``put_batch`` as columns, without a :class:`Message` per entry; the rest go
-    through :func:`entry_message` and :func:`put_rows`."""
-    queue_count = ensure_topic(store, topic)
+    Entries of the path's topic go to the store's columnar entry (``put_columns``) as columns,
+    without a :class:`Message` per entry; a batch whose entries name other topics goes through
+    :func:`entry_message` and ``put_messages`` (one append across topics)."""
+    queue_count = store.ensure_topic(topic)
     max_body = store.config.max_message_size_bytes
+    max_delay = store.config.timer_max_delay_ms
     if any(e.topic not in (None, topic) for e in entries):
-        counts = {t: ensure_topic(store, t) for t in entry_topics(topic, entries)}
-        max_delay = store.config.timer_max_delay_ms
+        counts = {t: store.ensure_topic(t) for t in entry_topics(topic, entries)}
         messages = [
             entry_message(e.topic or topic, e, counts[e.topic or topic], max_body, i, max_delay)
             for i, e in enumerate(entries)
         ]
         return list(store.put_messages(messages, producer=producer)), sum(len(m.body) for m in messages)
-    names = _property_names(e.properties for e in entries)
-    if len(names) > MAX_PROPERTY_COLUMNS or any(
-        e.queue_id is not None or e.sharding_key is not None or e.scheduled for e in entries
-    ):
-        max_delay = store.config.timer_max_delay_ms
-        messages = [
-            entry_message(topic, e, queue_count, max_body, i, max_delay) for i, e in enumerate(entries)
-        ]
-        return put_rows(store, topic, messages, producer), sum(len(m.body) for m in messages)
+    columns = entry_columns(entries, queue_count, max_body, max_delay, topic)
+    return store.put_columns(topic, columns, producer=producer), sum(len(b) for b in columns.bodies)
+
+
+def entry_columns(
+    entries: Sequence[ProduceIn], queue_count: int, max_body: int, max_delay_ms: int, topic: str
+) -> ProduceColumns:
+    """The store columns of validated entries of one topic: queue ids checked against the
+    topic, scheduling fields checked (400 naming the field and entry), body sizes checked (413)."""
     bodies = [decode_body(e.body, e.body_base64) for e in entries]
     sizes = [len(body) for body in bodies]
     if sizes and max(sizes) > max_body:
         index = next(i for i, size in enumerate(sizes) if size > max_body)
         raise _too_large(sizes[index], max_body, index)
-    outcome = _put_columns(
-        store, topic, bodies, None, [e.tags for e in entries], [e.keys for e in entries],
-        [e.properties for e in entries], names, producer,
-    )  # fmt: skip
-    return outcome, sum(sizes)
-
-
-def _property_names(properties: Iterable[Mapping[str, str]]) -> set[str]:
-    names: set[str] = set()
-    for each in properties:
-        names.update(each)
-    return names
-
-
-def _put_columns(
-    store: MessageStore,
-    topic: str,
-    bodies: list[bytes],
-    queue_ids: npt.NDArray[np.int32] | None,
-    tags: list[str | None],
-    keys: Sequence[Sequence[str]],
-    properties: Sequence[Mapping[str, str]],
-    names: set[str],
-    producer: ProducerRef | None = None,
-) -> BatchPutResult:
-    """One ``put_batch`` from per-message fields (the shared tail of :func:`put_entries` and
-    :func:`put_rows`)."""
-    joined_keys = [" ".join(each) or None for each in keys]
-    return store.put_batch(
-        topic,
-        bodies,
+    n = len(entries)
+    queue_ids = None
+    if any(e.queue_id is not None for e in entries):
+        queue_ids = np.array([UNPLACED if e.queue_id is None else e.queue_id for e in entries], np.int32)
+        bad = np.flatnonzero(queue_ids >= queue_count)
+        if len(bad):
+            raise _unknown_queue(int(queue_ids[bad[0]]), topic, queue_count, int(bad[0]))
+    properties: dict[str, list[str | None]] = {}
+    for i, entry in enumerate(entries):
+        merged = entry.properties
+        if entry.scheduled:
+            _, timer = scheduling(
+                entry.delay_level, entry.deliver_at_ms, entry.delay_ms, max_delay_ms=max_delay_ms, index=i
+            )
+            merged = {**merged, **timer}
+        for name, value in merged.items():
+            properties.setdefault(name, [None] * n)[i] = value
+    sharding = [e.sharding_key for e in entries]
+    tags = [e.tags for e in entries]
+    keys = [" ".join(e.keys) or None for e in entries]
+    levels = [e.delay_level or 0 for e in entries]
+    return ProduceColumns(
+        bodies=bodies,
         queue_ids=queue_ids,
+        sharding_keys=sharding if any(k is not None for k in sharding) else None,
         tags=tags if any(t is not None for t in tags) else None,
-        keys=joined_keys if any(k is not None for k in joined_keys) else None,
-        properties={name: [each.get(name) for each in properties] for name in sorted(names)} or None,
-        producer=producer,
+        keys=keys if any(k is not None for k in keys) else None,
+        properties={name: properties[name] for name in sorted(properties)} or None,
+        delay_levels=np.array(levels, np.int32) if any(levels) else None,
     )
 
 
-def put_rows(
-    store: MessageStore, topic: str, messages: Sequence[Message], producer: ProducerRef | None = None
-) -> ProduceOutcome:
-    """Messages of one topic through the columnar ``put_batch`` when they fit it (no delay
-    levels, queue ids on every message or on none, a modest set of property names); else
-    ``put_messages``. Both are all-or-nothing."""
-    placed = sum(m.queue_id is not None for m in messages)
-    names = _property_names(m.properties for m in messages)
-    if (
-        any(m.delay_level or is_timer_request(m.properties) for m in messages)
-        or 0 < placed < len(messages)
-        or len(names) > MAX_PROPERTY_COLUMNS
-    ):
-        return list(store.put_messages(messages, producer=producer))
-    queue_ids = np.fromiter((m.queue_id or 0 for m in messages), np.int32, len(messages)) if placed else None
-    return _put_columns(
-        store, topic, [m.body for m in messages], queue_ids, [m.tags for m in messages],
-        [m.keys for m in messages], [m.properties for m in messages], names, producer,
-    )  # fmt: skip
+def check_arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> None:
+    """400 naming the first row whose explicit queue is outside the topic."""
+    if batch.queue_id is None:
+        return
+    explicit = pc.fill_null(batch.queue_id, -1).to_numpy(zero_copy_only=False)
+    too_big = np.flatnonzero(explicit >= queue_count)
+    if len(too_big):
+        row = int(too_big[0])
+        raise _unknown_queue(int(explicit[row]), topic, queue_count, row)
 
 
-def arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> npt.NDArray[np.int32] | None:
-    """Per-row queue ids (-1 = round robin), or None when every row is round robin."""
-    if batch.queue_id is None and batch.sharding_key is None:
-        return None
-    queue_ids = np.full(len(batch), -1, dtype=np.int32)
-    if batch.queue_id is not None:
-        explicit = pc.fill_null(batch.queue_id, -1).to_numpy(zero_copy_only=False).astype(np.int32)
-        too_big = np.flatnonzero(explicit >= queue_count)
-        if len(too_big):
-            row = int(too_big[0])
-            raise _unknown_queue(int(explicit[row]), topic, queue_count, row)
-        queue_ids = explicit
-    if batch.sharding_key is not None:
-        rows = np.flatnonzero(pc.is_valid(batch.sharding_key).to_numpy(zero_copy_only=False))
-        if len(rows):
-            keys = pc.take(batch.sharding_key, pa.array(rows)).to_pylist()
-            queue_ids[rows] = sharding_queues(keys, queue_count)
-    if (queue_ids < 0).all():
-        return None
-    return queue_ids
-
-
-def arrow_messages(
-    topic: str, batch: ArrowBatch, queue_ids: npt.NDArray[np.int32] | None, max_delay_ms: int
-) -> list[Message]:
-    """Row-wise :class:`Message` objects (the path used when a column feature needs it)."""
+def check_arrow_schedules(batch: ArrowBatch, max_delay_ms: int) -> None:
+    """The scheduling checks of :func:`scheduling` on every row that sets a scheduling column."""
+    columns = (batch.delay_level, batch.deliver_at_ms, batch.delay_ms)
+    given = [c for c in columns if c is not None and c.null_count < len(batch)]
+    if not given:
+        return
+    mask = np.zeros(len(batch), dtype=np.bool_)
+    for column in given:
+        mask |= np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(mask).tolist()
+    values = [None if c is None else c.to_pylist() for c in columns]
     now_ms = int(time.time() * 1000)
-    n = len(batch)
-    bodies = batch.body.to_pylist()
-    tags = batch.tags.to_pylist() if batch.tags is not None else [None] * n
-    keys = batch.keys.to_pylist() if batch.keys is not None else [None] * n
-    props = batch.properties.to_pylist() if batch.properties is not None else [None] * n
-    delays = batch.delay_level.to_pylist() if batch.delay_level is not None else [None] * n
-    deliver_at = batch.deliver_at_ms.to_pylist() if batch.deliver_at_ms is not None else [None] * n
-    delay_ms = batch.delay_ms.to_pylist() if batch.delay_ms is not None else [None] * n
-    qids = queue_ids.tolist() if queue_ids is not None else [-1] * n
-    messages = []
-    for i in range(n):
-        level, schedule = scheduling(
-            delays[i], deliver_at[i], delay_ms[i], max_delay_ms=max_delay_ms, index=i, now_ms=now_ms
-        )
-        messages.append(
-            Message(
-                topic=topic,
-                body=bodies[i],
-                tags=tags[i],
-                keys=tuple(keys[i] or ()),
-                properties={**dict(props[i] or ()), **schedule},
-                queue_id=None if qids[i] < 0 else qids[i],
-                delay_level=level,
-            )
-        )
-    return messages
-
-
-def property_columns(column: pa.MapArray, n: int) -> dict[str, list[str | None]] | None:
-    """Per-row property maps pivoted to one column per name (None where a row lacks it), or
-    None when there are too many distinct names for columns to pay."""
-    offsets = column.offsets.to_numpy()
-    lengths = np.diff(offsets)
-    lengths[~column.is_valid().to_numpy(zero_copy_only=False)] = 0
-    if not lengths.any():
-        return {}
-    names = column.keys.to_pylist()
-    values = column.items.to_pylist()
-    distinct = set(names)
-    if len(distinct) > MAX_PROPERTY_COLUMNS:
-        return None
-    pivot: dict[str, list[str | None]] = {name: [None] * n for name in sorted(distinct)}
-    starts = offsets[:-1] - offsets[0]
-    for row in np.flatnonzero(lengths).tolist():
-        for item in range(int(starts[row]), int(starts[row] + lengths[row])):
-            pivot[names[item]][row] = values[item]
-    return pivot
-
-
-def _columnar_queue_ids(queue_ids: npt.NDArray[np.int32] | None) -> tuple[bool, npt.NDArray[np.int32] | None]:
-    """(usable by ``put_batch``, its queue_ids): it takes all rows placed or none."""
-    if queue_ids is None:
-        return True, None
-    return bool((queue_ids >= 0).all()), queue_ids
+    for row in rows:
+        level, at, delay = (None if v is None else v[row] for v in values)
+        scheduling(level, at, delay, max_delay_ms=max_delay_ms, index=row, now_ms=now_ms)
 
 
 def put_arrow(
     store: MessageStore, topic: str, batch: ArrowBatch, producer: ProducerRef | None = None
 ) -> tuple[ProduceOutcome, int]:
-    """The columnar ``put_batch`` when the batch fits it (no delay levels, queue ids on every
-    row or on none, a modest set of property names); else ``put_messages`` row by row.
-    Returns (outcome, body bytes)."""
-    queue_count = ensure_topic(store, topic)
+    """A validated Arrow batch through the store's columnar entry. Returns (outcome, body bytes)."""
+    queue_count = store.ensure_topic(topic)
     sizes = pc.binary_length(batch.body)
     check_body_sizes(sizes, store.config.max_message_size_bytes)
-    body_bytes = int(pc.sum(sizes).as_py() or 0)
-    queue_ids = arrow_queue_ids(topic, batch, queue_count)
-    columnar, batch_queue_ids = _columnar_queue_ids(queue_ids)
-    has_delay = any(
-        column is not None and column.null_count < len(batch)
-        for column in (batch.delay_level, batch.deliver_at_ms, batch.delay_ms)
-    )
-    properties = property_columns(batch.properties, len(batch)) if batch.properties is not None else {}
-    if not columnar or has_delay or properties is None:
-        messages = arrow_messages(topic, batch, queue_ids, store.config.timer_max_delay_ms)
-        return put_rows(store, topic, messages, producer), body_bytes
-    keys = None
-    if batch.keys is not None:
-        joined = pc.binary_join(batch.keys, " ")
-        keys = pc.if_else(pc.equal(joined, ""), None, joined).to_pylist()
-    outcome = store.put_batch(
-        topic,
-        batch.body.to_pylist(),
-        queue_ids=batch_queue_ids,
-        tags=batch.tags.to_pylist() if batch.tags is not None else None,
-        keys=keys,
-        properties=properties or None,
-        producer=producer,
-    )
-    return outcome, body_bytes
+    check_arrow_queue_ids(topic, batch, queue_count)
+    check_arrow_schedules(batch, store.config.timer_max_delay_ms)
+    table = pa.table({name: column for name in ARROW_COLUMNS if (column := getattr(batch, name)) is not None})
+    columns = ProduceColumns.from_arrow(table)
+    return store.put_columns(topic, columns, producer=producer), int(pc.sum(sizes).as_py() or 0)
 
 
 def transaction_messages(
@@ -432,7 +299,7 @@ def transaction_messages(
     for i, entry in enumerate(entries):
         target = entry.topic or topic
         if target not in counts:
-            counts[target] = ensure_topic(store, target)
+            counts[target] = store.ensure_topic(target)
         message = entry_message(target, entry, counts[target], max_body, i, store.config.timer_max_delay_ms)
         system = {PROPERTY_PGROUP: producer_group, PROPERTY_TRANSACTION_ID: transaction_id}
         messages.append(

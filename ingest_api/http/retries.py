@@ -31,7 +31,7 @@ from store import (
     validate_group,
     validate_topic,
 )
-from store.io.json_file import read_json, write_json_atomically
+from store.io.atomic_file import read_json, write_json_atomically
 from store.names import SENDBACK_TOPIC
 from store.write.sendback import (
     DEFAULT_MAX_RECONSUME_TIMES,

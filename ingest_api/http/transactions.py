@@ -36,7 +36,7 @@ import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 
 from store import InvalidArgument, MessageStore, SparkMQError, encode_msg_id
-from store.io.json_file import read_json, write_json_atomically
+from store.io.atomic_file import read_json, write_json_atomically
 from store.publish.transactions import EndRequest, EndResult, TransactionService, UnknownTransaction
 from store.write.transactions import TxOutcome
 

@@ -31,7 +31,8 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import numpy as np
 
 from ingest_api.kafka.records import Header, KafkaRecord
 from store import (
@@ -43,6 +44,7 @@ from store import (
     TIMER_REQUEST_PROPERTIES,
     InvalidArgument,
     Message,
+    ProduceColumns,
 )
 
 KEY_PROPERTY = "KAFKA_KEY"
@@ -159,18 +161,9 @@ def record_to_message(topic: str, partition: int, record: KafkaRecord) -> Messag
     )
 
 
-@dataclass(frozen=True, slots=True)
-class StoreColumns:
-    """Arguments for ``MessageStore.put_batch``: one entry per record, one column per property."""
-
-    bodies: list[bytes]
-    keys: list[str | None] | None
-    properties: dict[str, list[str | None]]
-    born_timestamps_ms: list[int]
-
-
-def records_to_columns(records: Sequence[KafkaRecord], now_ms: int) -> StoreColumns | None:
-    """Columnar form of ``records`` (same mapping as :func:`record_to_message`).
+def records_to_columns(records: Sequence[KafkaRecord], partition: int, now_ms: int) -> ProduceColumns | None:
+    """The store's columns for ``records`` of one partition (same mapping as
+    :func:`record_to_message`), for ``MessageStore.put_columns``.
 
     Returns ``None`` when records carry differently ordered property names (the columnar put
     would store them in column order and headers must come back in the producer's order) or
@@ -178,6 +171,7 @@ def records_to_columns(records: Sequence[KafkaRecord], now_ms: int) -> StoreColu
     ``Message`` per record.
     """
     return batch_to_columns(
+        partition,
         [r.timestamp_ms for r in records],
         [r.key for r in records],
         [r.value for r in records],
@@ -187,12 +181,13 @@ def records_to_columns(records: Sequence[KafkaRecord], now_ms: int) -> StoreColu
 
 
 def batch_to_columns(
+    partition: int,
     timestamps_ms: Sequence[int],
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     headers: Sequence[tuple[Header, ...]],
     now_ms: int,
-) -> StoreColumns | None:
+) -> ProduceColumns | None:
     """:func:`records_to_columns` for records already held as columns."""
     n = len(values)
     store_keys: list[str | None] = [None] * n
@@ -219,8 +214,9 @@ def batch_to_columns(
                 return None
             for name, value in properties.items():
                 columns[name][i] = value
-    return StoreColumns(
+    return ProduceColumns(
         bodies=[v or b"" for v in values],
+        queue_ids=np.full(n, partition, dtype=np.int32),
         keys=store_keys if any(k is not None for k in store_keys) else None,
         properties=columns,
         born_timestamps_ms=[t if t >= 0 else now_ms for t in timestamps_ms],

@@ -22,7 +22,16 @@ from dataclasses import replace
 from typing import Any
 
 from ingest_api.kafka.store_port import KafkaStore
-from store import BatchPutResult, BatchReadResult, Boundary, Message, MessageView, ProducerRef, PutResult
+from store import (
+    BatchReadResult,
+    Boundary,
+    Message,
+    MessageView,
+    ProduceColumns,
+    ProduceOutcome,
+    ProducerRef,
+    PutResult,
+)
 
 _STORE_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 _KEPT = frozenset("|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -86,26 +95,13 @@ class KafkaNamedStore:
         renamed = [replace(m, topic=to_store(m.topic)) for m in messages]
         return self._store.put_messages(renamed, producer=producer)
 
-    def put_batch(
-        self,
-        topic: str,
-        bodies: Sequence[bytes],
-        *,
-        queue_ids: int | None = None,
-        keys: Sequence[str | None] | None = None,
-        properties: Mapping[str, str | Sequence[str | None]] | None = None,
-        born_timestamps_ms: Sequence[int] | None = None,
-        producer: ProducerRef | None = None,
-    ) -> BatchPutResult:
-        return self._store.put_batch(
-            to_store(topic),
-            bodies,
-            queue_ids=queue_ids,
-            keys=keys,
-            properties=properties,
-            born_timestamps_ms=born_timestamps_ms,
-            producer=producer,
-        )
+    def put_columns(
+        self, topic: str, columns: ProduceColumns, *, producer: ProducerRef | None = None
+    ) -> ProduceOutcome:
+        return self._store.put_columns(to_store(topic), columns, producer=producer)
+
+    def now_ms(self) -> int:
+        return self._store.now_ms()
 
     def read_batch(
         self,

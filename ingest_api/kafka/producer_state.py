@@ -18,8 +18,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,25 +25,10 @@ from pathlib import Path
 
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.records import MAX_SEQUENCE
+from store import read_json, write_json_atomically
 
 PRODUCER_IDS_FILE = "kafkaProducerIds.json"
 MAX_CACHED_BATCHES = 5
-
-
-def write_json_atomically(path: Path, document: object) -> None:
-    """Replace ``path`` with ``document`` as JSON so a crash leaves the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(document, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class ProducerIdAllocator:
@@ -57,11 +40,10 @@ class ProducerIdAllocator:
         self._next_id = self._load()
 
     def _load(self) -> int:
-        try:
-            document = json.loads(self._path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        document = read_json(self._path)
+        if document is None:
             return 0
-        next_id = document.get("next_producer_id") if isinstance(document, dict) else None
+        next_id = document.get("next_producer_id")
         if not isinstance(next_id, int) or next_id < 0:
             raise ValueError(f"{self._path}: next_producer_id missing or invalid: {document!r}")
         return next_id

@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from store import BatchPutResult, BatchReadResult, Boundary, Message, MessageView, ProducerRef, PutResult
+from store import (
+    BatchReadResult,
+    Boundary,
+    Message,
+    MessageView,
+    ProduceColumns,
+    ProduceOutcome,
+    ProducerRef,
+    PutResult,
+)
 
 
 class KafkaStore(Protocol):
@@ -25,17 +34,10 @@ class KafkaStore(Protocol):
     def put_messages(
         self, messages: Sequence[Message], *, producer: ProducerRef | None = None
     ) -> list[PutResult]: ...
-    def put_batch(
-        self,
-        topic: str,
-        bodies: Sequence[bytes],
-        *,
-        queue_ids: int | None = None,
-        keys: Sequence[str | None] | None = None,
-        properties: Mapping[str, str | Sequence[str | None]] | None = None,
-        born_timestamps_ms: Sequence[int] | None = None,
-        producer: ProducerRef | None = None,
-    ) -> BatchPutResult: ...
+    def put_columns(
+        self, topic: str, columns: ProduceColumns, *, producer: ProducerRef | None = None
+    ) -> ProduceOutcome: ...
+    def now_ms(self) -> int: ...
 
     def read_batch(
         self,

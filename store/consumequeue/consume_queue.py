@@ -42,6 +42,7 @@ import numpy.typing as npt
 from store.commitlog.dispatch_batch import DispatchBatch
 from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument, StoreError
+from store.format.vocabulary import enter_consume_queue, enters_consume_queue
 from store.types import Boundary
 
 I32 = npt.NDArray[np.int32]
@@ -64,10 +65,6 @@ _SIZE_END = _SIZE_START + CQ_UNIT_DTYPE["size"].itemsize
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 FILE_NAME_DIGITS = 20
 
-#: sysFlag transaction type bits (RocketMQ ``MessageSysFlag``).
-TX_TYPE_MASK = 0xC
-TX_PREPARED = 0x4
-TX_ROLLBACK = 0xC
 
 #: Samples per round of the k-ary searches (one ``store_ts_of`` call per round).
 _SEARCH_FANOUT = 32
@@ -644,8 +641,7 @@ class ConsumeQueueStore:
         """
         if len(batch) == 1:
             return self._dispatch_one(batch)
-        tx_type = batch.sys_flags & TX_TYPE_MASK
-        rows = np.flatnonzero((tx_type != TX_PREPARED) & (tx_type != TX_ROLLBACK))
+        rows = np.flatnonzero(enter_consume_queue(batch.sys_flags))
         if len(rows) == 0:
             return 0
         keys = (batch.topic_codes[rows].astype(np.int64) << 32) | (
@@ -669,7 +665,7 @@ class ConsumeQueueStore:
         return written
 
     def _dispatch_one(self, batch: DispatchBatch) -> int:
-        if int(batch.sys_flags[0]) & TX_TYPE_MASK in (TX_PREPARED, TX_ROLLBACK):
+        if not enters_consume_queue(int(batch.sys_flags[0])):
             return 0
         queue = self.get_or_create(batch.topics[int(batch.topic_codes[0])], int(batch.queue_ids[0]))
         written = queue.put_unit(

@@ -52,12 +52,7 @@ from store.format.record import (
     MAGIC_V1,
     MAGIC_V2,
     MSG_ID,
-    NAME_VALUE_SEPARATOR,
     PHYSICAL_OFFSET_POS,
-    PROPERTY_KEYS,
-    PROPERTY_SEPARATOR,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     PROPS_LEN,
     QUEUE_ID_POS,
     QUEUE_OFFSET_POS,
@@ -66,13 +61,20 @@ from store.format.record import (
     STORE_HOST_POS,
     STORE_TIMESTAMP_POS,
     SYS_FLAG_POS,
-    SYSFLAG_COMPRESSED,
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
     TOTAL_SIZE_POS,
     decode_properties,
     ip4_bytes,
     restore_body,
+)
+from store.format.vocabulary import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_COMPRESSED,
 )
 
 U8 = npt.NDArray[np.uint8]

@@ -18,7 +18,6 @@ import os
 import secrets
 import struct
 import threading
-import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +41,6 @@ from store.format.record import (
     MAX_PROPERTIES_BYTES,
     PHYSICAL_OFFSET_POS,
     PREPARED_TX_OFFSET_POS,
-    PROPERTY_UNIQ_KEY,
     PROPS_LEN,
     QUEUE_ID_POS,
     QUEUE_OFFSET_POS,
@@ -64,6 +62,8 @@ from store.format.record import (
     record_size,
     topic_length_prefix,
 )
+from store.format.vocabulary import PROPERTY_UNIQ_KEY
+from store.io.clock import wall_clock_ms
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -405,7 +405,7 @@ class UniqKeyGenerator:
             (os.getpid() if pid is None else pid) & 0xFFFF,
             (secrets.randbits(32) if loader_hash is None else loader_hash) & 0xFFFFFFFF,
         )
-        self._clock = clock_ms if clock_ms is not None else lambda: time.time_ns() // 1_000_000
+        self._clock = clock_ms if clock_ms is not None else wall_clock_ms
         self._lock = threading.Lock()
         self._last_ms = -1
         self._counter = UNIQ_COUNTER_SPAN - 1

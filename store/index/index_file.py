@@ -31,8 +31,6 @@ import mmap
 import os
 import struct
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,9 +42,10 @@ import pyarrow.compute as pc
 
 from store.commitlog.dispatch_batch import DispatchBatch
 from store.config import StoreConfig
-from store.consumequeue.consume_queue import TX_ROLLBACK, TX_TYPE_MASK
 from store.errors import CorruptStore, StoreError
 from store.format.java_hash import index_key_hash, index_key_hashes
+from store.format.vocabulary import enter_index
+from store.io.clock import Clock, wall_clock_ms
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -293,10 +292,6 @@ class IndexFile:
         self.path.unlink(missing_ok=True)
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def file_name_for(timestamp_ms: int) -> str:
     """``yyyyMMddHHmmssSSS`` (UTC) of a timestamp."""
     moment = datetime.fromtimestamp(timestamp_ms // 1000, tz=UTC)
@@ -356,7 +351,7 @@ class IndexService:
         max_entries: int,
         *,
         read_only: bool = False,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Clock = wall_clock_ms,
     ) -> None:
         self.directory = directory
         self.slot_count = slot_count
@@ -370,7 +365,7 @@ class IndexService:
 
     @staticmethod
     def from_config(
-        config: StoreConfig, *, read_only: bool = False, clock_ms: Callable[[], int] = _wall_clock_ms
+        config: StoreConfig, *, read_only: bool = False, clock_ms: Clock = wall_clock_ms
     ) -> IndexService:
         return IndexService(
             config.index_dir,
@@ -414,8 +409,7 @@ class IndexService:
         ROLLBACK transaction messages and messages at or below :meth:`last_indexed_offset`
         (a replay after recovery) are skipped, like RocketMQ ``IndexService.buildIndex``.
         """
-        tx_type = batch.sys_flags & TX_TYPE_MASK
-        wanted = (tx_type != TX_ROLLBACK) & (batch.commitlog_offsets > self.last_indexed_offset())
+        wanted = enter_index(batch.sys_flags) & (batch.commitlog_offsets > self.last_indexed_offset())
         rows = np.flatnonzero(wanted)
         if len(rows) == 0:
             return 0

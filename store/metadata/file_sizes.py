@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from store.config import GIB, StoreConfig
-from store.io.json_file import read_json, write_json_atomically
+from store.io.atomic_file import read_json, write_json_atomically
 
 log = logging.getLogger("sparkmq.store")
 

@@ -17,14 +17,14 @@ changed since the last write, so a periodic persister is cheap.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument
-from store.io.json_file import read_json, write_json_atomically
+from store.io.atomic_file import read_json, write_json_atomically
+from store.io.clock import Clock, wall_clock_ms
 from store.names import validate_group, validate_topic
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
@@ -32,14 +32,10 @@ DELAY_OFFSET_FILE = "delayOffset.json"
 KEY_SEPARATOR = "@"
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class JsonTable:
     """A lock, a dirty flag and atomic persistence for one ``config/*.json`` file."""
 
-    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, path: Path, clock_ms: Clock = wall_clock_ms) -> None:
         self.path = path
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
@@ -94,7 +90,7 @@ def _int_key(table: str, raw: object) -> int:
 class ConsumerOffsetTable(JsonTable):
     """``topic@group`` -> queue id -> next offset to consume (RocketMQ ``ConsumerOffsetManager``)."""
 
-    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, path: Path, clock_ms: Clock = wall_clock_ms) -> None:
         self._table: dict[tuple[str, str], dict[int, int]] = {}
         super().__init__(path, clock_ms)
 
@@ -173,7 +169,7 @@ class ConsumerOffsetTable(JsonTable):
 class DelayOffsetTable(JsonTable):
     """Delay level (1-based) -> consumed offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``."""
 
-    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, path: Path, clock_ms: Clock = wall_clock_ms) -> None:
         self._table: dict[int, int] = {}
         super().__init__(path, clock_ms)
 

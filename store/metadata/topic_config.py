@@ -11,14 +11,14 @@ RocketMQ's bit set: 4 = read, 2 = write, 1 = inherit. Topics grow, never shrink.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument
-from store.metadata.offset_table import JsonTable, wall_clock_ms
+from store.io.clock import Clock, wall_clock_ms
+from store.metadata.offset_table import JsonTable
 from store.names import is_system_topic, validate_topic
 
 TOPICS_FILE = "topics.json"
@@ -65,7 +65,7 @@ class TopicConfig:
 class TopicConfigTable(JsonTable):
     """Topic name -> :class:`TopicConfig`, thread-safe, persisted atomically when dirty."""
 
-    def __init__(self, path: Path, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, path: Path, clock_ms: Clock = wall_clock_ms) -> None:
         self._topics: dict[str, TopicConfig] = {}
         super().__init__(path, clock_ms)
 

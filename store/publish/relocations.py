@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,7 +39,7 @@ import pyarrow as pa
 
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, StoreError
-from store.io.json_file import write_json_atomically
+from store.io.atomic_file import write_atomically, write_json_atomically
 from store.message_store import MessageStore
 from store.publish.sink_staging import check_id
 from store.write.relocate import Relocation, RelocationKind, relocated_record
@@ -233,25 +231,14 @@ class RelocationLog:
 
 
 def _create_exclusive(path: Path, table: pa.Table, after_offset: int) -> bool:
-    """Write the decision unless it exists (tmp + fsync + link). True when this call wrote it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    """Write the decision unless it exists. True when this call wrote it."""
     schema = RELOCATION_SCHEMA.with_metadata({_AFTER_KEY: str(after_offset).encode()})
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+
+    def fill(temp: Path) -> None:
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             writer.write_table(table.replace_schema_metadata(schema.metadata))
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-    return True
+
+    return write_atomically(path, fill, exclusive=True)
 
 
 def _load_decision(path: Path) -> tuple[pa.Table, int]:
@@ -259,11 +246,3 @@ def _load_decision(path: Path) -> tuple[pa.Table, int]:
         table = pa.ipc.open_file(source).read_all()
     after = int((table.schema.metadata or {})[_AFTER_KEY])
     return table, after
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +46,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.config import FlushDiskType
-from store.errors import InvalidArgument, MessageTooLarge, StoreError, UnknownTopic
-from store.format.java_hash import java_string_hashes
+from store.errors import InvalidArgument, MessageTooLarge, StoreError
+from store.io.atomic_file import write_atomically, write_json_atomically
 from store.message_store import MessageStore
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, validate_topic
-from store.types import Message
+from store.write.columns import ProduceColumns
 from store.write.idempotence import ProducerRef, request_uniq_keys
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
 
@@ -138,20 +137,16 @@ def new_part_id(partition_id: int, attempt: int, index: int = 0) -> str:
 
 def write_part(path: Path, batches: Iterable[pa.RecordBatch]) -> int:
     """Write ``batches`` (in :data:`PART_SCHEMA`) as an Arrow IPC file, atomically; returns rows."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     rows = 0
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, PART_SCHEMA) as writer:
+
+    def fill(temp: Path) -> None:
+        nonlocal rows
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, PART_SCHEMA) as writer:
             for batch in batches:
                 writer.write_batch(batch)
                 rows += batch.num_rows
-        _fsync_file(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+
+    write_atomically(path, fill)
     return rows
 
 
@@ -182,53 +177,6 @@ def read_part(path: Path) -> pa.Table:
 def _check_part_schema(schema: pa.Schema, where: str) -> None:
     if not schema.equals(PART_SCHEMA):
         raise InvalidArgument(f"staged part {where}: schema {schema} is not the sink part schema")
-
-
-# -- durable small files -----------------------------------------------------------------------
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_tmp(path: Path, document: object) -> Path:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(document, out, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    return tmp
-
-
-def _replace_json(path: Path, document: object) -> None:
-    tmp = _write_tmp(path, document)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _create_json_exclusive(path: Path, document: object) -> bool:
-    """Write ``path`` unless it exists (atomic: tmp + link). True when this call created it."""
-    tmp = _write_tmp(path, document)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +301,7 @@ class SinkStaging:
                 manifest = Manifest(sink_id, batch_id, tuple(parts), self.chunk_rows)
                 self._check_publishable(manifest)
                 manifest_path.parent.mkdir(parents=True, exist_ok=True)
-                decided_now = _create_json_exclusive(manifest_path, manifest.to_json())
+                decided_now = write_json_atomically(manifest_path, manifest.to_json(), exclusive=True)
             manifest = Manifest.load(manifest_path)
             if not decided_now:
                 log.info(
@@ -410,7 +358,7 @@ class SinkStaging:
     def _mark_published(self, sink_id: str, batch_id: int) -> None:
         if self.store.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
             self.store.flush()  # the staged copy goes away next: the published one must be on disk
-        _replace_json(self.root / sink_id / STATE_FILE, {"last_published_batch": batch_id})
+        write_json_atomically(self.root / sink_id / STATE_FILE, {"last_published_batch": batch_id})
         self._collect(sink_id, batch_id)
 
     def _collect(self, sink_id: str, last_published: int) -> None:
@@ -442,7 +390,7 @@ class SinkStaging:
             queue_ids = table.column("queue_id")
             for topic in topics:
                 validate_topic(topic)
-                count = self._queue_count(topic)
+                count = self.store.ensure_topic(topic)
                 if queue_ids.null_count == len(queue_ids):
                     continue
                 mine = queue_ids
@@ -465,13 +413,6 @@ class SinkStaging:
             properties = dict(table.column("properties")[row].as_py() or ())
             if any(name in properties for name in TIMER_REQUEST_PROPERTIES):
                 admit_timer(properties, now, rules)
-
-    def _queue_count(self, topic: str) -> int:
-        if self.store.has_topic(topic):
-            return self.store.queue_count(topic)
-        if not self.store.config.auto_create_topics:
-            raise UnknownTopic(f"topic {topic!r} does not exist (auto-creation is off)")
-        return self.store.create_topic(topic)
 
     def _publish(self, manifest: Manifest, *, resume: bool) -> None:
         if resume and not self.store.wait_indexed(60.0):
@@ -502,12 +443,8 @@ class SinkStaging:
             # Chunks are appended in order, each all-or-nothing: a chunk not (fully) stored means
             # no later chunk is stored either, so the rest of the batch writes straight through.
             resume = False
-        rest = chunk.slice(start)
-        keys = uniq[start:]
-        if delayed:
-            self.store.put_messages(_messages(topic, rest, keys, _queue_ids(rest, self._queue_count(topic))))
-        else:
-            self._put_columns(topic, rest, keys)
+        columns = ProduceColumns.from_arrow(chunk.slice(start))
+        self.store.put_columns(topic, replace(columns, uniq_keys=uniq[start:]))
         return resume
 
     def _stored_prefix(self, lookup_topics: tuple[str, ...], uniq: Sequence[str]) -> int:
@@ -525,19 +462,6 @@ class SinkStaging:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if stored(mid) else (lo, mid)
         return hi
-
-    def _put_columns(self, topic: str, chunk: pa.Table, uniq: Sequence[str]) -> None:
-        n = chunk.num_rows
-        count = self._queue_count(topic)
-        self.store.put_batch(
-            topic,
-            chunk.column("body").to_pylist(),
-            queue_ids=_queue_ids(chunk, count),
-            tags=_optional_strings(chunk.column("tags")),
-            keys=_optional_strings(chunk.column("keys")),
-            properties=_property_columns(chunk.column("properties"), n),
-            uniq_keys=uniq,
-        )
 
 
 # -- column helpers ----------------------------------------------------------------------------
@@ -592,65 +516,3 @@ def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, b
         for group, delayed in groups:
             for start in range(0, group.num_rows, chunk_rows):
                 yield topic, group.slice(start, chunk_rows), delayed
-
-
-def _optional_strings(column: pa.ChunkedArray) -> list[str | None] | None:
-    if column.null_count == len(column):
-        return None
-    values: list[str | None] = column.to_pylist()
-    return values
-
-
-def _queue_ids(chunk: pa.Table, count: int) -> npt.NDArray[np.int32] | None:
-    """Explicit queue id, else the sharding key's hash queue, else round robin (None)."""
-    explicit, sharding = chunk.column("queue_id"), chunk.column("sharding_key")
-    n = chunk.num_rows
-    if explicit.null_count == n and sharding.null_count == n:
-        return None
-    ids = np.asarray(pc.fill_null(explicit, -1).to_numpy(), dtype=np.int64)
-    if sharding.null_count < n:
-        rows = np.flatnonzero((ids < 0) & np.asarray(pc.is_valid(sharding).to_numpy(zero_copy_only=False)))
-        if len(rows):
-            keys = pc.take(sharding, pa.array(rows)).to_pylist()
-            ids[rows] = np.abs(java_string_hashes(keys).astype(np.int64)) % count
-    missing = ids < 0
-    if missing.any():
-        ids[missing] = np.arange(int(missing.sum()), dtype=np.int64) % count
-    return ids.astype(np.int32)
-
-
-def _property_columns(column: pa.ChunkedArray, n: int) -> dict[str, list[str | None]] | None:
-    """A map column pivoted into ``put_batch``'s name -> per-message values (None = absent)."""
-    merged = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if merged.null_count == n or len(merged.keys) == 0:
-        return None
-    offsets = np.asarray(merged.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    first, last = int(offsets[0]), int(offsets[-1])  # absolute: keys/items are not sliced
-    names = merged.keys.slice(first, last - first).to_pylist()
-    values = merged.items.slice(first, last - first).to_pylist()
-    rows = np.repeat(np.arange(n), np.diff(offsets)).tolist()
-    out: dict[str, list[str | None]] = {}
-    for row, name, value in zip(rows, names, values, strict=True):
-        out.setdefault(name, [None] * n)[row] = value
-    return out
-
-
-def _messages(
-    topic: str, chunk: pa.Table, uniq: Sequence[str], queue_ids: npt.NDArray[np.int32] | None
-) -> list[Message]:
-    """Per-message path for delayed rows (put_batch takes no delay level)."""
-    cols = chunk.to_pydict()
-    qids = [None] * chunk.num_rows if queue_ids is None else queue_ids.tolist()
-    return [
-        Message(
-            topic=topic,
-            body=cols["body"][i],
-            tags=cols["tags"][i],
-            keys=tuple((cols["keys"][i] or "").split()),
-            properties=dict(cols["properties"][i] or ()),
-            queue_id=qids[i],
-            delay_level=cols["delay_level"][i] or 0,
-            uniq_key=uniq[i],
-        )
-        for i in range(chunk.num_rows)
-    ]

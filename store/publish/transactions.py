@@ -30,12 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.errors import InvalidArgument, SparkMQError, StoreError
-from store.format.record import PROPERTY_PGROUP, PROPERTY_REAL_TOPIC, PROPERTY_TRANSACTION_ID, RecordFields
+from store.format.record import RecordFields
+from store.format.vocabulary import (
+    PROPERTY_PGROUP,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TX_END,
+)
 from store.message_store import MessageStore
 from store.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from store.types import PutResult
 from store.write.transactions import (
-    PROPERTY_TX_END,
     Half,
     TxOutcome,
     discard_record,

@@ -25,16 +25,8 @@ from store.config import StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownQueue, UnknownTopic
 from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
-from store.format.record import (
-    PROPERTY_DELAY,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    QUEUE_ID_POS,
-    BodyPolicy,
-    encode_msg_id,
-    encode_record,
-)
+from store.format.record import QUEUE_ID_POS, BodyPolicy, encode_msg_id, encode_record
+from store.format.vocabulary import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_topic
@@ -214,7 +206,7 @@ class Appender:
         records = []
         for i, msg in enumerate(messages):
             validate_message(msg)
-            count = self._queue_count_for_put(msg.topic)
+            count = self.producible_queue_count(msg.topic)
             queue_id = self._choose_queue(msg.topic, msg.queue_id, count)
             placement = place(msg, queue_id, self.delay_levels, now_ms=now, timers=self.timers)
             records.append(
@@ -269,7 +261,7 @@ class Appender:
             queue_id = rec.queue_id
             if not is_system_topic(rec.topic):
                 count = counts.get(rec.topic) or counts.setdefault(
-                    rec.topic, self._queue_count_for_put(rec.topic)
+                    rec.topic, self.producible_queue_count(rec.topic)
                 )
                 if queue_id >= count:
                     queue_id %= count
@@ -339,7 +331,7 @@ class Appender:
                 producer.validate(), topic, bodies, queue_ids, tags, keys, properties, born_timestamps_ms
             )
         n = len(bodies)
-        count = self._queue_count_for_put(topic)
+        count = self.producible_queue_count(topic)
         if n == 0:
             empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
             return BatchPutResult(topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
@@ -452,6 +444,10 @@ class Appender:
                 f"topic {topic!r} has {count} queues"
             )
         return qids.astype(np.int32)
+
+    def round_robin_queues(self, topic: str, count: int, n: int) -> npt.NDArray[np.int32]:
+        """The next ``n`` round-robin queues of ``topic`` (a per-topic counter)."""
+        return self._choose_queues(topic, None, count, n)
 
     def _choose_queue(self, topic: str, queue_id: int | None, count: int) -> int:
         if queue_id is None:
@@ -569,8 +565,10 @@ class Appender:
         for code, qid, last in _last_per_queue(topic_codes, queue_ids, queue_offsets):
             self._queue_next[(topics[code], qid)] = last + 1
 
-    def _queue_count_for_put(self, topic: str) -> int:
-        """Queue count of a user topic a producer writes to (auto-created when allowed)."""
+    def producible_queue_count(self, topic: str) -> int:
+        """Queue count of a user topic a producer writes to, creating it when auto-creation is
+        on; raises :class:`~store.errors.UnknownTopic` when it is off (the one rule every door
+        follows), :class:`~store.errors.InvalidTopicName` for a bad or system topic name."""
         if topic not in self._producible:
             validate_topic(topic)  # refuses bad names and system topics
             self._producible.add(topic)

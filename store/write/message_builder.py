@@ -24,7 +24,8 @@ import numpy.typing as npt
 
 from store.errors import InvalidArgument
 from store.format.java_hash import java_string_hash
-from store.format.record import (
+from store.format.record import BodyPolicy, RecordFields, prepare_body
+from store.format.vocabulary import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
@@ -34,9 +35,6 @@ from store.format.record import (
     PROPERTY_TRAN_MSG,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
-    BodyPolicy,
-    RecordFields,
-    prepare_body,
 )
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.types import Message

@@ -32,11 +32,6 @@ from store.format.record import (
     BODY_POS,
     MAGIC_V1,
     PREPARED_TX_OFFSET_POS,
-    PROPERTY_REAL_QID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TIMER_DEQUEUE_MS,
-    PROPERTY_TIMER_ENQUEUE_MS,
-    PROPERTY_TIMER_ROLL_TIMES,
     QUEUE_ID_POS,
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
@@ -44,6 +39,13 @@ from store.format.record import (
     RecordStatus,
     check_record,
     encode_record,
+)
+from store.format.vocabulary import (
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
 )
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.write.sendback import sendback_record

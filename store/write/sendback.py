@@ -22,27 +22,23 @@ import socket
 
 from store.errors import InvalidArgument
 from store.format.java_hash import java_string_hash
-from store.format.record import (
-    BODY_POS,
+from store.format.record import BODY_POS, RecordFields, RecordStatus, check_record, encode_msg_id
+from store.format.vocabulary import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SENDBACK_ATTEMPT,
+    PROPERTY_SENDBACK_DELAY_LEVEL,
+    PROPERTY_SENDBACK_GROUP,
+    PROPERTY_SENDBACK_MAX_RECONSUME,
+    PROPERTY_SENDBACK_ORIGIN,
+    PROPERTY_SENDBACK_RETRY_QUEUES,
     PROPERTY_UNIQ_KEY,
-    RecordFields,
-    RecordStatus,
-    check_record,
-    encode_msg_id,
 )
 from store.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SCHEDULE_TOPIC, SENDBACK_TOPIC
 
-PROPERTY_SENDBACK_GROUP = "SENDBACK_GROUP"
-PROPERTY_SENDBACK_ORIGIN = "SENDBACK_ORIGIN"
-PROPERTY_SENDBACK_ATTEMPT = "SENDBACK_ATTEMPT"
-PROPERTY_SENDBACK_DELAY_LEVEL = "SENDBACK_DELAY_LEVEL"
-PROPERTY_SENDBACK_MAX_RECONSUME = "SENDBACK_MAX_RECONSUME"
-PROPERTY_SENDBACK_RETRY_QUEUES = "SENDBACK_RETRY_QUEUES"
 #: RocketMQ ``subscriptionGroupConfig.retryMaxTimes``.
 DEFAULT_MAX_RECONSUME_TIMES = 16
 #: The retry ladder starts at level 3 (10 s).

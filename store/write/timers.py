@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from store.errors import InvalidArgument
-from store.format.record import (
+from store.format.vocabulary import (
     PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,

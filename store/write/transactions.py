@@ -24,27 +24,24 @@ import socket
 from collections.abc import Sequence
 
 from store.errors import InvalidArgument
-from store.format.record import (
-    BODY_POS,
+from store.format.record import BODY_POS, RecordFields, RecordStatus, check_record
+from store.format.vocabulary import (
     PROPERTY_PGROUP,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_ID,
+    PROPERTY_TX_END,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_TX_COMMIT,
     SYSFLAG_TX_MASK,
-    RecordFields,
-    RecordStatus,
-    check_record,
 )
 from store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 #: RocketMQ ``TransactionalMessageUtil.REMOVE_TAG``.
 OP_REMOVE_TAG = "d"
 #: The outcome property of an op record (sparkmq extension).
-PROPERTY_TX_END = "SPARKMQ_TX_END"
 
 
 class TxOutcome(enum.StrEnum):

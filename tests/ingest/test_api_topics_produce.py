@@ -9,7 +9,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from ingest_api.http.producing import sharding_queue
+from store import sharding_queue
 
 from .conftest import BrokerFactory
 from .test_batches import arrow_bytes

@@ -10,13 +10,8 @@ import pytest
 
 from ingest_api.http import batches
 from ingest_api.http.errors import ApiError
-from ingest_api.http.producing import (
-    arrow_messages,
-    arrow_queue_ids,
-    property_columns,
-    sharding_queue,
-    sharding_queues,
-)
+from ingest_api.http.producing import check_arrow_queue_ids
+from store import ProduceColumns, sharding_queue
 
 
 def arrow_bytes(table: pa.Table) -> bytes:
@@ -99,26 +94,25 @@ class TestArrow:
         )
         batch = batches.parse_arrow_batch(arrow_bytes(table), 10)
         assert batch.body.type == pa.binary()
-        queue_ids = arrow_queue_ids("t", batch, 4)
-        assert queue_ids is not None
-        assert queue_ids.tolist() == [sharding_queue("order-1", 4), 1]
-        messages = arrow_messages("t", batch, queue_ids, 86_400_000)
+        check_arrow_queue_ids("t", batch, 4)
+        columns = ProduceColumns.from_arrow(
+            pa.table({name: getattr(batch, name) for name in batches.ARROW_COLUMNS if getattr(batch, name)})
+        )
+        messages = columns.messages("t", None)
         assert messages[0].body == b"x"
         assert messages[0].keys == ("k1", "k2")
         assert messages[0].properties == {"p": "v"}
         assert messages[0].tags == "a"
-        assert messages[1].queue_id == 1
+        assert columns.sharding_keys == ["order-1", None]
+        assert columns.queue_ids is not None
+        assert columns.queue_ids.tolist() == [-1, 1]
         assert messages[1].tags is None
-
-    def test_round_robin_when_no_queue_columns(self) -> None:
-        batch = batches.parse_arrow_batch(arrow_bytes(pa.table({"body": pa.array([b"a"])})), 10)
-        assert arrow_queue_ids("t", batch, 4) is None
-        assert arrow_messages("t", batch, None, 86_400_000)[0].queue_id is None
+        assert sharding_queue("order-1", 4) in range(4)
 
     def test_unknown_queue_names_row(self) -> None:
         table = pa.table({"body": pa.array([b"a", b"b"]), "queue_id": pa.array([0, 9], pa.int32())})
         batch = batches.parse_arrow_batch(arrow_bytes(table), 10)
-        err = refused(arrow_queue_ids, "t", batch, 4)
+        err = refused(check_arrow_queue_ids, "t", batch, 4)
         assert (err.code, err.extra["index"]) == ("unknown_queue", 1)
 
     @pytest.mark.parametrize(
@@ -175,23 +169,6 @@ class TestArrow:
 def test_body_size_check_names_row() -> None:
     err = refused(batches.check_body_sizes, pa.array([1, 5, 9]), 4)
     assert (err.status, err.extra["index"]) == (413, 1)
-
-
-def test_sharding_matches_rocketmq_select_by_hash() -> None:
-    # Java: Math.abs("order-42".hashCode() % 8)
-    keys = ["order-42", "", "é", "a" * 40]
-    expected = [sharding_queue(k, 8) for k in keys]
-    assert sharding_queues(keys, 8).tolist() == expected
-    assert all(0 <= q < 8 for q in expected)
-    assert sharding_queue("abc", 8) == abs(96354) % 8  # "abc".hashCode() == 96354
-
-
-def test_property_columns_pivot() -> None:
-    column = pa.array([[("a", "1")], None, [], [("b", "2"), ("a", "3")]], pa.map_(pa.string(), pa.string()))
-    assert property_columns(column, 4) == {"a": ["1", None, None, "3"], "b": [None, None, None, "2"]}
-    assert property_columns(pa.array([None, []], pa.map_(pa.string(), pa.string())), 2) == {}
-    many = pa.array([[(f"p{i}", "v") for i in range(100)]], pa.map_(pa.string(), pa.string()))
-    assert property_columns(many, 1) is None
 
 
 def test_produce_batch_json_matches_the_model() -> None:
@@ -264,7 +241,7 @@ def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None
 
 
 def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> None:
-    """put_entries' columnar path (no Message per entry) and entry_message + put_rows store
+    """put_entries' columnar path (no Message per entry) and entry_message + put_messages store
     the same messages; an oversized body is refused with its index by both."""
     from ingest_api.http import producing
     from ingest_api.http.schemas import ProduceIn
@@ -284,10 +261,8 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
         ("columns", lambda store: producing.put_entries(store, "t", entries)),
         (
             "rows",
-            lambda store: producing.put_rows(
-                store,
-                "t",
-                [producing.entry_message("t", e, 4, 1024, i, 86_400_000) for i, e in enumerate(entries)],
+            lambda store: store.put_messages(
+                [producing.entry_message("t", e, 4, 1024, i, 86_400_000) for i, e in enumerate(entries)]
             ),
         ),
     ):

@@ -91,12 +91,12 @@ def test_columns_for_uniform_records() -> None:
     records = [
         KafkaRecord(i, b"k%d" % i if i % 2 else None, b"v", (("a", b"1"), ("b", b"%d" % i))) for i in range(4)
     ]
-    columns = records_to_columns(records, now_ms=99)
+    columns = records_to_columns(records, 0, now_ms=99)
     assert columns is not None
     assert columns.keys == [None, "k1", None, "k3"]
     assert columns.properties == {"a": ["1"] * 4, "b": ["0", "1", "2", "3"]}
     assert columns.born_timestamps_ms == [0, 1, 2, 3]
-    plain = records_to_columns([KafkaRecord(-1, None, b"x")], now_ms=99)
+    plain = records_to_columns([KafkaRecord(-1, None, b"x")], 0, now_ms=99)
     assert plain is not None
     assert (plain.keys, plain.properties, plain.born_timestamps_ms) == (None, {}, [99])
 
@@ -106,4 +106,4 @@ def test_columns_refuse_differently_ordered_headers() -> None:
         KafkaRecord(0, None, b"", (("a", b"1"), ("b", b"2"))),
         KafkaRecord(0, None, b"", (("b", b"2"),)),
     ]
-    assert records_to_columns(records, now_ms=0) is None
+    assert records_to_columns(records, 0, now_ms=0) is None

@@ -85,7 +85,7 @@ def test_replay_after_decision_keeps_the_first_decision(store: MessageStore, sto
     staging = SinkStaging(store, chunk_rows=4)
     first = _stage(store_dir, 3, [_bodies(0, 10), _bodies(10, 16)])
     calls = 0
-    real_put = store.put_batch
+    real_put = store.put_columns
 
     def failing_put(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
@@ -94,10 +94,10 @@ def test_replay_after_decision_keeps_the_first_decision(store: MessageStore, sto
             raise StoreNotWritable("injected: disk full")
         return real_put(*args, **kwargs)
 
-    store.put_batch = failing_put  # type: ignore[method-assign]
+    store.put_columns = failing_put  # type: ignore[method-assign]
     with pytest.raises(StoreNotWritable):
         staging.commit(SINK, 3, first)
-    store.put_batch = real_put  # type: ignore[method-assign]
+    store.put_columns = real_put  # type: ignore[method-assign]
     assert staging.pending(SINK) == [3]
     assert len(topic_bodies(store, "out")) == 8, "two chunks of four were published before the fault"
 

@@ -110,7 +110,7 @@ async def produce_one(
         if board is not None:  # group commit of halves, like plain single produces
             group = entry.transaction.producer_group
             if producing.known_queue_count(store, topic) is None:
-                await run_in_threadpool(producing.ensure_topic, store, topic)
+                await run_in_threadpool(store.ensure_topic, topic)
             txid, (half,) = producing.transaction_messages(store, topic, [entry], group)
             result = await broker.producer.put(half)
             board.service.register(txid, group, [result], result.store_timestamp_ms, [topic])
@@ -124,7 +124,7 @@ async def produce_one(
         return Response(out.model_dump_json(), status_code=201, media_type="application/json")
     queue_count = producing.known_queue_count(store, topic)
     if queue_count is None:
-        queue_count = await run_in_threadpool(producing.ensure_topic, store, topic)
+        queue_count = await run_in_threadpool(store.ensure_topic, topic)
     message = producing.entry_message(
         topic, entry, queue_count, store.config.max_message_size_bytes, None, store.config.timer_max_delay_ms
     )

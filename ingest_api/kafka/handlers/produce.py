@@ -202,20 +202,12 @@ def _put_records(
         keys = [k for b in batches for k in b.keys]
         values = [v for b in batches for v in b.values]
         headers = [h for b in batches for h in b.headers]
-    columns = batch_to_columns(timestamps, keys, values, headers, int(time.time() * 1000))
+    columns = batch_to_columns(partition, timestamps, keys, values, headers, store.now_ms())
     if columns is None:
         messages = [record_to_message(topic, partition, r) for b in batches for r in b.records]
         return store.put_messages(messages, producer=producer)[0].queue_offset
-    result = store.put_batch(
-        topic,
-        columns.bodies,
-        queue_ids=partition,
-        keys=columns.keys,
-        properties=dict(columns.properties) or None,
-        born_timestamps_ms=columns.born_timestamps_ms,
-        producer=producer,
-    )
-    return int(result.queue_offsets[0])
+    result = store.put_columns(topic, columns, producer=producer)
+    return result[0].queue_offset if isinstance(result, list) else int(result.queue_offsets[0])
 
 
 def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
