@@ -40,7 +40,17 @@ from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
 from store.message_store import MessageStore, StoreStats, StoreVerification
 from store.metadata.file_sizes import existing_config
-from store.names import is_system_topic, validate_group, validate_topic
+from store.names import (
+    GROUP_MAX_LENGTH,
+    ID_PATTERN,
+    NAME_CHARS,
+    NAME_PATTERN,
+    RETRY_TOPIC_MAX_LENGTH,
+    TOPIC_MAX_LENGTH,
+    is_system_topic,
+    validate_group,
+    validate_topic,
+)
 from store.read.queue_reader import BatchReadResult
 from store.read.retry_view import RETRY_PREFIX, present_retry
 from store.read.store_reader import StoreReader
@@ -56,10 +66,14 @@ from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
+    "GROUP_MAX_LENGTH",
+    "ID_PATTERN",
     "MAX_PRODUCER_ID_CHARS",
     "MAX_PROPERTY_COLUMNS",
     "MESSAGE_SCHEMA",
     "MIB",
+    "NAME_CHARS",
+    "NAME_PATTERN",
     "NAME_VALUE_SEPARATOR",
     "PROPERTY_DELAY",
     "PROPERTY_PGROUP",
@@ -69,8 +83,10 @@ __all__ = [
     "PROPERTY_TIMER_DELIVER_MS",
     "PROPERTY_TRANSACTION_ID",
     "RETRY_PREFIX",
+    "RETRY_TOPIC_MAX_LENGTH",
     "SYSTEM_PROPERTIES",
     "TIMER_REQUEST_PROPERTIES",
+    "TOPIC_MAX_LENGTH",
     "UNPLACED",
     "BatchPutResult",
     "BatchReadResult",

@@ -56,7 +56,14 @@ TOPIC_MAX_LENGTH = 127
 RETRY_TOPIC_MAX_LENGTH = 255
 GROUP_MAX_LENGTH = 120
 
-_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+#: RocketMQ's charset for topic and group names (``TopicValidator``), as a regular expression.
+NAME_PATTERN = r"[%|a-zA-Z0-9_-]+"
+#: The same charset as a set of characters.
+NAME_CHARS = frozenset("%|_-abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+#: Ids the broker stores as file names (sink ids, staged parts, operator names).
+ID_PATTERN = r"[A-Za-z0-9_.-]{1,128}"
+
+_VALID_NAME = re.compile(NAME_PATTERN)
 
 
 def is_system_topic(topic: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
@@ -24,7 +23,7 @@ def _transactions(viewer: Any, state: str) -> list[dict[str, Any]]:
     board = viewer.broker.operators.transactions if viewer.broker.operators is not None else None
     if board is None:
         return []
-    now = int(time.time() * 1000)
+    now = viewer.broker.store.now_ms()
     rows = []
     for tx in sorted(board.service.transactions(), key=lambda t: (t.born_ms, t.transaction_id)):
         shown = {None: "prepared", "commit": "committed", "rollback": "rolled_back", "discard": "discarded"}

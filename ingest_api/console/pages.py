@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -15,7 +14,14 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
 from ingest_api.http.schemas import ErrorOut
-from store import MessageStore, StoreStats, UnknownTopic, validate_group, validate_topic
+from store import (
+    MessageStore,
+    StoreStats,
+    UnknownTopic,
+    validate_group,
+    validate_topic,
+    wall_clock_ms,
+)
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False, responses={404: {"model": ErrorOut}})
 
@@ -25,7 +31,8 @@ FilterQuery = Annotated[str, Query(max_length=255)]
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """The console's clock for ages and windows (the wall clock, read in one place)."""
+    return wall_clock_ms()
 
 
 def kafka_groups(broker: Broker) -> dict[str, data.KafkaGroupInfo]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 from ingest_api.http.metrics import StoreGauges
@@ -55,7 +54,7 @@ def _lag_seconds(store: MessageStore, gauges: StoreGauges, now_ms: int) -> None:
 
 def collect_store_gauges(store: MessageStore) -> StoreGauges:
     stats = store.stats()
-    now_ms = int(time.time() * 1000)
+    now_ms = store.now_ms()
     topics = store.topics()
     gauges = StoreGauges(
         queue_max_offsets=dict(stats.queue_max_offsets),

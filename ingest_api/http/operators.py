@@ -143,7 +143,7 @@ class OperatorBoard:
                 else:
                     state.pending_by_key.pop(key, None)
         if outcome.appended and "due_ms" in relocations.column_names:
-            now = int(time.time() * 1000)  # just after the append: the delivered store time
+            now = self.store.now_ms()  # just after the append: the delivered store time
             state.lateness.observe_many([now - int(d) for d in relocations.column("due_ms").to_pylist()])
         state.relocated_total += outcome.appended
         state.last_published_batch = max(state.last_published_batch, batch_id)
@@ -151,7 +151,7 @@ class OperatorBoard:
 
     def report(self, operator: str, status: dict[str, Any]) -> None:
         state = self.state(operator)
-        state.status = dict(status, reported_at_ms=int(time.time() * 1000))
+        state.status = dict(status, reported_at_ms=self.store.now_ms())
         if operator == DELAY_OPERATOR and "end_offsets" in status:
             levels = len(self.settings.get("delay_levels_ms", ()))
             self.store.set_delay_offsets(state.delay_offsets(levels))

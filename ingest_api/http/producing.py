@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ from store import (
     request_uniq_keys,
     sharding_queue,
     validate_topic,
+    wall_clock_ms,
 )
 from store.publish.transactions import TransactionService
 
@@ -120,7 +120,7 @@ def scheduling(
         return delay_level, {}
     if deliver_at_ms is None and delay_ms is None:
         return 0, {}
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = wall_clock_ms() if now_ms is None else now_ms
     if delay_ms is not None:
         field, wait, prop = "delay_ms", delay_ms, {PROPERTY_TIMER_DELAY_MS: str(delay_ms)}
         if delay_ms < 0:
@@ -237,7 +237,7 @@ def check_arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> No
         raise _unknown_queue(int(explicit[row]), topic, queue_count, row)
 
 
-def check_arrow_schedules(batch: ArrowBatch, max_delay_ms: int) -> None:
+def check_arrow_schedules(batch: ArrowBatch, max_delay_ms: int, now_ms: int) -> None:
     """The scheduling checks of :func:`scheduling` on every row that sets a scheduling column."""
     columns = (batch.delay_level, batch.deliver_at_ms, batch.delay_ms)
     given = [c for c in columns if c is not None and c.null_count < len(batch)]
@@ -248,7 +248,6 @@ def check_arrow_schedules(batch: ArrowBatch, max_delay_ms: int) -> None:
         mask |= np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
     rows = np.flatnonzero(mask).tolist()
     values = [None if c is None else c.to_pylist() for c in columns]
-    now_ms = int(time.time() * 1000)
     for row in rows:
         level, at, delay = (None if v is None else v[row] for v in values)
         scheduling(level, at, delay, max_delay_ms=max_delay_ms, index=row, now_ms=now_ms)
@@ -262,7 +261,7 @@ def put_arrow(
     sizes = pc.binary_length(batch.body)
     check_body_sizes(sizes, store.config.max_message_size_bytes)
     check_arrow_queue_ids(topic, batch, queue_count)
-    check_arrow_schedules(batch, store.config.timer_max_delay_ms)
+    check_arrow_schedules(batch, store.config.timer_max_delay_ms, store.now_ms())
     table = pa.table({name: column for name in ARROW_COLUMNS if (column := getattr(batch, name)) is not None})
     columns = ProduceColumns.from_arrow(table)
     return store.put_columns(topic, columns, producer=producer), int(pc.sum(sizes).as_py() or 0)

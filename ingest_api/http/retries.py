@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +199,7 @@ def resend_dead_letter(store: MessageStore, group: str, msg_id: str) -> PutResul
         keys=tuple(view.keys),
         properties=user,
         uniq_key=view.uniq_key,
-        born_timestamp_ms=int(time.time() * 1000),
+        born_timestamp_ms=store.now_ms(),
     )
     return store.put_messages([message])[0]
 

@@ -13,9 +13,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from store import (
+    GROUP_MAX_LENGTH,
+    NAME_PATTERN,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_ID,
+    RETRY_TOPIC_MAX_LENGTH,
     SYSTEM_PROPERTIES,
     Message,
     MessageView,
@@ -79,8 +82,8 @@ class TransactionIn(BaseModel):
 
     producer_group: str = Field(
         min_length=1,
-        max_length=120,
-        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        max_length=GROUP_MAX_LENGTH,
+        pattern=f"^{NAME_PATTERN}$",
         description="Producer group; check-backs go to its check_url (PUT /producer-groups/{group}).",
     )
 
@@ -130,8 +133,8 @@ class ProduceIn(BaseModel):
     topic: str | None = Field(
         None,
         min_length=1,
-        max_length=255,
-        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        max_length=RETRY_TOPIC_MAX_LENGTH,
+        pattern=f"^{NAME_PATTERN}$",
         description="Batch entries only: write this entry to another topic than the path's (e.g. a "
         "transaction across topics).",
     )
@@ -226,7 +229,7 @@ class EndTransactionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     action: Literal["commit", "rollback"]
-    producer_group: str = Field(min_length=1, max_length=120)
+    producer_group: str = Field(min_length=1, max_length=GROUP_MAX_LENGTH)
 
 
 class TransactionOut(BaseModel):

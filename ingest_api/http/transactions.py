@@ -35,7 +35,13 @@ import httpx
 import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 
-from store import InvalidArgument, MessageStore, SparkMQError, encode_msg_id
+from store import (
+    InvalidArgument,
+    MessageStore,
+    SparkMQError,
+    encode_msg_id,
+    wall_clock_ms,
+)
 from store.io.atomic_file import read_json, write_json_atomically
 from store.publish.transactions import EndRequest, EndResult, TransactionService, UnknownTransaction
 from store.write.transactions import TxOutcome
@@ -68,7 +74,7 @@ class ProducerGroups:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise InvalidArgument(f"check_url must be an http(s) URL, got {check_url!r}")
         created = group not in self._groups
-        self._groups[group] = {"check_url": check_url, "registered_ms": int(time.time() * 1000)}
+        self._groups[group] = {"check_url": check_url, "registered_ms": wall_clock_ms()}
         write_json_atomically(self.path, {"producerGroups": self._groups})
         return created
 

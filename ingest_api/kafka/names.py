@@ -23,6 +23,8 @@ from typing import Any
 
 from ingest_api.kafka.store_port import KafkaStore
 from store import (
+    NAME_CHARS,
+    NAME_PATTERN,
     BatchReadResult,
     Boundary,
     Message,
@@ -33,8 +35,8 @@ from store import (
     PutResult,
 )
 
-_STORE_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
-_KEPT = frozenset("|-_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_STORE_NAME = re.compile(NAME_PATTERN)
+_KEPT = NAME_CHARS - {"%"}  # "%" starts an escape
 _ESCAPE = re.compile(r"%([0-9A-F]{2})")
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-F]{2})")
 

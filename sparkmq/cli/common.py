@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
@@ -26,6 +25,8 @@ from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
+
+from store import wall_clock_ms
 
 
 class Exit(IntEnum):
@@ -125,7 +126,7 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
         return int(text)
     relative = _DURATION.match(text)
     if relative:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         return now - int(relative.group(1)) * _DURATION_UNITS_MS[relative.group(2)]
     try:
         moment = datetime.fromisoformat(text)

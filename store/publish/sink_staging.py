@@ -34,7 +34,6 @@ import logging
 import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -49,9 +48,14 @@ from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError
 from store.io.atomic_file import write_atomically, write_json_atomically
 from store.message_store import MessageStore
-from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, validate_topic
+from store.names import (
+    ID_PATTERN,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    validate_topic,
+)
 from store.write.columns import ProduceColumns
-from store.write.idempotence import ProducerRef, request_uniq_keys
+from store.write.idempotence import ProducerRef, prefix_end, request_uniq_keys
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
 
 log = logging.getLogger("sparkmq.sink")
@@ -63,7 +67,7 @@ PART_PREFIX, PART_SUFFIX = "part-", ".arrow"
 #: Rows per ``put_batch`` call when publishing (recorded in each manifest: sequences depend on it).
 DEFAULT_CHUNK_ROWS = 65_536
 #: Sink ids and part ids become file names.
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_ID_PATTERN = re.compile(f"^{ID_PATTERN}$")
 
 #: What a staged part holds: one row per message, already resolved (topic filled in, keys joined
 #: with spaces as RocketMQ's KEYS property). ``queue_id`` wins over ``sharding_key``; both null
@@ -408,7 +412,7 @@ class SinkStaging:
         if not scheduled.any():
             return
         rules = TimerRules(self.store.config.timer_max_delay_ms, self.store.config.timer_precision_ms)
-        now = int(time.time() * 1000)
+        now = self.store.now_ms()
         for row in np.flatnonzero(scheduled).tolist():
             properties = dict(table.column("properties")[row].as_py() or ())
             if any(name in properties for name in TIMER_REQUEST_PROPERTIES):
@@ -453,15 +457,7 @@ class SinkStaging:
         def stored(i: int) -> bool:
             return any(self.store.get_by_uniq_key(t, uniq[i]) is not None for t in lookup_topics)
 
-        if not stored(0):
-            return 0
-        if stored(len(uniq) - 1):
-            return len(uniq)
-        lo, hi = 0, len(uniq) - 1  # stored(lo), not stored(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if stored(mid) else (lo, mid)
-        return hi
+        return prefix_end(len(uniq), stored)
 
 
 # -- column helpers ----------------------------------------------------------------------------

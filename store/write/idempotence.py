@@ -52,33 +52,43 @@ def request_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
     return [(prefix + i.to_bytes(4, "big")).hex().upper() for i in range(count)]
 
 
-def stored_prefix(count: int, lookup: Callable[[int], T | None]) -> dict[int, T]:
-    """Which messages of an earlier attempt of a request are stored: ``{index: result}``.
+def prefix_end(count: int, present: Callable[[int], bool]) -> int:
+    """How many leading messages of an earlier attempt of a request are stored.
 
     An attempt is all-or-nothing while the store runs; only a crash can tear it, and then a
-    prefix survives (records are appended in order). So: look up the first message, then
-    binary-search the end of the stored prefix (O(log n) lookups), then fetch the prefix.
+    prefix survives (records are appended in order). So: look up the first and the last
+    message, then binary-search the end of the stored prefix (O(log n) lookups).
     """
-    first = lookup(0)
-    if first is None:
-        return {}
-    found = {0: first}
-    lo, hi = 0, count  # lookup(lo) exists; everything from hi on does not
+    if count == 0 or not present(0):
+        return 0
+    if present(count - 1):
+        return count
+    lo, hi = 0, count - 1  # present(lo); not present(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        hit = lookup(mid)
-        if hit is None:
-            hi = mid
-        else:
-            found[mid] = hit
-            lo = mid
-    for i in range(1, hi):
-        if i not in found:
-            hit = lookup(i)
-            if hit is None:  # not a prefix after all: treat the rest as missing
-                break
+        lo, hi = (mid, hi) if present(mid) else (lo, mid)
+    return hi
+
+
+def stored_prefix(count: int, lookup: Callable[[int], T | None]) -> dict[int, T]:
+    """Which messages of an earlier attempt of a request are stored: ``{index: result}``
+    (:func:`prefix_end`, then the prefix fetched; a gap inside it ends it there)."""
+    found: dict[int, T] = {}
+
+    def present(i: int) -> bool:
+        hit = lookup(i)
+        if hit is not None:
             found[i] = hit
-    return found
+        return hit is not None
+
+    end = prefix_end(count, present)
+    prefix: dict[int, T] = {}
+    for i in range(end):
+        hit = found[i] if i in found else lookup(i)
+        if hit is None:  # not a prefix after all: treat the rest as missing
+            break
+        prefix[i] = hit
+    return prefix
 
 
 class ProducerTable:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -28,14 +27,21 @@ from ingest_api.http.schemas import (
     QueueLagOut,
     ResetQueueOut,
 )
-from store import MessageStore, UnknownTopic, validate_group, validate_topic
+from store import (
+    RETRY_TOPIC_MAX_LENGTH,
+    MessageStore,
+    UnknownTopic,
+    validate_group,
+    validate_topic,
+)
 
 router = APIRouter(
     prefix="/groups", tags=["groups"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
 )
 
 TopicQuery = Annotated[
-    str, Query(min_length=1, max_length=255, pattern=TOPIC_PATTERN, description="Topic name.")
+    str,
+    Query(min_length=1, max_length=RETRY_TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN, description="Topic name."),
 ]
 
 
@@ -137,7 +143,7 @@ async def reset_offsets(
 
 def _describe(store: MessageStore, group: str, topics: list[str] | None) -> list[GroupQueueRow]:
     validate_group(group)
-    now_ms = int(time.time() * 1000)
+    now_ms = store.now_ms()
     names = topics if topics is not None else store.groups().get(group, [])
     rows: list[GroupQueueRow] = []
     for topic in names:
@@ -152,7 +158,7 @@ async def describe_group(
     group: GroupPath,
     broker: BrokerDep,
     principal: PrincipalDep,
-    topic: Annotated[str | None, Query(max_length=255, pattern=TOPIC_PATTERN)] = None,
+    topic: Annotated[str | None, Query(max_length=RETRY_TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN)] = None,
 ) -> GroupDescribeOut:
     """Per topic and queue: committed offset, max offset, lag in messages and in seconds; for a
     Kafka group also its state and members. 404 when nothing is known of the group."""

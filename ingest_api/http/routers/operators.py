@@ -26,15 +26,14 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.operators import OperatorBoard
+from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
 from ingest_api.http.transactions import TRANSACTION_OPERATOR
 from store import InvalidArgument
 
 router = APIRouter(prefix="/operators", tags=["operators"], responses={400: {"model": ErrorOut}})
 
-OperatorPath = Annotated[
-    str, Path(pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="Operator name, e.g. delay.")
-]
+OperatorPath = Annotated[str, Path(pattern=ID_PATH_PATTERN, description="Operator name, e.g. delay.")]
 BatchPath = Annotated[int, Path(ge=0, description="Micro-batch id of the operator's query.")]
 
 

@@ -36,6 +36,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
 from store import InvalidArgument, MessageStore
 from store.publish.sink_staging import CommitOutcome, SinkStaging, SinkStagingError, StagedPart
@@ -46,7 +47,7 @@ router = APIRouter(
     prefix="/sinks", tags=["sinks"], responses={400: {"model": ErrorOut}, 409: {"model": ErrorOut}}
 )
 
-_ID = r"^[A-Za-z0-9_.-]{1,128}$"
+_ID = ID_PATH_PATTERN
 SinkPath = Annotated[str, Path(pattern=_ID, description="Sink id (the Spark query id by default).")]
 BatchPath = Annotated[int, Path(ge=0, description="Micro-batch id.")]
 PartPath = Annotated[str, Path(pattern=_ID, description="Staged part id (unique per task attempt).")]

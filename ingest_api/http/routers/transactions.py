@@ -12,7 +12,6 @@ Half messages are produced with ``"transaction": {"producer_group": ...}`` on
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Response
@@ -22,6 +21,7 @@ from ingest_api.http.auth import Principal, Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.params import TOPIC_PATTERN
 from ingest_api.http.schemas import (
     EndTransactionIn,
     EndTransactionOut,
@@ -33,13 +33,17 @@ from ingest_api.http.schemas import (
     TransactionOut,
 )
 from ingest_api.http.transactions import TransactionBoard
+from store import (
+    GROUP_MAX_LENGTH,
+    wall_clock_ms,
+)
 from store.publish.transactions import EndRequest, Transaction, UnknownTransaction
 from store.write.transactions import TxOutcome
 
 router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
 
 GroupPath = Annotated[
-    str, Path(min_length=1, max_length=120, pattern=r"^[%|a-zA-Z0-9_-]+$", description="Producer group.")
+    str, Path(min_length=1, max_length=GROUP_MAX_LENGTH, pattern=TOPIC_PATTERN, description="Producer group.")
 ]
 TransactionPath = Annotated[
     str, Path(min_length=1, max_length=128, description="transaction_id of the produce.")
@@ -73,7 +77,7 @@ def _out(tx: Transaction) -> TransactionOut:
         topics=tx.topics,
         messages=len(tx.halves),
         born_timestamp=tx.born_ms,
-        age_ms=max(0, int(time.time() * 1000) - tx.born_ms),
+        age_ms=max(0, wall_clock_ms() - tx.born_ms),
         check_times=tx.check_times,
         last_check_timestamp=tx.last_check_ms,
     )
