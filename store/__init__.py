@@ -46,11 +46,15 @@ from store.names import (
     NAME_CHARS,
     NAME_PATTERN,
     RETRY_TOPIC_MAX_LENGTH,
+    SENDBACK_TOPIC,
     TOPIC_MAX_LENGTH,
+    dlq_topic,
     is_system_topic,
+    retry_topic,
     validate_group,
     validate_topic,
 )
+from store.read.api import QueueReadApi
 from store.read.queue_reader import BatchReadResult
 from store.read.retry_view import RETRY_PREFIX, present_retry
 from store.read.store_reader import StoreReader
@@ -62,12 +66,16 @@ from store.write.delay_levels import parse_delay_levels, parse_duration_ms
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
 from store.write.routing import sharding_queue, sharding_queues
+from store.write.sendback import DEFAULT_MAX_RECONSUME_TIMES, LADDER_BASE_LEVEL, sendback_request
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request
+from store.write.transactions import TxOutcome
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
+    "DEFAULT_MAX_RECONSUME_TIMES",
     "GROUP_MAX_LENGTH",
     "ID_PATTERN",
+    "LADDER_BASE_LEVEL",
     "MAX_PRODUCER_ID_CHARS",
     "MAX_PROPERTY_COLUMNS",
     "MESSAGE_SCHEMA",
@@ -84,6 +92,7 @@ __all__ = [
     "PROPERTY_TRANSACTION_ID",
     "RETRY_PREFIX",
     "RETRY_TOPIC_MAX_LENGTH",
+    "SENDBACK_TOPIC",
     "SYSTEM_PROPERTIES",
     "TIMER_REQUEST_PROPERTIES",
     "TOPIC_MAX_LENGTH",
@@ -106,6 +115,7 @@ __all__ = [
     "ProduceOutcome",
     "ProducerRef",
     "PutResult",
+    "QueueReadApi",
     "Relocation",
     "RelocationKind",
     "SparkMQError",
@@ -118,8 +128,10 @@ __all__ = [
     "StoreStats",
     "StoreVerification",
     "TimerIllegal",
+    "TxOutcome",
     "UnknownQueue",
     "UnknownTopic",
+    "dlq_topic",
     "encode_msg_id",
     "existing_config",
     "is_system_topic",
@@ -132,6 +144,8 @@ __all__ = [
     "present_retry",
     "read_json",
     "request_uniq_keys",
+    "retry_topic",
+    "sendback_request",
     "sharding_queue",
     "sharding_queues",
     "validate_group",

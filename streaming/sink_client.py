@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from store import SparkMQError
-from store.publish.sink_staging import StagedPart
+from store.publish import StagedPart
 from streaming.sink_columns import SinkOptions
 
 ARROW_FILE = "application/vnd.apache.arrow.file"

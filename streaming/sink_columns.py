@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS, InvalidArgument, validate_topic
-from store.publish.sink_staging import PART_SCHEMA, check_id
+from store.publish import PART_SCHEMA, check_id
 
 MIB = 1 << 20
 

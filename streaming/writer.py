@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from store import MessageStore, SparkMQError, StoreLocked
-from store.publish.sink_staging import (
+from store.publish import (
     PART_SCHEMA,
     SinkStaging,
     StagedPart,

@@ -7,6 +7,8 @@
   ``consumequeue``, ``index``, ``metadata``) never import the put/read/recovery layers, the
   facade or ``publish``; nothing but ``publish`` imports ``publish``.
 * No import cycles between the packages of ``store``.
+* The doors, Spark and the CLI use the store's public API only: ``store`` (the facade and its
+  types) and ``store.publish`` (the exactly-once services), never a module inside them.
 """
 
 from __future__ import annotations
@@ -92,3 +94,15 @@ def test_no_cycles_between_store_packages() -> None:
 
     cycles = sorted(p for p in list(edges) if reaches(p, p, {p}))
     assert cycles == [], f"store packages in an import cycle: {cycles} ({dict(edges)})"
+
+
+def test_callers_use_the_public_store_api_only() -> None:
+    public = {"store", "store.publish"}
+    bad = [
+        f"{module} imports {imported}"
+        for module, imports in module_imports().items()
+        if module.split(".")[0] != "store"
+        for imported in imports
+        if imported.split(".")[0] == "store" and imported not in public
+    ]
+    assert bad == [], "\n".join(sorted(bad))

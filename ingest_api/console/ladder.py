@@ -12,8 +12,10 @@ from ingest_api.console.web import PREFIX, ViewerDep, page
 from ingest_api.http.auth import Right
 from ingest_api.http.retries import resend_dead_letter
 from ingest_api.http.schemas import ErrorOut, MessageOut
-from store import validate_group
-from store.write.sendback import dlq_topic
+from store import (
+    dlq_topic,
+    validate_group,
+)
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False, responses={404: {"model": ErrorOut}})
 PAGE_SIZE = 100

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from ingest_api.http.transactions import TransactionBoard
 from store import MessageStore
-from store.publish.relocations import RelocationLog, RelocationOutcome
+from store.publish import RelocationLog, RelocationOutcome
 
 log = logging.getLogger("sparkmq.operators")
 

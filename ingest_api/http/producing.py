@@ -38,7 +38,7 @@ from store import (
     validate_topic,
     wall_clock_ms,
 )
-from store.publish.transactions import TransactionService
+from store.publish import TransactionService
 
 #: Longest accepted ``Idempotency-Key`` header value.
 MAX_IDEMPOTENCY_KEY_CHARS = 200

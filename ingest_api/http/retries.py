@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from store import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    LADDER_BASE_LEVEL,
+    SENDBACK_TOPIC,
     SYSTEM_PROPERTIES,
     InvalidArgument,
     Message,
@@ -26,18 +29,14 @@ from store import (
     PutResult,
     SparkMQError,
     UnknownTopic,
-    request_uniq_keys,
-    validate_group,
-    validate_topic,
-)
-from store.io.atomic_file import read_json, write_json_atomically
-from store.names import SENDBACK_TOPIC
-from store.write.sendback import (
-    DEFAULT_MAX_RECONSUME_TIMES,
-    LADDER_BASE_LEVEL,
     dlq_topic,
+    read_json,
+    request_uniq_keys,
     retry_topic,
     sendback_request,
+    validate_group,
+    validate_topic,
+    write_json_atomically,
 )
 
 GROUP_CONFIGS_FILE = "groupConfigs.json"

@@ -39,12 +39,13 @@ from store import (
     InvalidArgument,
     MessageStore,
     SparkMQError,
+    TxOutcome,
     encode_msg_id,
+    read_json,
     wall_clock_ms,
+    write_json_atomically,
 )
-from store.io.atomic_file import read_json, write_json_atomically
-from store.publish.transactions import EndRequest, EndResult, TransactionService, UnknownTransaction
-from store.write.transactions import TxOutcome
+from store.publish import EndRequest, EndResult, TransactionService, UnknownTransaction
 
 log = logging.getLogger("sparkmq.transactions")
 

@@ -111,7 +111,6 @@ class KafkaNamedStore:
         queue_id: int,
         offset: int,
         max_messages: int,
-        *,
         tag_expression: str | None = "*",
         end_offset: int | None = None,
     ) -> BatchReadResult:

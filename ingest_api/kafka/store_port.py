@@ -10,18 +10,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from store import (
-    BatchReadResult,
-    Boundary,
     Message,
     MessageView,
     ProduceColumns,
     ProduceOutcome,
     ProducerRef,
     PutResult,
+    QueueReadApi,
 )
 
 
-class KafkaStore(Protocol):
+class KafkaStore(QueueReadApi, Protocol):
+    """The store as the gateway sees it: the shared read API plus what Kafka's APIs need."""
+
     @property
     def config(self) -> Any: ...
 
@@ -39,23 +40,9 @@ class KafkaStore(Protocol):
     ) -> ProduceOutcome: ...
     def now_ms(self) -> int: ...
 
-    def read_batch(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_messages: int,
-        *,
-        tag_expression: str | None = "*",
-        end_offset: int | None = None,
-    ) -> BatchReadResult: ...
-
     def get_by_uniq_key(self, topic: str, uniq_key: str) -> MessageView | None: ...
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def max_offset(self, topic: str, queue_id: int) -> int: ...
-    def offset_for_timestamp(
-        self, topic: str, queue_id: int, timestamp_ms: int, boundary: Boundary = Boundary.LOWER
-    ) -> int: ...
     def add_arrival_listener(self, listener: Callable[[str, int, int], None]) -> None: ...
     def remove_arrival_listener(self, listener: Callable[[str, int, int], None]) -> None: ...
 

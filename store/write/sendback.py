@@ -37,20 +37,12 @@ from store.format.vocabulary import (
     PROPERTY_SENDBACK_RETRY_QUEUES,
     PROPERTY_UNIQ_KEY,
 )
-from store.names import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SCHEDULE_TOPIC, SENDBACK_TOPIC
+from store.names import SCHEDULE_TOPIC, SENDBACK_TOPIC, dlq_topic, retry_topic
 
 #: RocketMQ ``subscriptionGroupConfig.retryMaxTimes``.
 DEFAULT_MAX_RECONSUME_TIMES = 16
 #: The retry ladder starts at level 3 (10 s).
 LADDER_BASE_LEVEL = 3
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_TOPIC_PREFIX + group
 
 
 def _fields(raw: bytes | memoryview) -> tuple[RecordFields, int, str]:

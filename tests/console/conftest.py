@@ -20,7 +20,8 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from ingest_api.http.config import ServerConfig
-from tests.ingest.conftest import RunningBroker, small_store_config, start_broker
+from tests.ingest.conftest import RunningBroker, start_broker
+from tests.support.stores import light_config
 
 CHROMIUM = os.environ.get("SPARKMQ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -64,9 +65,7 @@ def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console
             }
         )
     )
-    config = ServerConfig(
-        store=small_store_config(base / "store"), auth_file=auth, console_sample_interval_s=0.5
-    )
+    config = ServerConfig(store=light_config(base / "store"), auth_file=auth, console_sample_interval_s=0.5)
     running = start_broker(config)
     admin = running.client(ADMIN_TOKEN)
     admin.put("/topics/orders", json={"queues": 4}).raise_for_status()

@@ -15,23 +15,10 @@ import pytest
 from ingest_api.http.app import Companion, StoreOpener
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import BrokerServer, build_server
-from store.config import StoreConfig
 from store.message_store import MessageStore
+from tests.support.stores import light_config
 
 START_TIMEOUT_S = 30.0
-
-
-def small_store_config(store_dir: Path, **changes: object) -> StoreConfig:
-    """Small files so tests stay light on disk and memory."""
-    config = StoreConfig(
-        store_dir=store_dir,
-        commitlog_file_size_bytes=64 << 20,
-        consume_queue_units_per_file=10_000,
-        index_hash_slots=10_000,
-        index_max_entries=40_000,
-        default_queues_per_topic=4,
-    )
-    return config.with_changes(**changes) if changes else config.validate()
 
 
 @dataclass
@@ -109,7 +96,7 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
         **server: object,
     ) -> RunningBroker:
         directory = store_dir or tmp_path / f"store-{len(started)}"
-        config = ServerConfig(store=small_store_config(directory, **(store or {})), **server)  # type: ignore[arg-type]
+        config = ServerConfig(store=light_config(directory, **(store or {})), **server)  # type: ignore[arg-type]
         running = start_broker(config, open_store)
         started.append(running)
         return running
@@ -124,7 +111,7 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBroker]:
     """One broker for the tests that only need fresh topic names."""
     directory = tmp_path_factory.mktemp("shared-store")
-    running = start_broker(ServerConfig(store=small_store_config(directory)))
+    running = start_broker(ServerConfig(store=light_config(directory)))
     yield running
     running.stop()
 

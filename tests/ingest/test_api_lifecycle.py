@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.network import free_port
+
 from .conftest import BrokerFactory
 
 PRODUCERS = 8
@@ -77,12 +79,6 @@ def test_restart_keeps_data(broker_factory: BrokerFactory, tmp_path: Path) -> No
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -102,7 +98,7 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float =
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signals) -> None:
-    store_dir, port, kafka_port = tmp_path / "served", _free_port(), _free_port()
+    store_dir, port, kafka_port = tmp_path / "served", free_port(), free_port()
     command = [
         sys.executable,
         "-m",
@@ -147,7 +143,7 @@ def test_second_broker_on_same_store_fails_to_start(broker_factory: BrokerFactor
         "--store-dir",
         str(store_dir),
         "--port",
-        str(_free_port()),
+        str(free_port()),
         "--operators",
         "off",
     ]

@@ -246,8 +246,7 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
     from ingest_api.http import producing
     from ingest_api.http.schemas import ProduceIn
     from store.message_store import MessageStore
-
-    from .conftest import small_store_config
+    from tests.support.stores import light_config
 
     entries = [
         ProduceIn(body="plain"),
@@ -266,7 +265,7 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
             ),
         ),
     ):
-        with MessageStore.open(small_store_config(tmp_path / name)) as store:
+        with MessageStore.open(light_config(tmp_path / name)) as store:
             store.create_topic("t", 4)
             put(store)
             rows: list[dict[str, object]] = []
@@ -277,9 +276,7 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
                     row["properties"] = {k: v for k, v in r["properties"] or () if k != "UNIQ_KEY"}
                     rows.append(row)
             stored.append(sorted(rows, key=lambda r: (str(r["queue_id"]), str(r["queue_offset"]))))
-        with MessageStore.open(
-            small_store_config(tmp_path / f"{name}-small", max_message_size_bytes=4)
-        ) as store:
+        with MessageStore.open(light_config(tmp_path / f"{name}-small", max_message_size_bytes=4)) as store:
             with pytest.raises(ApiError) as info:
                 producing.put_entries(store, "t", entries)
             assert (info.value.status, info.value.extra) == (413, {"index": 0})

@@ -12,13 +12,12 @@ from ingest_api.http.coalescer import ProduceCoalescer, store_each
 from store.errors import MessageTooLarge, UnknownQueue
 from store.message_store import MessageStore
 from store.types import Message
-
-from .conftest import small_store_config
+from tests.support.stores import light_config
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[MessageStore]:
-    with MessageStore.open(small_store_config(tmp_path / "store")) as opened:
+    with MessageStore.open(light_config(tmp_path / "store")) as opened:
         opened.create_topic("t", 2)
         yield opened
 

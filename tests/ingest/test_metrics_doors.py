@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,14 +15,13 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from ingest_api.http.config import ServerConfig
+from ingest_api.kafka import GatewayConfig
+from ingest_api.kafka.companion import KafkaCompanion
 from tests.streaming.eo_helpers import part_batch
+from tests.support.stores import light_config
+from tests.support.waiting import wait_until
 
-from .conftest import RunningBroker, small_store_config, start_broker
-
-# kafka-python (imported by the gateway) loads its JSON schemas with a deprecated API (harmless).
-warnings.filterwarnings("ignore", "(read|open)_text is deprecated", DeprecationWarning)
-from ingest_api.kafka import GatewayConfig  # noqa: E402
-from ingest_api.kafka.companion import KafkaCompanion  # noqa: E402
+from .conftest import RunningBroker, start_broker
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "sparkmq.json"
 FAST = {"socket.connection.setup.timeout.ms": 5000, "reconnect.backoff.ms": 20}
@@ -36,7 +34,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run
         port=0, initial_rebalance_delay_ms=100, coordinator_tick_ms=20, min_session_timeout_ms=500
     )
     companion = KafkaCompanion(port=0, config=gateway)
-    running = start_broker(ServerConfig(store=small_store_config(directory)), companions=[companion])
+    running = start_broker(ServerConfig(store=light_config(directory)), companions=[companion])
     yield running, companion
     running.stop()
 
@@ -58,13 +56,6 @@ def _types(broker: RunningBroker) -> dict[str, str]:
     names = [name for name, _ in declared]
     assert len(names) == len(set(names)), "a metric family is declared twice"
     return dict(declared)
-
-
-def _wait(predicate: object, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.kafka
@@ -163,7 +154,7 @@ def test_lag_seconds_grow_with_the_oldest_unconsumed_message(
     http.post("/topics/aged/messages", json={"body": "old"}).raise_for_status()
     http.put("/groups/slow/offsets", json={"topic": "aged", "offsets": {"0": 0}}).raise_for_status()
     key = 'sparkmq_group_lag_seconds{group="slow",topic="aged"}'
-    _wait(lambda: _metrics(broker)[key] >= 0.3, "lag seconds to grow")
+    wait_until(lambda: _metrics(broker)[key] >= 0.3, 20.0, "lag seconds to grow")
     http.put("/groups/slow/offsets", json={"topic": "aged", "offsets": {"0": 1}}).raise_for_status()
     assert _metrics(broker)[key] == 0
 

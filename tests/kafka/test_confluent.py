@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from store import MessageStore
-from tests.kafka.conftest import wait_until
 from tests.kafka.test_kafka_python import stored_values
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

@@ -20,10 +20,11 @@ from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import BrokerServer, build_server
 from ingest_api.kafka.companion import KafkaCompanion, serve_companions
 from store import Message, MessageStore
-from tests.kafka.conftest import gateway_config, store_config, wait_until
+from tests.kafka.conftest import gateway_config, store_config
 from tests.kafka.test_confluent import consumer as ck_consumer
 from tests.kafka.test_confluent import poll_values
 from tests.kafka.test_kafka_python import CONSUMER, FAST
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

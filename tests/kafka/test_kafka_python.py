@@ -11,7 +11,7 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from store import MessageStore
-from tests.kafka.conftest import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,3 +109,13 @@ def test_columns_refuse_differently_ordered_headers() -> None:
         KafkaRecord(0, None, b"", (("b", b"2"),)),
     ]
     assert records_to_columns(records, 0, now_ms=0) is None
+
+
+def test_the_gateway_store_port_is_a_queue_read_api(tmp_path: Path) -> None:
+    from ingest_api.kafka.names import KafkaNamedStore
+    from store import MessageStore, StoreConfig
+    from tests.store.test_read_api import check_reader, write_sample
+
+    with MessageStore.open(StoreConfig(store_dir=tmp_path / "s", background_services=False)) as store:
+        write_sample(store)
+        check_reader(KafkaNamedStore(store))

@@ -21,8 +21,9 @@ from kafka.record.memory_records import MemoryRecords
 
 from ingest_api.kafka import GatewayThread
 from store import Message, MessageStore
-from tests.kafka.conftest import gateway_config, store_config, wait_until
+from tests.kafka.conftest import gateway_config, store_config
 from tests.kafka.rawclient import RawClient, record_batch
+from tests.support.waiting import wait_until
 
 TOPIC = "wire"
 

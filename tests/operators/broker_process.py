@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,26 +14,11 @@ from urllib.parse import quote
 
 import httpx
 
+from tests.support.network import free_port
+from tests.support.waiting import wait_until
+
 #: Spark start-up plus the first stateful batches on a loaded 2-core machine.
 JOB_START_TIMEOUT_S = 180.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {value!r}")
-        time.sleep(poll_s)
 
 
 def pid_alive(pid: int) -> bool:
@@ -121,7 +104,7 @@ def start_broker(
         except httpx.HTTPError:
             return False
 
-    wait_for(healthy, 60, "the broker to answer /healthz")
+    wait_until(healthy, 60, "the broker to answer /healthz")
     return broker
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, all_messages, start_broker, wait_for
+from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, all_messages, start_broker
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -45,7 +46,7 @@ def copies(broker: Broker, topic: str, uniq_key: str, count: int) -> list[dict[s
     def mine() -> list[dict[str, Any]]:
         return [m for m in all_messages(broker, topic) if m["uniq_key"] == uniq_key]
 
-    wait_for(lambda: len(mine()) >= count, JOB_START_TIMEOUT_S, f"{count} copies in {topic}", poll_s=0.5)
+    wait_until(lambda: len(mine()) >= count, JOB_START_TIMEOUT_S, f"{count} copies in {topic}", poll_s=0.5)
     found = mine()
     assert len(found) == count, [m["reconsume_times"] for m in found]
     return found

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, all_messages, start_broker, wait_for
+from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, all_messages, start_broker
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -31,7 +32,7 @@ def delivered(broker: Broker, topic: str, uniq_keys: set[str], timeout_s: float)
         got = all_messages(broker, topic)
         return got if uniq_keys <= {m["uniq_key"] for m in got} else None
 
-    got = wait_for(arrived, timeout_s, f"{len(uniq_keys)} timer messages in {topic}", poll_s=0.5)
+    got = wait_until(arrived, timeout_s, f"{len(uniq_keys)} timer messages in {topic}", poll_s=0.5)
     counts = Counter(m["uniq_key"] for m in got)
     assert {k: n for k, n in counts.items() if n > 1} == {}, "a timer message was delivered twice"
     assert set(counts) == uniq_keys, "unexpected messages in the topic"
@@ -41,7 +42,7 @@ def delivered(broker: Broker, topic: str, uniq_keys: set[str], timeout_s: float)
 def test_timers_are_delivered_once_never_early_and_roll(tmp_path: Path) -> None:
     broker = start_broker(tmp_path, extra_args=("--timer-roll-window", "2s"))
     try:
-        wait_for(
+        wait_until(
             lambda: broker.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query"
         )
         now = int(time.time() * 1000)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, all_messages, start_broker, wait_for
+from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, all_messages, start_broker
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -110,7 +111,7 @@ def visible(broker: Broker, topic: str) -> Counter[str]:
 def test_check_backs_commit_discard_and_race(tmp_path: Path, producers: Producers) -> None:
     broker = start_broker(tmp_path, extra_args=TX_ARGS)
     try:
-        wait_for(
+        wait_until(
             lambda: any(op["operator"] == "transactions" and op.get("last_batch_id") is not None
                         for op in broker.operators()["operators"]),
             JOB_START_TIMEOUT_S,
@@ -140,9 +141,11 @@ def test_check_backs_commit_discard_and_race(tmp_path: Path, producers: Producer
 
         producers.answers[racer] = race
 
-        wait_for(lambda: state(broker, silent) == "discarded", 120, "the silent transaction to be discarded")
+        wait_until(
+            lambda: state(broker, silent) == "discarded", 120, "the silent transaction to be discarded"
+        )
         for txid in (late, flaky, slow, racer):
-            wait_for(lambda t=txid: state(broker, t) == "committed", 60, f"transaction {txid} to commit")
+            wait_until(lambda t=txid: state(broker, t) == "committed", 60, f"transaction {txid} to commit")
         time.sleep(4)  # another check interval or two: nothing more may happen
 
         assert producers.count(silent) == 3, producers.checks[silent]
@@ -178,8 +181,8 @@ def test_driver_kill9_keeps_checks_exact(tmp_path: Path, producers: Producers, p
         silent = half(broker, "tx", "silent", "silent")
         late = half(broker, "tx", "late", "late")
         producers.answers[late] = after(always("unknown"), always("commit"), n_first=2)
-        wait_for(lambda: state(broker, silent) == "discarded", JOB_START_TIMEOUT_S + 60, "the discard")
-        wait_for(lambda: state(broker, late) == "committed", 60, "the late commit")
+        wait_until(lambda: state(broker, silent) == "discarded", JOB_START_TIMEOUT_S + 60, "the discard")
+        wait_until(lambda: state(broker, late) == "committed", 60, "the late commit")
         assert marker.exists(), "the driver was not killed"
         assert producers.count(silent) == 3, producers.checks[silent]
         assert producers.count(late) == 3

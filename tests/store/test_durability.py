@@ -18,7 +18,7 @@ import pytest
 from store import FlushDiskType, GetStatus, Message, MessageStore, StoreLocked, StoreNotWritable
 from store.config import StoreConfig
 from store.io.fs import FaultyFileSystem
-from tests.store.conftest import ManualClock, small_config
+from tests.support.stores import ManualClock, tiny_config
 
 OpenStore = Callable[..., MessageStore]
 
@@ -40,7 +40,7 @@ def _commitlog_files(ms_dir: Path) -> list[Path]:
 
 
 def test_clean_close_leaves_no_abort_and_reopens(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     ms = MessageStore.open(cfg, clock_ms=clock)
     assert cfg.abort_path.exists()
     _fill(ms, 500)
@@ -55,7 +55,7 @@ def test_clean_close_leaves_no_abort_and_reopens(tmp_path: Path, clock: ManualCl
 
 
 def test_crash_then_abnormal_recovery_keeps_everything(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     ms = MessageStore.open(cfg, clock_ms=clock)
     _fill(ms, 300)
     ms.abandon()  # as after kill -9: nothing flushed, abort left behind
@@ -70,7 +70,7 @@ def test_crash_then_abnormal_recovery_keeps_everything(tmp_path: Path, clock: Ma
 def test_truncated_mid_record_is_cut_at_the_last_whole_record(
     tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = small_config(tmp_path, commitlog_file_size_bytes=1 << 20)
+    cfg = tiny_config(tmp_path, commitlog_file_size_bytes=1 << 20)
     ms = MessageStore.open(cfg, clock_ms=clock)
     results = ms.put_messages([Message(topic="t", body=b"m%03d" % i, queue_id=0) for i in range(100)])
     ms.abandon()
@@ -93,7 +93,7 @@ def test_truncated_mid_record_is_cut_at_the_last_whole_record(
 def test_flipped_body_byte_fails_crc_and_truncates(
     tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = small_config(tmp_path, commitlog_file_size_bytes=1 << 20)
+    cfg = tiny_config(tmp_path, commitlog_file_size_bytes=1 << 20)
     ms = MessageStore.open(cfg, clock_ms=clock)
     results = ms.put_messages([Message(topic="t", body=b"body-%03d" % i, queue_id=0) for i in range(50)])
     ms.abandon()
@@ -112,7 +112,7 @@ def test_flipped_body_byte_fails_crc_and_truncates(
 
 
 def test_deleted_checkpoint_and_removed_abort_still_recover(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     ms = MessageStore.open(cfg, clock_ms=clock)
     _fill(ms, 400)
     ms.abandon()
@@ -128,7 +128,7 @@ def test_deleted_checkpoint_and_removed_abort_still_recover(tmp_path: Path, cloc
 
 
 def test_consume_queues_and_index_rebuild_from_the_commitlog(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     ms = MessageStore.open(cfg, clock_ms=clock)
     ms.put_messages([Message(topic="t", body=b"%d" % i, keys=(f"k{i}",), queue_id=i % 3) for i in range(200)])
     before = [_bodies(ms, queue_id=q) for q in range(3)]
@@ -181,7 +181,7 @@ def test_kill_9_of_a_writer_process_loses_nothing_acknowledged(tmp_path: Path) -
 
 
 def test_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     with MessageStore.open(cfg):
         probe = subprocess.run(
             [
@@ -208,7 +208,7 @@ def test_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
 
 
 def test_sync_flush_fsyncs_before_returning(tmp_path: Path, clock: ManualClock) -> None:
-    ms = MessageStore.open(small_config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH), clock_ms=clock)
+    ms = MessageStore.open(tiny_config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH), clock_ms=clock)
     r = ms.put_message(Message(topic="t", body=b"durable", queue_id=0))
     assert ms._commitlog.flushed_offset >= r.commitlog_offset + r.size_bytes
     assert ms._group_commit is not None and ms._group_commit.fsyncs >= 1
@@ -217,7 +217,7 @@ def test_sync_flush_fsyncs_before_returning(tmp_path: Path, clock: ManualClock) 
 
 def test_disk_full_writes_nothing_and_recovers_when_space_returns(tmp_path: Path, clock: ManualClock) -> None:
     fs = FaultyFileSystem()
-    ms = MessageStore.open(small_config(tmp_path), clock_ms=clock, fs=fs)
+    ms = MessageStore.open(tiny_config(tmp_path), clock_ms=clock, fs=fs)
     _fill(ms, 10)
     fs.fail_nth("write", 1, errno.ENOSPC)
     with pytest.raises(StoreNotWritable):
@@ -229,7 +229,7 @@ def test_disk_full_writes_nothing_and_recovers_when_space_returns(tmp_path: Path
 
 
 def test_retention_deletes_old_files_and_moves_min_offsets(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path, file_reserved_time_hours=1.0)
+    cfg = tiny_config(tmp_path, file_reserved_time_hours=1.0)
     ms = MessageStore.open(cfg, clock_ms=clock)
     ms.put_messages([Message(topic="t", body=b"x" * 900, queue_id=0) for _ in range(300)])
     files_before = len(_commitlog_files(tmp_path))
@@ -249,7 +249,7 @@ def test_retention_deletes_old_files_and_moves_min_offsets(tmp_path: Path, clock
 
 
 def test_periodic_services_flush_and_checkpoint(tmp_path: Path) -> None:
-    cfg = small_config(
+    cfg = tiny_config(
         tmp_path, background_services=True, flush_interval_ms=10, flush_consume_queue_interval_ms=10
     )
     with MessageStore.open(cfg) as ms:
@@ -274,7 +274,7 @@ def test_the_layout_is_recorded_and_adopted(tmp_path: Path, clock: ManualClock) 
     """A directory keeps the file sizes it was created with, whoever opens it later."""
     from store import StoreReader, existing_config
 
-    created = small_config(tmp_path, commitlog_file_size_bytes=32 * 1024, index_hash_slots=31)
+    created = tiny_config(tmp_path, commitlog_file_size_bytes=32 * 1024, index_hash_slots=31)
     with MessageStore.open(created, clock_ms=clock) as ms:
         _fill(ms, 200)
     assert existing_config(tmp_path).commitlog_file_size_bytes == 32 * 1024
@@ -290,7 +290,7 @@ def test_the_layout_is_recorded_and_adopted(tmp_path: Path, clock: ManualClock) 
 
 def test_commitlog_files_are_sparse_unless_preallocation_is_asked(tmp_path: Path, clock: ManualClock) -> None:
     for preallocate, name in ((False, "sparse"), (True, "preallocated")):
-        cfg = small_config(tmp_path / name, commitlog_file_size_bytes=1 << 20, preallocate_files=preallocate)
+        cfg = tiny_config(tmp_path / name, commitlog_file_size_bytes=1 << 20, preallocate_files=preallocate)
         with MessageStore.open(cfg, clock_ms=clock) as ms:
             _fill(ms, 10)
         (log_file,) = _commitlog_files(tmp_path / name)
@@ -302,7 +302,7 @@ def test_commitlog_files_are_sparse_unless_preallocation_is_asked(tmp_path: Path
 def test_clean_open_resumes_at_the_last_dispatched_record_but_verifies_it(
     tmp_path: Path, clock: ManualClock
 ) -> None:
-    cfg = small_config(tmp_path, commitlog_file_size_bytes=1 << 20)
+    cfg = tiny_config(tmp_path, commitlog_file_size_bytes=1 << 20)
     ms = MessageStore.open(cfg, clock_ms=clock)
     results = ms.put_messages([Message(topic="t", body=b"m%03d" % i, queue_id=0) for i in range(50)])
     ms.close()

@@ -10,7 +10,7 @@ import pytest
 
 from store import InvalidArgument, Message, MessageStore, ProducerRef
 from store.write.idempotence import ProducerTable, request_uniq_keys
-from tests.store.conftest import ManualClock, small_config
+from tests.support.stores import ManualClock, tiny_config
 
 OpenStore = Callable[..., MessageStore]
 
@@ -41,7 +41,7 @@ def test_retry_returns_original_results(open_store: OpenStore) -> None:
 
 
 def test_retry_after_restart_and_cache_eviction(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     ms = MessageStore.open(cfg, clock_ms=clock)
     ms.create_topic("t", 2)
     ref = ProducerRef("http:order-42")
@@ -64,7 +64,7 @@ def test_retry_after_restart_and_cache_eviction(tmp_path: Path, clock: ManualClo
 
 def test_retries_of_several_requests_after_restart_write_nothing(tmp_path: Path, clock: ManualClock) -> None:
     """Found duplicates must not make later (higher-sequence) retries look new."""
-    cfg = small_config(tmp_path)
+    cfg = tiny_config(tmp_path)
     ms = MessageStore.open(cfg, clock_ms=clock)
     ms.create_topic("t", 2)
     originals = [ms.put_messages(_msgs(2, f"s{s}"), producer=ProducerRef("pipelined", s)) for s in range(5)]
@@ -80,7 +80,7 @@ def test_retries_of_several_requests_after_restart_write_nothing(tmp_path: Path,
 
 
 def test_torn_request_is_completed_by_the_retry(tmp_path: Path, clock: ManualClock) -> None:
-    cfg = small_config(tmp_path, commitlog_file_size_bytes=1 << 20)
+    cfg = tiny_config(tmp_path, commitlog_file_size_bytes=1 << 20)
     ms = MessageStore.open(cfg, clock_ms=clock)
     ms.create_topic("t", 1)
     ref = ProducerRef("p", 1)

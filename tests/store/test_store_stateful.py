@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from store import GetStatus, Message, MessageStore
-from tests.store.conftest import ManualClock, small_config
+from tests.support.stores import ManualClock, tiny_config
 
 TOPICS = ("alpha", "beta")
 QUEUES = 3
@@ -29,7 +29,7 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="sparkmq-stateful-"))
         self.clock = ManualClock()
-        self.config = small_config(
+        self.config = tiny_config(
             self.dir, commitlog_file_size_bytes=16 * 1024, consume_queue_units_per_file=16
         )
         self.store: MessageStore | None = MessageStore.open(self.config, clock_ms=self.clock)

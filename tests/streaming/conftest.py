@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import build_server
 from store import Message, MessageStore, StoreConfig
 from streaming.register import local_session_builder
+from tests.support.waiting import wait_until
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -44,15 +44,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoint")
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1) -> None:
-    """Poll ``condition`` until it holds or fail after ``timeout_s`` (no bare sleeps in tests)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(poll_s)
 
 
 def open_store(store_dir: Path, **changes: Any) -> Any:

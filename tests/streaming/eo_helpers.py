@@ -15,6 +15,8 @@ import pyarrow as pa
 
 from store import is_system_topic
 from store.publish.sink_staging import PART_SCHEMA
+from tests.support.stores import light_config
+from tests.support.waiting import wait_until
 
 
 def part_batch(
@@ -125,16 +127,6 @@ def fail_once(marker: str, poison: bytes) -> Any:
     return check
 
 
-def wait_for(condition: Any, timeout_s: float, what: str, poll_s: float = 0.1) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(poll_s)
-
-
 def source_bodies(count: int, start: int = 0) -> list[bytes]:
     return [b"id-%07d" % i for i in range(start, start + count)]
 
@@ -150,9 +142,7 @@ SMALL_LAYOUT: dict[str, Any] = {
 
 
 def small_config(store_dir: Path, **changes: Any) -> Any:
-    from store import StoreConfig
-
-    return StoreConfig(store_dir=store_dir, **{**SMALL_LAYOUT, **changes}).validate()
+    return light_config(store_dir, **{"default_queues_per_topic": 8, **SMALL_LAYOUT, **changes})
 
 
 def fill_source(store_dir: Path, topic: str, count: int, queues: int = 4) -> list[bytes]:
@@ -268,19 +258,10 @@ def kill_group(proc: Any) -> None:
             return True
         return False
 
-    wait_for(group_gone, 60, "the killed process group to disappear")
+    wait_until(group_gone, 60, "the killed process group to disappear")
 
 
 # -- a broker in a subprocess (killable), with the sinks router -----------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def start_broker(store_dir: Path, port: int, log_path: Path, fault: str | None = None) -> Any:
@@ -299,7 +280,7 @@ def start_broker(store_dir: Path, port: int, log_path: Path, fault: str | None =
         except httpx.HTTPError:
             return False
 
-    wait_for(healthy, 60, "the broker subprocess to answer /healthz", poll_s=0.2)
+    wait_until(healthy, 60, "the broker subprocess to answer /healthz", poll_s=0.2)
     return proc
 
 

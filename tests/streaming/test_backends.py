@@ -17,7 +17,8 @@ import pytest
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.types import GetStatus
 from streaming.backends import Backend, BackendError, EndpointBackend, PathBackend
-from tests.streaming.conftest import Broker, open_store, produce, wait_until
+from tests.streaming.conftest import Broker, open_store, produce
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from store import Message
-from tests.streaming.conftest import open_store, produce, wait_until
+from tests.streaming.conftest import open_store, produce
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -21,7 +21,7 @@ from ingest_api.http.errors import ApiError
 from ingest_api.http.params import GroupPath
 from ingest_api.http.retries import GroupConfigs, as_dict, resend_dead_letter, send_back
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
-from store.write.sendback import dlq_topic
+from store import dlq_topic
 
 router = APIRouter(
     prefix="/groups", tags=["retry"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}

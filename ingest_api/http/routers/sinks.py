@@ -39,7 +39,7 @@ from ingest_api.http.errors import ApiError
 from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
 from store import InvalidArgument, MessageStore
-from store.publish.sink_staging import CommitOutcome, SinkStaging, SinkStagingError, StagedPart
+from store.publish import CommitOutcome, SinkStaging, SinkStagingError, StagedPart
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from ingest_api.http.schemas import (
 from ingest_api.http.transactions import TransactionBoard
 from store import (
     GROUP_MAX_LENGTH,
+    TxOutcome,
     wall_clock_ms,
 )
-from store.publish.transactions import EndRequest, Transaction, UnknownTransaction
-from store.write.transactions import TxOutcome
+from store.publish import EndRequest, Transaction, UnknownTransaction
 
 router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
 
