@@ -15,7 +15,7 @@ COPY store ./store
 COPY ingest_api ./ingest_api
 COPY streaming ./streaming
 COPY sparkmq ./sparkmq
-RUN pip install .
+RUN pip install ".[kafka]"
 
 RUN useradd --create-home --uid 10001 sparkmq && mkdir -p /data /checkpoints \
     && chown sparkmq:sparkmq /data /checkpoints

@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install --upgrade --quiet pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[test,dev]"
+	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[kafka,test,dev]"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -42,7 +42,14 @@ def _kafka_companions(options: ServeOptions) -> list[Companion]:
     if options.extra.get("kafka_port") is None:
         return []
     # Imported only when asked for, so the HTTP broker never depends on the gateway's code.
-    from ingest_api.kafka.companion import serve_companions
+    try:
+        from ingest_api.kafka.companion import serve_companions
+    except ImportError as exc:
+        raise typer.BadParameter(
+            f"the Kafka gateway needs the kafka extra ({exc.name} is missing): "
+            "pip install 'sparkmq[kafka]'",
+            param_hint="--kafka-port",
+        ) from exc
 
     return list(serve_companions(options))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -45,3 +47,20 @@ def test_serve_refuses_bad_settings(tmp_path: Path) -> None:
         app, ["serve", "--store-dir", str(tmp_path), "--auth-file", str(tmp_path / "nope.json")]
     )
     assert missing.exit_code == 2
+
+
+def test_serve_without_the_kafka_extra_says_how_to_get_it(tmp_path: Path) -> None:
+    """The gateway's codecs are the optional ``kafka`` extra: without them ``--kafka-port``
+    is refused with the install command (simulated: ``kafka`` cannot be imported)."""
+    code = (
+        "import sys; sys.modules['kafka'] = None\n"
+        "from sparkmq.cli import main\n"
+        f"sys.argv = ['sparkmq', 'serve', '--store-dir', {str(tmp_path)!r}, '--kafka-port', '0',"
+        " '--operators', 'off']\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "sparkmq[kafka]" in done.stderr
