@@ -18,8 +18,8 @@ from tests.operators.broker_process import (
     children_of,
     pid_alive,
     start_broker,
-    wait_for,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -45,7 +45,7 @@ def delivered_once(broker: Broker, topic: str, expected: list[dict[str, Any]]) -
         got = all_messages(broker, topic)
         return got if want <= {m["uniq_key"] for m in got} else None
 
-    got = wait_for(arrived, JOB_START_TIMEOUT_S, f"{len(want)} delayed messages in {topic}", poll_s=0.5)
+    got = wait_until(arrived, JOB_START_TIMEOUT_S, f"{len(want)} delayed messages in {topic}", poll_s=0.5)
     counts = Counter(m["uniq_key"] for m in got)
     assert {k: n for k, n in counts.items() if n > 1} == {}, "a delayed message was delivered twice"
     assert set(counts) == want, "unexpected messages in the topic"
@@ -73,7 +73,7 @@ def test_levels_delivered_exactly_once_never_early_and_reported(broker: Broker) 
         # RocketMQ keeps DELAY/REAL_* in the delivered bytes (the string is built before clearing).
         assert m["properties"]["DELAY"] == str(r["level"]) and m["properties"]["REAL_TOPIC"] == "orders"
         assert m["body"] == f"l{r['level']}-" + m["body"].split("-", 1)[1]
-    report = wait_for(
+    report = wait_until(
         lambda: (op := broker.delay_operator()) and op.get("relocated_total") == len(parked) and op,
         60,
         "/operators to count the relocations",
@@ -82,7 +82,7 @@ def test_levels_delivered_exactly_once_never_early_and_reported(broker: Broker) 
     # Everything delivered: each level's delayOffset is its queue's end (RocketMQ's meaning).
     expected = {1: 20, 2: 8, 3: 4}  # the levels whose queue holds messages
     try:
-        wait_for(lambda: _delay_offsets(broker) == expected, 30, "delayOffset.json at the queue ends")
+        wait_until(lambda: _delay_offsets(broker) == expected, 30, "delayOffset.json at the queue ends")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {_delay_offsets(broker)} {broker.delay_operator()}") from None
     report = broker.delay_operator()  # the job's progress report has arrived by now
@@ -96,17 +96,19 @@ def test_levels_delivered_exactly_once_never_early_and_reported(broker: Broker) 
     # SIGTERM stops the broker cleanly, and its job with it.
     job_pid = job["pid"]
     assert broker.stop(signal.SIGTERM) == 0
-    wait_for(lambda: not pid_alive(job_pid), 30, "the operator job to stop with the broker")
+    wait_until(lambda: not pid_alive(job_pid), 30, "the operator job to stop with the broker")
 
 
 def test_pending_messages_are_reported_with_their_due_time(broker: Broker) -> None:
-    wait_for(lambda: broker.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query")
+    wait_until(
+        lambda: broker.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query"
+    )
     parked = produce_delayed(broker, "later", 3, 5, "p")  # 1 min
-    wait_for(lambda: broker.delay_operator().get("pending") == 3, 45, "3 pending delayed messages")
+    wait_until(lambda: broker.delay_operator().get("pending") == 3, 45, "3 pending delayed messages")
     op = broker.delay_operator()
     due = min(r["store_timestamp"] for r in parked) + 60_000
     # delayOffset.json (RocketMQ's meaning): level 5's next offset to examine is the first pending.
-    wait_for(lambda: _delay_offsets(broker).get(5) == 0, 30, "delayOffset.json to hold level 5 at 0")
+    wait_until(lambda: _delay_offsets(broker).get(5) == 0, 30, "delayOffset.json to hold level 5 at 0")
     assert op["next_due_ms"] == due
     assert op["relocated_total"] == 0
     assert all_messages(broker, "later") == [], "never visible before its due time"
@@ -130,7 +132,9 @@ def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
         delivered_once(running, "kill", parked)
         assert marker.exists(), "the driver was not killed"
         # After "after_post" the batch is published before the supervisor has noticed the kill.
-        wait_for(lambda: running.operators()["job"]["restarts"] >= 1, 60, "the supervisor to restart the job")
+        wait_until(
+            lambda: running.operators()["job"]["restarts"] >= 1, 60, "the supervisor to restart the job"
+        )
     finally:
         running.stop(signal.SIGKILL)
 
@@ -141,13 +145,13 @@ def test_broker_kill9_mid_publish_then_restart_resumes_without_duplicates(tmp_pa
     first = start_broker(tmp_path, env=env)
     parked = produce_delayed(first, "resume", 12, 1, "r")
     parked += produce_delayed(first, "resume", 6, 3, "r3")  # still pending while the broker is down
-    job_pid = wait_for(lambda: first.operators()["job"].get("pid"), 30, "the operator job pid")
-    job_children = wait_for(lambda: children_of(job_pid), 60, "the job's JVM")
+    job_pid = wait_until(lambda: first.operators()["job"].get("pid"), 30, "the operator job pid")
+    job_children = wait_until(lambda: children_of(job_pid), 60, "the job's JVM")
     assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash mid-publish"
     assert marker.exists()
     # No orphan: the driver dies with the broker, its JVM with the driver.
-    wait_for(lambda: not pid_alive(job_pid), 30, "the operator driver to die with the broker")
-    wait_for(lambda: not any(pid_alive(p) for p in job_children), 60, "the driver's JVM to exit")
+    wait_until(lambda: not pid_alive(job_pid), 30, "the operator driver to die with the broker")
+    wait_until(lambda: not any(pid_alive(p) for p in job_children), 60, "the driver's JVM to exit")
     partial = Counter(all_messages_offline(first))
     assert 0 < sum(partial.values()) < len(parked)
     second = start_broker(tmp_path, port=int(first.url.rsplit(":", 1)[1]))

@@ -28,7 +28,6 @@ from pyspark.errors import StreamingQueryException
 from tests.streaming.eo_helpers import (
     assert_exactly_once,
     fill_source,
-    free_port,
     kill_group,
     parquet_bodies,
     reader_bodies,
@@ -37,8 +36,9 @@ from tests.streaming.eo_helpers import (
     spawn,
     start_broker,
     start_pipeline,
-    wait_for,
 )
+from tests.support.network import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -154,7 +154,7 @@ def _run_subprocess_until(tmp_path: Path, spec: dict[str, Any], condition: Any, 
                 raise AssertionError(f"driver exited early: {(tmp_path / 'driver.log').read_text()[-3000:]}")
             return bool(condition())
 
-        wait_for(reached, 240, what, poll_s=0.05)
+        wait_until(reached, 240, what, poll_s=0.05)
     finally:
         kill_group(proc)
 
@@ -204,7 +204,7 @@ def test_broker_kill9_mid_publish_then_restart(sink_spark: Any, tmp_path: Path) 
     }  # fmt: skip
     query = start_pipeline(sink_spark, spec)
     try:
-        wait_for(marker.exists, 240, "the broker to block mid-publish", poll_s=0.05)
+        wait_until(marker.exists, 240, "the broker to block mid-publish", poll_s=0.05)
         kill_group(broker)
         broker = start_broker(store_dir, port, tmp_path / "broker2.log")
         assert query.awaitTermination(240), "the query did not finish after the broker came back"
@@ -234,7 +234,7 @@ def test_broker_kill9_mid_stream_parquet(sink_spark: Any, tmp_path: Path) -> Non
     }  # fmt: skip
     query = start_pipeline(sink_spark, spec)
     try:
-        wait_for((Path(spec["checkpoint"]) / "offsets" / "2").exists, 240, "batch 2 to be planned")
+        wait_until((Path(spec["checkpoint"]) / "offsets" / "2").exists, 240, "batch 2 to be planned")
         kill_group(broker)
         with contextlib.suppress(StreamingQueryException):  # expected: the source lost its broker
             query.awaitTermination(120)

@@ -11,7 +11,6 @@ from store import MessageStore
 from tests.streaming.eo_helpers import (
     assert_exactly_once,
     fill_source,
-    free_port,
     kill_group,
     reader_bodies,
     register_sink,
@@ -20,6 +19,7 @@ from tests.streaming.eo_helpers import (
     start_broker,
     topic_rows,
 )
+from tests.support.network import free_port
 
 pytestmark = pytest.mark.spark
 
