@@ -12,6 +12,7 @@ See docs/store_api.md.
 from store.config import DEFAULT_DELAY_LEVELS, MIB, FlushDiskType, StoreConfig
 from store.errors import (
     DataLost,
+    IndexBehind,
     InvalidArgument,
     MessageTooLarge,
     SparkMQError,
@@ -38,7 +39,7 @@ from store.format.vocabulary import (
 )
 from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
-from store.message_store import MessageStore, StoreStats, StoreVerification
+from store.message_store import MessageStore, StoreHealth, StoreStats, StoreVerification
 from store.metadata.file_sizes import existing_config
 from store.names import (
     GROUP_MAX_LENGTH,
@@ -59,6 +60,7 @@ from store.read.queue_reader import BatchReadResult
 from store.read.retry_view import RETRY_PREFIX, present_retry
 from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
+from store.services import ServiceHealth
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
 from store.write.appender import BatchPutResult
 from store.write.columns import MAX_PROPERTY_COLUMNS, UNPLACED, ProduceColumns, ProduceOutcome
@@ -105,6 +107,7 @@ __all__ = [
     "FlushDiskType",
     "GetResult",
     "GetStatus",
+    "IndexBehind",
     "InvalidArgument",
     "Message",
     "MessageStore",
@@ -118,10 +121,12 @@ __all__ = [
     "QueueReadApi",
     "Relocation",
     "RelocationKind",
+    "ServiceHealth",
     "SparkMQError",
     "StoreClosed",
     "StoreConfig",
     "StoreError",
+    "StoreHealth",
     "StoreLocked",
     "StoreNotWritable",
     "StoreReader",

@@ -43,6 +43,9 @@ class StoreConfig:
     index_max_entries: int = 20_000_000
     #: Build the key index (RocketMQ ``messageIndexEnable``).
     index_enabled: bool = True
+    #: How long a lookup that must see every acknowledged write (a key query, an idempotent
+    #: retry, a sink resume) waits for the index thread before it is refused (``IndexBehind``).
+    index_lookup_wait_ms: int = 10_000
 
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     #: ASYNC_FLUSH period for the CommitLog (``flushIntervalCommitLog``).
@@ -103,6 +106,7 @@ class StoreConfig:
             (self.consume_queue_units_per_file >= 1, "consume_queue_units_per_file must be >= 1"),
             (self.index_hash_slots >= 1, "index_hash_slots must be >= 1"),
             (self.index_max_entries >= 2, "index_max_entries must be >= 2"),
+            (self.index_lookup_wait_ms > 0, "index_lookup_wait_ms must be > 0"),
             (self.flush_interval_ms > 0, "flush_interval_ms must be > 0"),
             (self.flush_consume_queue_interval_ms > 0, "flush_consume_queue_interval_ms must be > 0"),
             (self.sync_flush_timeout_ms > 0, "sync_flush_timeout_ms must be > 0"),

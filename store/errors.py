@@ -77,6 +77,16 @@ class FlushTimeout(StoreNotWritable):
     code = "flush_timeout"
 
 
+class IndexBehind(StoreError):
+    """The key index has not caught up with the acknowledged writes (its thread is failing or
+    far behind), so a lookup that must see every stored message cannot be answered. An
+    idempotent retry, a sink resume or a key query is refused rather than answered from a
+    partial index; retry once :meth:`MessageStore.health` is ok again."""
+
+    code = "index_behind"
+    retriable = True
+
+
 class StoreLocked(StoreError):
     """Another process holds the store directory's ``lock`` file."""
 

@@ -28,7 +28,7 @@ from store.commitlog.commitlog import CommitLog
 from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueueStore
-from store.errors import InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
+from store.errors import IndexBehind, InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
 from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id, encode_record
 from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK
 from store.index.index_file import IndexService
@@ -53,7 +53,7 @@ from store.names import (
 )
 from store.read.queue_reader import BatchReadResult, QueueReader
 from store.recovery.recovery import RecoveryReport, rebuild_derived, recover
-from store.services import PeriodicService
+from store.services import PeriodicService, ServiceHealth
 from store.types import Boundary, GetResult, Message, MessageView, PutResult
 from store.write.appender import Appender, BatchPutResult
 from store.write.arrivals import ArrivalListener, Arrivals
@@ -85,6 +85,17 @@ class StoreStats:
     index_dispatch_lag_bytes: int
     #: (topic, queue id) -> max offset, for every queue with a ConsumeQueue.
     queue_max_offsets: dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What :meth:`MessageStore.health` found: ``ok`` unless a background service is failing."""
+
+    ok: bool
+    services: tuple[ServiceHealth, ...]
+
+    def failing(self) -> list[ServiceHealth]:
+        return [s for s in self.services if not s.ok]
 
 
 @dataclass(frozen=True)
@@ -561,7 +572,13 @@ class MessageStore:
         self._ensure_open()
         if self._index is None:
             raise InvalidArgument("the key index is disabled (index_enabled=False)")
-        self.wait_indexed()
+        wait_ms = self.config.index_lookup_wait_ms
+        if not self.wait_indexed(wait_ms / 1000):
+            behind = self.stats().index_dispatch_lag_bytes
+            raise IndexBehind(
+                f"the key index is {behind} bytes behind the CommitLog and did not catch up in "
+                f"{wait_ms} ms; a lookup now could miss stored messages"
+            )
         found: list[MessageView] = []
         seen: set[int] = set()
         for offset in self._index.query(topic, key, begin_ms, end_ms, max_results):
@@ -691,6 +708,16 @@ class MessageStore:
             end = max(end, batch.end_offset)
         max_offset = self._commitlog.max_offset
         return StoreVerification(records, start, end if records else max(start, end), max_offset)
+
+    def health(self) -> StoreHealth:
+        """Every background service's health: the index thread, the periodic flushes, offset
+        persistence and retention, and SYNC_FLUSH's group commit. Not ok while any is failing."""
+        services: list[ServiceHealth] = [s.health() for s in self._services]
+        if self._index_dispatcher is not None:
+            services.append(self._index_dispatcher.health())
+        if self._group_commit is not None:
+            services.append(self._group_commit.health())
+        return StoreHealth(all(s.ok for s in services), tuple(services))
 
     def stats(self) -> StoreStats:
         indexed_to = (

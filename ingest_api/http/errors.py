@@ -34,6 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "store_closed": 503,
     "store_not_writable": 503,
     "flush_timeout": 503,
+    "index_behind": 503,
     "store_locked": 503,
     "data_lost": 410,
     "corrupt_store": 500,

@@ -66,6 +66,7 @@ def collect_store_gauges(store: MessageStore) -> StoreGauges:
         },
         store_totals={"messages_put": stats.messages_put, "bytes_put": stats.bytes_put},
         topics=len(topics),
+        services={s.name: (s.ok, s.failures) for s in store.health().services},
     )
     for topic in topics:
         for queue_id, (low, _) in store.queue_offsets(topic).items():

@@ -162,6 +162,8 @@ class StoreGauges:
     storage: dict[str, float] = field(default_factory=dict)
     topics: int = 0
     groups: int = 0
+    #: Background service name -> (up: its last run succeeded, failures since start).
+    services: dict[str, tuple[bool, int]] = field(default_factory=dict)
 
 
 def _escape(value: str) -> str:
@@ -256,6 +258,15 @@ def render(metrics: BrokerMetrics, gauges: StoreGauges) -> str:
     _gauge(lines, "sparkmq_dispatch_lag_bytes", dispatch_help, gauges.dispatch_lag_bytes)
     _gauge(lines, "sparkmq_topics", "User topics.", gauges.topics)
     _gauge(lines, "sparkmq_groups", "Consumer groups with committed offsets.", gauges.groups)
+
+    name = "sparkmq_store_service_up"
+    _family(lines, name, "gauge", "1 while a store background service works, 0 while it is failing.")
+    for service, (up, _) in sorted(gauges.services.items()):
+        lines.append(f"{name}{_labels((('service', service),))} {int(up)}")
+    name = "sparkmq_store_service_failures_total"
+    _family(lines, name, "counter", "Failed runs of a store background service since the broker started.")
+    for service, (_, failures) in sorted(gauges.services.items()):
+        lines.append(f"{name}{_labels((('service', service),))} {failures}")
 
     name = "sparkmq_group_lag"
     _family(lines, name, "gauge", "Consumer group lag in messages (max offset - committed offset).")

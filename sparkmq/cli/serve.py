@@ -46,8 +46,7 @@ def _kafka_companions(options: ServeOptions) -> list[Companion]:
         from ingest_api.kafka.companion import serve_companions
     except ImportError as exc:
         raise typer.BadParameter(
-            f"the Kafka gateway needs the kafka extra ({exc.name} is missing): "
-            "pip install 'sparkmq[kafka]'",
+            f"the Kafka gateway needs the kafka extra ({exc.name} is missing): pip install 'sparkmq[kafka]'",
             param_hint="--kafka-port",
         ) from exc
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from store.errors import FlushTimeout, StoreNotWritable
+from store.services import ServiceHealth
 
 log = logging.getLogger("sparkmq.store")
 
@@ -29,6 +30,13 @@ class GroupCommitService:
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="sparkmq-group-commit", daemon=True)
         self.fsyncs = 0
+        self.failures = 0
+        self._last_error: BaseException | None = None
+
+    def health(self) -> ServiceHealth:
+        last = self._last_error
+        error = None if last is None else f"{type(last).__name__}: {last}"
+        return ServiceHealth("group-commit", self._error is None, self.failures, error)
 
     def start(self) -> None:
         self._thread.start()
@@ -79,6 +87,9 @@ class GroupCommitService:
                 self.fsyncs += 1
                 self._flushed = max(self._flushed, flushed)
                 self._error = error
+                if error is not None:
+                    self.failures += 1
+                    self._last_error = error
                 self._cond.notify_all()
             if error is not None:
                 time.sleep(0.05)  # back off before retrying a failing disk

@@ -11,6 +11,7 @@ import pyarrow as pa
 from store.config import FlushDiskType, StoreConfig
 from store.io.fs import FaultyFileSystem
 from store.message_store import MessageStore
+from tests.support.waiting import wait_until
 
 from .conftest import BrokerFactory
 from .test_api_topics_produce import ARROW, error_of
@@ -75,3 +76,28 @@ def test_sync_flush_201_means_flushed(broker_factory: BrokerFactory) -> None:
         assert request().status_code == 201
         stats = store.stats()
         assert stats.commitlog_flushed_offset >= stats.commitlog_max_offset > 0
+
+
+def test_a_failing_store_service_shows_in_healthz_and_metrics(broker_factory: BrokerFactory) -> None:
+    """A periodic flush that keeps failing (its fsync) is not only logged: /healthz answers 503
+    naming it and /metrics reports it down, until the disk heals."""
+    fs = FaultyFileSystem()
+
+    def open_store(config: StoreConfig) -> MessageStore:
+        return MessageStore.open(config, fs=fs)
+
+    client = broker_factory(open_store=open_store, store={"flush_interval_ms": 20}).client()
+    client.put("/topics/flushy", json={"queues": 1})
+    assert client.get("/healthz").status_code == 200
+    fs.fail_nth("fsync", 1, errno.EIO, persistent=True)
+    assert client.post("/topics/flushy/messages", json={"body": "x"}).status_code == 201
+    wait_until(lambda: client.get("/healthz").status_code == 503, 10, "/healthz to report the failure")
+    health = client.get("/healthz").json()
+    assert health["error"] == "store_degraded"
+    assert "flush-commitlog" in health["services"]
+    metrics = client.get("/metrics").text
+    assert 'sparkmq_store_service_up{service="flush-commitlog"} 0' in metrics
+    assert 'sparkmq_store_service_up{service="index"} 1' in metrics
+    fs.heal()
+    wait_until(lambda: client.get("/healthz").status_code == 200, 10, "/healthz to recover")
+    assert 'sparkmq_store_service_up{service="flush-commitlog"} 1' in client.get("/metrics").text

@@ -21,9 +21,21 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 @router.get("/healthz", response_model=HealthOut, responses={503: {"model": ErrorOut}})
 async def healthz(broker: BrokerDep) -> HealthOut:
-    """Liveness: 200 while the store is open. Never needs a token."""
+    """200 while the store is open and every background service of the store (index thread,
+    flushes, offset persistence, retention, group commit) works; 503 naming the failing ones
+    otherwise. Never needs a token."""
     if broker.store.closed:
         raise ApiError(503, "store_closed", "the store is closed")
+    health = broker.store.health()
+    if not health.ok:
+        failing = health.failing()
+        raise ApiError(
+            503,
+            "store_degraded",
+            "failing store services: "
+            + "; ".join(f"{s.name} ({s.failures} failures, last: {s.last_error})" for s in failing),
+            services=[s.name for s in failing],
+        )
     return HealthOut(status="ok")
 
 
