@@ -27,14 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from store import MessageStore, StoreConfig
-from store.publish.sink_staging import (
-    SinkStaging,
-    StagedPart,
-    new_part_id,
-    part_path,
-    staging_root,
-    write_part,
-)
+from store.publish.sink_parts import StagedPart, new_part_id, part_path, staging_root, write_part
+from store.publish.sink_staging import SinkStaging
 from streaming.sink_columns import to_part_batch
 
 TOPIC = "bench-in"

@@ -9,10 +9,9 @@ The doors and Spark import from here (and from :mod:`store`), never from the mod
 """
 
 from store.publish.relocations import RelocationLog, RelocationOutcome
-from store.publish.sink_staging import (
+from store.publish.sink_parts import (
     PART_SCHEMA,
     CommitOutcome,
-    SinkStaging,
     SinkStagingError,
     StagedPart,
     check_id,
@@ -21,6 +20,7 @@ from store.publish.sink_staging import (
     staging_root,
     write_part,
 )
+from store.publish.sink_staging import SinkStaging
 from store.publish.transactions import (
     EndRequest,
     EndResult,

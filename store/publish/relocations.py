@@ -41,7 +41,7 @@ from store.config import FlushDiskType
 from store.errors import InvalidArgument, StoreError
 from store.io.atomic_file import write_atomically, write_json_atomically
 from store.message_store import MessageStore
-from store.publish.sink_staging import check_id
+from store.publish.sink_parts import check_id
 from store.write.relocate import Relocation, RelocationKind, relocated_record
 
 log = logging.getLogger("sparkmq.operators")

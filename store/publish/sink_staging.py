@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,172 +44,34 @@ import pyarrow.compute as pc
 
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError
-from store.io.atomic_file import write_atomically, write_json_atomically
+from store.io.atomic_file import write_json_atomically
 from store.message_store import MessageStore
 from store.names import (
-    ID_PATTERN,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
     validate_topic,
+)
+from store.publish.sink_parts import (
+    _ID_PATTERN,
+    COMMIT_FILE,
+    DEFAULT_CHUNK_ROWS,
+    STATE_FILE,
+    CommitOutcome,
+    Manifest,
+    SinkStagingError,
+    StagedPart,
+    batch_dir,
+    check_id,
+    part_path,
+    read_part,
+    staging_root,
+    write_part_bytes,
 )
 from store.write.columns import ProduceColumns
 from store.write.idempotence import ProducerRef, prefix_end, request_uniq_keys
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
 
 log = logging.getLogger("sparkmq.sink")
-
-STAGING_DIR_NAME = "staging"
-STATE_FILE = "STATE.json"
-COMMIT_FILE = "COMMIT.json"
-PART_PREFIX, PART_SUFFIX = "part-", ".arrow"
-#: Rows per ``put_batch`` call when publishing (recorded in each manifest: sequences depend on it).
-DEFAULT_CHUNK_ROWS = 65_536
-#: Sink ids and part ids become file names.
-_ID_PATTERN = re.compile(f"^{ID_PATTERN}$")
-
-#: What a staged part holds: one row per message, already resolved (topic filled in, keys joined
-#: with spaces as RocketMQ's KEYS property). ``queue_id`` wins over ``sharding_key``; both null
-#: lets the store go round robin.
-PART_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("body", pa.binary(), nullable=False),
-        pa.field("tags", pa.string()),
-        pa.field("keys", pa.string()),
-        pa.field("properties", pa.map_(pa.string(), pa.string())),
-        pa.field("queue_id", pa.int32()),
-        pa.field("sharding_key", pa.string()),
-        pa.field("delay_level", pa.int32()),
-    ]
-)
-
-
-class SinkStagingError(StoreError):
-    """A sink commit cannot proceed (unknown or damaged staged part, bad id)."""
-
-    code = "sink_staging_error"
-
-
-@dataclass(frozen=True, slots=True)
-class StagedPart:
-    """One staged file of one write task (what a WriterCommitMessage names)."""
-
-    part_id: str
-    rows: int
-
-
-@dataclass(frozen=True, slots=True)
-class CommitOutcome:
-    """What ``commit`` did. ``decided_now`` is False for a replay that found an earlier decision."""
-
-    sink_id: str
-    batch_id: int
-    rows: int
-    already_published: bool = False
-    decided_now: bool = True
-
-
-# -- layout and part files (no store needed: executors write parts in path mode) ---------------
-
-
-def staging_root(store_dir: Path | str) -> Path:
-    return Path(store_dir) / STAGING_DIR_NAME
-
-
-def check_id(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _ID_PATTERN.match(value):
-        raise InvalidArgument(f"{kind} {value!r} must be 1-128 characters of [A-Za-z0-9_.-]")
-    return value
-
-
-def batch_dir(root: Path, sink_id: str, batch_id: int) -> Path:
-    if batch_id < 0:
-        raise InvalidArgument(f"batch id must be >= 0, got {batch_id}")
-    return root / check_id("sink id", sink_id) / f"{batch_id:020d}"
-
-
-def part_path(root: Path, sink_id: str, batch_id: int, part_id: str) -> Path:
-    return batch_dir(root, sink_id, batch_id) / f"{PART_PREFIX}{check_id('part id', part_id)}{PART_SUFFIX}"
-
-
-def new_part_id(partition_id: int, attempt: int, index: int = 0) -> str:
-    """Unique per task attempt and file: ``p<partition>-a<attempt>-<index>-<random>``."""
-    return f"p{partition_id:05d}-a{attempt}-{index}-{uuid.uuid4().hex[:12]}"
-
-
-def write_part(path: Path, batches: Iterable[pa.RecordBatch]) -> int:
-    """Write ``batches`` (in :data:`PART_SCHEMA`) as an Arrow IPC file, atomically; returns rows."""
-    rows = 0
-
-    def fill(temp: Path) -> None:
-        nonlocal rows
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, PART_SCHEMA) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-                rows += batch.num_rows
-
-    write_atomically(path, fill)
-    return rows
-
-
-def write_part_bytes(path: Path, payload: bytes) -> int:
-    """Store an uploaded Arrow IPC file after checking its schema; returns its rows."""
-    try:
-        reader = pa.ipc.open_file(pa.BufferReader(payload))
-        table = reader.read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InvalidArgument(f"staged part is not an Arrow IPC file: {exc}") from exc
-    _check_part_schema(table.schema, path.name)
-    return write_part(path, table.to_batches())
-
-
-def read_part(path: Path) -> pa.Table:
-    """A staged part (memory-mapped, zero-copy)."""
-    try:
-        with pa.memory_map(str(path), "r") as source:
-            table = pa.ipc.open_file(source).read_all()
-    except FileNotFoundError as exc:
-        raise SinkStagingError(f"staged part {path} is missing") from exc
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SinkStagingError(f"staged part {path} is damaged: {exc}") from exc
-    _check_part_schema(table.schema, str(path))
-    return table
-
-
-def _check_part_schema(schema: pa.Schema, where: str) -> None:
-    if not schema.equals(PART_SCHEMA):
-        raise InvalidArgument(f"staged part {where}: schema {schema} is not the sink part schema")
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    sink_id: str
-    batch_id: int
-    parts: tuple[StagedPart, ...]
-    chunk_rows: int
-
-    @property
-    def rows(self) -> int:
-        return sum(p.rows for p in self.parts)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "sink_id": self.sink_id,
-            "batch_id": self.batch_id,
-            "chunk_rows": self.chunk_rows,
-            "parts": [{"part_id": p.part_id, "rows": p.rows} for p in self.parts],
-        }
-
-    @staticmethod
-    def load(path: Path) -> Manifest:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return Manifest(
-            sink_id=str(doc["sink_id"]),
-            batch_id=int(doc["batch_id"]),
-            parts=tuple(StagedPart(str(p["part_id"]), int(p["rows"])) for p in doc["parts"]),
-            chunk_rows=int(doc["chunk_rows"]),
-        )
-
 
 # -- the component ---------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from store import is_system_topic
-from store.publish.sink_staging import PART_SCHEMA
+from store.publish.sink_parts import PART_SCHEMA
 from tests.support.stores import light_config
 from tests.support.waiting import wait_until
 

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from ingest_api.http.app import create_app
 from store import MessageStore
-from store.publish.sink_staging import COMMIT_FILE, SinkStaging, StagedPart, batch_dir
+from store.publish.sink_parts import COMMIT_FILE, StagedPart, batch_dir
+from store.publish.sink_staging import SinkStaging
 from tests.streaming.eo_helpers import assert_exactly_once, part_batch, small_config, topic_bodies
 
 SINK = "q-http"

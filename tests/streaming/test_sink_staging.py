@@ -15,18 +15,17 @@ import pytest
 
 from store import MessageStore
 from store.errors import InvalidArgument, StoreNotWritable
-from store.publish.sink_staging import (
+from store.publish.sink_parts import (
     COMMIT_FILE,
-    SinkStaging,
     SinkStagingError,
     StagedPart,
     batch_dir,
-    chunk_uniq_keys,
     new_part_id,
     part_path,
     staging_root,
     write_part,
 )
+from store.publish.sink_staging import SinkStaging, chunk_uniq_keys
 from store.write.idempotence import ProducerRef, request_uniq_keys
 from tests.streaming.eo_helpers import assert_exactly_once, part_batch, small_config, topic_bodies, topic_rows
 
