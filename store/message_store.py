@@ -27,7 +27,7 @@ import numpy.typing as npt
 from store.commitlog.commitlog import CommitLog
 from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
-from store.consumequeue.consume_queue import ConsumeQueueStore
+from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import IndexBehind, InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
 from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id, encode_record
 from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK

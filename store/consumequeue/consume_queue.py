@@ -1,27 +1,16 @@
-"""ConsumeQueue: the per-(topic, queueId) index of CommitLog positions.
+"""ConsumeQueue: the per-(topic, queueId) index of CommitLog positions, as mapped files.
 
-One 20-byte big-endian unit per message; the unit's position is its *queue offset*::
-
-    0                 8         12                20
-    +-----------------+---------+-----------------+
-    | commitlog offset|  size   |    tagsCode     |
-    |     int64       |  int32  |      int64      |
-    +-----------------+---------+-----------------+
-
-``tagsCode`` is Java ``String.hashCode()`` of TAGS (0 without tags), or the deliver timestamp
-in ms for ``SCHEDULE_TOPIC_XXXX``. Files live in ``consumequeue/{topic}/{queueId}/``, hold
-``units_per_file`` units each and are named by their 20-digit zero-padded start *byte*
-offset (RocketMQ ``UtilAll.offset2FileName``). A unit with ``offset < 0`` or ``size <= 0``
-marks the end of written data. A queue whose first unit is not at a file boundary (rebuilt
-after retention) has its file's leading units filled with RocketMQ's blank unit
-``(0, Integer.MAX_VALUE, 0)``.
+The unit layout is in :mod:`store.consumequeue.units`. Files live in
+``consumequeue/{topic}/{queueId}/`` and hold ``units_per_file`` units each. A queue whose first
+unit is not at a file boundary (rebuilt after retention) has its file's leading units filled
+with blank units.
 
 Publication protocol for readers in other processes (read-only mode): a span of units is
 copied into the shared mmap with the first unit's ``size`` field written *last*. Until then
 that field is 0, so a concurrent scanner stops before the span and never sees a torn unit.
 
-:class:`ConsumeQueueStore` owns every queue of a store directory and builds them from
-:class:`~store.commitlog.dispatch_batch.DispatchBatch` hand-offs.
+:class:`~store.consumequeue.queue_store.ConsumeQueueStore` owns every queue of a store
+directory and builds them from dispatch batches.
 """
 
 from __future__ import annotations
@@ -31,7 +20,6 @@ import itertools
 import logging
 import mmap
 import os
-import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,101 +27,27 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from store.commitlog.dispatch_batch import DispatchBatch
-from store.config import StoreConfig
+from store.consumequeue.units import (
+    BLANK_UNIT_SIZE,
+    CQ_UNIT_DTYPE,
+    CQ_UNIT_SIZE,
+    FILE_NAME_DIGITS,
+    I32,
+    I64,
+    SIZE_END,
+    SIZE_POS,
+    Units,
+    encode_unit,
+    encode_units,
+    end_marker,
+    file_name,
+    first_true,
+    leftmost,
+)
 from store.errors import CorruptStore, InvalidArgument, StoreError
-from store.format.vocabulary import enter_consume_queue, enters_consume_queue
 from store.types import Boundary
 
-I32 = npt.NDArray[np.int32]
-I64 = npt.NDArray[np.int64]
-Units = npt.NDArray[np.void]
-
-CQ_UNIT = struct.Struct(
-    ">"
-    "q"  # commitlog offset: absolute byte offset of the record in the CommitLog
-    "i"  # size: TOTALSIZE of the record
-    "q"  # tagsCode: TAGS hashCode, or deliver timestamp (ms) for SCHEDULE_TOPIC_XXXX
-)
-CQ_UNIT_SIZE = CQ_UNIT.size  # 20
-#: The same unit as a NumPy structured dtype (views straight over file bytes).
-CQ_UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
-#: Byte range of the ``size`` field inside a unit (the publication commit point).
-_SIZE_START: int = CQ_UNIT_DTYPE.fields["size"][1]  # type: ignore[index]
-_SIZE_END = _SIZE_START + CQ_UNIT_DTYPE["size"].itemsize
-#: RocketMQ ``fillPreBlank`` unit size (``Integer.MAX_VALUE``; offset 0, tagsCode 0).
-BLANK_UNIT_SIZE = 0x7FFFFFFF
-FILE_NAME_DIGITS = 20
-
-
-#: Samples per round of the k-ary searches (one ``store_ts_of`` call per round).
-_SEARCH_FANOUT = 32
-
 log = logging.getLogger(__name__)
-
-if CQ_UNIT_DTYPE.itemsize != CQ_UNIT_SIZE:  # pragma: no cover - layout defined twice, keep in sync
-    raise ImportError("CQ_UNIT and CQ_UNIT_DTYPE disagree")
-
-
-# Pure codecs ---------------------------------------------------------------------------------
-def encode_unit(commitlog_offset: int, size: int, tags_code: int) -> bytes:
-    return CQ_UNIT.pack(commitlog_offset, size, tags_code)
-
-
-def decode_unit(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
-    """``(commitlog_offset, size, tags_code)`` of the unit at byte ``pos``."""
-    offset, size, tags_code = CQ_UNIT.unpack_from(data, pos)
-    return offset, size, tags_code
-
-
-def encode_units(commitlog_offsets: I64, sizes: I32, tags_codes: I64) -> Units:
-    """Columns -> contiguous structured array of units (``.tobytes()`` is the file image)."""
-    units = np.empty(len(commitlog_offsets), dtype=CQ_UNIT_DTYPE)
-    units["offset"] = commitlog_offsets
-    units["size"] = sizes
-    units["tags_code"] = tags_codes
-    return units
-
-
-def decode_units(data: bytes | memoryview) -> Units:
-    """Zero-copy structured view over whole units."""
-    return np.frombuffer(data, dtype=CQ_UNIT_DTYPE, count=len(data) // CQ_UNIT_SIZE)
-
-
-def file_name(start_byte_offset: int) -> str:
-    return f"{start_byte_offset:0{FILE_NAME_DIGITS}d}"
-
-
-def _first_true(mask: npt.NDArray[np.bool_]) -> int | None:
-    if len(mask) == 0:
-        return None
-    i = int(np.argmax(mask))
-    return i if mask[i] else None
-
-
-def _end_marker(units: Units) -> npt.NDArray[np.bool_]:
-    """Units that end written data (RocketMQ recover: ``offset < 0 || size <= 0``)."""
-    return (units["offset"] < 0) | (units["size"] <= 0)  # type: ignore[no-any-return]
-
-
-def leftmost(lo: int, hi: int, predicate: Callable[[I64], npt.NDArray[np.bool_]]) -> int:
-    """First position in ``[lo, hi)`` where a monotone (False..True) predicate holds, else ``hi``.
-
-    k-ary search: each round evaluates the predicate on up to ``_SEARCH_FANOUT`` positions.
-    """
-    while lo < hi:
-        if hi - lo <= _SEARCH_FANOUT:
-            positions = np.arange(lo, hi, dtype=np.int64)
-        else:
-            positions = np.unique(np.linspace(lo, hi - 1, _SEARCH_FANOUT).astype(np.int64))
-        j = _first_true(np.asarray(predicate(positions), dtype=bool))
-        if j is None:
-            lo = int(positions[-1]) + 1
-        else:
-            hi = int(positions[j])
-            if j > 0:
-                lo = int(positions[j - 1]) + 1
-    return lo
 
 
 class _CQFile:
@@ -239,7 +153,7 @@ class ConsumeQueue:
             return from_offset
         for f in files[start_index:]:
             local = max(0, from_offset - f.first_offset)
-            hit = _first_true(_end_marker(f.units[local:]))
+            hit = first_true(end_marker(f.units[local:]))
             if hit is not None:
                 return f.first_offset + local + hit
         return files[-1].end_offset
@@ -391,9 +305,9 @@ class ConsumeQueue:
                 return False
             f = self._file_for(self._max)
             at = (self._max - f.first_offset) * CQ_UNIT_SIZE
-            f.mm[at : at + _SIZE_START] = unit[:_SIZE_START]
-            f.mm[at + _SIZE_END : at + CQ_UNIT_SIZE] = unit[_SIZE_END:]
-            f.mm[at + _SIZE_START : at + _SIZE_END] = unit[_SIZE_START:_SIZE_END]  # commit point
+            f.mm[at : at + SIZE_POS] = unit[:SIZE_POS]
+            f.mm[at + SIZE_END : at + CQ_UNIT_SIZE] = unit[SIZE_END:]
+            f.mm[at + SIZE_POS : at + SIZE_END] = unit[SIZE_POS:SIZE_END]  # commit point
             self._max += 1
             return True
 
@@ -418,9 +332,9 @@ class ConsumeQueue:
             span = data[i * CQ_UNIT_SIZE : (i + count) * CQ_UNIT_SIZE]
             at = local * CQ_UNIT_SIZE
             end = at + len(span)
-            f.raw[at : at + _SIZE_START] = span[:_SIZE_START]
-            f.raw[at + _SIZE_END : end] = span[_SIZE_END:]
-            f.raw[at + _SIZE_START : at + _SIZE_END] = span[_SIZE_START:_SIZE_END]  # commit point
+            f.raw[at : at + SIZE_POS] = span[:SIZE_POS]
+            f.raw[at + SIZE_END : end] = span[SIZE_END:]
+            f.raw[at + SIZE_POS : at + SIZE_END] = span[SIZE_POS:SIZE_END]  # commit point
             i += count
             self._max += count
 
@@ -540,7 +454,7 @@ class ConsumeQueue:
         stale = known_max < first or known_max > files[-1].end_offset
         if not stale and known_max > first:
             last = cls._units_at(files, np.array([known_max - 1], dtype=np.int64))
-            stale = bool(_end_marker(last)[0])
+            stale = bool(end_marker(last)[0])
         if stale:
             return cls._scan_max(files, 0, first)
         start = next((i for i, f in enumerate(files) if f.end_offset > known_max), len(files))
@@ -580,158 +494,3 @@ class ConsumeQueue:
                 for path in self.directory.iterdir():
                     path.unlink()
                 self.directory.rmdir()
-
-
-class ConsumeQueueStore:
-    """Every ConsumeQueue under ``consumequeue/``: lazily created, existing ones loaded at start."""
-
-    def __init__(self, root: Path, units_per_file: int, *, read_only: bool = False) -> None:
-        self.root = root
-        self.units_per_file = units_per_file
-        self.read_only = read_only
-        self._lock = threading.Lock()
-        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._last_dispatched_ts = 0
-        self._load()
-
-    @staticmethod
-    def from_config(config: StoreConfig, *, read_only: bool = False) -> ConsumeQueueStore:
-        return ConsumeQueueStore(
-            config.consume_queue_dir, config.consume_queue_units_per_file, read_only=read_only
-        )
-
-    def _load(self) -> None:
-        """(Re)scan ``root`` for queue directories not yet known (copy-on-write of the dict)."""
-        if not self.root.is_dir():
-            return
-        queues = dict(self._queues)
-        for topic_dir in sorted(self.root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                key = (topic_dir.name, int(queue_dir.name)) if queue_dir.name.isdigit() else None
-                if key is not None and key not in queues and queue_dir.is_dir():
-                    queues[key] = ConsumeQueue(queue_dir, self.units_per_file, read_only=self.read_only)
-        self._queues = queues
-
-    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get((topic, queue_id))
-
-    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        queue = self._queues.get((topic, queue_id))
-        if queue is not None:
-            return queue
-        with self._lock:
-            queue = self._queues.get((topic, queue_id))
-            if queue is None:
-                directory = self.root / topic / str(queue_id)
-                queue = ConsumeQueue(directory, self.units_per_file, read_only=self.read_only)
-                self._queues = {**self._queues, (topic, queue_id): queue}
-            return queue
-
-    def queues(self, topic: str | None = None) -> dict[tuple[str, int], ConsumeQueue]:
-        return {key: q for key, q in self._queues.items() if topic is None or key[0] == topic}
-
-    def dispatch(self, batch: DispatchBatch) -> int:
-        """Append the batch's units to their queues; returns the number of units written.
-
-        PREPARED and ROLLBACK transaction messages are skipped (RocketMQ
-        ``CommitLogDispatcherBuildConsumeQueue``). Rows are grouped per (topic, queue) with one
-        stable argsort, so each queue gets one vectorised ``put_units``.
-        """
-        if len(batch) == 1:
-            return self._dispatch_one(batch)
-        rows = np.flatnonzero(enter_consume_queue(batch.sys_flags))
-        if len(rows) == 0:
-            return 0
-        keys = (batch.topic_codes[rows].astype(np.int64) << 32) | (
-            batch.queue_ids[rows].astype(np.int64) & 0xFFFFFFFF
-        )
-        order = np.argsort(keys, kind="stable")
-        rows, keys = rows[order], keys[order]
-        bounds = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-        written = 0
-        for group in np.split(rows, bounds):
-            head = int(group[0])
-            topic = batch.topics[int(batch.topic_codes[head])]
-            queue = self.get_or_create(topic, int(batch.queue_ids[head]))
-            written += queue.put_units(
-                batch.queue_offsets[group],
-                batch.commitlog_offsets[group],
-                batch.sizes[group],
-                batch.tags_codes[group],
-            )
-        self._last_dispatched_ts = max(self._last_dispatched_ts, int(batch.store_timestamps_ms[rows].max()))
-        return written
-
-    def _dispatch_one(self, batch: DispatchBatch) -> int:
-        if not enters_consume_queue(int(batch.sys_flags[0])):
-            return 0
-        queue = self.get_or_create(batch.topics[int(batch.topic_codes[0])], int(batch.queue_ids[0]))
-        written = queue.put_unit(
-            int(batch.queue_offsets[0]),
-            int(batch.commitlog_offsets[0]),
-            int(batch.sizes[0]),
-            int(batch.tags_codes[0]),
-        )
-        self._last_dispatched_ts = max(self._last_dispatched_ts, int(batch.store_timestamps_ms[0]))
-        return int(written)
-
-    def max_commitlog_end(self) -> int:
-        """Largest ``offset + size`` over all queues (0 when empty): where CQ dispatch reached."""
-        return max((q.last_commitlog_end() for q in self._queues.values()), default=0)
-
-    def delete_topic(self, topic: str) -> int:
-        """Destroy every queue of ``topic`` and its directory; returns how many were removed."""
-        with self._lock:
-            doomed = [q for key, q in self._queues.items() if key[0] == topic]
-            self._queues = {k: q for k, q in self._queues.items() if k[0] != topic}
-        for queue in doomed:
-            queue.destroy()
-        topic_dir = self.root / topic
-        if topic_dir.is_dir() and not any(topic_dir.iterdir()):
-            topic_dir.rmdir()
-        return len(doomed)
-
-    def truncate_dirty(self, max_commitlog_offset: int) -> None:
-        for queue in self._queues.values():
-            queue.truncate_dirty(max_commitlog_offset)
-
-    def recover(self) -> None:
-        for queue in self._queues.values():
-            queue.recover()
-
-    def delete_files_below(self, min_commitlog_offset: int) -> int:
-        """Retention over all queues; returns the number of files deleted."""
-        return sum(q.delete_files_below(min_commitlog_offset) for q in self._queues.values())
-
-    def correct_min_offsets(self, min_commitlog_offset: int) -> None:
-        for queue in self._queues.values():
-            queue.correct_min_offset(min_commitlog_offset)
-
-    def refresh(self) -> None:
-        """Read-only mode: discover new queues and re-scan known ones."""
-        if not self.read_only:
-            return
-        with self._lock:
-            known = self._queues
-            self._load()
-        for queue in known.values():
-            queue.refresh()
-
-    def flush(self) -> int:
-        """Flush every queue; returns the store timestamp (ms) of the last unit dispatched
-        before the flush started (0 when nothing was ever dispatched) for the checkpoint."""
-        last_ts = self._last_dispatched_ts
-        for queue in list(self._queues.values()):
-            queue.flush()
-        return last_ts
-
-    def close(self) -> None:
-        for queue in self._queues.values():
-            queue.close()
-
-    def destroy(self) -> None:
-        """Delete every queue (rebuild from the CommitLog)."""
-        for topic in {key[0] for key in self._queues}:
-            self.delete_topic(topic)

@@ -24,7 +24,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.consumequeue.consume_queue import ConsumeQueue, ConsumeQueueStore
+from store.consumequeue.consume_queue import ConsumeQueue
+from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import UnknownQueue
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.batch_decode import decode_records_to_arrow, decode_store_timestamps

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Self
 
 from store.commitlog.commitlog import CommitLog
-from store.consumequeue.consume_queue import ConsumeQueueStore
+from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import CorruptStore, UnknownTopic
 from store.metadata.file_sizes import existing_config
 from store.metadata.topic_config import TopicConfigTable

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 
 from store.commitlog.commitlog import CommitLog
-from store.consumequeue.consume_queue import ConsumeQueueStore
+from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import InvalidArgument
 from store.format.batch_encode import I32, I64
 from store.index.index_file import IndexService

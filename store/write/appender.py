@@ -22,7 +22,7 @@ from store.commitlog.commitlog import CommitLog
 from store.commitlog.dispatch_batch import DispatchBatch
 from store.commitlog.group_commit import GroupCommitService
 from store.config import StoreConfig
-from store.consumequeue.consume_queue import ConsumeQueueStore
+from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownQueue, UnknownTopic
 from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
 from store.format.record import QUEUE_ID_POS, BodyPolicy, encode_msg_id, encode_record

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.commitlog.dispatch_batch import DispatchBatch
-from store.consumequeue.consume_queue import (
+from store.consumequeue.consume_queue import ConsumeQueue
+from store.consumequeue.queue_store import ConsumeQueueStore
+from store.consumequeue.units import (
     BLANK_UNIT_SIZE,
     CQ_UNIT_DTYPE,
     CQ_UNIT_SIZE,
-    ConsumeQueue,
-    ConsumeQueueStore,
     decode_unit,
     decode_units,
     encode_unit,
