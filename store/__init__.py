@@ -62,11 +62,11 @@ from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.services import ServiceHealth
 from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
-from store.write.appender import BatchPutResult
 from store.write.columns import MAX_PROPERTY_COLUMNS, UNPLACED, ProduceColumns, ProduceOutcome
 from store.write.delay_levels import parse_delay_levels, parse_duration_ms
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
+from store.write.results import BatchPutResult
 from store.write.routing import sharding_queue, sharding_queues
 from store.write.sendback import DEFAULT_MAX_RECONSUME_TIMES, LADDER_BASE_LEVEL, sendback_request
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request

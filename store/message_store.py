@@ -55,12 +55,13 @@ from store.read.queue_reader import BatchReadResult, QueueReader
 from store.recovery.recovery import RecoveryReport, rebuild_derived, recover
 from store.services import PeriodicService, ServiceHealth
 from store.types import Boundary, GetResult, Message, MessageView, PutResult
-from store.write.appender import Appender, BatchPutResult
+from store.write.appender import Appender
 from store.write.arrivals import ArrivalListener, Arrivals
 from store.write.columns import ProduceColumns, ProduceOutcome, put_columns
 from store.write.delay_levels import parse_delay_levels
 from store.write.idempotence import ProducerRef
 from store.write.relocate import Relocated, Relocation, relocated_bytes
+from store.write.results import BatchPutResult
 
 log = logging.getLogger("sparkmq.store")
 

@@ -11,8 +11,7 @@ and, with SYNC_FLUSH, the wait for the group commit. Idempotent requests
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,9 +22,9 @@ from store.commitlog.dispatch_batch import DispatchBatch
 from store.commitlog.group_commit import GroupCommitService
 from store.config import StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
-from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownQueue, UnknownTopic
+from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownTopic
 from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
-from store.format.record import QUEUE_ID_POS, BodyPolicy, encode_msg_id, encode_record
+from store.format.record import QUEUE_ID_POS, BodyPolicy, encode_record
 from store.format.vocabulary import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
@@ -41,46 +40,12 @@ from store.write.message_builder import (
     tags_hashes_of,
     validate_message,
 )
+from store.write.queue_offsets import QueuePlacement, last_per_queue
 from store.write.relocate import Relocated
+from store.write.results import BatchPutResult, batch_result_of, put_result_of
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules
 
 UniqKeyLookup = Callable[[str, str], MessageView | None]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPutResult:
-    """Where a columnar batch landed: one entry per message, in input order."""
-
-    topic: str
-    queue_ids: npt.NDArray[np.int32]
-    queue_offsets: npt.NDArray[np.int64]
-    commitlog_offsets: npt.NDArray[np.int64]
-    sizes: npt.NDArray[np.int32]
-    uniq_keys: Sequence[str]
-    store_timestamp_ms: int
-    store_host: tuple[str, int]
-
-    def __len__(self) -> int:
-        return len(self.queue_ids)
-
-    def msg_id(self, i: int) -> str:
-        return encode_msg_id(self.store_host, int(self.commitlog_offsets[i]))
-
-    def results(self) -> list[PutResult]:
-        """The same information as :class:`PutResult` objects (one Python object each)."""
-        return [
-            PutResult(
-                msg_id=self.msg_id(i),
-                uniq_key=self.uniq_keys[i],
-                topic=self.topic,
-                queue_id=int(self.queue_ids[i]),
-                queue_offset=int(self.queue_offsets[i]),
-                commitlog_offset=int(self.commitlog_offsets[i]),
-                store_timestamp_ms=self.store_timestamp_ms,
-                size_bytes=int(self.sizes[i]),
-            )
-            for i in range(len(self))
-        ]
 
 
 class Appender:
@@ -115,8 +80,7 @@ class Appender:
         self._lookup = lookup_uniq_key
         self._uniq = UniqKeyGenerator(config.store_host, clock_ms=clock_ms)
         self._producers = ProducerTable()
-        self._queue_next: dict[tuple[str, int], int] = {}
-        self._round_robin: dict[str, int] = {}
+        self._placement = QueuePlacement(queues, self.lock)
         self._producible: set[str] = set()
         self._last_store_ts = last_store_timestamp_ms
         self._closed = False
@@ -140,13 +104,11 @@ class Appender:
 
     def forget_topic(self, topic: str) -> None:
         """Drop the bookkeeping of a deleted topic (call with :attr:`lock` held)."""
-        for key in [k for k in self._queue_next if k[0] == topic]:
-            del self._queue_next[key]
-        self._round_robin.pop(topic, None)
+        self._placement.forget_topic(topic)
 
     def reset_queue_offsets(self) -> None:
         """Re-read next queue offsets from the ConsumeQueues (after a rebuild)."""
-        self._queue_next.clear()
+        self._placement.reset()
 
     def new_uniq_keys(self, count: int) -> list[str]:
         return self._uniq.next_batch(count)
@@ -190,7 +152,7 @@ class Appender:
             for topic in topics[i]:
                 view = self._lookup(topic, keys[i])
                 if view is not None:
-                    return _put_result(view)
+                    return put_result_of(view)
             return None
 
         return stored_prefix(len(keys), lookup)
@@ -207,7 +169,7 @@ class Appender:
         for i, msg in enumerate(messages):
             validate_message(msg)
             count = self.producible_queue_count(msg.topic)
-            queue_id = self._choose_queue(msg.topic, msg.queue_id, count)
+            queue_id = self._placement.choose_one(msg.topic, msg.queue_id, count)
             placement = place(msg, queue_id, self.delay_levels, now_ms=now, timers=self.timers)
             records.append(
                 build_record(
@@ -233,19 +195,7 @@ class Appender:
             tags_hashes_of([p.get(PROPERTY_TAGS) for p in props]),
             tuple(p.get(PROPERTY_KEYS) for p in props),
         )
-        return [
-            PutResult(
-                msg_id=encode_msg_id(self._store_host, int(batch.commitlog_offsets[i])),
-                uniq_key=uniq_keys[i],
-                topic=topics[i],
-                queue_id=int(batch.queue_ids[i]),
-                queue_offset=int(batch.queue_offsets[i]),
-                commitlog_offset=int(batch.commitlog_offsets[i]),
-                store_timestamp_ms=batch.store_timestamp_ms,
-                size_bytes=int(batch.sizes[i]),
-            )
-            for i in range(len(records))
-        ]
+        return batch.results(topics)
 
     def put_relocated(self, records: Sequence[Relocated]) -> list[PutResult]:
         """Append encoded relocations (:mod:`store.write.relocate`): every field but the queue
@@ -284,19 +234,7 @@ class Appender:
             tags_hashes_of([r.properties.get(PROPERTY_TAGS) for r in records]),
             tuple(r.properties.get(PROPERTY_KEYS) for r in records),
         )
-        return [
-            PutResult(
-                msg_id=encode_msg_id(self._store_host, int(batch.commitlog_offsets[i])),
-                uniq_key=uniq_keys[i],
-                topic=topics[i],
-                queue_id=int(batch.queue_ids[i]),
-                queue_offset=int(batch.queue_offsets[i]),
-                commitlog_offset=int(batch.commitlog_offsets[i]),
-                store_timestamp_ms=batch.store_timestamp_ms,
-                size_bytes=int(batch.sizes[i]),
-            )
-            for i in range(n)
-        ]
+        return batch.results(topics)
 
     def _append_columns(
         self,
@@ -335,7 +273,7 @@ class Appender:
         if n == 0:
             empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
             return BatchPutResult(topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
-        qids = self._choose_queues(topic, queue_ids, count, n)
+        qids = self._placement.choose(topic, queue_ids, count, n)
         if uniq_keys is None or not all(uniq_keys):
             generated = self._uniq.next_batch(n)
             keys_out = (
@@ -412,7 +350,7 @@ class Appender:
                         born_timestamps_ms=_take(born_timestamps_ms, missing),
                     )
                     stored.update(self._stored_prefix([(topic,)] * n, uniq))
-                result = _batch_result(topic, [stored[i] for i in range(n)], self._store_host)
+                result = batch_result_of(topic, [stored[i] for i in range(n)], self._store_host)
             else:
                 result = self.put_batch(
                     topic,
@@ -427,37 +365,9 @@ class Appender:
             self._producers.remember(ref, result)
             return result
 
-    def _choose_queues(
-        self, topic: str, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None, count: int, n: int
-    ) -> npt.NDArray[np.int32]:
-        if queue_ids is None:
-            with self.lock:
-                first = self._round_robin.get(topic, 0)
-                self._round_robin[topic] = first + n
-            return ((first + np.arange(n, dtype=np.int64)) % count).astype(np.int32)
-        qids = np.broadcast_to(np.asarray(queue_ids, dtype=np.int64), (n,))
-        bad = (qids < 0) | (qids >= count)
-        if bool(bad.any()):
-            first_bad = int(np.flatnonzero(bad)[0])
-            raise UnknownQueue(
-                f"message {first_bad}: queue {int(qids[first_bad])} does not exist: "
-                f"topic {topic!r} has {count} queues"
-            )
-        return qids.astype(np.int32)
-
     def round_robin_queues(self, topic: str, count: int, n: int) -> npt.NDArray[np.int32]:
         """The next ``n`` round-robin queues of ``topic`` (a per-topic counter)."""
-        return self._choose_queues(topic, None, count, n)
-
-    def _choose_queue(self, topic: str, queue_id: int | None, count: int) -> int:
-        if queue_id is None:
-            with self.lock:
-                nxt = self._round_robin.get(topic, 0)
-                self._round_robin[topic] = nxt + 1
-            return nxt % count
-        if not 0 <= queue_id < count:
-            raise UnknownQueue(f"queue {queue_id} does not exist: topic {topic!r} has {count} queues")
-        return queue_id
+        return self._placement.round_robin(topic, count, n)
 
     def _append(
         self,
@@ -474,7 +384,7 @@ class Appender:
         with self.lock:
             self._ensure_open()
             store_ts = max(self._clock(), self._last_store_ts)
-            queue_offsets = self._assign_queue_offsets(topic_names, topic_codes, queue_ids)
+            queue_offsets = self._placement.assign(topic_names, topic_codes, queue_ids)
             encoded.patch_queue_offsets(queue_offsets)
             start = self._commitlog.max_offset
             appended = self._commitlog.append(encoded, store_ts)
@@ -498,7 +408,7 @@ class Appender:
             except (OSError, ValueError, InvalidArgument) as exc:
                 self._commitlog.truncate(start)
                 raise StoreNotWritable(f"ConsumeQueue dispatch failed, nothing written: {exc}") from exc
-            self._commit_queue_offsets(topic_names, topic_codes, queue_ids, queue_offsets)
+            self._placement.commit(topic_names, topic_codes, queue_ids, queue_offsets)
             self._last_store_ts = store_ts
             self.messages_put += n
             self.bytes_put += int(appended.wrote_bytes)
@@ -506,7 +416,7 @@ class Appender:
                 self._index.dispatch(dispatch)
         self._arrivals.notify(
             (topic_names[code], qid, last + 1)
-            for code, qid, last in _last_per_queue(topic_codes, queue_ids, queue_offsets)
+            for code, qid, last in last_per_queue(topic_codes, queue_ids, queue_offsets)
         )
         if self.group_commit is not None:
             self.group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
@@ -520,50 +430,6 @@ class Appender:
             store_ts,
             self._store_host,
         )
-
-    def _next_offset(self, topic: str, queue_id: int) -> int:
-        key = (topic, queue_id)
-        nxt = self._queue_next.get(key)
-        if nxt is None:
-            cq = self._queues.get(topic, queue_id)
-            nxt = 0 if cq is None else cq.max_offset
-            self._queue_next[key] = nxt
-        return nxt
-
-    def _assign_queue_offsets(
-        self, topics: tuple[str, ...], topic_codes: npt.NDArray[np.int32], queue_ids: npt.NDArray[np.int32]
-    ) -> npt.NDArray[np.int64]:
-        """Per message: next offset of its queue + its rank among this batch's messages to it."""
-        n = len(queue_ids)
-        keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
-        if n == 0 or bool(np.all(keys == keys[0])):
-            base = self._next_offset(topics[int(topic_codes[0])], int(queue_ids[0])) if n else 0
-            return base + np.arange(n, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        group_starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_keys)) + 1))
-        counts = np.diff(np.concatenate((group_starts, [n])))
-        bases = np.array(
-            [
-                self._next_offset(topics[int(k >> 32)], int(k & 0xFFFFFFFF))
-                for k in sorted_keys[group_starts].tolist()
-            ],
-            dtype=np.int64,
-        )
-        ranks = np.arange(n, dtype=np.int64) - np.repeat(group_starts, counts)
-        out = np.empty(n, dtype=np.int64)
-        out[order] = np.repeat(bases, counts) + ranks
-        return out
-
-    def _commit_queue_offsets(
-        self,
-        topics: tuple[str, ...],
-        topic_codes: npt.NDArray[np.int32],
-        queue_ids: npt.NDArray[np.int32],
-        queue_offsets: npt.NDArray[np.int64],
-    ) -> None:
-        for code, qid, last in _last_per_queue(topic_codes, queue_ids, queue_offsets):
-            self._queue_next[(topics[code], qid)] = last + 1
 
     def producible_queue_count(self, topic: str) -> int:
         """Queue count of a user topic a producer writes to, creating it when auto-creation is
@@ -588,32 +454,6 @@ def _with_uniq_key(msg: Message, uniq_key: str) -> Message:
     return copy
 
 
-def _put_result(view: MessageView) -> PutResult:
-    return PutResult(
-        msg_id=view.msg_id,
-        uniq_key=view.uniq_key or "",
-        topic=view.topic,
-        queue_id=view.queue_id,
-        queue_offset=view.queue_offset,
-        commitlog_offset=view.commitlog_offset,
-        store_timestamp_ms=view.store_timestamp_ms,
-        size_bytes=view.size_bytes,
-    )
-
-
-def _batch_result(topic: str, results: Sequence[PutResult], store_host: tuple[str, int]) -> BatchPutResult:
-    return BatchPutResult(
-        topic,
-        np.array([r.queue_id for r in results], dtype=np.int32),
-        np.array([r.queue_offset for r in results], dtype=np.int64),
-        np.array([r.commitlog_offset for r in results], dtype=np.int64),
-        np.array([r.size_bytes for r in results], dtype=np.int32),
-        [r.uniq_key for r in results],
-        max(r.store_timestamp_ms for r in results),
-        store_host,
-    )
-
-
 def _take(column: object, rows: npt.NDArray[np.int64]) -> Any:
     """Select ``rows`` of a per-message column; scalars and None pass through."""
     if column is None or isinstance(column, str | int | np.integer):
@@ -627,20 +467,3 @@ def _take(column: object, rows: npt.NDArray[np.int64]) -> Any:
 def _check_column_length(name: str, column: Sequence[object], n: int) -> None:
     if len(column) != n:
         raise InvalidArgument(f"{name} has {len(column)} values for {n} bodies")
-
-
-def _last_per_queue(
-    topic_codes: npt.NDArray[np.int32], queue_ids: npt.NDArray[np.int32], values: npt.NDArray[np.int64]
-) -> Iterable[tuple[int, int, int]]:
-    """(topic code, queue id, value of its last message) for each distinct queue of a batch."""
-    keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
-    if len(keys) == 0:
-        return []
-    if bool(np.all(keys == keys[0])):
-        return [(int(topic_codes[0]), int(queue_ids[0]), int(values[-1]))]
-    distinct, first_from_end = np.unique(keys[::-1], return_index=True)
-    last = len(keys) - 1 - first_from_end
-    return [
-        (int(key >> 32), int(key & 0xFFFFFFFF), int(value))
-        for key, value in zip(distinct.tolist(), values[last].tolist(), strict=True)
-    ]

@@ -214,7 +214,7 @@ def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None
 
     from ingest_api.http.render import produce_batch_json, produce_results_stream
     from store.format.record import encode_msg_id
-    from store.write.appender import BatchPutResult
+    from store.write.results import BatchPutResult
 
     rng = np.random.default_rng(7)
     offsets = np.concatenate([[0, 1, 15, 16, 2**62 - 1], rng.integers(0, 2**62, 500)]).astype(np.int64)
