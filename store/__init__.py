@@ -39,7 +39,7 @@ from store.format.vocabulary import (
 )
 from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
-from store.message_store import MessageStore, StoreHealth, StoreStats, StoreVerification
+from store.message_store import MessageStore
 from store.metadata.file_sizes import existing_config
 from store.names import (
     GROUP_MAX_LENGTH,
@@ -61,7 +61,17 @@ from store.read.retry_view import RETRY_PREFIX, present_retry
 from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.services import ServiceHealth
-from store.types import Boundary, GetResult, GetStatus, Message, MessageView, PutResult
+from store.types import (
+    Boundary,
+    GetResult,
+    GetStatus,
+    Message,
+    MessageView,
+    PutResult,
+    StoreHealth,
+    StoreStats,
+    StoreVerification,
+)
 from store.write.columns import MAX_PROPERTY_COLUMNS, UNPLACED, ProduceColumns, ProduceOutcome
 from store.write.delay_levels import parse_delay_levels, parse_duration_ms
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys

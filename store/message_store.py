@@ -13,11 +13,8 @@ Reads go through :class:`~store.read.queue_reader.QueueReader`, shared with the 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -31,8 +28,7 @@ from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import IndexBehind, InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
 from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id, encode_record
 from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK
-from store.index.index_file import IndexService
-from store.index.index_service import IndexDispatcher
+from store.index.index_service import IndexDispatcher, IndexService
 from store.io.clock import Clock, wall_clock_ms
 from store.io.fs import FileSystem, OsFileSystem
 from store.io.lock import DirectoryLock, remove_abort_file, write_abort_file
@@ -53,8 +49,18 @@ from store.names import (
 )
 from store.read.queue_reader import BatchReadResult, QueueReader
 from store.recovery.recovery import RecoveryReport, rebuild_derived, recover
+from store.recovery.retention import delete_expired
 from store.services import PeriodicService, ServiceHealth
-from store.types import Boundary, GetResult, Message, MessageView, PutResult
+from store.types import (
+    Boundary,
+    GetResult,
+    Message,
+    MessageView,
+    PutResult,
+    StoreHealth,
+    StoreStats,
+    StoreVerification,
+)
 from store.write.appender import Appender
 from store.write.arrivals import ArrivalListener, Arrivals
 from store.write.columns import ProduceColumns, ProduceOutcome, put_columns
@@ -73,45 +79,6 @@ _SYSTEM_TOPIC_QUEUES = {
     TIMER_TOPIC: 1,
     SENDBACK_TOPIC: 1,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStats:
-    messages_put: int
-    bytes_put: int
-    commitlog_min_offset: int
-    commitlog_max_offset: int
-    commitlog_flushed_offset: int
-    #: CommitLog bytes written but not yet in the key index.
-    index_dispatch_lag_bytes: int
-    #: (topic, queue id) -> max offset, for every queue with a ConsumeQueue.
-    queue_max_offsets: dict[tuple[str, int], int]
-
-
-@dataclass(frozen=True, slots=True)
-class StoreHealth:
-    """What :meth:`MessageStore.health` found: ``ok`` unless a background service is failing."""
-
-    ok: bool
-    services: tuple[ServiceHealth, ...]
-
-    def failing(self) -> list[ServiceHealth]:
-        return [s for s in self.services if not s.ok]
-
-
-@dataclass(frozen=True)
-class StoreVerification:
-    """What :meth:`MessageStore.verify` found walking the CommitLog."""
-
-    records: int
-    first_offset: int
-    #: Where the walk stopped: ``max_offset`` when every record checked out.
-    valid_end_offset: int
-    max_offset: int
-
-    @property
-    def ok(self) -> bool:
-        return self.valid_end_offset == self.max_offset
 
 
 class MessageStore:
@@ -673,20 +640,7 @@ class MessageStore:
         if self._closed:
             return 0
         now = self._clock() if now_ms is None else now_ms
-        hour = time.gmtime(now / 1000).tm_hour
-        disk_full = _disk_used_ratio(self.config.store_dir) > self.config.disk_max_used_ratio
-        if not (force or disk_full or hour in self.config.delete_when_hours):
-            return 0
-        expired_before = now - int(self.config.file_reserved_time_hours * 3_600_000)
-        deleted = self._commitlog.delete_expired_files(expired_before, force=disk_full)
-        if deleted:
-            low = self._commitlog.min_offset
-            self._queues.delete_files_below(low)
-            self._queues.correct_min_offsets(low)
-            if self._index is not None:
-                self._index.delete_files_below(low)
-            log.info("retention deleted %d commitlog file(s); min offset is now %d", deleted, low)
-        return deleted
+        return delete_expired(self.config, self._commitlog, self._queues, self._index, now, force=force)
 
     def rebuild_indexes(self) -> int:
         """Rebuild every ConsumeQueue and the key index from the CommitLog; returns records."""
@@ -745,8 +699,3 @@ def _check_read_args(offset: int, max_messages: int) -> None:
         raise InvalidArgument(f"offset must be >= 0, got {offset}")
     if max_messages < 1:
         raise InvalidArgument(f"max_messages must be >= 1, got {max_messages}")
-
-
-def _disk_used_ratio(path: os.PathLike[str] | str) -> float:
-    usage = shutil.disk_usage(path)
-    return usage.used / usage.total if usage.total else 0.0

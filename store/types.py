@@ -9,6 +9,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from store.services import ServiceHealth
+
 #: ``offset_for_timestamp`` boundary (RocketMQ ``BoundaryType``).
 
 
@@ -122,3 +124,42 @@ class GetResult:
     min_offset: int
     max_offset: int
     messages: list[MessageView] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    messages_put: int
+    bytes_put: int
+    commitlog_min_offset: int
+    commitlog_max_offset: int
+    commitlog_flushed_offset: int
+    #: CommitLog bytes written but not yet in the key index.
+    index_dispatch_lag_bytes: int
+    #: (topic, queue id) -> max offset, for every queue with a ConsumeQueue.
+    queue_max_offsets: dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What :meth:`MessageStore.health` found: ``ok`` unless a background service is failing."""
+
+    ok: bool
+    services: tuple[ServiceHealth, ...]
+
+    def failing(self) -> list[ServiceHealth]:
+        return [s for s in self.services if not s.ok]
+
+
+@dataclass(frozen=True)
+class StoreVerification:
+    """What :meth:`MessageStore.verify` found walking the CommitLog."""
+
+    records: int
+    first_offset: int
+    #: Where the walk stopped: ``max_offset`` when every record checked out.
+    valid_end_offset: int
+    max_offset: int
+
+    @property
+    def ok(self) -> bool:
+        return self.valid_end_offset == self.max_offset

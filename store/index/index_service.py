@@ -1,4 +1,10 @@
-"""The index thread: builds the key index from dispatch batches, behind the put path.
+"""The key index of a store: every IndexFile in ``index/`` (:class:`IndexService`) and the thread
+that fills them (:class:`IndexDispatcher`). One file's layout is :mod:`store.index.index_file`.
+
+``IndexService`` names files by their creation time, starts a new one when the current one is
+full, answers queries newest file first and deletes files below the CommitLog's minimum.
+
+The index thread builds the key index from dispatch batches, behind the put path.
 
 The put path hands every :class:`~store.commitlog.dispatch_batch.DispatchBatch` over and returns; the
 index may lag by a few batches and catches up. :meth:`IndexDispatcher.wait_indexed` lets
@@ -18,12 +24,268 @@ import logging
 import queue
 import threading
 import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from store.commitlog.dispatch_batch import DispatchBatch
-from store.index.index_file import IndexService
+from store.config import StoreConfig
+from store.errors import StoreError
+from store.format.java_hash import index_key_hash, index_key_hashes
+from store.format.vocabulary import enter_index
+from store.index.index_file import (
+    FILE_NAME_FORMAT,
+    I32,
+    I64,
+    KEY_SEPARATOR,
+    IndexFile,
+    IndexHeader,
+    build_key,
+    index_file_size,
+)
+from store.io.clock import Clock, wall_clock_ms
 from store.services import ServiceHealth
 
 log = logging.getLogger("sparkmq.store")
+
+
+def file_name_for(timestamp_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` (UTC) of a timestamp."""
+    moment = datetime.fromtimestamp(timestamp_ms // 1000, tz=UTC)
+    return moment.strftime(FILE_NAME_FORMAT) + f"{timestamp_ms % 1000:03d}"
+
+
+def timestamp_of_file_name(name: str) -> int:
+    moment = datetime.strptime(name[:14], FILE_NAME_FORMAT).replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1000 + int(name[14:])
+
+
+def _is_index_file_name(name: str) -> bool:
+    return len(name) == 17 and name.isdigit()
+
+
+def index_keys(batch: DispatchBatch, rows: I64) -> tuple[pa.Array, I64]:
+    """The index keys of ``rows`` of a batch, in order: per message ``topic#UNIQ_KEY`` then
+    ``topic#token`` for each KEYS token; returns (keys, the row of each key). Built with
+    Arrow kernels: no Python string per key."""
+    take = pa.array(rows)
+    prefixes = pa.array([t + KEY_SEPARATOR for t in batch.topics]).take(pa.array(batch.topic_codes[rows]))
+    uniq = pa.array(batch.uniq_keys, type=pa.string()).take(take)
+    tokens = pc.split_pattern(pa.array(batch.keys, type=pa.string()).take(take), " ")
+    token_parent = np.asarray(pc.list_parent_indices(tokens), dtype=np.int64)
+    flat_tokens = pc.list_flatten(tokens)
+    present = np.asarray(pc.and_(pc.is_valid(flat_tokens), pc.not_equal(flat_tokens, "")).fill_null(False))
+    token_parent = token_parent[present]
+    flat_tokens = flat_tokens.filter(pa.array(present))
+    has_uniq = np.asarray(pc.and_(pc.is_valid(uniq), pc.not_equal(uniq, "")).fill_null(False))
+    uniq_parent = np.flatnonzero(has_uniq)
+    parents = np.concatenate((uniq_parent, token_parent))
+    texts = pa.concat_arrays(
+        [
+            pc.binary_join_element_wise(
+                prefixes.take(pa.array(uniq_parent)), uniq.filter(pa.array(has_uniq)), ""
+            ),
+            pc.binary_join_element_wise(prefixes.take(pa.array(token_parent)), flat_tokens, ""),
+        ]
+    )
+    # per message: its UNIQ_KEY entry first, then its tokens (a stable sort by message)
+    rank = np.concatenate((np.zeros(len(uniq_parent), np.int64), np.ones(len(token_parent), np.int64)))
+    order = np.lexsort((rank, parents))
+    return texts.take(pa.array(order)), rows[parents[order]]
+
+
+class IndexService:
+    """All index files under ``index/``, oldest first; the last one takes new entries.
+
+    Deleted files are unlinked and dropped from the list, their mappings released when the
+    last concurrent query lets go of them.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        slot_count: int,
+        max_entries: int,
+        *,
+        read_only: bool = False,
+        clock_ms: Clock = wall_clock_ms,
+    ) -> None:
+        self.directory = directory
+        self.slot_count = slot_count
+        self.max_entries = max_entries
+        self.read_only = read_only
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+        self._files: list[IndexFile] = [self._open(path) for path in self._listed()]
+
+    @staticmethod
+    def from_config(
+        config: StoreConfig, *, read_only: bool = False, clock_ms: Clock = wall_clock_ms
+    ) -> IndexService:
+        return IndexService(
+            config.index_dir,
+            config.index_hash_slots,
+            config.index_max_entries,
+            read_only=read_only,
+            clock_ms=clock_ms,
+        )
+
+    def _listed(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        paths = sorted(p for p in self.directory.iterdir() if _is_index_file_name(p.name))
+        if self.read_only:  # a writer may be creating the newest file right now
+            size = index_file_size(self.slot_count, self.max_entries)
+            paths = [p for p in paths if p.stat().st_size >= size]
+        return paths
+
+    def _open(self, path: Path) -> IndexFile:
+        return IndexFile(path, self.slot_count, self.max_entries, read_only=self.read_only)
+
+    @property
+    def files(self) -> list[IndexFile]:
+        return list(self._files)
+
+    def _require_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.directory}: index opened read-only")
+
+    # Writes ----------------------------------------------------------------------------------
+    def last_indexed_offset(self) -> int:
+        """CommitLog offset of the newest indexed message, -1 when none (replays skip up to it)."""
+        files = self._files
+        if not files or (len(files) == 1 and files[0].header.index_count <= 1):
+            return -1
+        return files[-1].header.end_phy_offset
+
+    def dispatch(self, batch: DispatchBatch) -> int:
+        """Index ``topic#UNIQ_KEY`` and ``topic#token`` per KEYS token; returns entries written.
+
+        ROLLBACK transaction messages and messages at or below :meth:`last_indexed_offset`
+        (a replay after recovery) are skipped, like RocketMQ ``IndexService.buildIndex``.
+        """
+        wanted = enter_index(batch.sys_flags) & (batch.commitlog_offsets > self.last_indexed_offset())
+        rows = np.flatnonzero(wanted)
+        if len(rows) == 0:
+            return 0
+        keys, key_rows = index_keys(batch, rows)
+        if len(keys) == 0:
+            return 0
+        return self.put_hashes(
+            index_key_hashes(keys), batch.commitlog_offsets[key_rows], batch.store_timestamps_ms[key_rows]
+        )
+
+    def put_hashes(self, key_hashes: I32, phy_offsets: I64, store_timestamps_ms: I64) -> int:
+        """Insert pre-hashed entries in order, rolling to new files when full."""
+        self._require_writable()
+        with self._lock:
+            done = 0
+            while done < len(key_hashes):
+                done += self._writable_file().put_batch(
+                    key_hashes[done:], phy_offsets[done:], store_timestamps_ms[done:]
+                )
+            return done
+
+    def _writable_file(self) -> IndexFile:
+        files = self._files
+        if files and not files[-1].is_full:
+            return files[-1]
+        now_ms = self._clock_ms()
+        if files:
+            now_ms = max(now_ms, timestamp_of_file_name(files[-1].path.name) + 1)
+        previous = files[-1].header if files else IndexHeader()
+        created = IndexFile.create(
+            self.directory / file_name_for(now_ms),
+            self.slot_count,
+            self.max_entries,
+            end_phy_offset=previous.end_phy_offset,
+            end_timestamp_ms=previous.end_timestamp_ms,
+        )
+        self._files = [*files, created]
+        return created
+
+    # Queries ---------------------------------------------------------------------------------
+    def query(
+        self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_results: int = 64
+    ) -> list[int]:
+        """CommitLog offsets of ``topic#key`` entries stored in ``[begin_ms, end_ms]``, newest first.
+
+        Hash matches only: the caller must compare the real key of each message. Entry times
+        have one-second resolution (``beginTimestamp + timeDiff*1000``), as in RocketMQ.
+        """
+        key_hash = index_key_hash(build_key(topic, key))
+        found: list[int] = []
+        for f in reversed(self._files):
+            if self.read_only:
+                f.reload_header()
+            if f.is_time_matched(begin_ms, end_ms):
+                f.select(key_hash, begin_ms, end_ms, max_results, found)
+            if f.header.begin_timestamp_ms < begin_ms or len(found) >= max_results:
+                break
+        return found
+
+    # Maintenance -----------------------------------------------------------------------------
+    def delete_files_below(self, min_commitlog_offset: int) -> int:
+        """Retention: delete files (never the last) whose endPhyOffset < the CommitLog min."""
+        self._require_writable()
+        with self._lock:
+            files = self._files
+            doomed = [f for f in files[:-1] if f.header.end_phy_offset < min_commitlog_offset]
+            return self._drop(doomed, f"endPhyOffset below the CommitLog min {min_commitlog_offset}")
+
+    def destroy_newer_than(self, timestamp_ms: int) -> int:
+        """Abnormal recovery: delete files whose endTimestamp > checkpoint indexMsgTimestamp."""
+        self._require_writable()
+        with self._lock:
+            newer = [f for f in self._files if f.header.end_timestamp_ms > timestamp_ms]
+            return self._drop(newer, f"endTimestamp after the checkpoint's {timestamp_ms}")
+
+    def _drop(self, doomed: list[IndexFile], reason: str) -> int:
+        for f in doomed:
+            log.warning("%s: deleting index file %s (%s)", self.directory, f.path.name, reason)
+            f.path.unlink(missing_ok=True)
+        gone = {id(f) for f in doomed}
+        self._files = [f for f in self._files if id(f) not in gone]
+        return len(doomed)
+
+    def refresh(self) -> None:
+        """Read-only mode: pick up new files and forget deleted ones."""
+        if not self.read_only:
+            return
+        with self._lock:
+            known = {f.path.name: f for f in self._files}
+            self._files = [known.get(p.name) or self._open(p) for p in self._listed()]
+
+    def flush(self) -> int:
+        """msync dirty files; returns the store timestamp (ms) of the newest entry now on disk
+        (0 when the index is empty) for the checkpoint's indexMsgTimestamp."""
+        if self.read_only:
+            return 0
+        with self._lock:
+            files = self._files
+            for f in files:
+                f.flush()
+            return files[-1].header.end_timestamp_ms if files else 0
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files = []
+
+    def destroy(self) -> None:
+        """Delete every index file (rebuild from the CommitLog)."""
+        self._require_writable()
+        with self._lock:
+            for f in self._files:
+                f.destroy()
+            self._files = []
+
 
 #: Most queued dispatch batches indexed together.
 _MAX_COALESCED = 1024

@@ -22,7 +22,7 @@ from store.commitlog.commitlog import CommitLog
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import InvalidArgument
 from store.format.batch_encode import I32, I64
-from store.index.index_file import IndexService
+from store.index.index_service import IndexService
 from store.metadata.checkpoint import StoreCheckpoint
 from store.write.message_builder import tags_codes_for
 

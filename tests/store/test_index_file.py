@@ -18,14 +18,12 @@ from store.index.index_file import (
     INDEX_SLOT,
     IndexFile,
     IndexHeader,
-    IndexService,
     chain_links,
     decode_entry,
     encode_entry,
-    file_name_for,
     index_file_size,
-    timestamp_of_file_name,
 )
+from store.index.index_service import IndexService, file_name_for, timestamp_of_file_name
 
 I32 = np.int32
 I64 = np.int64
