@@ -2,6 +2,9 @@
 
 Timestamps are integers in milliseconds since the Unix epoch. Message bodies travel as UTF-8
 text (``body``) or base64 (``body_base64``); exactly one of the two is set on every message.
+
+Length: about 480 lines of declarative models: the OpenAPI contract of every route in one
+place (they share field types and validators).
 """
 
 from __future__ import annotations

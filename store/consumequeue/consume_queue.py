@@ -11,6 +11,9 @@ that field is 0, so a concurrent scanner stops before the span and never sees a 
 
 :class:`~store.consumequeue.queue_store.ConsumeQueueStore` owns every queue of a store
 directory and builds them from dispatch batches.
+
+Length: about 500 lines: one queue's files serve both the writer (with the publication
+protocol above) and lock-free followers; both walk the same file list and change together.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ and the queue offsets (vectorised), appends to the CommitLog, dispatches the Con
 units inline and hands the batch to the index thread. After the lock: arrival notification
 and, with SYNC_FLUSH, the wait for the group commit. Idempotent requests
 (:class:`~store.write.idempotence.ProducerRef`) are resolved here too.
+
+Length: about 470 lines: the put lock and everything done under it (three entry points:
+messages, columns, relocations) share it; queue placement and results live beside it.
 """
 
 from __future__ import annotations
