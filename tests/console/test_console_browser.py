@@ -6,9 +6,13 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from playwright.sync_api import expect
 
 from .conftest import READER_TOKEN, BrowserSession, ConsoleBroker, login
+
+# Drives a real Chromium: in `make test`, not in `make test-fast`.
+pytestmark = pytest.mark.slow
 
 
 def _clean(session: BrowserSession, broker: ConsoleBroker, refusals: int = 0) -> None:

@@ -96,6 +96,7 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float =
     raise AssertionError("sparkmq serve did not become healthy")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signals) -> None:
     store_dir, port, kafka_port = tmp_path / "served", free_port(), free_port()
@@ -132,6 +133,7 @@ def test_serve_stops_cleanly_on_signal(tmp_path: Path, stop_signal: signal.Signa
     assert not (store_dir / "abort").exists()
 
 
+@pytest.mark.slow
 def test_second_broker_on_same_store_fails_to_start(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     store_dir = tmp_path / "locked"
     broker_factory(store_dir=store_dir)

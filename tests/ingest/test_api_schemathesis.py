@@ -6,6 +6,7 @@ Every operation of ``/openapi.json`` gets schema-conforming (positive) and schem
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -13,6 +14,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from .conftest import RunningBroker
+
+# Fuzzing every route takes over a minute: in `make test`, not in `make test-fast`.
+pytestmark = pytest.mark.slow
 
 #: Examples per operation and generation mode.
 MAX_EXAMPLES = 20

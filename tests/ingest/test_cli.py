@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from sparkmq.cli import app
@@ -49,6 +50,7 @@ def test_serve_refuses_bad_settings(tmp_path: Path) -> None:
     assert missing.exit_code == 2
 
 
+@pytest.mark.slow
 def test_serve_without_the_kafka_extra_says_how_to_get_it(tmp_path: Path) -> None:
     """The gateway's codecs are the optional ``kafka`` extra: without them ``--kafka-port``
     is refused with the install command (simulated: ``kafka`` cannot be imported)."""
