@@ -1,4 +1,5 @@
-"""Spark adapters: the ``sparkmq`` Structured Streaming source (``format("sparkmq")``)."""
+"""Spark adapters: the ``sparkmq`` data source (``format("sparkmq")``: reader and exactly-once
+writer) and the stateful operators."""
 
 from streaming.datasource import SparkMQDataSource
 from streaming.options import InvalidSourceOption, SourceOptions, parse_options

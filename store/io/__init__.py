@@ -1,1 +1,1 @@
-"""The file-system layer: the fs seam, mapped files, the lock/abort files, atomic JSON files."""
+"""The file-system layer: the fs seam, mapped files, the lock/abort files, atomic files, the clock."""

@@ -1,1 +1,1 @@
-"""Store recovery: the one linear procedure that makes a store consistent at open."""
+"""Store recovery (the one linear procedure that makes a store consistent at open) and retention."""
