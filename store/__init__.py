@@ -42,13 +42,20 @@ from store.io.clock import Clock, wall_clock_ms
 from store.message_store import MessageStore
 from store.metadata.file_sizes import existing_config
 from store.names import (
+    DLQ_TOPIC_PREFIX,
     GROUP_MAX_LENGTH,
     ID_PATTERN,
     NAME_CHARS,
     NAME_PATTERN,
     RETRY_TOPIC_MAX_LENGTH,
+    RETRY_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
+    TIMER_TOPIC,
     TOPIC_MAX_LENGTH,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     dlq_topic,
     is_system_topic,
     retry_topic,
@@ -57,7 +64,7 @@ from store.names import (
 )
 from store.read.api import QueueReadApi
 from store.read.queue_reader import BatchReadResult
-from store.read.retry_view import RETRY_PREFIX, present_retry
+from store.read.retry_view import present_retry
 from store.read.store_reader import StoreReader
 from store.read.tag_filter import parse_tag_expression
 from store.services import ServiceHealth
@@ -85,6 +92,7 @@ from store.write.transactions import TxOutcome
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "DEFAULT_MAX_RECONSUME_TIMES",
+    "DLQ_TOPIC_PREFIX",
     "GROUP_MAX_LENGTH",
     "ID_PATTERN",
     "LADDER_BASE_LEVEL",
@@ -102,12 +110,17 @@ __all__ = [
     "PROPERTY_TIMER_DELAY_SEC",
     "PROPERTY_TIMER_DELIVER_MS",
     "PROPERTY_TRANSACTION_ID",
-    "RETRY_PREFIX",
     "RETRY_TOPIC_MAX_LENGTH",
+    "RETRY_TOPIC_PREFIX",
+    "SCHEDULE_TOPIC",
     "SENDBACK_TOPIC",
     "SYSTEM_PROPERTIES",
     "TIMER_REQUEST_PROPERTIES",
+    "TIMER_TOPIC",
     "TOPIC_MAX_LENGTH",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "TRANS_HALF_TOPIC",
+    "TRANS_OP_HALF_TOPIC",
     "UNPLACED",
     "BatchPutResult",
     "BatchReadResult",

@@ -18,7 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from store import InvalidArgument, parse_tag_expression, validate_group, validate_topic
+from store import (
+    SCHEDULE_TOPIC,
+    SENDBACK_TOPIC,
+    TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    InvalidArgument,
+    parse_tag_expression,
+    validate_group,
+    validate_topic,
+)
 
 #: Kafka-style sentinels inside JSON offsets: -2 = earliest, -1 = latest.
 EARLIEST_SENTINEL = -2
@@ -202,13 +212,7 @@ def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 #: System topics the internal ``systemTopics`` option unlocks (the stateful operators' inputs).
 READABLE_SYSTEM_TOPICS = frozenset(
-    {
-        "SCHEDULE_TOPIC_XXXX",
-        "rmq_sys_wheel_timer",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "rmq_sys_sendback",
-    }
+    {SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, SENDBACK_TOPIC}
 )
 
 

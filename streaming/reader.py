@@ -44,7 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from store import RETRY_PREFIX, DataLost, GetStatus, present_retry
+from store import RETRY_TOPIC_PREFIX, DataLost, GetStatus, present_retry
 from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
 from streaming.offsets import (
     Offsets,
@@ -222,7 +222,11 @@ def read_ranges(options: SourceOptions, ranges: Sequence[QueueRange]) -> Iterato
                 if chunk.next_offset <= offset:
                     raise BackendError(f"{where}: read at {offset} made no progress ({chunk.status})")
                 if chunk.batch.num_rows:
-                    yield present_retry(chunk.batch) if rng.topic.startswith(RETRY_PREFIX) else chunk.batch
+                    yield (
+                        present_retry(chunk.batch)
+                        if rng.topic.startswith(RETRY_TOPIC_PREFIX)
+                        else chunk.batch
+                    )
                 offset, deadline = chunk.next_offset, None
             elif chunk.status is GetStatus.OFFSET_TOO_SMALL:
                 _data_loss(

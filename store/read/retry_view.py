@@ -10,8 +10,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-RETRY_PREFIX = "%RETRY%"
-
 
 def present_retry(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` (MESSAGE_SCHEMA) with ``topic`` = ``RETRY_TOPIC`` where the record has one."""

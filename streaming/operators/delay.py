@@ -43,8 +43,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+from store import TIMER_TOPIC
+
 KIND_LEVEL, KIND_TIMER = 0, 1
 RELOCATE_DELIVER, RELOCATE_ROLL = 0, 1
 ROW_RELOCATION, ROW_SUMMARY = 0, 1

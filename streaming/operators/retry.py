@@ -29,7 +29,6 @@ from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from streaming.operators.delay import OUTPUT_SCHEMA, ROW_RELOCATION
 
-SENDBACK_TOPIC = "rmq_sys_sendback"
 #: RelocationKind.SENDBACK (store.write.relocate).
 RELOCATE_SENDBACK = 2
 LAST_SCHEMA = StructType([StructField("attempt", IntegerType())])

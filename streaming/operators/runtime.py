@@ -36,8 +36,9 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from streaming.operators import retry, transactions
-from streaming.operators.delay import ROW_RELOCATION, SCHEDULE_TOPIC, TIMER_TOPIC, DelaySettings, resolve
+from streaming.operators.delay import ROW_RELOCATION, DelaySettings, resolve
 
 log = logging.getLogger("sparkmq.operators")
 
@@ -237,7 +238,7 @@ def start_transaction_query(
 ) -> Any:
     reader = (
         spark.readStream.format("sparkmq")
-        .option("topics", f"{transactions.TRANS_HALF_TOPIC},{transactions.TRANS_OP_HALF_TOPIC}")
+        .option("topics", f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}")
         .option("systemTopics", "true")
         .option("startingOffsets", "earliest")
         .option("maxMessagesPerTrigger", "100000")
@@ -259,7 +260,7 @@ def start_transaction_query(
 def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> Any:
     reader = (
         spark.readStream.format("sparkmq")
-        .option("topics", retry.SENDBACK_TOPIC)
+        .option("topics", SENDBACK_TOPIC)
         .option("systemTopics", "true")
         .option("startingOffsets", "earliest")
         .option("maxMessagesPerTrigger", "100000")

@@ -40,8 +40,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+from store import TRANS_OP_HALF_TOPIC
+
 KIND_HALF, KIND_OP = 0, 1
 STATUS_PREPARED, STATUS_ENDED = 0, 1
 ACTION_CHECK, ACTION_DISCARD = 0, 1

@@ -22,7 +22,7 @@ from ingest_api.http.params import QueuePath, TopicPath
 from ingest_api.http.render import message_stream, messages_from_batch
 from ingest_api.http.schemas import ErrorOut, OffsetOut, PullOut
 from store import (
-    RETRY_PREFIX,
+    RETRY_TOPIC_PREFIX,
     BatchReadResult,
     Boundary,
     GetStatus,
@@ -75,7 +75,7 @@ def _read(store: MessageStore, spec: _PullSpec) -> BatchReadResult:
     )
     if result.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
         _check_queue(store, spec.topic, spec.queue_id)
-    if spec.topic.startswith(RETRY_PREFIX):  # shown under the original topic, as RocketMQ's client
+    if spec.topic.startswith(RETRY_TOPIC_PREFIX):  # shown under the original topic, as RocketMQ's client
         result = dataclasses.replace(result, batch=present_retry(result.batch))
     return result
 
