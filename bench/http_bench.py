@@ -20,10 +20,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
+
+from store import MessageStore, StoreConfig
+from streaming.backends import ArrowPuller
 
 ARROW = "application/vnd.apache.arrow.stream"
 BODY = b"x" * 100
@@ -144,25 +149,52 @@ def bench_batches(url: str, topic: str, seconds: float, batch_size: int, arrow: 
     return Figure(f"{kind} batch produce ({batch_size}/req)", sent, elapsed, "msg")
 
 
-def bench_arrow_pull(url: str, topic: str, queues: int, page: int) -> Figure:
-    received = 0
-    with httpx.Client(base_url=url, timeout=60, headers={"accept": ARROW}) as http:
-        started = time.perf_counter()
-        for queue_id in range(queues):
-            offset = 0
-            while True:
-                response = http.get(
-                    f"/topics/{topic}/queues/{queue_id}/messages",
-                    params={"offset": offset, "max_messages": page},
-                )
-                response.raise_for_status()
-                rows = pa.ipc.open_stream(response.content).read_all().num_rows
-                if rows == 0:
-                    break
-                received += rows
-                offset = int(response.headers["x-next-offset"])
-        elapsed = time.perf_counter() - started
-    return Figure(f"Arrow pull ({page}/req)", received, elapsed, "msg")
+def bench_arrow_pull(url: str, topic: str, queues: int, page: int, streams: int = 1) -> Figure:
+    """Every message of ``topic`` pulled as Arrow pages, with the Spark source's endpoint client
+    (``streaming.backends.ArrowPuller``); ``streams`` queues pulled at once, as Spark's tasks do."""
+    puller = ArrowPuller(url, 60, {})
+
+    def drain(queue_id: int) -> int:
+        received, offset = 0, 0
+        while True:
+            status, headers, body = puller.get(
+                f"/topics/{topic}/queues/{queue_id}/messages", {"offset": offset, "max_messages": page}
+            )
+            if status != 200:
+                raise RuntimeError(f"pull answered {status}")
+            rows = pa.ipc.open_stream(pa.py_buffer(body)).read_all().num_rows
+            if rows == 0:
+                return received
+            received += rows
+            offset = int(headers["x-next-offset"])
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        received = sum(pool.map(drain, range(queues)))
+    elapsed = time.perf_counter() - started
+    return Figure(f"Arrow pull ({page}/req, {streams} at once)", received, elapsed, "msg")
+
+
+def bench_read_batch(count: int, queues: int, page: int) -> Figure:
+    """The baseline of the pull: in-process ``read_batch`` of ``count`` messages, same pages."""
+    with tempfile.TemporaryDirectory(prefix="sparkmq-bench-read-") as store_dir:
+        config = StoreConfig(store_dir=Path(store_dir), commitlog_file_size_bytes=256 << 20)
+        with MessageStore.open(config) as store:
+            store.create_topic("read", queues)
+            for start in range(0, count, 10_000):
+                store.put_batch("read", [BODY] * min(10_000, count - start))
+            received = 0
+            started = time.perf_counter()
+            for queue_id in range(queues):
+                offset = 0
+                while True:
+                    result = store.read_batch("read", queue_id, offset, page)
+                    if result.batch.num_rows == 0:
+                        break
+                    received += result.batch.num_rows
+                    offset = result.next_offset
+            elapsed = time.perf_counter() - started
+    return Figure(f"in-process read_batch ({page}/call)", received, elapsed, "msg")
 
 
 def run(url: str, seconds: float, clients: int) -> list[Figure]:
@@ -177,8 +209,13 @@ def run(url: str, seconds: float, clients: int) -> list[Figure]:
     print(figures[-1].line(), flush=True)
     figures.append(bench_batches(url, f"bench_arrow_{suffix}", seconds, 10_000, arrow=True))
     print(figures[-1].line(), flush=True)
-    figures.append(bench_arrow_pull(url, f"bench_arrow_{suffix}", queues, 50_000))
-    print(figures[-1].line(), flush=True)
+    pulls = [bench_arrow_pull(url, f"bench_arrow_{suffix}", queues, 50_000, streams) for streams in (1, 2)]
+    baseline = bench_read_batch(pulls[0].count, queues, 50_000)
+    for figure in (*pulls, baseline):
+        figures.append(figure)
+        print(figure.line(), flush=True)
+    for pull in pulls:
+        print(f"  {pull.name}: {pull.rate / baseline.rate:.2f} x in-process read_batch (same run)")
     return figures
 
 

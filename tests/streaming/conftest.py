@@ -7,7 +7,6 @@ checkpoint directory and its own store directory.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import build_server
 from store import Message, MessageStore, StoreConfig
 from streaming.register import local_session_builder
+from tests.support.network import free_port
 from tests.support.waiting import wait_until
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -74,10 +74,10 @@ def produce(
 class Broker:
     """``sparkmq serve`` in a background thread on a free 127.0.0.1 port."""
 
-    def __init__(self, store_dir: Path, auth_file: Path | None = None, **changes: Any) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+    def __init__(
+        self, store_dir: Path, auth_file: Path | None = None, port: int | None = None, **changes: Any
+    ) -> None:
+        port = port or free_port()
         store_config = StoreConfig(store_dir=store_dir, **changes).validate()
         config = ServerConfig(
             store=store_config, port=port, log_level="warning", auth_file=auth_file

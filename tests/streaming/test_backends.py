@@ -96,3 +96,27 @@ def test_endpoint_backend_sends_its_bearer_token(tmp_path: Path) -> None:
         assert chunk.batch.num_rows == 2
     finally:
         broker.stop()
+
+
+def test_endpoint_pulls_survive_a_broker_restart_on_the_same_port(tmp_path: Path) -> None:
+    """Arrow pulls keep a connection per thread; when the broker goes away and comes back (same
+    port), the next pull reconnects instead of failing, and a pull while it is down is a
+    BackendError (the source's retry policy decides)."""
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 6, queues=1)
+    broker = Broker(store_dir)
+    port = int(broker.url.rsplit(":", 1)[1])
+    backend = EndpointBackend(broker.url, timeout_s=10)
+    first = backend.read_range("orders", 0, offset=0, end_offset=6, max_messages=3, tags="*")
+    assert first.batch.column("body").to_pylist() == [b"msg-0", b"msg-1", b"msg-2"]
+    broker.stop()
+    with pytest.raises(BackendError):
+        backend.read_range("orders", 0, offset=3, end_offset=6, max_messages=3, tags="*")
+    again = Broker(store_dir, port=port)
+    try:
+        rest = backend.read_range("orders", 0, offset=3, end_offset=6, max_messages=3, tags="*")
+        assert rest.batch.column("body").to_pylist() == [b"msg-3", b"msg-4", b"msg-5"]
+        assert rest.next_offset == 6
+    finally:
+        again.stop()
