@@ -242,12 +242,18 @@ def open_store_for_commit(path: str, wait_s: float = LOCK_WAIT_S) -> MessageStor
 
 
 def _commit_local(path: str, sink_id: str, batch_id: int, parts: list[StagedPart], fault: Fault) -> None:
+    started = time.perf_counter()
     store = open_store_for_commit(path)
+    opened = time.perf_counter()
     try:
         outcome = SinkStaging(store, on_event=fault.hit).commit(sink_id, batch_id, parts)
+        published = time.perf_counter()
     finally:
         store.close()
-    log.info("sparkmq sink %s batch %d: %s", sink_id, batch_id, outcome)
+    log.info(
+        "sparkmq sink %s batch %d: %s (open %.3f s, publish %.3f s, close %.3f s)",
+        sink_id, batch_id, outcome, opened - started, published - opened, time.perf_counter() - published,
+    )  # fmt: skip
 
 
 def abort_batch(options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
