@@ -6,6 +6,11 @@ temporary store, then drives it with confluent-kafka (librdkafka) and kafka-pyth
     .venv/bin/python -m bench.kafka_bench                    # defaults below
     .venv/bin/python -m bench.kafka_bench --messages 500000 --clients confluent
 
+``confluent-tx`` is confluent-kafka's transactional producer (``transactional.id``,
+transactions of ``--tx-size`` messages, each committed before the next begins) and a
+``read_committed`` consumer; its produce rate is also printed as a ratio to the plain
+confluent produce of the same run.
+
 Figures depend heavily on the machine and on what else runs on it; this prints them, it does
 not gate anything.
 """
@@ -105,6 +110,31 @@ def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
     return elapsed
 
 
+def confluent_tx_produce(bootstrap: str, topic: str, count: int, tx_size: int = 1000) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"bench-{topic}",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    producer.init_transactions(30)
+    started = time.perf_counter()
+    for first in range(0, count, tx_size):
+        producer.begin_transaction()
+        for _ in range(min(tx_size, count - first)):
+            while True:
+                try:
+                    producer.produce(topic, MESSAGE)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        producer.commit_transaction(120)
+    return time.perf_counter() - started
+
+
 def confluent_consume(bootstrap: str, topic: str, count: int) -> float:
     consumer = Consumer(
         {
@@ -113,6 +143,7 @@ def confluent_consume(bootstrap: str, topic: str, count: int) -> float:
             "enable.auto.commit": False,
             "fetch.max.bytes": 50 * 1024 * 1024,
             "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            "isolation.level": "read_committed",
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
@@ -163,6 +194,7 @@ def kafka_python_consume(bootstrap: str, topic: str, count: int) -> float:
 
 CLIENTS: dict[str, tuple[Callable[[str, str, int], float], Callable[[str, str, int], float]]] = {
     "confluent": (confluent_produce, confluent_consume),
+    "confluent-tx": (confluent_tx_produce, confluent_consume),
     "kafka-python": (kafka_python_produce, kafka_python_consume),
 }
 
@@ -172,6 +204,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300_000, help="per client (confluent)")
     parser.add_argument("--kafka-python-messages", type=int, default=60_000)
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS), choices=list(CLIENTS))
+    parser.add_argument("--tx-size", type=int, default=1000, help="messages per transaction (confluent-tx)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kafka-bench-") as tmp:
         port = free_port()
@@ -185,21 +218,31 @@ def main() -> None:
                 f"{'client':<14}{'messages':>10}{'produce msg/s':>16}{'consume msg/s':>16}"
                 f"{'gw CPU us/msg in':>18}{'gw CPU us/msg out':>19}"
             )
+            rates: dict[str, float] = {}
             for name in args.clients:
                 produce, consume = CLIENTS[name]
-                count = args.messages if name == "confluent" else args.kafka_python_messages
+                count = args.messages if name.startswith("confluent") else args.kafka_python_messages
                 topic = f"bench-{name}"
                 create_topic(bootstrap, topic)
                 cpu_0 = cpu_seconds(gateway.pid)
-                produce_s = produce(bootstrap, topic, count)
+                if name == "confluent-tx":
+                    produce_s = confluent_tx_produce(bootstrap, topic, count, args.tx_size)
+                else:
+                    produce_s = produce(bootstrap, topic, count)
                 cpu_1 = cpu_seconds(gateway.pid)
                 consume_s = consume(bootstrap, topic, count)
                 cpu_2 = cpu_seconds(gateway.pid)
+                rates[name] = count / produce_s
                 print(
                     f"{name:<14}{count:>10}{count / produce_s:>16,.0f}{count / consume_s:>16,.0f}"
                     f"{(cpu_1 - cpu_0) / count * 1e6:>18.2f}{(cpu_2 - cpu_1) / count * 1e6:>19.2f}"
                 )
             print("gw CPU: the gateway process's CPU time per message (independent of machine load)")
+            if "confluent" in rates and "confluent-tx" in rates:
+                print(
+                    f"transactional / plain produce (confluent, {args.tx_size}-message transactions): "
+                    f"{rates['confluent-tx'] / rates['confluent']:.2f}x"
+                )
         finally:
             gateway.terminate()
             gateway.wait(30)

@@ -30,7 +30,7 @@ from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import IndexBehind, InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
-from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id, encode_record
+from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id
 from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK
 from store.index.index_service import IndexDispatcher, IndexService
 from store.io.clock import Clock, wall_clock_ms
@@ -46,6 +46,7 @@ from store.names import (
     TIMER_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
+    TRANS_OFFSETS_TOPIC,
     TRANS_OP_HALF_TOPIC,
     is_system_topic,
     validate_group,
@@ -67,11 +68,13 @@ from store.types import (
 )
 from store.write.appender import Appender
 from store.write.arrivals import ArrivalListener, Arrivals
-from store.write.columns import ProduceColumns, ProduceOutcome, put_columns
+from store.write.columns import ProduceColumns, ProduceOutcome, put_columns, put_halves
 from store.write.delay_levels import parse_delay_levels
+from store.write.encoded import EncodedRecords
 from store.write.idempotence import ProducerRef
 from store.write.relocate import Relocated, Relocation, relocated_bytes
 from store.write.results import BatchPutResult
+from store.write.transactions import HalfOf, TxOffsets
 
 log = logging.getLogger("sparkmq.store")
 
@@ -82,6 +85,7 @@ _SYSTEM_TOPIC_QUEUES = {
     TRANS_CHECK_MAX_TIME_TOPIC: 1,
     TIMER_TOPIC: 1,
     SENDBACK_TOPIC: 1,
+    TRANS_OFFSETS_TOPIC: 1,
 }
 
 
@@ -365,6 +369,26 @@ class MessageStore:
         self._ensure_open()
         return put_columns(self._appender, topic, columns, producer)
 
+    def put_halves(
+        self,
+        topic: str,
+        columns: ProduceColumns,
+        *,
+        transaction: HalfOf,
+        producer: ProducerRef | None = None,
+    ) -> ProduceOutcome:
+        """:meth:`put_columns` for the halves of ``transaction``, bound for ``topic``.
+
+        They are stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with ``REAL_TOPIC`` /
+        ``REAL_QID`` / ``TRAN_MSG`` / ``__transactionId__`` / ``PGROUP`` (and
+        ``CHECK_IMMUNITY_TIME_IN_SECONDS`` when ``transaction.immunity_s`` is set), exactly as
+        :meth:`put_messages` stores ``transaction_prepared`` messages; ``topic`` must exist or be
+        auto-creatable. Delayed and timer messages are refused. The result is in the half topic;
+        register the halves with the transaction service (``store.publish``) to end them.
+        """
+        self._ensure_open()
+        return put_halves(self._appender, topic, columns, transaction, producer)
+
     # ------------------------------------------------------------------ relocations and records
     def relocate(self, requests: Sequence[Relocation]) -> list[PutResult | None]:
         """Deliver (or roll) parked messages: one new record per request, appended atomically.
@@ -401,8 +425,21 @@ class MessageStore:
         one atomic append: every field is kept but the queue offset, CommitLog offset and store
         timestamp. A user topic must exist or be auto-creatable."""
         self._ensure_open()
-        encoded = [Relocated(encode_record(r), r.topic, r.queue_id, r.properties or {}) for r in records]
-        return self._appender.put_relocated(encoded)
+        if not records:
+            return []
+        encoded = EncodedRecords.of_fields(records)
+        return self._appender.put_encoded(encoded).results(encoded.topics)
+
+    def append_encoded(self, records: EncodedRecords) -> BatchPutResult:
+        """:meth:`append_records` for records already encoded (``store.write.encoded``): one
+        atomic append, results by position (``records.topics[i]`` is record i's topic)."""
+        self._ensure_open()
+        return self._appender.put_encoded(records)
+
+    def read_bytes(self, offset: int, size: int) -> bytes | None:
+        """``size`` stored bytes from CommitLog ``offset`` (None unless all within one file)."""
+        self._ensure_open()
+        return self._commitlog.read(offset, size)
 
     def now_ms(self) -> int:
         """The store's clock (injected in tests)."""
@@ -583,6 +620,33 @@ class MessageStore:
             if int(offset) < 0:
                 raise InvalidArgument(f"offset must be >= 0, got {offset} for queue {queue_id}")
         self._offsets.commit_many(group, topic, {int(q): int(o) for q, o in offsets.items()})
+
+    @property
+    def transaction_offsets_applied(self) -> int:
+        """First ``rmq_sys_trans_offsets`` queue offset whose offsets are not applied yet."""
+        return self._offsets.transaction_offsets_applied
+
+    def apply_transaction_offsets(self, position: int, entry: TxOffsets) -> bool:
+        """Apply the offsets record of a committed transaction found at ``rmq_sys_trans_offsets``
+        queue offset ``position`` (records in queue order; one below the watermark was applied
+        before and is skipped: returns False). Queues that no longer exist are left out, logged."""
+        self._ensure_open()
+        kept: dict[str, dict[int, int]] = {}
+        for topic, offsets in entry.offsets.items():
+            config = self._topics.get(topic)
+            count = config.queues if config is not None else 0
+            for queue_id, offset in offsets.items():
+                if 0 <= queue_id < count and offset >= 0:
+                    kept.setdefault(topic, {})[queue_id] = offset
+                else:
+                    log.warning(
+                        "transaction offsets of group %s: %s queue %d (offset %d) no longer exists",
+                        entry.group,
+                        topic,
+                        queue_id,
+                        offset,
+                    )
+        return self._offsets.apply_transaction(position, entry.group, kept)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         return self._offsets.query(group, topic, queue_id)

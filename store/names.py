@@ -27,6 +27,9 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 #: Consumer send-back requests (sparkmq): read by the retry resolver, relocated into the ladder.
 SENDBACK_TOPIC = "rmq_sys_sendback"
+#: Consumer offsets committed by transactions (sparkmq): a half while the transaction is open,
+#: a final record here once it commits (store.write.transactions, offsets records).
+TRANS_OFFSETS_TOPIC = "rmq_sys_trans_offsets"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

@@ -48,7 +48,9 @@ class KafkaCompanion:
     async def _run(self, broker: _HasStore) -> AsyncIterator[KafkaGateway]:
         store: KafkaStore = broker.store
         metrics = getattr(broker, "metrics", None)
-        gateway = await start_kafka_gateway(store, config=self.config, metrics=metrics)
+        board = getattr(getattr(broker, "operators", None), "transactions", None)
+        service = getattr(board, "service", None)  # one transaction service per store
+        gateway = await start_kafka_gateway(store, config=self.config, metrics=metrics, transactions=service)
         self.gateway = gateway
         if hasattr(broker, "kafka_groups"):  # the console lists the coordinator's groups
             setattr(broker, "kafka_groups", gateway.context.coordinator.groups)  # noqa: B010

@@ -1,4 +1,4 @@
-"""Shared state of one running gateway: configuration, store, coordinator, producer state.
+"""Shared state of one running gateway: configuration, store, coordinators, producer state.
 
 Everything here lives on the gateway's event loop except the store, whose blocking calls go
 through :meth:`GatewayContext.run_blocking` (a thread pool owned by the gateway), so one slow
@@ -23,7 +23,10 @@ from ingest_api.kafka.framing import MAX_REQUEST_BYTES
 from ingest_api.kafka.names import KafkaNamedStore
 from ingest_api.kafka.producer_state import PRODUCER_IDS_FILE, ProducerIdAllocator, ProducerStateTable
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.txn_coordinator import TxnConfig, TxnCoordinator
+from ingest_api.kafka.txn_state import TRANSACTIONAL_IDS_FILE, TransactionalIds
 from store import InvalidArgument
+from store.publish import TransactionService
 
 T = TypeVar("T")
 PartitionRef = tuple[str, int]
@@ -50,6 +53,8 @@ class GatewayConfig:
     max_request_bytes: int = MAX_REQUEST_BYTES
     #: Upper bound on a Fetch's long-poll, whatever the client asks.
     max_fetch_wait_ms: int = 30_000
+    #: Kafka ``transaction.max.timeout.ms``: a larger ``transaction.timeout.ms`` is refused.
+    max_transaction_timeout_ms: int = 900_000
 
     def validate(self) -> GatewayConfig:
         checks = [
@@ -68,6 +73,7 @@ class GatewayConfig:
             (self.executor_workers > 0, "executor_workers must be > 0"),
             (self.max_request_bytes >= 1024, "max_request_bytes must be >= 1024"),
             (self.max_fetch_wait_ms >= 0, "max_fetch_wait_ms must be >= 0"),
+            (self.max_transaction_timeout_ms > 0, "max_transaction_timeout_ms must be > 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -139,9 +145,16 @@ class GatewayContext:
     executor: ThreadPoolExecutor
     coordinator: GroupCoordinator
     producer_ids: ProducerIdAllocator
+    #: The store's one transaction service (shared with the HTTP door when embedded).
+    transactions: TransactionService
+    #: Transactional ids: state machine, and the durable ids file.
+    txn: TxnCoordinator
+    transactional_ids: TransactionalIds
     producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     #: Serialises idempotent appends per producer id (check + append + record).
     producer_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    #: Serialises the control requests of one transactional id (decide + I/O + done).
+    txn_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     #: Kafka ``committed_metadata`` strings, keyed (group, topic, partition); in memory only.
     commit_metadata: dict[tuple[str, str, int], str] = field(default_factory=dict)
     bound_port: int = 0
@@ -151,7 +164,11 @@ class GatewayContext:
 
     @classmethod
     def create(
-        cls, store: KafkaStore, config: GatewayConfig, loop: asyncio.AbstractEventLoop
+        cls,
+        store: KafkaStore,
+        config: GatewayConfig,
+        loop: asyncio.AbstractEventLoop,
+        transactions: TransactionService,
     ) -> GatewayContext:
         coordinator = GroupCoordinator(
             monotonic_ms,
@@ -169,6 +186,9 @@ class GatewayContext:
             executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),
             coordinator=coordinator,
             producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE),
+            transactions=transactions,
+            txn=TxnCoordinator(store.now_ms, TxnConfig(max_timeout_ms=config.max_transaction_timeout_ms)),
+            transactional_ids=TransactionalIds(config_dir / TRANSACTIONAL_IDS_FILE),
             arrivals=ArrivalNotifier(loop),
         )
 
@@ -188,6 +208,13 @@ class GatewayContext:
         lock = self.producer_locks.get(producer_id)
         if lock is None:
             lock = self.producer_locks[producer_id] = asyncio.Lock()
+        return lock
+
+    def txn_lock(self, transactional_id: str) -> asyncio.Lock:
+        """Taken before a producer lock, never after one."""
+        lock = self.txn_locks.get(transactional_id)
+        if lock is None:
+            lock = self.txn_locks[transactional_id] = asyncio.Lock()
         return lock
 
     def topic_id(self, topic: str) -> uuid.UUID:

@@ -33,6 +33,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest_api.kafka.records import Header, KafkaRecord
 from store import (
@@ -56,6 +58,10 @@ NULL_VALUE_PROPERTY = "KAFKA_NULL_VALUE"
 RESERVED_PROPERTIES = SYSTEM_PROPERTIES | {
     KEY_PROPERTY, HEADERS_PROPERTY, NULL_VALUE_PROPERTY, PROPERTY_TRANSACTION_ID,
 }  # fmt: skip
+#: Properties that never reach a Kafka record (the reserved ones minus the gateway's own).
+_HIDDEN_PROPERTIES = pa.array(
+    sorted(RESERVED_PROPERTIES - {KEY_PROPERTY, HEADERS_PROPERTY, NULL_VALUE_PROPERTY})
+)
 _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 _NO_TIMESTAMP = -1
 #: Headers that schedule a record instead of travelling with it.
@@ -257,6 +263,16 @@ def _decode_exact_headers(encoded: str) -> tuple[Header, ...] | None:
         )
     except (ValueError, TypeError, binascii.Error):
         return None  # written by someone else: fall back to the plain properties
+
+
+def only_hidden_properties(properties: pa.MapArray) -> bool:
+    """True when no message of a ``MESSAGE_SCHEMA`` properties column has a property that shapes
+    its Kafka record (key, value, headers): none at all, or only hidden system ones, such as
+    the ``REAL_TOPIC`` / ``TRAN_MSG`` / ``PGROUP`` a committed transaction's messages keep."""
+    offsets = properties.offsets
+    first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+    names = properties.keys.slice(first, last - first)  # ``keys`` ignores the slice's offset
+    return len(names) == 0 or bool(pc.all(pc.is_in(names, value_set=_HIDDEN_PROPERTIES)).as_py())
 
 
 def stored_record(

@@ -34,6 +34,7 @@ from store import (
     ProducerRef,
     PutResult,
 )
+from store.publish import HalfOf
 
 _STORE_NAME = re.compile(NAME_PATTERN)
 _KEPT = NAME_CHARS - {"%"}  # "%" starts an escape
@@ -104,6 +105,11 @@ class KafkaNamedStore:
 
     def now_ms(self) -> int:
         return self._store.now_ms()
+
+    def put_halves(
+        self, topic: str, columns: ProduceColumns, *, transaction: HalfOf, producer: ProducerRef | None = None
+    ) -> ProduceOutcome:
+        return self._store.put_halves(to_store(topic), columns, transaction=transaction, producer=producer)
 
     def read_batch(
         self,

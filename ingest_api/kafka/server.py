@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import threading
 import time
 from types import TracebackType
+from typing import cast
 
 from ingest_api.kafka.codec import decode_request, encode_api_versions_fallback, needs_api_versions_fallback
 from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext
 from ingest_api.kafka.errors import KafkaGatewayError
 from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_prefix
 from ingest_api.kafka.handlers import HANDLERS, Connection
+from ingest_api.kafka.handlers.transactions import abort_expired, recover_transactions
 from ingest_api.kafka.store_port import KafkaStore
+from store import MessageStore
+from store.publish import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ class KafkaGateway:
         self._server: asyncio.Server | None = None
         self._tick_task: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        #: Aborts of timed-out transactions in flight, by (transactional id, sparkmq id).
+        self._expiring: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._ids = itertools.count(1)
         self._closed = False
 
@@ -81,6 +88,18 @@ class KafkaGateway:
         while True:
             await asyncio.sleep(interval)
             self._ctx.coordinator.tick()
+            self._abort_expired_transactions()
+
+    def _abort_expired_transactions(self) -> None:
+        for entry in self._ctx.txn.expired():
+            key = (entry.transactional_id, entry.transaction_id)
+            if key not in self._expiring:
+                task = asyncio.create_task(abort_expired(self._ctx, *key), name=f"kafka-txn-timeout-{key[1]}")
+                self._expiring[key] = task
+                task.add_done_callback(functools.partial(self._expired_done, key))
+
+    def _expired_done(self, key: tuple[str, str], _: asyncio.Task[None]) -> None:
+        self._expiring.pop(key, None)
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -157,6 +176,9 @@ class KafkaGateway:
             self._server.close()
         if self._tick_task is not None:
             self._tick_task.cancel()
+        for expiring in list(self._expiring.values()):
+            expiring.cancel()
+        await asyncio.gather(*self._expiring.values(), return_exceptions=True)
         self._ctx.coordinator.close()
         for task in list(self._connections):
             task.cancel()
@@ -181,18 +203,25 @@ async def start_kafka_gateway(
     *,
     config: GatewayConfig | None = None,
     metrics: DoorMetrics | None = None,
+    transactions: TransactionService | None = None,
 ) -> KafkaGateway:
     """Start listening on the running loop; returns once the socket is bound.
 
     ``config`` overrides everything else; otherwise host/port/advertised_host fill a default
     :class:`GatewayConfig`. ``store`` is a ``store.MessageStore`` (the caller owns it and
     closes it after ``await gateway.close()``). ``metrics`` receives the door's counts
-    (produce, fetch, request durations), labelled ``door="kafka"``.
+    (produce, fetch, request durations), labelled ``door="kafka"``. ``transactions`` is the
+    store's transaction service when another door shares it (the HTTP broker's); without
+    it the gateway opens its own. Kafka transactions are recovered before the socket binds.
     """
     if config is None:
         config = GatewayConfig(host=host, port=port, advertised_host=advertised_host)
     config.validate()
-    ctx = GatewayContext.create(store, config, asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    if transactions is None:
+        transactions = await loop.run_in_executor(None, TransactionService.open, cast(MessageStore, store))
+    ctx = GatewayContext.create(store, config, loop, transactions)
+    await ctx.run_blocking(recover_transactions, ctx)
     ctx.metrics = metrics
     gateway = KafkaGateway(ctx)
     await gateway._start()

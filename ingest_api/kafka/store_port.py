@@ -18,6 +18,7 @@ from store import (
     PutResult,
     QueueReadApi,
 )
+from store.publish import HalfOf
 
 
 class KafkaStore(QueueReadApi, Protocol):
@@ -39,6 +40,9 @@ class KafkaStore(QueueReadApi, Protocol):
         self, topic: str, columns: ProduceColumns, *, producer: ProducerRef | None = None
     ) -> ProduceOutcome: ...
     def now_ms(self) -> int: ...
+    def put_halves(
+        self, topic: str, columns: ProduceColumns, *, transaction: HalfOf, producer: ProducerRef | None = None
+    ) -> ProduceOutcome: ...
 
     def get_by_uniq_key(self, topic: str, uniq_key: str) -> MessageView | None: ...
     def min_offset(self, topic: str, queue_id: int) -> int: ...

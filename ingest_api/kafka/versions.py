@@ -32,6 +32,12 @@ class ApiKey(enum.IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 #: api key -> (min version, max version), inclusive.
@@ -54,6 +60,25 @@ SUPPORTED_VERSIONS: Mapping[ApiKey, tuple[int, int]] = MappingProxyType(
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 5),
         ApiKey.INIT_PRODUCER_ID: (0, 4),
+        # Transactions (KIP-98), client versions only: AddPartitionsToTxn v4+ is broker-to-broker,
+        # v4+ of the others is KIP-890's (implicit partitions, TRANSACTION_ABORTABLE).
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+        ApiKey.END_TXN: (0, 3),
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+        ApiKey.LIST_TRANSACTIONS: (0, 1),
+    }
+)
+
+#: The first version of each API that may answer PRODUCER_FENCED (KIP-588); older versions get
+#: INVALID_PRODUCER_EPOCH instead, as Kafka does.
+PRODUCER_FENCED_SINCE: Mapping[ApiKey, int] = MappingProxyType(
+    {
+        ApiKey.INIT_PRODUCER_ID: 4,
+        ApiKey.ADD_PARTITIONS_TO_TXN: 2,
+        ApiKey.ADD_OFFSETS_TO_TXN: 2,
+        ApiKey.END_TXN: 2,
     }
 )
 

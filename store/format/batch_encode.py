@@ -152,6 +152,23 @@ class EncodedBatch:
         batch.uniq_keys = uniq_keys
         return batch
 
+    @staticmethod
+    def concat(parts: Sequence[EncodedBatch]) -> EncodedBatch:
+        """The records of ``parts``, in order, in one buffer (UNIQ_KEYs kept)."""
+        if len(parts) == 1:
+            return parts[0]
+        used = [part.buffer[: int(part.starts[-1]) + int(part.sizes[-1])] for part in parts if len(part)]
+        bases = np.cumsum([0, *(len(u) for u in used)])[:-1]
+        kept = [part for part in parts if len(part)]
+        starts = np.concatenate([part.starts + base for part, base in zip(kept, bases.tolist(), strict=True)])
+        sizes = np.concatenate([part.sizes for part in kept]).astype(np.int32)
+        buffer = np.concatenate(used) if used else np.zeros(0, np.uint8)
+        uniform = int(sizes[0]) if len(sizes) and bool((sizes == sizes[0]).all()) else None
+        if uniform is not None and not bool((starts == np.arange(len(starts)) * uniform).all()):
+            uniform = None
+        keys = [key for part in kept for key in part.uniq_keys]
+        return EncodedBatch(buffer, starts, sizes, uniform, keys)
+
 
 @dataclass(frozen=True, slots=True)
 class BatchColumns:

@@ -5,7 +5,11 @@
     {"offsetTable": {"orders@billing": {"0": 12, "1": 7}}, "dataVersion": {"counter": 3, "timestamp": ...}}
 
 Keys are ``topic@group`` (neither name may contain ``@``, see :mod:`store.names`); values map
-queue id -> next offset to consume. ``config/delayOffset.json`` is
+queue id -> next offset to consume. ``transactionOffsetsApplied`` (sparkmq; RocketMQ ignores
+it) is the first ``rmq_sys_trans_offsets`` queue offset whose offsets are *not* in the
+snapshot: offsets committed by transactions are applied once, in log order, and the ones a
+crash kept out of the file are applied again from the log when the store's transaction
+service opens (docs/transactions.md). ``config/delayOffset.json`` is
 ``{"offsetTable": {"1": 0, ...}}``: delay level -> consumed offset of ``SCHEDULE_TOPIC_XXXX``
 queue ``level - 1``.
 
@@ -30,6 +34,8 @@ from store.names import validate_group, validate_topic
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 DELAY_OFFSET_FILE = "delayOffset.json"
 KEY_SEPARATOR = "@"
+#: consumerOffset.json field: first rmq_sys_trans_offsets queue offset not in the snapshot.
+TX_APPLIED_FIELD = "transactionOffsetsApplied"
 
 
 class JsonTable:
@@ -92,6 +98,7 @@ class ConsumerOffsetTable(JsonTable):
 
     def __init__(self, path: Path, clock_ms: Clock = wall_clock_ms) -> None:
         self._table: dict[tuple[str, str], dict[int, int]] = {}
+        self._tx_applied = 0
         super().__init__(path, clock_ms)
 
     @staticmethod
@@ -107,14 +114,46 @@ class ConsumerOffsetTable(JsonTable):
             if not sep or not isinstance(queues, dict):
                 raise CorruptStore(f"{self.path}: bad entry {key!r}")
             self._table[(topic, group)] = {_int_key(str(self.path), q): int(o) for q, o in queues.items()}
+        applied = document.get(TX_APPLIED_FIELD, 0)
+        if not isinstance(applied, int) or applied < 0:
+            raise CorruptStore(f"{self.path}: {TX_APPLIED_FIELD} is not a non-negative integer")
+        self._tx_applied = applied
 
     def _snapshot(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "offsetTable": {
                 f"{topic}{KEY_SEPARATOR}{group}": {str(q): o for q, o in sorted(queues.items())}
                 for (topic, group), queues in sorted(self._table.items())
             }
         }
+        if self._tx_applied:  # absent until a transaction committed offsets: RocketMQ's file
+            document[TX_APPLIED_FIELD] = self._tx_applied
+        return document
+
+    @property
+    def transaction_offsets_applied(self) -> int:
+        """The first ``rmq_sys_trans_offsets`` queue offset not applied yet."""
+        with self._lock:
+            return self._tx_applied
+
+    def apply_transaction(self, position: int, group: str, offsets: Mapping[str, Mapping[int, int]]) -> bool:
+        """Apply the offsets record at ``rmq_sys_trans_offsets`` queue offset ``position`` unless
+        it was applied already (``position`` below the watermark); returns whether it applied.
+        Records must come in queue order; the watermark moves with the offsets, under one lock,
+        so a snapshot never has one without the other."""
+        validate_group(group)
+        for topic in offsets:
+            validate_topic(topic, allow_system=True)
+        with self._lock:
+            if position < self._tx_applied:
+                return False
+            for topic, queues in offsets.items():
+                self._table.setdefault((topic, group), {}).update(
+                    {int(q): int(o) for q, o in queues.items() if int(q) >= 0 and int(o) >= 0}
+                )
+            self._tx_applied = position + 1
+            self._changed()
+            return True
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record the next offset ``group`` will consume from (topic, queue_id)."""

@@ -3,7 +3,8 @@
 * :class:`SinkStaging` - the Spark sink's stage / decide / publish protocol (``sink_staging``);
 * :class:`RelocationLog` - the operators' relocations, published once per micro-batch
   (``relocations``);
-* :class:`TransactionService` - transaction ends, atomic and idempotent (``transactions``).
+* :class:`TransactionService` - transactions: halves registered, ends atomic and idempotent,
+  offsets carried by a commit (``transactions``; :class:`HalfOf`, :class:`TxOffsets`).
 
 The doors and Spark import from here (and from :mod:`store`), never from the modules below.
 """
@@ -24,17 +25,22 @@ from store.publish.sink_staging import SinkStaging
 from store.publish.transactions import (
     EndRequest,
     EndResult,
+    HalfRef,
     ProducerGroupMismatch,
     Transaction,
     TransactionService,
     UnknownTransaction,
 )
+from store.write.transactions import KAFKA_PRODUCER_GROUP_PREFIX, HalfOf, TxOffsets, TxOutcome
 
 __all__ = [
+    "KAFKA_PRODUCER_GROUP_PREFIX",
     "PART_SCHEMA",
     "CommitOutcome",
     "EndRequest",
     "EndResult",
+    "HalfOf",
+    "HalfRef",
     "ProducerGroupMismatch",
     "RelocationLog",
     "RelocationOutcome",
@@ -43,6 +49,8 @@ __all__ = [
     "StagedPart",
     "Transaction",
     "TransactionService",
+    "TxOffsets",
+    "TxOutcome",
     "UnknownTransaction",
     "check_id",
     "new_part_id",

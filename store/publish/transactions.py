@@ -15,43 +15,56 @@ the half and op queues when the store opens, so a second end of a transaction �
 commit racing a check-back answer, a retried request — is a no-op that reports the first
 outcome; RocketMQ can write a second final message there (operators.md §1.3).
 
-Crash repair: records of one append reach the disk in order, so a crash can keep the final
-messages of an end and lose its op. :meth:`TransactionService.open` scans the CommitLog after the
-last op for COMMIT records of halves without an op and appends the missing op (the final
-message's ``preparedTransactionOffset`` is the provenance).
+A transaction may also carry consumer offsets (:meth:`TransactionService.put_offsets`, Kafka's
+``TxnOffsetCommit``): one more half whose final record, in ``rmq_sys_trans_offsets``, is part of
+the commit's append; the offsets are applied to the offset table right after that append, in
+log order, and never on rollback. :meth:`TransactionService.open` rebuilds the table, completes
+commits torn by a crash and re-applies offsets the persisted offset table lacks
+(:mod:`store.publish.transaction_recovery`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from store.errors import InvalidArgument, SparkMQError, StoreError
 from store.format.record import RecordFields
-from store.format.vocabulary import (
-    PROPERTY_PGROUP,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_ID,
-    PROPERTY_TX_END,
-)
 from store.message_store import MessageStore
-from store.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from store.names import TRANS_OFFSETS_TOPIC
+from store.publish.transaction_recovery import reapply_offsets, rebuild, repair
+from store.publish.transaction_table import UNKNOWN_QUEUE, HalfRef, HalfRun, Transaction, TransactionTable
 from store.types import PutResult
+from store.write.encoded import EncodedRecords
+from store.write.final_batch import final_records
+from store.write.results import BatchPutResult
 from store.write.transactions import (
     Half,
+    HalfOf,
+    TxOffsets,
     TxOutcome,
     discard_record,
     final_record,
+    offsets_half_record,
     op_record,
-    parse_op_body,
+    parse_offsets_body,
 )
 
 log = logging.getLogger(__name__)
 
-_READ_BATCH = 4096
+__all__ = [
+    "EndRequest",
+    "EndResult",
+    "HalfRef",
+    "ProducerGroupMismatch",
+    "Transaction",
+    "TransactionService",
+    "UnknownTransaction",
+]
 
 
 class UnknownTransaction(SparkMQError):
@@ -65,36 +78,13 @@ class ProducerGroupMismatch(InvalidArgument):
 
 
 @dataclass(frozen=True, slots=True)
-class HalfRef:
-    commitlog_offset: int
-    queue_offset: int
-    real_topic: str
-
-
-@dataclass
-class Transaction:
-    transaction_id: str
-    producer_group: str
-    born_ms: int
-    halves: list[HalfRef] = field(default_factory=list)
-    outcome: TxOutcome | None = None
-    #: Final messages of a commit ended by this broker process (not rebuilt after a restart).
-    results: list[PutResult] = field(default_factory=list)
-    #: Check-backs sent for it (kept by the check dispatcher; 0 after a restart).
-    check_times: int = 0
-    last_check_ms: int | None = None
-
-    @property
-    def topics(self) -> list[str]:
-        return sorted({h.real_topic for h in self.halves})
-
-
-@dataclass(frozen=True, slots=True)
 class EndRequest:
     transaction_id: str
     outcome: TxOutcome
     producer_group: str | None
     check_times: int = 0
+    #: Fill ``Transaction.results`` (one PutResult per final message) for the caller.
+    want_results: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,84 +95,36 @@ class EndResult:
     ended_now: bool
 
 
+@dataclass(slots=True)
+class _EndRecords:
+    """The records of one end and, for a commit, which of them carry offsets."""
+
+    records: EncodedRecords
+    offsets: list[tuple[int, TxOffsets]]  # (index in records, offsets)
+
+
 class TransactionService:
     """The transaction table and the one place that ends transactions. Thread-safe."""
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._by_id: dict[str, Transaction] = {}
-        self._by_half_offset: dict[int, Transaction] = {}  # half CommitLog offset -> transaction
-        self._by_half_queue_offset: dict[int, Transaction] = {}
-        self._last_op_commitlog_offset = -1
+        self._table = TransactionTable()
         self.repaired = 0
+        self.reapplied_offsets = 0
 
     @classmethod
     def open(cls, store: MessageStore) -> TransactionService:
         service = cls(store)
-        service._rebuild()
-        service.repaired = service._repair()
+        last_op = rebuild(store, service._table)
+        service.repaired = repair(store, service._table, last_op, service._complete_torn)
+        service.reapplied_offsets = reapply_offsets(store)
         return service
 
-    # rebuild ------------------------------------------------------------------------------
-    def _rows(self, topic: str) -> Iterator[dict[str, Any]]:
-        if topic not in self.store.topics(include_system=True):
-            return
-        for queue_id, (low, high) in sorted(self.store.queue_offsets(topic).items()):
-            offset = low
-            while offset < high:
-                got = self.store.read_batch(topic, queue_id, offset, _READ_BATCH)
-                yield from got.batch.to_pylist()
-                if got.next_offset <= offset:
-                    break
-                offset = got.next_offset
-
-    def _rebuild(self) -> None:
-        for row in self._rows(TRANS_HALF_TOPIC):
-            props = dict(row["properties"] or ())
-            txid = props.get(PROPERTY_TRANSACTION_ID) or str(row["uniq_key"] or "")
-            born = row["born_timestamp"]
-            born_ms = int(born.timestamp() * 1000) if born is not None else 0
-            tx = self._by_id.get(txid)
-            if tx is None:
-                tx = self._by_id[txid] = Transaction(txid, props.get(PROPERTY_PGROUP, ""), born_ms)
-            real_topic = props.get(PROPERTY_REAL_TOPIC, "")
-            ref = HalfRef(int(row["commitlog_offset"]), int(row["queue_offset"]), real_topic)
-            tx.halves.append(ref)
-            self._by_half_offset[ref.commitlog_offset] = tx
-            self._by_half_queue_offset[ref.queue_offset] = tx
-        for row in self._rows(TRANS_OP_HALF_TOPIC):
-            props = dict(row["properties"] or ())
-            self._last_op_commitlog_offset = max(self._last_op_commitlog_offset, int(row["commitlog_offset"]))
-            try:
-                outcome = TxOutcome(props.get(PROPERTY_TX_END, TxOutcome.COMMIT.value))
-            except ValueError:
-                outcome = TxOutcome.COMMIT
-            for half_queue_offset in parse_op_body(bytes(row["body"] or b"")):
-                tx = self._by_half_queue_offset.get(half_queue_offset)
-                if tx is not None and tx.outcome is None:
-                    tx.outcome = outcome
-
-    def _repair(self) -> int:
-        """Append the op of a commit whose final messages were stored but whose op was not."""
-        pending_offsets = [
-            h.commitlog_offset for t in self._by_id.values() if t.outcome is None for h in t.halves
-        ]
-        if not pending_offsets:
-            return 0
-        start = max(min(pending_offsets), self._last_op_commitlog_offset)
-        repaired = 0
-        for _, half_offset in self.store.committed_half_offsets(start):
-            tx = self._by_half_offset.get(half_offset)
-            if tx is None or tx.outcome is not None:
-                continue
-            log.warning(
-                "transaction %s: final message found without its op; appending the op", tx.transaction_id
-            )
-            self._append_op(tx, TxOutcome.COMMIT)
-            tx.outcome = TxOutcome.COMMIT
-            repaired += 1
-        return repaired
+    def _complete_torn(self, tx: Transaction, missing: list[HalfRef]) -> None:
+        end = self._end_records(tx, TxOutcome.COMMIT, 0, _runs_of(missing))
+        self.store.append_encoded(end.records)
+        self._table.end(tx, TxOutcome.COMMIT)
 
     # writes -------------------------------------------------------------------------------
     def register(
@@ -192,26 +134,78 @@ class TransactionService:
         results: Sequence[PutResult],
         born_ms: int,
         real_topics: Sequence[str] | None = None,
+        real_queue_ids: Sequence[int] | None = None,
     ) -> Transaction:
         """Record the halves just stored for ``transaction_id`` (idempotent). ``real_topics``
-        (the halves' destinations) saves reading the halves back."""
+        (the halves' destinations) saves reading the halves back; without ``real_queue_ids``
+        each one's REAL_QID is read at commit."""
+        refs = []
+        for i, result in enumerate(results):
+            raw = self.store.read_record(result.commitlog_offset) if real_topics is None else None
+            half = Half(raw, result.commitlog_offset) if raw is not None else None
+            real_topic = real_topics[i] if real_topics is not None else half.real_topic if half else ""
+            real_queue_id = (
+                real_queue_ids[i]
+                if real_queue_ids is not None
+                else half.real_queue_id
+                if half is not None
+                else UNKNOWN_QUEUE
+            )
+            size = result.size_bytes
+            refs.append(
+                HalfRef(result.commitlog_offset, result.queue_offset, real_topic, real_queue_id, size)
+            )
         with self._lock:
-            tx = self._by_id.get(transaction_id)
-            if tx is None:
-                tx = self._by_id[transaction_id] = Transaction(transaction_id, producer_group, born_ms)
-            known = {h.commitlog_offset for h in tx.halves}
-            for i, result in enumerate(results):
-                if result.commitlog_offset in known:
-                    continue
-                if real_topics is not None:
-                    real_topic = real_topics[i]
-                else:
-                    raw = self.store.read_record(result.commitlog_offset)
-                    real_topic = Half(raw, result.commitlog_offset).real_topic if raw is not None else ""
-                ref = HalfRef(result.commitlog_offset, result.queue_offset, real_topic)
-                tx.halves.append(ref)
-                self._by_half_offset[ref.commitlog_offset] = tx
-                self._by_half_queue_offset[ref.queue_offset] = tx
+            tx = self._table.get_or_add(transaction_id, producer_group, born_ms)
+            for run in _runs_of(refs):
+                self._table.add_run(tx, run)
+            return tx
+
+    def register_batch(
+        self,
+        transaction: HalfOf,
+        result: BatchPutResult,
+        real_topic: str,
+        real_queue_ids: int | Sequence[int],
+        keys: Sequence[str | None] | None = None,
+    ) -> Transaction:
+        """Record the halves a ``MessageStore.put_halves`` call stored (idempotent); ``keys``
+        is the KEYS column it was given (the final messages' index entries), none if None."""
+        n = len(result)
+        run = HalfRun(
+            result.commitlog_offsets.astype(np.int64),
+            result.queue_offsets.astype(np.int64),
+            result.sizes.astype(np.int64),
+            real_topic,
+            np.broadcast_to(np.asarray(real_queue_ids, dtype=np.int32), (n,)).copy(),
+            uniq_keys=tuple(result.uniq_keys),
+            keys=None if keys is None else tuple(keys),
+        )
+        with self._lock:
+            tx = self._table.get_or_add(
+                transaction.transaction_id, transaction.producer_group, result.store_timestamp_ms
+            )
+            self._table.add_run(tx, run)
+            return tx
+
+    def put_offsets(self, transaction: HalfOf, entry: TxOffsets) -> Transaction:
+        """Store consumer offsets as a half of ``transaction``: applied to the offset table in
+        the same append as its commit's final messages, never if it rolls back."""
+        host = (self.store.config.store_host, self.store.config.store_port)
+        record = offsets_half_record(
+            entry,
+            half=transaction,
+            uniq_key=self.store.new_uniq_key(),
+            born_ms=self.store.now_ms(),
+            store_host=host,
+        )
+        (stored,) = self.store.append_records([record])
+        ref = HalfRef(stored.commitlog_offset, stored.queue_offset, TRANS_OFFSETS_TOPIC, 0, stored.size_bytes)
+        with self._lock:
+            tx = self._table.get_or_add(
+                transaction.transaction_id, transaction.producer_group, stored.store_timestamp_ms
+            )
+            self._table.add_run(tx, HalfRun.of([ref]))
             return tx
 
     def end(
@@ -232,15 +226,18 @@ class TransactionService:
     def end_many(self, requests: Sequence[EndRequest]) -> list[EndResult | SparkMQError]:
         """End several transactions with **one** append (each one's final messages, then its op,
         in request order); each request gets its own result or refusal. Requests for the same
-        transaction: the first decides, the others report its outcome."""
+        transaction: the first decides, the others report its outcome. Offsets carried by the
+        committed ones are applied right after the append, in log order."""
         with self._lock:
             out: list[EndResult | SparkMQError | None] = [None] * len(requests)
-            records: list[RecordFields] = []
+            parts: list[EncodedRecords] = []
+            offsets: list[tuple[int, TxOffsets]] = []
             spans: list[tuple[int, Transaction, TxOutcome, int, int]] = []  # index, tx, outcome, lo, hi
             deciding: dict[str, TxOutcome] = {}
+            count = 0
             for i, req in enumerate(requests):
-                tx = self._by_id.get(req.transaction_id)
-                if tx is None or not tx.halves:
+                tx = self._table.get(req.transaction_id)
+                if tx is None or not tx.runs:
                     out[i] = UnknownTransaction(f"no transaction {req.transaction_id!r}")
                     continue
                 if req.producer_group is not None and req.producer_group != tx.producer_group:
@@ -254,50 +251,89 @@ class TransactionService:
                     out[i] = EndResult(tx, first, ended_now=False)
                     continue
                 try:
-                    lo = len(records)
-                    if req.outcome is TxOutcome.COMMIT:
-                        records.extend(final_record(h) for h in self._halves(tx))
-                    elif req.outcome is TxOutcome.DISCARD:
-                        records.extend(discard_record(h, req.check_times) for h in self._halves(tx))
-                    hi = len(records)
-                    records.append(self._op(tx, req.outcome))
+                    end = self._end_records(tx, req.outcome, req.check_times, tx.runs)
                 except SparkMQError as exc:
-                    del records[lo:]
                     out[i] = exc
                     continue
+                offsets.extend((count + index, entry) for index, entry in end.offsets)
+                parts.append(end.records)
                 deciding[req.transaction_id] = req.outcome
-                spans.append((i, tx, req.outcome, lo, hi))
-            if records:
-                stored = self.store.append_records(records)
-                self._last_op_commitlog_offset = stored[-1].commitlog_offset
+                spans.append((i, tx, req.outcome, count, count + len(end.records) - 1))
+                count += len(end.records)
+            if parts:
+                records = EncodedRecords.concat(parts)
+                stored = self.store.append_encoded(records)
                 for i, tx, outcome, lo, hi in spans:
-                    tx.outcome = outcome
-                    if outcome is TxOutcome.COMMIT:
-                        tx.results = stored[lo:hi]
+                    self._table.end(tx, outcome)
+                    if outcome is TxOutcome.COMMIT and requests[i].want_results:
+                        results = stored.results(records.topics)[lo:hi]
+                        tx.results = [r for r in results if r.topic != TRANS_OFFSETS_TOPIC]
                     out[i] = EndResult(tx, outcome, ended_now=True)
+                for index, entry in offsets:
+                    self.store.apply_transaction_offsets(int(stored.queue_offsets[index]), entry)
             for i, result in enumerate(out):
                 if result is None or (isinstance(result, EndResult) and not result.ended_now):
-                    tx = self._by_id[requests[i].transaction_id]
+                    tx = self._table.get(requests[i].transaction_id)
+                    assert tx is not None
                     out[i] = EndResult(
                         tx, tx.outcome or deciding[requests[i].transaction_id], ended_now=False
                     )
             return [r for r in out if r is not None]
 
-    def _halves(self, tx: Transaction) -> list[Half]:
-        halves = []
-        for ref in tx.halves:
-            raw = self.store.read_record(ref.commitlog_offset)
-            if raw is None:
-                raise StoreError(
-                    f"transaction {tx.transaction_id!r}: half at {ref.commitlog_offset} is gone (retention)"
+    def _end_records(
+        self, tx: Transaction, outcome: TxOutcome, check_times: int, runs: Sequence[HalfRun]
+    ) -> _EndRecords:
+        """Final messages (commit) or discard copies, then the op naming every half."""
+        parts: list[EncodedRecords] = []
+        offsets: list[tuple[int, TxOffsets]] = []
+        count = 0
+        for run in runs if outcome is not TxOutcome.ROLLBACK else ():
+            if outcome is TxOutcome.DISCARD:
+                parts.append(
+                    EncodedRecords.of_fields([discard_record(h, check_times) for h in self._halves(tx, run)])
                 )
-            halves.append(Half(raw, ref.commitlog_offset))
+            elif run.real_topic == TRANS_OFFSETS_TOPIC or bool((run.real_queue_ids == UNKNOWN_QUEUE).any()):
+                halves = self._halves(tx, run)  # one by one: REAL_QID read from each
+                if run.real_topic == TRANS_OFFSETS_TOPIC:
+                    offsets.extend(
+                        (count + i, parse_offsets_body(h.fields.body)) for i, h in enumerate(halves)
+                    )
+                parts.append(EncodedRecords.of_fields([final_record(h) for h in halves]))
+            else:
+                parts.append(self._finals(tx, run))
+            count += len(run)
+        parts.append(EncodedRecords.of_fields([self._op(tx, outcome)]))
+        return _EndRecords(EncodedRecords.concat(parts), offsets)
+
+    def _finals(self, tx: Transaction, run: HalfRun) -> EncodedRecords:
+        """The final messages of a run, sliced from its stored bytes (one read when the halves
+        are back to back)."""
+        offsets = run.commitlog_offsets
+        if run.back_to_back():
+            raw = self.store.read_bytes(int(offsets[0]), int(offsets[-1] - offsets[0] + run.sizes[-1]))
+            chunks = [] if raw is None else [raw]
+            sizes = run.sizes
+        else:
+            chunks = [c for c in (self.store.read_record(o) for o in offsets.tolist()) if c is not None]
+            sizes = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+        if not chunks or len(sizes) != len(run):
+            raise StoreError(f"transaction {tx.transaction_id!r}: a half at {int(offsets[0])}.. is gone")
+        dispatch = None if run.uniq_keys is None else (run.uniq_keys, run.keys, run.tags)
+        return final_records(b"".join(chunks), sizes, offsets, run.real_topic, run.real_queue_ids, dispatch)
+
+    def _halves(self, tx: Transaction, run: HalfRun) -> list[Half]:
+        halves = []
+        for offset in run.commitlog_offsets.tolist():
+            raw = self.store.read_record(offset)
+            if raw is None:
+                raise StoreError(f"transaction {tx.transaction_id!r}: half at {offset} is gone")
+            halves.append(Half(raw, offset))
         return halves
 
     def _op(self, tx: Transaction, outcome: TxOutcome) -> RecordFields:
         host = (self.store.config.store_host, self.store.config.store_port)
         return op_record(
-            [h.queue_offset for h in tx.halves],
+            tx.half_queue_offsets,
             transaction_id=tx.transaction_id,
             outcome=outcome,
             uniq_key=self.store.new_uniq_key(),
@@ -305,40 +341,32 @@ class TransactionService:
             store_host=host,
         )
 
-    def _append_end(self, tx: Transaction, outcome: TxOutcome, check_times: int) -> list[PutResult]:
-        records: list[RecordFields] = []
-        if outcome is TxOutcome.COMMIT:
-            records = [final_record(h) for h in self._halves(tx)]
-        elif outcome is TxOutcome.DISCARD:
-            records = [discard_record(h, check_times) for h in self._halves(tx)]
-        records.append(self._op(tx, outcome))
-        stored = self.store.append_records(records)
-        self._last_op_commitlog_offset = stored[-1].commitlog_offset
-        return stored[:-1]
-
-    def _append_op(self, tx: Transaction, outcome: TxOutcome) -> None:
-        stored = self.store.append_records([self._op(tx, outcome)])
-        self._last_op_commitlog_offset = stored[-1].commitlog_offset
-
     # reads --------------------------------------------------------------------------------
     def get(self, transaction_id: str) -> Transaction | None:
         with self._lock:
-            return self._by_id.get(transaction_id)
+            return self._table.get(transaction_id)
 
     def pending(self, producer_group: str | None = None) -> list[Transaction]:
         with self._lock:
             return [
                 t
-                for t in self._by_id.values()
-                if t.outcome is None
-                and t.halves
-                and (producer_group is None or t.producer_group == producer_group)
+                for t in self._table.pending()
+                if producer_group is None or t.producer_group == producer_group
             ]
 
     def transactions(self, producer_group: str | None = None) -> list[Transaction]:
         with self._lock:
             return [
-                t
-                for t in self._by_id.values()
-                if producer_group is None or t.producer_group == producer_group
+                t for t in self._table.all() if producer_group is None or t.producer_group == producer_group
             ]
+
+
+def _runs_of(refs: Sequence[HalfRef]) -> list[HalfRun]:
+    """Consecutive halves grouped by real topic (each offsets record alone), in order."""
+    groups: list[list[HalfRef]] = []
+    for ref in refs:
+        if groups and ref.real_topic == groups[-1][0].real_topic and ref.real_topic != TRANS_OFFSETS_TOPIC:
+            groups[-1].append(ref)
+        else:
+            groups.append([ref])
+    return [HalfRun.of(group) for group in groups]

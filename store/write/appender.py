@@ -26,14 +26,22 @@ from store.commitlog.group_commit import GroupCommitService
 from store.config import StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownTopic
-from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns
+from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns, patch_be
 from store.format.record import QUEUE_ID_POS, BodyPolicy, encode_record
-from store.format.vocabulary import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from store.format.vocabulary import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QID,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+)
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_topic
 from store.types import Message, MessageView, PutResult
 from store.write.arrivals import Arrivals
+from store.write.encoded import EncodedRecords
 from store.write.idempotence import ProducerRef, ProducerTable, request_uniq_keys, stored_prefix
 from store.write.message_builder import (
     build_record,
@@ -47,6 +55,7 @@ from store.write.queue_offsets import QueuePlacement, last_per_queue
 from store.write.relocate import Relocated
 from store.write.results import BatchPutResult, batch_result_of, put_result_of
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules
+from store.write.transactions import HalfOf, half_properties
 
 UniqKeyLookup = Callable[[str, str], MessageView | None]
 
@@ -201,43 +210,38 @@ class Appender:
         return batch.results(topics)
 
     def put_relocated(self, records: Sequence[Relocated]) -> list[PutResult]:
-        """Append encoded relocations (:mod:`store.write.relocate`): every field but the queue
-        offset, CommitLog offset and store timestamp is kept, UNIQ_KEY included. A user target
+        """Append encoded relocations (:mod:`store.write.relocate`): see :meth:`put_encoded`."""
+        if not records:
+            self._ensure_open()
+            return []
+        encoded = EncodedRecords.of_relocated(records)
+        return self.put_encoded(encoded).results(encoded.topics)
+
+    def put_encoded(self, records: EncodedRecords) -> BatchPutResult:
+        """Append records encoded elsewhere in one atomic append: every field is kept but the
+        queue offset, CommitLog offset and store timestamp, UNIQ_KEY included. A user target
         topic must exist or be auto-creatable; a queue id past its queue count wraps (mod count)."""
         self._ensure_open()
-        if not records:
-            return []
-        data: list[bytes] = []
-        queue_ids: list[int] = []
-        counts: dict[str, int] = {}
-        for rec in records:
-            queue_id = rec.queue_id
-            if not is_system_topic(rec.topic):
-                count = counts.get(rec.topic) or counts.setdefault(
-                    rec.topic, self.producible_queue_count(rec.topic)
-                )
-                if queue_id >= count:
-                    queue_id %= count
-            raw = rec.data
-            if queue_id != rec.queue_id:
-                raw = raw[:QUEUE_ID_POS] + queue_id.to_bytes(4, "big") + raw[QUEUE_ID_POS + 4 :]
-            data.append(raw)
-            queue_ids.append(queue_id)
-        uniq_keys = [r.properties.get(PROPERTY_UNIQ_KEY, "") for r in records]
-        encoded = EncodedBatch.from_records(data, uniq_keys)
-        topics = [r.topic for r in records]
+        n = len(records)
+        topics = records.topics
         topic_names = tuple(dict.fromkeys(topics))
         code_of = {t: i for i, t in enumerate(topic_names)}
-        n = len(records)
-        batch = self._append(
-            encoded,
-            topic_names,
-            np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=n),
-            np.asarray(queue_ids, dtype=np.int32),
-            tags_hashes_of([r.properties.get(PROPERTY_TAGS) for r in records]),
-            tuple(r.properties.get(PROPERTY_KEYS) for r in records),
+        codes = np.fromiter((code_of[t] for t in topics), dtype=np.int32, count=n)
+        queue_ids = records.queue_ids.astype(np.int32, copy=True)
+        for code, topic in enumerate(topic_names):
+            if is_system_topic(topic):
+                continue
+            count = self.producible_queue_count(topic)
+            rows = codes == code
+            wrapped = rows & (queue_ids >= count)
+            if bool(wrapped.any()):
+                queue_ids[wrapped] %= count
+                patch_be(
+                    records.batch.buffer, records.batch.starts[wrapped] + QUEUE_ID_POS, queue_ids[wrapped], 4
+                )
+        return self._append(
+            records.batch, topic_names, codes, queue_ids, tags_hashes_of(records.tags), records.keys
         )
-        return batch.results(topics)
 
     def _append_columns(
         self,
@@ -264,18 +268,29 @@ class Appender:
         uniq_keys: Sequence[str | None] | None = None,
         born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
         producer: ProducerRef | None = None,
+        half: HalfOf | None = None,
     ) -> BatchPutResult:
-        """See :meth:`store.message_store.MessageStore.put_batch`."""
+        """See :meth:`store.message_store.MessageStore.put_batch`; with ``half`` the messages are
+        stored as halves of that transaction (``MessageStore.put_halves``)."""
         self._ensure_open()
         if producer is not None and len(bodies):
             return self._put_batch_idempotent(
-                producer.validate(), topic, bodies, queue_ids, tags, keys, properties, born_timestamps_ms
+                producer.validate(),
+                topic,
+                bodies,
+                queue_ids,
+                tags,
+                keys,
+                properties,
+                born_timestamps_ms,
+                half,
             )
         n = len(bodies)
         count = self.producible_queue_count(topic)
+        stored_topic = topic if half is None else TRANS_HALF_TOPIC
         if n == 0:
             empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
-            return BatchPutResult(topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
+            return BatchPutResult(stored_topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
         qids = self._placement.choose(topic, queue_ids, count, n)
         if uniq_keys is None or not all(uniq_keys):
             generated = self._uniq.next_batch(n)
@@ -304,12 +319,21 @@ class Appender:
             if not isinstance(tags, str):
                 _check_column_length("tags", tags, n)
             columns[PROPERTY_TAGS] = tags
+        if half is not None:
+            real_qids: str | list[str] = (
+                str(int(qids[0])) if bool((qids == qids[0]).all()) else [str(q) for q in qids.tolist()]
+            )
+            for name, value in half_properties(topic, "", half.transaction_id, half.producer_group).items():
+                columns[name] = real_qids if name == PROPERTY_REAL_QID else value
+            if half.immunity_s is not None:
+                columns[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(half.immunity_s)
         born = self._clock() if born_timestamps_ms is None else born_timestamps_ms
+        stored_qids = qids if half is None else np.zeros(n, dtype=np.int32)
         encoded = encode_columns(
             BatchColumns(
-                topic=topic,
+                topic=stored_topic,
                 bodies=bodies,
-                queue_ids=qids,
+                queue_ids=stored_qids,
                 properties=columns,
                 born_timestamps_ms=born,
                 store_host=self._store_host,
@@ -319,7 +343,7 @@ class Appender:
         encoded.uniq_keys = keys_out
         tags_list = [tags] * n if isinstance(tags, str) or tags is None else list(tags)
         keys_list: Sequence[str | None] = [None] * n if keys is None else keys
-        return self._append_columns(encoded, topic, qids, tags_list, keys_list)
+        return self._append_columns(encoded, stored_topic, stored_qids, tags_list, keys_list)
 
     def _put_batch_idempotent(
         self,
@@ -331,14 +355,16 @@ class Appender:
         keys: Sequence[str | None] | None,
         properties: Mapping[str, str | Sequence[str | None]] | None,
         born_timestamps_ms: int | Sequence[int] | npt.NDArray[np.integer] | None,
+        half: HalfOf | None,
     ) -> BatchPutResult:
         n = len(bodies)
+        stored_topic = topic if half is None else TRANS_HALF_TOPIC
         with self._producers.request_lock(ref.producer_id):
             cached = self._producers.recent(ref)
-            if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == topic:
+            if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == stored_topic:
                 return cached
             uniq = request_uniq_keys(ref, n)
-            stored = self._stored_prefix([(topic,)] * n, uniq)
+            stored = self._stored_prefix([(stored_topic,)] * n, uniq)
             if stored:
                 missing = np.array([i for i in range(n) if i not in stored], dtype=np.int64)
                 if len(missing):
@@ -351,9 +377,10 @@ class Appender:
                         properties={k: _take(v, missing) for k, v in (properties or {}).items()},
                         uniq_keys=[uniq[i] for i in missing.tolist()],
                         born_timestamps_ms=_take(born_timestamps_ms, missing),
+                        half=half,
                     )
-                    stored.update(self._stored_prefix([(topic,)] * n, uniq))
-                result = batch_result_of(topic, [stored[i] for i in range(n)], self._store_host)
+                    stored.update(self._stored_prefix([(stored_topic,)] * n, uniq))
+                result = batch_result_of(stored_topic, [stored[i] for i in range(n)], self._store_host)
             else:
                 result = self.put_batch(
                     topic,
@@ -364,6 +391,7 @@ class Appender:
                     properties=properties,
                     uniq_keys=uniq,
                     born_timestamps_ms=born_timestamps_ms,
+                    half=half,
                 )
             self._producers.remember(ref, result)
             return result

@@ -27,7 +27,7 @@ delayed and timer messages. Both are all or nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,7 @@ from store.write.idempotence import ProducerRef
 from store.write.results import BatchPutResult
 from store.write.routing import sharding_queues
 from store.write.timers import TIMER_REQUEST_PROPERTIES
+from store.write.transactions import HalfOf
 
 #: Above this many distinct property names a batch goes message by message (columns stop paying).
 MAX_PROPERTY_COLUMNS = 64
@@ -249,4 +250,36 @@ def put_columns(
         uniq_keys=cols.uniq_keys,
         born_timestamps_ms=cols.born_timestamps_ms,
         producer=producer,
+    )
+
+
+def put_halves(
+    appender: Appender, topic: str, cols: ProduceColumns, half: HalfOf, producer: ProducerRef | None
+) -> ProduceOutcome:
+    """Store ``cols`` as halves of ``half`` (bound for ``topic``), as :func:`put_columns` would
+    store them as messages: through ``put_batch`` when the properties are few, else one
+    ``transaction_prepared`` message each. A transactional message cannot be scheduled (RocketMQ's
+    client clears DELAY; a timer would deliver a commit late)."""
+    if cols.scheduled().any():
+        raise InvalidArgument("a transactional message cannot be delayed or timed")
+    count = appender.producible_queue_count(topic)
+    queue_ids = resolve_queue_ids(topic, cols, count, lambda k: appender.round_robin_queues(topic, count, k))
+    if len(cols.properties or {}) > MAX_PROPERTY_COLUMNS:
+        marks = half.message_properties()
+        messages = [
+            replace(m, properties={**m.properties, **marks}, transaction_prepared=True)
+            for m in cols.messages(topic, queue_ids)
+        ]
+        return appender.put_messages(messages, producer=producer)
+    return appender.put_batch(
+        topic,
+        cols.bodies,
+        queue_ids=queue_ids,
+        tags=cols.tags if cols.tags is not None and any(t is not None for t in cols.tags) else None,
+        keys=cols.keys if cols.keys is not None and any(k is not None for k in cols.keys) else None,
+        properties=dict(cols.properties) if cols.properties else None,
+        uniq_keys=cols.uniq_keys,
+        born_timestamps_ms=cols.born_timestamps_ms,
+        producer=producer,
+        half=half,
     )

@@ -48,8 +48,9 @@ class ProducerRef:
 
 def request_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
     """The UNIQ_KEYs of the ``count`` messages of request ``ref`` (32 upper-case hex chars)."""
-    prefix = hashlib.blake2b(f"{ref.producer_id}\x00{ref.sequence}".encode(), digest_size=12).digest()
-    return [(prefix + i.to_bytes(4, "big")).hex().upper() for i in range(count)]
+    prefix = hashlib.blake2b(f"{ref.producer_id}\x00{ref.sequence}".encode(), digest_size=12).hexdigest()
+    head = prefix.upper()  # 24 hex chars, then the message's index as 8
+    return [f"{head}{i:08X}" for i in range(count)]
 
 
 def prefix_end(count: int, present: Callable[[int], bool]) -> int:

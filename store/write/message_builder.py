@@ -32,8 +32,6 @@ from store.format.vocabulary import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TIMER_OUT_MS,
-    PROPERTY_TRAN_MSG,
-    PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
 )
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
@@ -46,6 +44,7 @@ from store.write.timers import (
     is_timer_request,
     without_timer_requests,
 )
+from store.write.transactions import half_properties
 
 MAX_KEY_CHARS = 4096
 
@@ -134,10 +133,11 @@ def build_properties(
     if placement.topic == SCHEDULE_TOPIC:
         props[PROPERTY_DELAY] = str(placement.queue_id + 1)
     if placement.topic == TRANS_HALF_TOPIC:
-        props[PROPERTY_TRAN_MSG] = "true"
-        # RocketMQ: the half's UNIQ_KEY; the halves of one multi-message transaction carry its
-        # first message's (set by the caller).
-        props.setdefault(PROPERTY_TRANSACTION_ID, uniq_key)
+        # RocketMQ: the transaction id is the half's UNIQ_KEY; the halves of one multi-message
+        # transaction carry its first message's (set by the caller, like PGROUP).
+        half = half_properties(placement.real_topic, str(placement.real_queue_id), uniq_key)
+        for name, value in half.items():
+            props.setdefault(name, value)
     return props
 
 

@@ -15,21 +15,31 @@
 * **Discard** (``resolveDiscardMsg``, after the last check): the half copied to
   ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0 with ``TRANSACTION_CHECK_TIMES`` set; sparkmq also
   writes an op for it (RocketMQ does not), so a discarded half counts as ended.
+* **Offsets** (sparkmq; Kafka's ``TxnOffsetCommit``): consumer offsets that a transaction commits
+  together with its messages travel as one more half, whose ``REAL_TOPIC`` is
+  ``rmq_sys_trans_offsets`` (queue 0) and whose body is JSON
+  ``{"group": G, "offsets": {topic: {queue id: next offset}}}`` (store names). The commit's
+  final record of it lands in ``rmq_sys_trans_offsets`` in the same append as the final
+  messages; a rollback leaves it a half forever, never applied.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from store.errors import InvalidArgument
 from store.format.record import BODY_POS, RecordFields, RecordStatus, check_record
 from store.format.vocabulary import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PGROUP,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TRAN_MSG,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TX_END,
@@ -37,17 +47,55 @@ from store.format.vocabulary import (
     SYSFLAG_TX_COMMIT,
     SYSFLAG_TX_MASK,
 )
-from store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OFFSETS_TOPIC, TRANS_OP_HALF_TOPIC
 
 #: RocketMQ ``TransactionalMessageUtil.REMOVE_TAG``.
 OP_REMOVE_TAG = "d"
 #: The outcome property of an op record (sparkmq extension).
+#: Producer group of the transactions the Kafka door's coordinator owns
+#: (``kafka:<transactional.id>``): they end by EndTxn or its timeout, never over HTTP.
+KAFKA_PRODUCER_GROUP_PREFIX = "kafka:"
 
 
 class TxOutcome(enum.StrEnum):
     COMMIT = "commit"
     ROLLBACK = "rollback"
     DISCARD = "discard"
+
+
+@dataclass(frozen=True, slots=True)
+class HalfOf:
+    """Which transaction the halves of a put belong to (``MessageStore.put_halves``).
+
+    ``immunity_s``: RocketMQ's ``CHECK_IMMUNITY_TIME_IN_SECONDS``, no check-back before it."""
+
+    producer_group: str
+    transaction_id: str
+    immunity_s: int | None = None
+
+    def message_properties(self) -> dict[str, str]:
+        """What a transactional message carries from its producer (``put_messages`` with
+        ``transaction_prepared``); the store adds ``REAL_TOPIC``/``REAL_QID``/``TRAN_MSG``."""
+        props = {PROPERTY_PGROUP: self.producer_group, PROPERTY_TRANSACTION_ID: self.transaction_id}
+        if self.immunity_s is not None:
+            props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(self.immunity_s)
+        return props
+
+
+def half_properties(
+    real_topic: str, real_queue_id: str, transaction_id: str, producer_group: str | None = None
+) -> dict[str, str]:
+    """The properties that make a record a half (RocketMQ ``parseHalfMessageInner``), in the
+    order the store writes them after the message's own."""
+    props = {
+        PROPERTY_REAL_TOPIC: real_topic,
+        PROPERTY_REAL_QID: real_queue_id,
+        PROPERTY_TRAN_MSG: "true",
+        PROPERTY_TRANSACTION_ID: transaction_id,
+    }
+    if producer_group is not None:
+        props[PROPERTY_PGROUP] = producer_group
+    return props
 
 
 class NotAHalf(InvalidArgument):
@@ -120,7 +168,9 @@ def discard_record(half: Half, check_times: int) -> RecordFields:
 
 
 def op_body(half_queue_offsets: Sequence[int]) -> bytes:
-    return "".join(f"{offset}," for offset in half_queue_offsets).encode("utf-8")
+    if not half_queue_offsets:
+        return b""
+    return (",".join(map(str, half_queue_offsets)) + ",").encode("utf-8")
 
 
 def parse_op_body(body: bytes) -> list[int]:
@@ -149,6 +199,75 @@ def op_record(
             PROPERTY_TRANSACTION_ID: transaction_id,
             PROPERTY_TX_END: outcome.value,
         },
+        sys_flag=0,
+        born_timestamp_ms=born_ms,
+        born_host=store_host,
+        store_host=store_host,
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+    )
+
+
+# --- offsets committed by a transaction ------------------------------------------------------
+#: group -> store topic -> queue id -> next offset to consume.
+OffsetCommits = Mapping[str, Mapping[str, Mapping[int, int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class TxOffsets:
+    """One offsets record: the next offsets ``group`` consumes, per store topic and queue."""
+
+    group: str
+    offsets: Mapping[str, Mapping[int, int]]
+
+
+def offsets_body(entry: TxOffsets) -> bytes:
+    """Compact JSON, topics and queues sorted (the record is golden-byte tested)."""
+    document = {
+        "group": entry.group,
+        "offsets": {
+            topic: {str(q): int(o) for q, o in sorted(queues.items())}
+            for topic, queues in sorted(entry.offsets.items())
+        },
+    }
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def parse_offsets_body(body: bytes) -> TxOffsets:
+    """Inverse of :func:`offsets_body`; raises :class:`InvalidArgument` on anything else."""
+    try:
+        document = json.loads(body)
+        group = document["group"]
+        offsets = {
+            str(topic): {int(q): int(o) for q, o in queues.items()}
+            for topic, queues in document["offsets"].items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidArgument(f"not a transaction offsets record: {exc!r}") from exc
+    if not isinstance(group, str) or not group:
+        raise InvalidArgument("transaction offsets record without a group")
+    return TxOffsets(group, offsets)
+
+
+def offsets_half_record(
+    entry: TxOffsets,
+    *,
+    half: HalfOf,
+    uniq_key: str,
+    born_ms: int,
+    store_host: tuple[str, int],
+) -> RecordFields:
+    """The half carrying ``entry`` (its final goes to ``rmq_sys_trans_offsets`` queue 0)."""
+    properties = {PROPERTY_UNIQ_KEY: uniq_key}
+    properties.update(half_properties(TRANS_OFFSETS_TOPIC, "0", half.transaction_id, half.producer_group))
+    if half.immunity_s is not None:
+        properties[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(half.immunity_s)
+    return RecordFields(
+        topic=TRANS_HALF_TOPIC,
+        body=offsets_body(entry),
+        queue_id=0,
+        flag=0,
+        properties=properties,
         sys_flag=0,
         born_timestamp_ms=born_ms,
         born_host=store_host,

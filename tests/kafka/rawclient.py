@@ -73,11 +73,13 @@ def record_batch(
     epoch: int = -1,
     base_sequence: int = -1,
     timestamp_ms: int = 1,
+    transactional: bool = False,
 ) -> bytes:
     builder = MemoryRecordsBuilder(
         magic=2,
         compression_type=0,
         batch_size=1 << 20,
+        transactional=transactional,
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=base_sequence,

@@ -30,7 +30,7 @@ TOPIC = "wire"
 
 def api_versions_ok(client: RawClient) -> bool:
     response = client.call(ApiVersionsRequest, ApiVersionsResponse, 2)
-    return response.error_code == 0 and len(response.api_keys) == 17
+    return response.error_code == 0 and len(response.api_keys) == 23
 
 
 def produce(
@@ -70,7 +70,7 @@ def test_unknown_api_versions_version_gets_error_35_then_works(client: RawClient
     frame = client.recv_frame()
     assert frame is not None
     correlation, error, count = struct.unpack_from(">ihi", frame)
-    assert (correlation, error, count) == (42, 35, 17)
+    assert (correlation, error, count) == (42, 35, 23)
     assert api_versions_ok(client)
 
 

@@ -31,6 +31,24 @@ def test_file_format_is_rocketmq_consumer_offset(tmp_path: Path) -> None:
     }
 
 
+def test_transaction_offsets_move_with_their_watermark_in_one_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    table = ConsumerOffsetTable(path, clock)
+    assert table.transaction_offsets_applied == 0
+    assert table.apply_transaction(0, "ctp", {"in": {0: 5, 1: 2}})
+    table.commit("ctp", "in", 1, 9)  # a plain commit after the transaction's: it wins
+    assert table.apply_transaction(3, "ctp", {"in": {0: 8}})
+    assert not table.apply_transaction(2, "ctp", {"in": {0: 1}})  # below the watermark: applied before
+    assert not table.apply_transaction(3, "ctp", {"in": {0: 1}})
+    assert table.offsets("ctp", "in") == {0: 8, 1: 9}
+    table.persist()
+    document = json.loads(path.read_text())
+    assert document["transactionOffsetsApplied"] == 4
+    assert document["offsetTable"] == {"in@ctp": {"0": 8, "1": 9}}
+    reopened = ConsumerOffsetTable(path, clock)
+    assert reopened.transaction_offsets_applied == 4 and reopened.offsets("ctp", "in") == {0: 8, 1: 9}
+
+
 def test_reads_a_rocketmq_written_file(tmp_path: Path) -> None:
     path = tmp_path / "consumerOffset.json"
     path.write_text(

@@ -38,7 +38,7 @@ from store import (
     TxOutcome,
     wall_clock_ms,
 )
-from store.publish import EndRequest, Transaction, UnknownTransaction
+from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, EndRequest, Transaction, UnknownTransaction
 
 router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
 
@@ -94,6 +94,13 @@ async def end_transaction(
     if tx is None:
         raise UnknownTransaction(f"no transaction {transaction_id!r}")
     _authorize_topics(principal, tx)
+    if tx.producer_group.startswith(KAFKA_PRODUCER_GROUP_PREFIX):
+        raise ApiError(
+            409,
+            "kafka_transaction",
+            f"transaction {transaction_id!r} belongs to a Kafka producer: it ends by its EndTxn "
+            "or by the Kafka coordinator's transaction timeout",
+        )
     outcome = TxOutcome.COMMIT if body.action == "commit" else TxOutcome.ROLLBACK
     ended = await board.ends.end(EndRequest(transaction_id, outcome, body.producer_group))
     out = _out(ended.transaction)

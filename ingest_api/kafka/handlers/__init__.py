@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ingest_api.kafka.handlers import admin, fetch, groups, metadata, offsets, produce
+from ingest_api.kafka.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
 from ingest_api.kafka.handlers.base import Connection, Handler
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
@@ -28,6 +28,12 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.LIST_GROUPS: groups.handle_list_groups,
         ApiKey.CREATE_TOPICS: admin.handle_create_topics,
         ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+        ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+        ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+        ApiKey.END_TXN: transactions.handle_end_txn,
+        ApiKey.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
+        ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+        ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
     }
 )
 # Advertise only what is implemented: the two tables must name the same APIs.

@@ -28,7 +28,7 @@ from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_count
-from ingest_api.kafka.mapping import stored_record
+from ingest_api.kafka.mapping import only_hidden_properties, stored_record
 from ingest_api.kafka.records import Header, encode_records
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
@@ -82,7 +82,7 @@ def columns_from_arrow(batch: pa.RecordBatch) -> RecordColumns:
     bodies = batch.column("body").to_pylist()
     keys_column = batch.column("keys")
     properties_column = batch.column("properties")
-    if _all_empty(properties_column):  # no user properties: keys alone decide
+    if only_hidden_properties(properties_column):  # nothing but keys shapes the records
         if _all_empty(keys_column):
             return RecordColumns(offsets, born_ms, [None] * n, bodies, None)
         keys = [" ".join(k).encode("utf-8") if k else None for k in keys_column.to_pylist()]

@@ -19,8 +19,9 @@ from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
 #: Metadata requests may ask for topic auto-creation from this version on (before: always).
 AUTO_CREATE_FLAG_VERSION = 4
-#: FindCoordinator key_type of consumer groups (1 = transactions, unsupported).
+#: FindCoordinator key types: consumer groups and transactional ids (this broker for both).
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 FIND_COORDINATOR_BATCHED_VERSION = 4
 
 
@@ -89,7 +90,9 @@ def _topic_entry(ctx: GatewayContext, cls: Any, name: str, error: ErrorCode, cou
 
 async def handle_find_coordinator(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
-    error = ErrorCode.NONE if body.key_type == GROUP_KEY_TYPE else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    key_type = getattr(body, "key_type", GROUP_KEY_TYPE)  # v0 has none: a group
+    known = key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE)
+    error = ErrorCode.NONE if known else ErrorCode.INVALID_REQUEST
     node, host, port = ctx.config.node_id, ctx.advertised_host, ctx.advertised_port
     if request.api_version >= FIND_COORDINATOR_BATCHED_VERSION:
         cls = codec.response_class(ApiKey.FIND_COORDINATOR)

@@ -12,10 +12,16 @@ idempotent batches, steps 1 and 3 share one thread-pool hop):
    ``base_offset`` is the first record's queue offset (idempotent batches are written one by
    one with a store ``ProducerRef``, see :func:`_put`);
 4. (loop) record the batches' sequences and answer (nothing at all for acks=0).
+
+Transactional batches (``transactional.id`` producers, always idempotent) join their
+producer's ongoing transaction in step 2 (:meth:`TxnCoordinator.join`: fencing, state) and are
+stored in step 3 as halves of it (``MessageStore.put_halves``), invisible to every door until
+EndTxn commits them; their base offset is -1 (the offsets exist only at commit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -29,28 +35,32 @@ from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_error
+from ingest_api.kafka.handlers.transactions import half_of, init_transactional
 from ingest_api.kafka.mapping import batch_to_columns, record_to_message
+from ingest_api.kafka.names import to_store
 from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next_sequence
 from ingest_api.kafka.records import ProducedBatch, decode_batches
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH
 from ingest_api.kafka.versions import ApiKey
 from store import (
     MAX_PRODUCER_ID_CHARS,
+    TRANS_HALF_TOPIC,
     InvalidArgument,
     MessageTooLarge,
     ProducerRef,
+    PutResult,
     StoreClosed,
     StoreError,
     StoreNotWritable,
     UnknownQueue,
     UnknownTopic,
+    is_timer_request,
     request_uniq_keys,
 )
+from store.publish import HalfOf
 
 log = logging.getLogger(__name__)
-
-#: Largest producer epoch (int16); a bump past it starts a new producer id.
-MAX_PRODUCER_EPOCH = 32767
 
 
 @dataclass(slots=True)
@@ -66,6 +76,9 @@ class _PartitionWork:
     base_offset: int = -1
     batch_offsets: list[int] = field(default_factory=list)  # base offset of each kept batch
     log_start_offset: int = -1
+    #: Transactional batches: the transaction they are halves of (set in step 2).
+    transactional: bool = False
+    half: HalfOf | None = None
 
 
 def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
@@ -83,9 +96,12 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
                 log.info("produce %s-%d rejected: %s", item.topic, item.partition, exc)
                 item.error = exc.error_code
                 continue
-            if any(batch.is_transactional for batch in item.batches):
-                item.error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                continue
+            transactional = [batch.is_transactional for batch in item.batches]
+            if any(transactional):
+                if not all(transactional) or body.transactional_id is None:
+                    item.error = ErrorCode.INVALID_RECORD  # mixed, or no transactional id
+                    continue
+                item.transactional = True
             item.keep = [True] * len(item.batches)
             item.verify = [False] * len(item.batches)
     return work
@@ -114,6 +130,20 @@ def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
         previous = batch
 
 
+def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _PartitionWork) -> None:
+    """Step 2 for transactional batches: the producer's transaction takes them as halves."""
+    batch = item.batches[0]
+    error, sparkmq_id = ctx.txn.join(
+        transactional_id, batch.producer_id, batch.producer_epoch, partition=(item.topic, item.partition)
+    )
+    if error != ErrorCode.NONE:
+        item.error = ErrorCode.INVALID_PRODUCER_EPOCH if error == ErrorCode.PRODUCER_FENCED else error
+        return
+    entry = ctx.txn.get(transactional_id)
+    assert entry is not None
+    item.half = half_of(entry, sparkmq_id)
+
+
 def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
     for item in work:
         if item.error != ErrorCode.NONE:
@@ -122,7 +152,7 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
         try:
             if kept:
                 verify = [v for v, keep in zip(item.verify, item.keep, strict=True) if keep]
-                placed = _put(ctx.store, item.topic, item.partition, kept, verify)
+                placed = _put(ctx, item.topic, item.partition, kept, verify, item.half)
                 item.batch_offsets = [offset for offset, _ in placed]
                 item.fresh = [fresh for _, fresh in placed]
                 item.base_offset = item.batch_offsets[0]
@@ -145,7 +175,12 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
 
 
 def _put(
-    store: KafkaStore, topic: str, partition: int, batches: list[ProducedBatch], verify: list[bool]
+    ctx: GatewayContext,
+    topic: str,
+    partition: int,
+    batches: list[ProducedBatch],
+    verify: list[bool],
+    half: HalfOf | None = None,
 ) -> list[tuple[int, bool]]:
     """Append the batches to one queue; returns ``(base offset, written new)`` per batch.
 
@@ -155,7 +190,14 @@ def _put(
     after a restart that emptied the gateway's in-memory sequence table. Other batches of a
     partition are appended together, atomically and contiguously. ``verify[i]``: look batch
     ``i`` up in the store before writing (see :mod:`ingest_api.kafka.producer_state`).
+    With ``half`` the batches are halves of that transaction (base offset -1).
     """
+    store = ctx.store
+    if half is not None:
+        return [
+            _put_half(ctx, topic, partition, batch, check, half)
+            for batch, check in zip(batches, verify, strict=True)
+        ]
     if any(batch.is_idempotent for batch in batches):
         return [
             _put_idempotent(store, topic, partition, batch, check)
@@ -179,6 +221,54 @@ def _put_idempotent(
         if last is not None and last.queue_id == partition:
             return last.queue_offset - (len(batch) - 1), False
     return _put_records(store, topic, partition, [batch], ref), True
+
+
+def _put_half(
+    ctx: GatewayContext, topic: str, partition: int, batch: ProducedBatch, check: bool, half: HalfOf
+) -> tuple[int, bool]:
+    """One transactional batch as halves of ``half``, registered with the transaction service
+    (a retry found in the store was registered when it was written, or at the last restart).
+
+    Its UNIQ_KEYs come from its ProducerRef either way; the store's own dedupe (``producer=``,
+    an index lookup) runs only when ``check`` says the batch may have been stored before."""
+    ref = _producer_ref(topic, partition, batch)
+    assert ref is not None  # transactional batches are idempotent
+    uniq_keys = request_uniq_keys(ref, len(batch))
+    if check and ctx.store.get_by_uniq_key(TRANS_HALF_TOPIC, uniq_keys[-1]) is not None:
+        return -1, False
+    columns = batch_to_columns(
+        partition, batch.timestamps_ms, batch.keys, batch.values, batch.headers, ctx.store.now_ms()
+    )
+    if columns is None:  # scheduling headers, or header names in another order per record
+        messages = [record_to_message(topic, partition, r) for r in batch.records]
+        if any(m.delay_level > 0 or is_timer_request(m.properties) for m in messages):
+            raise InvalidArgument("a transactional record cannot be delayed (DELAY / TIMER_* headers)")
+        marks = half.message_properties()
+        prepared = [
+            dataclasses.replace(m, properties={**m.properties, **marks}, transaction_prepared=True)
+            for m in messages
+        ]
+        results = ctx.store.put_messages(prepared, producer=ref)
+        _register(ctx, half, results, topic, partition)
+        return -1, True
+    if not check:
+        columns = dataclasses.replace(columns, uniq_keys=uniq_keys)
+    stored = ctx.store.put_halves(topic, columns, transaction=half, producer=ref if check else None)
+    if isinstance(stored, list):  # many property names: stored message by message
+        _register(ctx, half, stored, topic, partition)
+    else:
+        ctx.transactions.register_batch(half, stored, to_store(topic), partition, columns.keys)
+    return -1, True
+
+
+def _register(
+    ctx: GatewayContext, half: HalfOf, results: list[PutResult], topic: str, partition: int
+) -> None:
+    n = len(results)
+    born = results[0].store_timestamp_ms
+    ctx.transactions.register(
+        half.transaction_id, half.producer_group, results, born, [to_store(topic)] * n, [partition] * n
+    )
 
 
 def _producer_ref(topic: str, partition: int, batch: ProducedBatch) -> ProducerRef | None:
@@ -253,19 +343,23 @@ async def handle_produce(ctx: GatewayContext, conn: Connection, request: KafkaRe
     started = time.perf_counter()
     work, appended = await ctx.run_blocking(_decode_and_append_plain, ctx, request.body)
     if not appended:
-        await _append_idempotent(ctx, work)
+        await _append_idempotent(ctx, work, request.body.transactional_id)
     _count_produced(ctx, work, time.perf_counter() - started)
     if not codec.expects_response(request):
         return None
     return codec.encode_response(request, throttle_time_ms=0, responses=_responses(work))
 
 
-async def _append_idempotent(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
+async def _append_idempotent(
+    ctx: GatewayContext, work: list[_PartitionWork], transactional_id: str | None
+) -> None:
     producer_ids = _idempotent_producers(work)
     async with AsyncExitStack() as locks:
         for producer_id in producer_ids:
             await locks.enter_async_context(ctx.producer_lock(producer_id))
         for item in work:
+            if item.error == ErrorCode.NONE and item.transactional and transactional_id is not None:
+                _join_transaction(ctx, transactional_id, item)
             if item.error == ErrorCode.NONE:
                 _check_sequences(ctx, item)
         await ctx.run_blocking(_append, ctx, work)
@@ -296,13 +390,7 @@ def _responses(work: list[_PartitionWork]) -> list[Any]:
 async def handle_init_producer_id(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
     if body.transactional_id is not None:
-        return codec.encode_response(
-            request,
-            throttle_time_ms=0,
-            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return await init_transactional(ctx, request)
     previous_id = getattr(body, "producer_id", -1)
     previous_epoch = getattr(body, "producer_epoch", -1)
     if ctx.producer_ids.issued(previous_id) and 0 <= previous_epoch < MAX_PRODUCER_EPOCH:

@@ -1,0 +1,349 @@
+"""Kafka transactions: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn, DescribeTransactions, ListTransactions; the broker's
+abort of timed-out transactions; and the recovery at start.
+
+A Kafka transaction is a sparkmq transaction (docs/transactions.md, "Kafka transactions"): its
+records are halves (:mod:`ingest_api.kafka.handlers.produce`), its TxnOffsetCommits one
+offsets half each (``TransactionService.put_offsets``), and EndTxn is the service's atomic,
+idempotent end: commit = final messages + offsets record + op in one append, the offsets then
+applied to the group's offsetTable; abort = the op only. The state machine is
+:mod:`ingest_api.kafka.txn_coordinator`; every request here holds its transactional id's lock
+around decide + I/O + done, and the producer id's lock around the end itself, so no Produce of
+that producer is half-way through while its transaction ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from ingest_api.kafka import codec
+from ingest_api.kafka.codec import KafkaRequest
+from ingest_api.kafka.context import GatewayContext
+from ingest_api.kafka.errors import ErrorCode
+from ingest_api.kafka.handlers.base import Connection
+from ingest_api.kafka.handlers.topics import partition_error
+from ingest_api.kafka.names import to_store
+from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH, PREPARING, TxnEntry, TxnState
+from ingest_api.kafka.txn_state import DurableId, producer_group, recover
+from ingest_api.kafka.versions import PRODUCER_FENCED_SINCE, ApiKey
+from store import SparkMQError
+from store.publish import EndRequest, HalfOf, TxOffsets, TxOutcome, UnknownTransaction
+
+log = logging.getLogger(__name__)
+
+#: Added to ``transaction.timeout.ms`` for the halves' CHECK_IMMUNITY_TIME_IN_SECONDS: the Spark
+#: transaction resolver (made for HTTP producers) never checks a Kafka transaction before the
+#: gateway had its chance to abort it.
+CHECK_GRACE_S = 60
+
+
+def fenced(api_key: ApiKey, version: int, error: ErrorCode) -> ErrorCode:
+    """PRODUCER_FENCED for versions that know it, INVALID_PRODUCER_EPOCH before (KIP-588)."""
+    if error == ErrorCode.PRODUCER_FENCED and version < PRODUCER_FENCED_SINCE.get(api_key, 1 << 15):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+def half_of(entry: TxnEntry, sparkmq_id: str) -> HalfOf:
+    immunity_s = math.ceil(entry.timeout_ms / 1000) + CHECK_GRACE_S
+    return HalfOf(producer_group(entry.transactional_id), sparkmq_id, immunity_s)
+
+
+async def _end(ctx: GatewayContext, entry: TxnEntry, sparkmq_id: str, commit: bool) -> bool:
+    """End the sparkmq transaction under the producer's lock; returns whether it committed.
+    A transaction without any half (partitions added, nothing written) ends in memory only."""
+    request = EndRequest(
+        sparkmq_id,
+        TxOutcome.COMMIT if commit else TxOutcome.ROLLBACK,
+        producer_group(entry.transactional_id),
+        want_results=False,
+    )
+    async with ctx.producer_lock(entry.producer_id):
+        (ended,) = await ctx.run_blocking(ctx.transactions.end_many, [request])
+    if isinstance(ended, UnknownTransaction):
+        return commit
+    if isinstance(ended, Exception):
+        raise ended
+    return ended.outcome is TxOutcome.COMMIT
+
+
+async def _new_epoch(ctx: GatewayContext, entry: TxnEntry | None) -> tuple[int, int]:
+    if entry is not None and entry.epoch < MAX_PRODUCER_EPOCH:
+        return entry.producer_id, entry.epoch + 1
+    return await ctx.run_blocking(ctx.producer_ids.allocate), 0
+
+
+# --- InitProducerId ------------------------------------------------------------------------------
+async def init_transactional(ctx: GatewayContext, request: KafkaRequest) -> bytes:
+    """InitProducerId with a transactional id: abort its ongoing transaction, bump the epoch
+    (fencing every older producer), persist, answer."""
+    body = request.body
+    tid, timeout_ms = str(body.transactional_id), int(body.transaction_timeout_ms)
+    given_id, given_epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+
+    def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> bytes:
+        error = fenced(ApiKey.INIT_PRODUCER_ID, request.api_version, error)
+        return codec.encode_response(
+            request, throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch
+        )
+
+    async with ctx.txn_lock(tid):
+        plan = ctx.txn.plan_init(tid, timeout_ms, given_id, given_epoch)
+        if plan.error != ErrorCode.NONE:
+            return answer(plan.error)
+        entry = ctx.txn.get(tid)
+        if plan.abort is not None and entry is not None:
+            try:
+                await _end(ctx, entry, plan.abort, commit=False)
+            except SparkMQError:
+                log.exception("InitProducerId %r: aborting %s failed", tid, plan.abort)
+                ctx.txn.end_done(tid, None)
+                return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if plan.new_producer_id:
+            producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
+        else:
+            producer_id, epoch = plan.producer_id, plan.epoch
+        last_epoch = entry.epoch if entry is not None and entry.producer_id == producer_id else -1
+        await ctx.run_blocking(
+            ctx.transactional_ids.save, tid, DurableId(producer_id, epoch, last_epoch, timeout_ms)
+        )
+        ctx.txn.init_done(tid, producer_id, epoch, timeout_ms)
+    return answer(ErrorCode.NONE, producer_id, epoch)
+
+
+# --- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------------------
+async def handle_add_partitions_to_txn(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    tid = str(body.v3_and_below_transactional_id)
+    producer_id, epoch = body.v3_and_below_producer_id, body.v3_and_below_producer_epoch
+    wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+
+    def check_all() -> list[ErrorCode]:
+        return [partition_error(ctx.store, topic, partition) for topic, partition in wanted]
+
+    errors = await ctx.run_blocking(check_all)
+    if any(e != ErrorCode.NONE for e in errors):  # Kafka: the unknown ones, the rest not attempted
+        errors = [ErrorCode.OPERATION_NOT_ATTEMPTED if e == ErrorCode.NONE else e for e in errors]
+    else:
+        async with ctx.txn_lock(tid):
+            error = ctx.txn.add_partitions(tid, producer_id, epoch, wanted)
+        errors = [fenced(ApiKey.ADD_PARTITIONS_TO_TXN, request.api_version, error)] * len(wanted)
+    cls = codec.response_class(ApiKey.ADD_PARTITIONS_TO_TXN)
+    topic_cls = cls.AddPartitionsToTxnTopicResult
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), error in zip(wanted, errors, strict=True):
+        by_topic.setdefault(topic, []).append(
+            topic_cls.AddPartitionsToTxnPartitionResult(partition_index=partition, partition_error_code=error)
+        )
+    results = [topic_cls(name=name, results_by_partition=parts) for name, parts in by_topic.items()]
+    return codec.encode_response(request, throttle_time_ms=0, results_by_topic_v3_and_below=results)
+
+
+async def handle_add_offsets_to_txn(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    tid = str(body.transactional_id)
+    async with ctx.txn_lock(tid):
+        error = ctx.txn.add_offsets(tid, body.producer_id, body.producer_epoch, str(body.group_id))
+    error = fenced(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, error)
+    return codec.encode_response(request, throttle_time_ms=0, error_code=error)
+
+
+# --- TxnOffsetCommit -------------------------------------------------------------------------------
+async def handle_txn_offset_commit(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    """Sent to the *group* coordinator (this broker): the offsets become an offsets half of the
+    producer's transaction, applied to the group only when it commits."""
+    body = request.body
+    tid, group = str(body.transactional_id), str(body.group_id)
+    commits = [(t.name, p.partition_index, p.committed_offset) for t in body.topics for p in t.partitions]
+    error = _membership(ctx, group, getattr(body, "generation_id", -1), getattr(body, "member_id", ""))
+    if error == ErrorCode.NONE:
+        errors = await ctx.run_blocking(lambda: [partition_error(ctx.store, t, p) for t, p, _ in commits])
+        if any(e != ErrorCode.NONE for e in errors):
+            return _txn_offset_answer(request, commits, errors)
+        error = await _put_offsets(ctx, tid, group, body.producer_id, body.producer_epoch, commits)
+    error = ErrorCode.INVALID_PRODUCER_EPOCH if error == ErrorCode.PRODUCER_FENCED else error
+    return _txn_offset_answer(request, commits, [error] * len(commits))
+
+
+def _membership(ctx: GatewayContext, group: str, generation: int, member_id: str) -> ErrorCode:
+    """Kafka checks member and generation only when the consumer names them (v3+)."""
+    if generation < 0 and not member_id:
+        return ErrorCode.NONE
+    verdict = ctx.coordinator.validate_commit(group, generation, member_id)
+    return ErrorCode.NONE if verdict == ErrorCode.REBALANCE_IN_PROGRESS else verdict
+
+
+async def _put_offsets(
+    ctx: GatewayContext,
+    tid: str,
+    group: str,
+    producer_id: int,
+    epoch: int,
+    commits: list[tuple[str, int, int]],
+) -> ErrorCode:
+    async with ctx.txn_lock(tid):
+        error, sparkmq_id = ctx.txn.join(tid, producer_id, epoch, group=group)
+        if error != ErrorCode.NONE:
+            return error
+        entry = ctx.txn.get(tid)
+        assert entry is not None
+        offsets: dict[str, dict[int, int]] = {}
+        for topic, partition, offset in commits:
+            offsets.setdefault(to_store(topic), {})[partition] = offset
+        try:
+            async with ctx.producer_lock(producer_id):
+                await ctx.run_blocking(
+                    ctx.transactions.put_offsets,
+                    half_of(entry, sparkmq_id),
+                    TxOffsets(to_store(group), offsets),
+                )
+        except SparkMQError:
+            log.exception("TxnOffsetCommit of %r for group %r failed", tid, group)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.NONE
+
+
+def _txn_offset_answer(
+    request: KafkaRequest, commits: list[tuple[str, int, int]], errors: list[ErrorCode]
+) -> bytes:
+    cls = codec.response_class(ApiKey.TXN_OFFSET_COMMIT)
+    topic_cls = cls.TxnOffsetCommitResponseTopic
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition, _), error in zip(commits, errors, strict=True):
+        by_topic.setdefault(topic, []).append(
+            topic_cls.TxnOffsetCommitResponsePartition(partition_index=partition, error_code=error)
+        )
+    topics = [topic_cls(name=name, partitions=parts) for name, parts in by_topic.items()]
+    return codec.encode_response(request, throttle_time_ms=0, topics=topics)
+
+
+# --- EndTxn ----------------------------------------------------------------------------------------
+async def handle_end_txn(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    tid, commit = str(body.transactional_id), bool(body.committed)
+    async with ctx.txn_lock(tid):
+        error, sparkmq_id = ctx.txn.plan_end(tid, body.producer_id, body.producer_epoch, commit)
+        entry = ctx.txn.get(tid)
+        if error == ErrorCode.NONE and sparkmq_id is not None and entry is not None:
+            try:
+                committed = await _end(ctx, entry, sparkmq_id, commit)
+            except SparkMQError:
+                log.exception("EndTxn of %r (%s) failed; the transaction stays open", tid, sparkmq_id)
+                ctx.txn.end_done(tid, None)
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            else:
+                ctx.txn.end_done(tid, committed)
+                if committed != commit:  # ended before, another way (the resolver's discard)
+                    error = ErrorCode.INVALID_TXN_STATE
+    error = fenced(ApiKey.END_TXN, request.api_version, error)
+    return codec.encode_response(request, throttle_time_ms=0, error_code=error)
+
+
+# --- the broker's own aborts -----------------------------------------------------------------------
+async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: str) -> None:
+    """Abort a transaction past its ``transaction.timeout.ms`` and fence its producer (Kafka
+    bumps the epoch too): the producer's next request is PRODUCER_FENCED."""
+    async with ctx.txn_lock(transactional_id):
+        entry = ctx.txn.get(transactional_id)
+        if entry is None or entry.state is not TxnState.ONGOING or entry.transaction_id != sparkmq_id:
+            return  # ended meanwhile
+        log.warning(
+            "transaction %s of %r timed out after %d ms: aborting",
+            sparkmq_id,
+            transactional_id,
+            entry.timeout_ms,
+        )
+        ctx.txn.plan_end(transactional_id, entry.producer_id, entry.epoch, commit=False)
+        try:
+            await _end(ctx, entry, sparkmq_id, commit=False)
+        except SparkMQError:
+            log.exception("aborting timed-out transaction %s failed; retrying later", sparkmq_id)
+            ctx.txn.end_done(transactional_id, None)
+            return
+        producer_id, epoch = await _new_epoch(ctx, entry)
+        last_epoch = entry.epoch if producer_id == entry.producer_id else -1
+        await ctx.run_blocking(
+            ctx.transactional_ids.save,
+            transactional_id,
+            DurableId(producer_id, epoch, last_epoch, entry.timeout_ms),
+        )
+        ctx.txn.fence_done(transactional_id, producer_id, epoch)
+
+
+def recover_transactions(ctx: GatewayContext) -> int:
+    """Blocking, before serving: rebuild the coordinator and abort orphaned transactions."""
+    orphans = recover(ctx.txn, ctx.transactional_ids, ctx.transactions)
+    for sparkmq_id in orphans:
+        tx = ctx.transactions.get(sparkmq_id)
+        if tx is not None:
+            log.warning("transaction %s has no current producer epoch: aborting it", sparkmq_id)
+            ctx.transactions.end(sparkmq_id, TxOutcome.ROLLBACK, tx.producer_group)
+    return len(orphans)
+
+
+# --- DescribeTransactions / ListTransactions -------------------------------------------------------
+async def handle_describe_transactions(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    cls = codec.response_class(ApiKey.DESCRIBE_TRANSACTIONS)
+    state_cls = cls.TransactionState
+    states = []
+    for tid in request.body.transactional_ids:
+        entry = ctx.txn.get(tid)
+        if entry is None:
+            states.append(
+                state_cls(
+                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    transactional_id=tid,
+                    transaction_state="",
+                    transaction_timeout_ms=0,
+                    transaction_start_time_ms=-1,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=[],
+                )
+            )
+            continue
+        ongoing = entry.state in (TxnState.ONGOING, *PREPARING)
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(entry.partitions if ongoing else ()):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(
+            state_cls(
+                error_code=ErrorCode.NONE,
+                transactional_id=tid,
+                transaction_state=entry.state.value,
+                transaction_timeout_ms=entry.timeout_ms,
+                transaction_start_time_ms=entry.started_ms if ongoing else -1,
+                producer_id=entry.producer_id,
+                producer_epoch=entry.epoch,
+                topics=[state_cls.TopicData(topic=t, partitions=p) for t, p in by_topic.items()],
+            )
+        )
+    return codec.encode_response(request, throttle_time_ms=0, transaction_states=states)
+
+
+async def handle_list_transactions(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
+    body = request.body
+    known = {s.value for s in TxnState}
+    wanted_states = set(body.state_filters) & known
+    wanted_ids = set(body.producer_id_filters)
+    duration = getattr(body, "duration_filter", -1)
+    now = ctx.txn.now_ms()
+    cls = codec.response_class(ApiKey.LIST_TRANSACTIONS)
+    rows = [
+        cls.TransactionState(
+            transactional_id=e.transactional_id, producer_id=e.producer_id, transaction_state=e.state.value
+        )
+        for e in ctx.txn.entries()
+        if (not wanted_states or e.state.value in wanted_states)
+        and (not wanted_ids or e.producer_id in wanted_ids)
+        and (duration < 0 or (e.state is TxnState.ONGOING and now - e.started_ms > duration))
+    ]
+    return codec.encode_response(
+        request,
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        unknown_state_filters=sorted(set(body.state_filters) - known),
+        transaction_states=rows,
+    )

@@ -1,0 +1,126 @@
+"""Durable transactional state: the ids file, and the coordinator rebuilt from it and the log.
+
+* ``config/kafkaTransactionalIds.json`` maps each ``transactional.id`` to its producer id, epoch,
+  previous epoch and ``transaction.timeout.ms``. It is rewritten atomically (temp file, fsync,
+  rename, directory fsync) before InitProducerId answers and before a timed-out producer is
+  fenced, so an epoch once handed out is never handed out again and a fenced producer stays
+  fenced across restarts.
+* Everything else is in the log: a Kafka transaction is the sparkmq transaction
+  ``kafka-<producer id>-<epoch>-<n>`` of producer group ``kafka:<transactional.id>`` (the id
+  percent-encoded as store names are), rebuilt by ``store.publish.TransactionService`` when the
+  store opens. :func:`recover` gives each transactional id the state of its newest transaction
+  at the current epoch: open -> Ongoing (its partitions from the halves), committed ->
+  CompleteCommit, rolled back or discarded -> CompleteAbort. Open transactions of older
+  epochs or unknown ids (a crash between the abort and the new epoch) are returned to be
+  aborted before the gateway serves.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingest_api.kafka.names import from_store, to_store
+from ingest_api.kafka.txn_coordinator import TxnCoordinator, TxnEntry, TxnState, parse_transaction_id
+from store import TRANS_OFFSETS_TOPIC, InvalidArgument, read_json, write_json_atomically
+from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, TransactionService, TxOutcome
+
+TRANSACTIONAL_IDS_FILE = "kafkaTransactionalIds.json"
+
+
+def producer_group(transactional_id: str) -> str:
+    """The sparkmq producer group (``PGROUP``) of a transactional id's transactions."""
+    return KAFKA_PRODUCER_GROUP_PREFIX + to_store(transactional_id)
+
+
+@dataclass(frozen=True, slots=True)
+class DurableId:
+    producer_id: int
+    epoch: int
+    last_epoch: int
+    timeout_ms: int
+
+
+class TransactionalIds:
+    """The ids file (thread-safe; :meth:`save` blocks on fsync: call it from an executor)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        document = read_json(path) or {}
+        raw = document.get("transactionalIds", {})
+        if not isinstance(raw, dict):
+            raise InvalidArgument(f"{path}: transactionalIds is not an object")
+        self._ids = {
+            str(tid): DurableId(
+                int(v["producerId"]),
+                int(v["producerEpoch"]),
+                int(v.get("lastProducerEpoch", -1)),
+                int(v["timeoutMs"]),
+            )
+            for tid, v in raw.items()
+        }
+
+    def all(self) -> dict[str, DurableId]:
+        with self._lock:
+            return dict(self._ids)
+
+    def save(self, transactional_id: str, durable: DurableId) -> None:
+        with self._lock:
+            self._ids[transactional_id] = durable
+            document = {
+                "transactionalIds": {
+                    tid: {
+                        "producerId": d.producer_id,
+                        "producerEpoch": d.epoch,
+                        "lastProducerEpoch": d.last_epoch,
+                        "timeoutMs": d.timeout_ms,
+                    }
+                    for tid, d in sorted(self._ids.items())
+                }
+            }
+            write_json_atomically(self._path, document)
+
+
+_COMPLETE = {
+    TxOutcome.COMMIT: TxnState.COMPLETE_COMMIT,
+    TxOutcome.ROLLBACK: TxnState.COMPLETE_ABORT,
+    TxOutcome.DISCARD: TxnState.COMPLETE_ABORT,
+}
+
+
+def recover(coordinator: TxnCoordinator, ids: TransactionalIds, service: TransactionService) -> list[str]:
+    """Install every durable transactional id in ``coordinator``; returns the sparkmq ids of
+    open Kafka transactions that no current epoch owns (the caller aborts them)."""
+    durable = ids.all()
+    owners = {producer_group(tid): tid for tid in durable}
+    newest: dict[str, tuple[int, str]] = {}  # transactional id -> (n, sparkmq id)
+    orphans: list[str] = []
+    transactions = {t.transaction_id: t for t in service.transactions() if t.producer_group in owners}
+    for tx in service.pending():
+        if tx.producer_group.startswith(KAFKA_PRODUCER_GROUP_PREFIX) and tx.producer_group not in owners:
+            orphans.append(tx.transaction_id)
+    for tx in transactions.values():
+        tid = owners[tx.producer_group]
+        parsed = parse_transaction_id(tx.transaction_id)
+        current = durable[tid]
+        if parsed is None or parsed[:2] != (current.producer_id, current.epoch):
+            if tx.outcome is None:
+                orphans.append(tx.transaction_id)
+            continue
+        if tid not in newest or parsed[2] > newest[tid][0]:
+            newest[tid] = (parsed[2], tx.transaction_id)
+    for tid, d in durable.items():
+        entry = TxnEntry(tid, d.producer_id, d.epoch, d.timeout_ms, last_epoch=d.last_epoch)
+        if tid in newest:
+            entry.sequence, txid = newest[tid]
+            tx = transactions[txid]
+            entry.state = TxnState.ONGOING if tx.outcome is None else _COMPLETE[tx.outcome]
+            entry.partitions = {
+                (from_store(h.real_topic), h.real_queue_id)
+                for h in tx.halves
+                if h.real_topic != TRANS_OFFSETS_TOPIC
+            }
+        coordinator.recover(entry)
+    return orphans

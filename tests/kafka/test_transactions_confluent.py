@@ -1,0 +1,150 @@
+"""Kafka transactions with confluent-kafka (librdkafka): commit and abort across topics and
+partitions, offsets sent to the transaction, read_committed and read_uncommitted consumers, a
+second producer fencing the first, and the broker's transaction timeout."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from store import MessageStore
+from tests.kafka.test_confluent import FAST, consumer, poll_values
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.kafka
+
+
+def tx_producer(bootstrap: str, transactional_id: str, **config: Any) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "linger.ms": 5,
+            **FAST,
+            **config,
+        }
+    )
+
+
+def read_all(
+    bootstrap: str, topics: dict[str, int], isolation: str, want: int
+) -> list[tuple[str, int, bytes]]:
+    reader = consumer(bootstrap, **{"group.id": f"reader-{isolation}", "isolation.level": isolation})
+    try:
+        reader.assign([TopicPartition(t, p, 0) for t, count in topics.items() for p in range(count)])
+        got = poll_values(reader, want, timeout_s=15)
+        assert [m for m in (reader.poll(0.2) for _ in range(5)) if m is not None and not m.error()] == []
+        return sorted((m.topic(), m.partition(), m.value()) for m in got)
+    finally:
+        reader.close()
+
+
+def test_commit_then_abort_with_offsets_and_committed_readers(bootstrap: str, store: MessageStore) -> None:
+    store.create_topic("ck-in", 2)
+    store.create_topic("ck-out-a", 3)
+    store.create_topic("ck-out-b", 2)
+    feeder = Producer({"bootstrap.servers": bootstrap, **FAST})
+    for i in range(20):
+        feeder.produce("ck-in", value=b"in-%d" % i, partition=i % 2)
+    assert feeder.flush(10) == 0
+
+    source = consumer(bootstrap, **{"group.id": "ck-ctp", "enable.auto.commit": False})
+    producer = tx_producer(bootstrap, "ck-tx")
+    try:
+        source.subscribe(["ck-in"])
+        first = poll_values(source, 10)
+        producer.init_transactions(10)
+        # Round 1: several topics and partitions, offsets of what was read, commit.
+        producer.begin_transaction()
+        for m in first:
+            value = m.value()
+            producer.produce("ck-out-a", value=b"A:" + value, partition=int(value[3:]) % 3)
+            producer.produce("ck-out-b", value=b"B:" + value, partition=int(value[3:]) % 2)
+        committed_positions = source.position(source.assignment())
+        producer.send_offsets_to_transaction(committed_positions, source.consumer_group_metadata(), 10)
+        assert store.committed_offsets("ck-ctp", "ck-in") == {}  # not before the commit
+        producer.commit_transaction(10)
+        expected_offsets = {tp.partition: tp.offset for tp in committed_positions if tp.offset >= 0}
+        assert sum(expected_offsets.values()) == 10
+        assert store.committed_offsets("ck-ctp", "ck-in") == expected_offsets
+
+        # Round 2: the rest, its offsets, then abort.
+        second = poll_values(source, 10)
+        producer.begin_transaction()
+        for m in second:
+            producer.produce("ck-out-a", value=b"A:" + m.value(), partition=0)
+        producer.send_offsets_to_transaction(
+            source.position(source.assignment()), source.consumer_group_metadata(), 10
+        )
+        producer.abort_transaction(10)
+        assert store.committed_offsets("ck-ctp", "ck-in") == expected_offsets
+        committed = source.committed([TopicPartition("ck-in", p) for p in range(2)], timeout=10)
+        assert {tp.partition: tp.offset for tp in committed if tp.offset >= 0} == expected_offsets
+    finally:
+        source.close()
+
+    values = sorted(m.value() for m in first)
+    want = sorted(
+        [("ck-out-a", int(v[3:]) % 3, b"A:" + v) for v in values]
+        + [("ck-out-b", int(v[3:]) % 2, b"B:" + v) for v in values]
+    )
+    topics = {"ck-out-a": 3, "ck-out-b": 2}
+    assert read_all(bootstrap, topics, "read_committed", len(want)) == want
+    assert read_all(bootstrap, topics, "read_uncommitted", len(want)) == want  # finals are plain records
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
+    bootstrap: str, store: MessageStore
+) -> None:
+    store.create_topic("ck-fence", 1)
+    first = tx_producer(bootstrap, "ck-fenced")
+    first.init_transactions(10)
+    first.begin_transaction()
+    first.produce("ck-fence", value=b"zombie", partition=0)
+    assert first.flush(10) == 0
+    second = tx_producer(bootstrap, "ck-fenced")
+    second.init_transactions(10)  # aborts the first one's open transaction
+    second.begin_transaction()
+    second.produce("ck-fence", value=b"winner", partition=0)
+    second.commit_transaction(10)
+    with pytest.raises(KafkaException) as err:
+        first.commit_transaction(10)
+    assert err.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert err.value.args[0].fatal()
+    assert read_all(bootstrap, {"ck-fence": 1}, "read_committed", 1) == [("ck-fence", 0, b"winner")]
+
+
+def test_the_broker_aborts_a_transaction_past_its_timeout(bootstrap: str, store: MessageStore) -> None:
+    store.create_topic("ck-slow", 1)
+    producer = tx_producer(
+        bootstrap, "ck-slow", **{"transaction.timeout.ms": 1000, "socket.timeout.ms": 1000}
+    )
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("ck-slow", value=b"too late", partition=0)
+    assert producer.flush(10) == 0
+    ids = store.config.store_dir / "config" / "kafkaTransactionalIds.json"
+    wait_until(
+        lambda: json.loads(ids.read_text())["transactionalIds"]["ck-slow"]["producerEpoch"] == 1,
+        15,
+        "a fence",
+    )
+    assert store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 1  # the broker's abort
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)
+    assert store.max_offset("ck-slow", 0) == 0
+    reader: Consumer = consumer(
+        bootstrap, **{"group.id": "ck-slow-reader", "isolation.level": "read_committed"}
+    )
+    try:
+        reader.assign([TopicPartition("ck-slow", 0, 0)])
+        assert poll_values(reader, 1, timeout_s=2) == []
+    finally:
+        reader.close()
