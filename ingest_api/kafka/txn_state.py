@@ -10,9 +10,9 @@
   percent-encoded as store names are), rebuilt by ``store.publish.TransactionService`` when the
   store opens. :func:`recover` gives each transactional id the state of its newest transaction
   at the current epoch: open -> Ongoing (its partitions from the halves), committed ->
-  CompleteCommit, rolled back or discarded -> CompleteAbort. Open transactions of older
-  epochs or unknown ids (a crash between the abort and the new epoch) are returned to be
-  aborted before the gateway serves.
+  CompleteCommit, rolled back or discarded -> CompleteAbort. Any other open Kafka transaction
+  (an older epoch's, after a crash between its abort and the new epoch; an unknown id's) is
+  returned to be aborted before the gateway serves.
 """
 
 from __future__ import annotations
@@ -111,6 +111,12 @@ def recover(coordinator: TxnCoordinator, ids: TransactionalIds, service: Transac
             continue
         if tid not in newest or parsed[2] > newest[tid][0]:
             newest[tid] = (parsed[2], tx.transaction_id)
+    current_ids = {txid for _, txid in newest.values()}
+    orphans.extend(  # an older transaction of the current epoch left open: never the producer's
+        t.transaction_id
+        for t in transactions.values()
+        if t.outcome is None and t.transaction_id not in current_ids and t.transaction_id not in orphans
+    )
     for tid, d in durable.items():
         entry = TxnEntry(tid, d.producer_id, d.epoch, d.timeout_ms, last_epoch=d.last_epoch)
         if tid in newest:

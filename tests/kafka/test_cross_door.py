@@ -256,3 +256,38 @@ def test_a_transaction_is_invisible_to_kafka_until_committed(broker: Broker) -> 
         assert [m for m in (ck.poll(0.3) for _ in range(3)) if m is not None and m.error() is None] == []
     finally:
         ck.close()
+
+
+def test_a_kafka_transaction_shares_the_brokers_transaction_service(broker: Broker) -> None:
+    """Embedded, the gateway and the HTTP door have one transaction table: HTTP lists a Kafka
+    transaction, refuses to end it, and sees its messages once the Kafka producer commits; its
+    halves carry the immunity that keeps the Spark resolver's check-backs away until the
+    Kafka timeout has passed."""
+    broker.store.create_topic("door-ktx", 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="door/ktx", **FAST)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("door-ktx", value=b"in-tx", partition=0).get(10)
+        (listed,) = broker.http.get(
+            "/transactions", params={"producer_group": "kafka:door%2Fktx", "state": "prepared"}
+        ).json()["transactions"]
+        assert listed["topics"] == ["door-ktx"] and listed["messages"] == 1
+        refused = broker.http.post(
+            f"/transactions/{listed['transaction_id']}",
+            json={"action": "commit", "producer_group": "kafka:door%2Fktx"},
+        )
+        assert (refused.status_code, refused.json()["error"]) == (409, "kafka_transaction")
+        (half,) = broker.store.get_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 10).messages
+        assert half.properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] == str(60 + 60)  # timeout 60 s + grace
+        assert (
+            broker.http.get("/topics/door-ktx/queues/0/messages", params={"offset": 0}).json()["messages"]
+            == []
+        )
+        producer.commit_transaction()
+    finally:
+        producer.close(5)
+    pulled = broker.http.get("/topics/door-ktx/queues/0/messages", params={"offset": 0}).json()["messages"]
+    assert [m["body"] for m in pulled] == ["in-tx"]
+    state = broker.http.get(f"/transactions/{listed['transaction_id']}").json()["state"]
+    assert state == "committed"
