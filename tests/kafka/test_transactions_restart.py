@@ -42,6 +42,12 @@ def test_an_open_transaction_survives_a_crash_and_commits_once(tmp_path: Path) -
         store.create_topic("out", 2)
         store.create_topic("in", 1)
         pid = txn.init().producer_id
+        ids = json.loads((path / "config" / "kafkaTransactionalIds.json").read_text())
+        assert ids == {
+            "transactionalIds": {
+                TID: {"producerId": pid, "producerEpoch": 0, "lastProducerEpoch": -1, "timeoutMs": 60_000}
+            }
+        }
         txn.add_partitions(pid, 0, {"out": [0, 1]})
         assert txn.produce("out", 0, tx_batch([b"a", b"b"], pid, 0, 0)) == (0, -1)
         assert txn.txn_commit(pid, 0, "ctp", {("in", 0): 3}) == {0}
