@@ -7,8 +7,9 @@ units inline and hands the batch to the index thread. After the lock: arrival no
 and, with SYNC_FLUSH, the wait for the group commit. Idempotent requests
 (:class:`~store.write.idempotence.ProducerRef`) are resolved here too.
 
-Length: about 470 lines: the put lock and everything done under it (three entry points:
-messages, columns, relocations) share it; queue placement and results live beside it.
+Length: about 500 lines: the put lock and everything done under it (four entry points:
+messages, columns — also as transactional halves —, relocations, records encoded elsewhere
+such as a commit's final messages) share it; queue placement and results live beside it.
 """
 
 from __future__ import annotations
