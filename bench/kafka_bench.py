@@ -9,7 +9,8 @@ temporary store, then drives it with confluent-kafka (librdkafka) and kafka-pyth
 ``confluent-tx`` is confluent-kafka's transactional producer (``transactional.id``,
 transactions of ``--tx-size`` messages, each committed before the next begins) and a
 ``read_committed`` consumer; its produce rate is also printed as a ratio to the plain
-confluent produce of the same run.
+(``acks=1``) and the idempotent (``confluent-idem``: ``acks=all``, what a transactional
+producer is besides) confluent produce of the same run.
 
 Figures depend heavily on the machine and on what else runs on it; this prints them, it does
 not gate anything.
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -86,14 +88,14 @@ def create_topic(bootstrap: str, topic: str) -> None:
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
 
 
-def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
+def confluent_produce(bootstrap: str, topic: str, count: int, idempotent: bool = False) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 5,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000,
-            "acks": 1,
+            **({"enable.idempotence": True} if idempotent else {"acks": 1}),
         }
     )
     started = time.perf_counter()
@@ -194,6 +196,7 @@ def kafka_python_consume(bootstrap: str, topic: str, count: int) -> float:
 
 CLIENTS: dict[str, tuple[Callable[[str, str, int], float], Callable[[str, str, int], float]]] = {
     "confluent": (confluent_produce, confluent_consume),
+    "confluent-idem": (partial(confluent_produce, idempotent=True), confluent_consume),
     "confluent-tx": (confluent_tx_produce, confluent_consume),
     "kafka-python": (kafka_python_produce, kafka_python_consume),
 }
@@ -238,11 +241,12 @@ def main() -> None:
                     f"{(cpu_1 - cpu_0) / count * 1e6:>18.2f}{(cpu_2 - cpu_1) / count * 1e6:>19.2f}"
                 )
             print("gw CPU: the gateway process's CPU time per message (independent of machine load)")
-            if "confluent" in rates and "confluent-tx" in rates:
-                print(
-                    f"transactional / plain produce (confluent, {args.tx_size}-message transactions): "
-                    f"{rates['confluent-tx'] / rates['confluent']:.2f}x"
-                )
+            for base in ("confluent", "confluent-idem"):
+                if base in rates and "confluent-tx" in rates:
+                    print(
+                        f"transactional / {base} produce ({args.tx_size}-message transactions): "
+                        f"{rates['confluent-tx'] / rates[base]:.2f}x"
+                    )
         finally:
             gateway.terminate()
             gateway.wait(30)
