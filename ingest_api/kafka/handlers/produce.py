@@ -98,8 +98,11 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
                 continue
             transactional = [batch.is_transactional for batch in item.batches]
             if any(transactional):
-                if not all(transactional) or body.transactional_id is None:
-                    item.error = ErrorCode.INVALID_RECORD  # mixed, or no transactional id
+                if not all(transactional) or not all(b.is_idempotent for b in item.batches):
+                    item.error = ErrorCode.INVALID_RECORD  # mixed, or without a producer id
+                    continue
+                if body.transactional_id is None:
+                    item.error = ErrorCode.INVALID_RECORD  # Kafka: a transactional id is required
                     continue
                 item.transactional = True
             item.keep = [True] * len(item.batches)
