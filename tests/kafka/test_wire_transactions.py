@@ -235,10 +235,9 @@ def test_calls_out_of_order_get_kafkas_error_codes_and_keep_the_connection(
         ("nope", 0): 3,  # UNKNOWN_TOPIC_OR_PARTITION
         ("in", 9): 3,
     }
-    assert txn.produce("out", 0, record_batch([b"x"], pid, epoch, 0, transactional=True), tid=None) == (
-        87,
-        -1,
-    )
+    no_tid = record_batch([b"x"], pid, epoch, 0, transactional=True)
+    assert txn.produce("out", 0, no_tid, tid=None) == (87, -1)  # no transactional id in the request
+    assert txn.produce("out", 0, record_batch([b"x"], transactional=True)) == (87, -1)  # no producer id
     assert txn.init(timeout_ms=0).error_code == 50  # INVALID_TRANSACTION_TIMEOUT
     assert txn.init(timeout_ms=900_001).error_code == 50
     assert api_versions_ok(txn.raw)
