@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import crc32c
 import pytest
 from kafka.protocol.admin import (
     DescribeTransactionsRequest,
@@ -150,6 +151,14 @@ def tx_batch(values: list[bytes], pid: int, epoch: int, sequence: int) -> bytes:
     return record_batch(values, pid, epoch, sequence, transactional=True)
 
 
+def transactional_without_producer(values: list[bytes]) -> bytes:
+    """A batch with the transactional attribute but no producer id (clients never build it)."""
+    batch = bytearray(record_batch(values))
+    batch[22] |= 0x10  # attributes (int16 at 21): bit 4 = transactional
+    batch[17:21] = crc32c.crc32c(bytes(batch[21:])).to_bytes(4, "big")  # CRC-32C from attributes on
+    return bytes(batch)
+
+
 @pytest.fixture
 def txn(gateway: GatewayThread, store: MessageStore) -> Iterator[TxnClient]:
     store.create_topic("out", 2)
@@ -237,7 +246,7 @@ def test_calls_out_of_order_get_kafkas_error_codes_and_keep_the_connection(
     }
     no_tid = record_batch([b"x"], pid, epoch, 0, transactional=True)
     assert txn.produce("out", 0, no_tid, tid=None) == (87, -1)  # no transactional id in the request
-    assert txn.produce("out", 0, record_batch([b"x"], transactional=True)) == (87, -1)  # no producer id
+    assert txn.produce("out", 0, transactional_without_producer([b"x"])) == (87, -1)
     assert txn.init(timeout_ms=0).error_code == 50  # INVALID_TRANSACTION_TIMEOUT
     assert txn.init(timeout_ms=900_001).error_code == 50
     assert api_versions_ok(txn.raw)
