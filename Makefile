@@ -8,7 +8,7 @@ STORE_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test test-fast lint typecheck bench clean venv
+.PHONY: run test test-fast lint typecheck bench bench-deps clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-bench: venv
+# redis-py for bench/peers.py (the `bench` extra).
+bench-deps: venv
+	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[kafka,test,dev,bench]"
+
+bench: bench-deps
 	$(BIN)/python -m bench.store_bench
 	$(BIN)/python -m bench.decode_bench
 	$(BIN)/python -m bench.http_bench
@@ -48,6 +52,7 @@ bench: venv
 	$(BIN)/python -m bench.operators_bench --quick
 	$(BIN)/python -m bench.transactions_bench
 	$(BIN)/python -m bench.retry_bench
+	$(BIN)/python -m bench.peers
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

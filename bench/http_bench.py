@@ -56,13 +56,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def local_broker() -> Iterator[str]:
-    """`sparkmq serve` on a temporary store in a child process; stopped with SIGTERM."""
+def local_broker(flush: str = "async") -> Iterator[str]:
+    """`sparkmq serve --flush FLUSH` on a temporary store in a child process; stopped with SIGTERM."""
     with tempfile.TemporaryDirectory(prefix="sparkmq-bench-") as store_dir:
         port = _free_port()
         command = [
             sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", store_dir,
             "--port", str(port), "--log-level", "warning", "--max-batch", "100000", "--operators", "off",
+            "--flush", flush,
         ]  # fmt: skip
         process = subprocess.Popen(command, env=os.environ.copy())
         url = f"http://127.0.0.1:{port}"
@@ -83,13 +84,16 @@ def local_broker() -> Iterator[str]:
             process.wait(timeout=60)
 
 
-async def _keepalive_client(host: str, port: int, request: bytes, stop_at: float) -> int:
+async def _keepalive_client(
+    host: str, port: int, request: bytes, stop_at: float, latencies: list[float] | None = None
+) -> int:
     """One HTTP/1.1 keep-alive connection sending ``request`` until ``stop_at``. A raw-socket
-    client keeps client CPU small, so the figure mostly measures the server."""
+    client keeps client CPU small, so the figure mostly measures the server. Each request's
+    round trip (seconds) is appended to ``latencies`` when given."""
     reader, writer = await asyncio.open_connection(host, port)
     done = 0
     try:
-        while time.perf_counter() < stop_at:
+        while (sent_at := time.perf_counter()) < stop_at:
             writer.write(request)
             head = await reader.readuntil(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
@@ -100,13 +104,17 @@ async def _keepalive_client(host: str, port: int, request: bytes, stop_at: float
             await reader.readexactly(length)
             if status != 201:
                 raise RuntimeError(f"produce answered {status}")
+            if latencies is not None:
+                latencies.append(time.perf_counter() - sent_at)
             done += 1
     finally:
         writer.close()
     return done
 
 
-async def bench_single(url: str, topic: str, seconds: float, clients: int) -> Figure:
+async def bench_single(
+    url: str, topic: str, seconds: float, clients: int, latencies: list[float] | None = None
+) -> Figure:
     parsed = httpx.URL(url)
     body = json.dumps({"body": BODY.decode()}).encode()
     request = (
@@ -116,7 +124,7 @@ async def bench_single(url: str, topic: str, seconds: float, clients: int) -> Fi
     started = time.perf_counter()
     counts = await asyncio.gather(
         *(
-            _keepalive_client(parsed.host, parsed.port or 80, request, started + seconds)
+            _keepalive_client(parsed.host, parsed.port or 80, request, started + seconds, latencies)
             for _ in range(clients)
         )
     )

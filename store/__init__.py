@@ -24,8 +24,8 @@ from store.errors import (
     UnknownTopic,
 )
 from store.format.arrow_schema import MESSAGE_SCHEMA
+from store.format.ids import ascii_rows, ascii_rows_array, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
-from store.format.record import encode_msg_id
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -161,6 +161,8 @@ __all__ = [
     "TxOutcome",
     "UnknownQueue",
     "UnknownTopic",
+    "ascii_rows",
+    "ascii_rows_array",
     "dlq_topic",
     "encode_msg_id",
     "existing_config",
@@ -168,6 +170,7 @@ __all__ = [
     "is_timer_request",
     "java_string_hash",
     "java_string_hashes",
+    "msg_id_chars",
     "parse_delay_levels",
     "parse_duration_ms",
     "parse_tag_expression",

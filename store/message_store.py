@@ -30,7 +30,8 @@ from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import IndexBehind, InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
-from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields, decode_msg_id
+from store.format.ids import decode_msg_id
+from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields
 from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK
 from store.index.index_service import IndexDispatcher, IndexService
 from store.io.clock import Clock, wall_clock_ms

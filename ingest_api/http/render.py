@@ -10,13 +10,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest_api.http.schemas import body_fields
-from store import MESSAGE_SCHEMA, BatchPutResult, PutResult, encode_msg_id
+from store import MESSAGE_SCHEMA, BatchPutResult, PutResult, ascii_rows, ascii_rows_array, msg_id_chars
 
 #: Columns of the Arrow answer to a batch produce (``Accept: application/vnd.apache.arrow.stream``).
 PRODUCE_RESULT_SCHEMA = pa.schema(
@@ -46,36 +44,13 @@ def message_stream(batch: pa.RecordBatch) -> memoryview:
     return stream_bytes(batch, MESSAGE_SCHEMA)
 
 
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-#: Bit shifts of the 16 hex digits of a CommitLog offset, most significant first.
-_NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)
-
-
-def _msg_id_chars(outcome: BatchPutResult) -> npt.NDArray[np.uint8]:
-    """(n, 32) ASCII bytes: the offsetMsgId of each message (host prefix + 16 upper-case hex
-    digits of its CommitLog offset, as :func:`store.format.record.encode_msg_id`), built column-wise."""
-    prefix = encode_msg_id(outcome.store_host, 0)[:-16].encode("ascii")
-    offsets = outcome.commitlog_offsets.astype(np.uint64)
-    chars = np.empty((len(offsets), len(prefix) + 16), dtype=np.uint8)
-    chars[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
-    chars[:, len(prefix) :] = _HEX_DIGITS[(offsets[:, None] >> _NIBBLE_SHIFTS) & np.uint64(0xF)]
-    return chars
-
-
 def _msg_ids(outcome: BatchPutResult) -> list[str]:
-    chars = _msg_id_chars(outcome)
-    width = chars.shape[1]
-    return chars.view(f"S{width}").ravel().astype(f"U{width}").tolist()  # type: ignore[no-any-return]
+    return ascii_rows(msg_id_chars(outcome.store_host, outcome.commitlog_offsets))
 
 
 def _msg_id_array(outcome: BatchPutResult) -> pa.StringArray:
     """:func:`_msg_ids` as an Arrow string column, without a Python string per message."""
-    chars = _msg_id_chars(outcome)
-    n, width = chars.shape
-    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    array = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
-    assert isinstance(array, pa.StringArray)
-    return array
+    return ascii_rows_array(msg_id_chars(outcome.store_host, outcome.commitlog_offsets))
 
 
 def _json_strings(values: Sequence[str]) -> list[str]:

@@ -29,9 +29,10 @@ import pyarrow.compute as pc
 
 from store.commitlog.dispatch_batch import DispatchBatch
 from store.errors import CorruptStore, DataLost, MessageTooLarge, StoreNotWritable
-from store.format.batch_decode import decode_property_columns
-from store.format.batch_encode import I32, I64, EncodedBatch, RecordRun, validate_run
+from store.format.arrow_ranges import ArrowStrings
+from store.format.batch_encode import I32, I64, EncodedBatch
 from store.format.java_hash import java_string_hashes
+from store.format.property_columns import decode_property_columns
 from store.format.record import (
     BLANK_RECORD,
     END_OF_FILE_MIN_BLANK,
@@ -40,11 +41,10 @@ from store.format.record import (
     RECORD_HEADER,
     STORE_TIMESTAMP_POS,
     RecordHeader,
-    RecordStatus,
-    check_record,
-    decode_record,
     encode_blank,
 )
+from store.format.record_check import RecordStatus, check_record, decode_record
+from store.format.record_scan import RecordRun, validate_run
 from store.io.fs import FileSystem
 from store.io.mapped_file import MappedFile, MappedFileQueue
 from store.types import MessageView
@@ -327,10 +327,15 @@ class CommitLog:
 
     # --- scanning -------------------------------------------------------------------------
 
-    def _runs(self, from_offset: int, check_crc: bool, stop: _Stop) -> Iterator[tuple[int, bytes, RecordRun]]:
+    def _runs(
+        self, from_offset: int, check_crc: bool, stop: _Stop, until_file: int | None = None
+    ) -> Iterator[tuple[int, bytes, RecordRun]]:
         """Yield (absolute offset of ``chunk[0]``, chunk, run of valid records) from
-        ``from_offset`` up to the written end; fills ``stop`` with where and why it ended."""
+        ``from_offset`` up to the written end, or up to the file starting at ``until_file``;
+        fills ``stop`` with where and why it ended."""
         stop.offset = from_offset
+        if until_file is not None and from_offset >= until_file:
+            return
         mapped = self.queue.find_file(from_offset)
         while mapped is not None:
             position, limit = from_offset - mapped.start_offset, mapped.wrote_position
@@ -359,6 +364,9 @@ class CommitLog:
                 stop.reason, stop.corrupt = check.reason, check.status is RecordStatus.CORRUPT
                 return
             nxt = self.queue.find_file(mapped.start_offset + self.file_size)
+            if nxt is not None and until_file is not None and nxt.start_offset >= until_file:
+                stop.offset, stop.reason = nxt.start_offset, "end of the files asked for"
+                return
             if nxt is None:
                 stop.reason = "blank record at the end of the last file"
                 return
@@ -372,11 +380,13 @@ class CommitLog:
         *,
         max_records: int = 4096,
         tags_codes_for: TagsCodesFn = default_tags_codes,
+        until_file: int | None = None,
     ) -> Iterator[DispatchBatch]:
         """Parse records from ``from_offset`` into DispatchBatch chunks of at most
-        ``max_records``, stopping at the written end or at the first bad record."""
+        ``max_records``, stopping at the written end, at the first bad record or before the
+        file that starts at ``until_file``."""
         stop = _Stop(from_offset)
-        for base, chunk, run in self._runs(from_offset, check_crc, stop):
+        for base, chunk, run in self._runs(from_offset, check_crc, stop, until_file):
             for lo in range(0, len(run), max_records):
                 yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_codes_for)
 
@@ -404,8 +414,12 @@ class CommitLog:
         return check.status is RecordStatus.OK and check.size == size
 
     def recover_abnormally(self, min_timestamp_ms: int, check_crc: bool) -> int:
-        """After a crash: check from the newest file whose first record was stored at or
-        before ``min_timestamp_ms`` (the checkpoint's), truncate after the last valid record."""
+        """After a crash: check from :meth:`abnormal_start`, truncate after the last valid record."""
+        return self.recover_from(self.abnormal_start(min_timestamp_ms), check_crc)
+
+    def abnormal_start(self, min_timestamp_ms: int) -> int:
+        """Where a check after a crash starts: the newest file whose first record was stored at
+        or before ``min_timestamp_ms`` (the checkpoint's), else the first file."""
         files = self.queue.files
         start = files[0].start_offset if files else self.queue.max_offset
         for mapped in reversed(files):
@@ -413,12 +427,37 @@ class CommitLog:
             if first is not None and first <= min_timestamp_ms:
                 start = mapped.start_offset
                 break
-        return self._recover(start, check_crc)
+        return start
 
-    def _recover(self, start: int, check_crc: bool) -> int:
+    def recover_from(
+        self,
+        start: int,
+        check_crc: bool,
+        *,
+        on_batch: Callable[[DispatchBatch], None] | None = None,
+        max_records: int = 4096,
+        tags_codes_for: TagsCodesFn = default_tags_codes,
+    ) -> int:
+        """Check the records from ``start``, truncate after the last valid one and return its
+        end (see :attr:`last_recovery`). ``on_batch`` receives every record that checked out,
+        in order, as DispatchBatches of at most ``max_records``, while the walk goes on (the
+        one pass of an abnormal recovery: the records are parsed once)."""
+        return self._recover(start, check_crc, on_batch, max_records, tags_codes_for)
+
+    def _recover(
+        self,
+        start: int,
+        check_crc: bool,
+        on_batch: Callable[[DispatchBatch], None] | None = None,
+        max_records: int = 4096,
+        tags_codes_for: TagsCodesFn = default_tags_codes,
+    ) -> int:
         stop = _Stop(start)
-        for _ in self._runs(start, check_crc, stop):
-            pass
+        for base, chunk, run in self._runs(start, check_crc, stop):
+            if on_batch is not None:
+                for lo in range(0, len(run), max_records):
+                    hi = min(lo + max_records, len(run))
+                    on_batch(_dispatch_batch(base, chunk, run, lo, hi, tags_codes_for))
         end = stop.offset
         mapped = self.queue.find_file(end) or self.queue.last_file()
         where = mapped.path if mapped is not None else self.queue.directory
@@ -471,8 +510,7 @@ def _dispatch_batch(
     topics = tuple(run.topic_names[code] for code in used.tolist())
     store_ts = run.store_timestamps_ms[lo:hi]
     codes32: I32 = topic_codes.astype(np.int32).ravel()
-    hashes = java_string_hashes(pc.fill_null(tags_col, "").to_pylist()).astype(np.int64)
-    raw_keys = pc.binary_join(keys_col, " ").to_pylist()
+    hashes = java_string_hashes(pc.fill_null(tags_col, "")).astype(np.int64)
     tags_codes = tags_codes_for(topics, codes32, run.queue_ids[lo:hi], store_ts, hashes)
     return DispatchBatch(
         commitlog_offsets=base + run.starts[lo:hi],
@@ -484,6 +522,6 @@ def _dispatch_batch(
         sys_flags=run.sys_flags[lo:hi],
         topic_codes=codes32,
         topics=topics,
-        uniq_keys=tuple(uniq_col.to_pylist()),
-        keys=tuple(k or None for k in raw_keys),
+        uniq_keys=ArrowStrings(uniq_col),
+        keys=ArrowStrings(keys_col),
     )

@@ -13,9 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+
+from store.format.arrow_ranges import ArrowStrings
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
+
+
+def string_array(values: Sequence[str | None]) -> pa.Array:
+    """``values`` as an Arrow string array (the wrapped one for :class:`ArrowStrings`)."""
+    return values.array if isinstance(values, ArrowStrings) else pa.array(values, type=pa.string())
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +43,9 @@ class DispatchBatch:
     topic_codes: I32
     topics: tuple[str, ...]
     #: Raw ``UNIQ_KEY`` property per record (None when absent).
-    uniq_keys: tuple[str | None, ...]
+    uniq_keys: Sequence[str | None]
     #: Raw ``KEYS`` property per record (space-separated tokens; None when absent).
-    keys: tuple[str | None, ...]
+    keys: Sequence[str | None]
 
     def __len__(self) -> int:
         return len(self.commitlog_offsets)

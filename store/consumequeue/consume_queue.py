@@ -34,7 +34,6 @@ from store.consumequeue.units import (
     BLANK_UNIT_SIZE,
     CQ_UNIT_DTYPE,
     CQ_UNIT_SIZE,
-    FILE_NAME_DIGITS,
     I32,
     I64,
     SIZE_END,
@@ -43,11 +42,11 @@ from store.consumequeue.units import (
     encode_unit,
     encode_units,
     end_marker,
-    file_name,
     first_true,
     leftmost,
 )
 from store.errors import CorruptStore, InvalidArgument, StoreError
+from store.io.file_names import file_name_to_offset, offset_to_file_name
 from store.types import Boundary
 
 log = logging.getLogger(__name__)
@@ -127,10 +126,9 @@ class ConsumeQueue:
             return []
         found = []
         for path in self.directory.iterdir():
-            name = path.name
-            if len(name) != FILE_NAME_DIGITS or not name.isdigit():
+            start = file_name_to_offset(path.name)
+            if start is None:
                 continue
-            start = int(name)
             if start % self.file_size_bytes:
                 raise CorruptStore(f"{path}: start offset is not a multiple of {self.file_size_bytes}")
             found.append((start // CQ_UNIT_SIZE, path))
@@ -346,7 +344,7 @@ class ConsumeQueue:
         if files and queue_offset < files[-1].end_offset:
             return files[-1]
         first_offset = queue_offset - queue_offset % self.units_per_file
-        path = self.directory / file_name(first_offset * CQ_UNIT_SIZE)
+        path = self.directory / offset_to_file_name(first_offset * CQ_UNIT_SIZE)
         f = _CQFile.open(path, first_offset, self.file_size_bytes, writable=True)
         assert f is not None  # writable opens always allocate
         if not files and queue_offset > first_offset:

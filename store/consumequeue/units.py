@@ -41,7 +41,6 @@ SIZE_POS: int = CQ_UNIT_DTYPE.fields["size"][1]  # type: ignore[index]
 SIZE_END = SIZE_POS + CQ_UNIT_DTYPE["size"].itemsize
 #: RocketMQ ``fillPreBlank`` unit size (``Integer.MAX_VALUE``; offset 0, tagsCode 0).
 BLANK_UNIT_SIZE = 0x7FFFFFFF
-FILE_NAME_DIGITS = 20
 
 
 #: Samples per round of the k-ary searches (one ``store_ts_of`` call per round).
@@ -74,10 +73,6 @@ def encode_units(commitlog_offsets: I64, sizes: I32, tags_codes: I64) -> Units:
 def decode_units(data: bytes | memoryview) -> Units:
     """Zero-copy structured view over whole units."""
     return np.frombuffer(data, dtype=CQ_UNIT_DTYPE, count=len(data) // CQ_UNIT_SIZE)
-
-
-def file_name(start_byte_offset: int) -> str:
-    return f"{start_byte_offset:0{FILE_NAME_DIGITS}d}"
 
 
 def first_true(mask: npt.NDArray[np.bool_]) -> int | None:

@@ -1,4 +1,4 @@
-"""Many records at once: one contiguous buffer, NumPy field patching, UNIQ_KEY generation.
+"""Many records at once: one contiguous buffer, NumPy field patching, columnar encoding.
 
 An :class:`EncodedBatch` holds consecutive records (layout in :mod:`store.format.record`) in one
 ``uint8`` array plus each record's relative start and size, so the CommitLog appends a batch
@@ -14,30 +14,23 @@ bytes as :func:`store.format.record.encode_record` (tested byte for byte).
 
 from __future__ import annotations
 
-import os
-import secrets
 import struct
-import threading
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from store.errors import InvalidArgument, MessageTooLarge
+from store.format.arrow_ranges import ArrowStrings
+from store.format.ids import ip4_bytes
 from store.format.record import (
-    BLANK_RECORD,
     BODY_CRC_POS,
-    BODY_LEN_POS,
     BODY_POS,
     BORN_TIMESTAMP_POS,
-    FIXED_OVERHEAD_V1,
-    FIXED_OVERHEAD_V2,
+    CRC_MASK,
     FLAG_POS,
-    MAGIC_POS,
-    MAGIC_V1,
-    MAGIC_V2,
     MAX_PROPERTIES_BYTES,
     PHYSICAL_OFFSET_POS,
     PREPARED_TX_OFFSET_POS,
@@ -48,22 +41,15 @@ from store.format.record import (
     RECORD_HEADER,
     STORE_TIMESTAMP_POS,
     SYS_FLAG_POS,
-    UNIQ_COUNTER_SPAN,
-    UNIQ_KEY_HEX_LEN,
-    UNIQ_KEY_PREFIX,
     BodyPolicy,
     RecordFields,
     encode_properties,
     encode_record,
-    encode_uniq_key,
-    ip4_bytes,
-    month_start_ms,
     prepare_body,
     record_size,
     topic_length_prefix,
 )
 from store.format.vocabulary import PROPERTY_UNIQ_KEY
-from store.io.clock import wall_clock_ms
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -305,7 +291,7 @@ def _encode_general(cols: BatchColumns, bodies: Sequence[bytes], extra: Sequence
             pack(
                 overhead + body_len + len(props),
                 magic,
-                crc32(body) & 0x7FFFFFFF,
+                crc32(body) & CRC_MASK,
                 queue_id,
                 flag,
                 queue_offset,
@@ -331,7 +317,12 @@ def _encode_general(cols: BatchColumns, bodies: Sequence[bytes], extra: Sequence
 
 def _uniform_value_bytes(column: Sequence[str | None], n: int) -> bytes | None:
     """Joined UTF-8 values when all n are present, ASCII and of one length; else None."""
-    if len(column) != n or None in column:
+    if len(column) != n:
+        return None
+    if isinstance(column, ArrowStrings):
+        fixed = column.fixed_width_ascii()
+        return None if fixed is None or b"\x01" in fixed[0] or b"\x02" in fixed[0] else fixed[0]
+    if None in column:
         return None
     values: Sequence[str] = column  # type: ignore[assignment]
     width = len(values[0])
@@ -364,7 +355,7 @@ def _encode_uniform(cols: BatchColumns, bodies: Sequence[bytes]) -> EncodedBatch
     rows = np.empty((n, size), dtype=np.uint8)
     rows[:] = np.frombuffer(template, dtype=np.uint8)
     rows[:, BODY_POS : BODY_POS + body_len] = np.frombuffer(joined_bodies, np.uint8).reshape(n, body_len)
-    crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.uint32, count=n) & np.uint32(0x7FFFFFFF)
+    crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.uint32, count=n) & np.uint32(CRC_MASK)
     rows[:, BODY_CRC_POS : BODY_CRC_POS + 4] = crcs.astype(">u4").view(np.uint8).reshape(n, 4)
     for pos, int_column, width in (
         (QUEUE_ID_POS, cols.queue_ids, 4),
@@ -391,220 +382,3 @@ def _encode_uniform(cols: BatchColumns, bodies: Sequence[bytes]) -> EncodedBatch
     starts = np.arange(n, dtype=np.int64) * size
     sizes = np.full(n, size, dtype=np.int32)
     return EncodedBatch(rows.reshape(-1), starts, sizes, size)
-
-
-# --- UNIQ_KEY generation -------------------------------------------------------------------
-
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-
-
-#: Up to this many keys are generated without NumPy.
-_SCALAR_KEYS = 8
-
-
-class UniqKeyGenerator:
-    """RocketMQ ``MessageClientIDSetter``: 32 hex chars, unique per generator.
-
-    The (ms since month start, counter) suffix is strictly increasing: when more than 65536
-    keys are needed within one millisecond the time part runs ahead of the clock instead of
-    wrapping the counter. ``clock_ms`` is injectable; the month is the UTC calendar month.
-    """
-
-    def __init__(
-        self,
-        ip: str = "127.0.0.1",
-        pid: int | None = None,
-        loader_hash: int | None = None,
-        clock_ms: Callable[[], int] | None = None,
-    ) -> None:
-        self._prefix = UNIQ_KEY_PREFIX.pack(
-            ip4_bytes(ip),
-            (os.getpid() if pid is None else pid) & 0xFFFF,
-            (secrets.randbits(32) if loader_hash is None else loader_hash) & 0xFFFFFFFF,
-        )
-        self._clock = clock_ms if clock_ms is not None else wall_clock_ms
-        self._lock = threading.Lock()
-        self._last_ms = -1
-        self._counter = UNIQ_COUNTER_SPAN - 1
-        self._month = (0, -1)  # (start, next start) of the cached month
-
-    def _reserve(self, n: int) -> tuple[int, int]:
-        """(first ms, first counter) of n consecutive keys; advances the state past them."""
-        with self._lock:
-            now = self._clock()
-            if now > self._last_ms:
-                start_ms, start_counter = now, 0
-            else:
-                linear = self._counter + 1
-                start_ms = self._last_ms + linear // UNIQ_COUNTER_SPAN
-                start_counter = linear % UNIQ_COUNTER_SPAN
-            last = start_counter + n - 1
-            self._last_ms = start_ms + last // UNIQ_COUNTER_SPAN
-            self._counter = last % UNIQ_COUNTER_SPAN
-            return start_ms, start_counter
-
-    def _month_start(self, epoch_ms: int) -> int:
-        start, next_start = self._month
-        if not start <= epoch_ms < next_start:
-            start = month_start_ms(epoch_ms)
-            self._month = (start, month_start_ms(start + 32 * 86_400_000))
-        return start
-
-    def next_batch_ascii(self, n: int) -> U8:
-        """n keys as an (n, 32) array of ASCII hex digits."""
-        start_ms, start_counter = self._reserve(n)
-        linear = start_counter + np.arange(n, dtype=np.int64)
-        diff = (start_ms - self._month_start(start_ms) + (linear >> 16)) & 0xFFFFFFFF
-        raw = np.empty((n, 16), dtype=np.uint8)
-        raw[:, :10] = np.frombuffer(self._prefix, dtype=np.uint8)
-        raw[:, 10:14] = diff.astype(">u4").view(np.uint8).reshape(n, 4)
-        raw[:, 14:16] = (linear & 0xFFFF).astype(">u2").view(np.uint8).reshape(n, 2)
-        out = np.empty((n, UNIQ_KEY_HEX_LEN), dtype=np.uint8)
-        out[:, 0::2] = _HEX_DIGITS[raw >> 4]
-        out[:, 1::2] = _HEX_DIGITS[raw & 0x0F]
-        return out
-
-    def next_batch(self, n: int) -> list[str]:
-        """n keys, in generation order."""
-        if n <= _SCALAR_KEYS:  # NumPy's per-call overhead dominates tiny batches
-            start_ms, start_counter = self._reserve(n)
-            prefix = self._prefix.hex().upper()
-            base = start_ms - self._month_start(start_ms)
-            return [
-                encode_uniq_key(prefix, base + (linear >> 16), linear)
-                for linear in range(start_counter, start_counter + n)
-            ]
-        text = self.next_batch_ascii(n).tobytes().decode("ascii")
-        return [text[i : i + UNIQ_KEY_HEX_LEN] for i in range(0, len(text), UNIQ_KEY_HEX_LEN)]
-
-    def next(self) -> str:
-        return self.next_batch(1)[0]
-
-
-# --- Validating runs of records (recovery and dispatch scans) ------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RecordRun:
-    """The consecutive records at the start of a buffer that pass every check of
-    :func:`store.format.record.check_record`; ``end`` is where the first record not in the run
-    starts (classify it with ``check_record``). Topics are dictionary-encoded."""
-
-    starts: I64
-    sizes: I64
-    end: int
-    queue_ids: I32
-    queue_offsets: I64
-    store_timestamps_ms: I64
-    sys_flags: I32
-    topic_codes: I32
-    topic_names: list[str]
-    properties_starts: I64
-    properties_lengths: I64
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-
-def _gather(arr: U8, positions: I64, dtype: str) -> npt.NDArray[np.int64]:
-    """Big-endian values of ``dtype`` (e.g. ``>i8``) at ``positions``; clipped to the buffer."""
-    width = np.dtype(dtype).itemsize
-    index = np.minimum(positions[:, None] + np.arange(width, dtype=np.int64), len(arr) - 1)
-    return np.ascontiguousarray(arr[np.maximum(index, 0)]).view(dtype).ravel().astype(np.int64)
-
-
-def _chain(buf: bytes, arr: U8) -> tuple[I64, I64, int]:
-    """Follow TOTALSIZE from position 0 while the magic is a record's and the record fits.
-
-    After two records of the same size it checks the whole stride ahead at once (batches
-    of one layout are common), falling back to one record at a time where it breaks.
-    """
-    starts: list[int] = []
-    sizes: list[int] = []
-    strides: list[tuple[I64, I64]] = []
-    unpack, limit, pos, previous = BLANK_RECORD.unpack_from, len(buf), 0, -1
-    while pos + BLANK_RECORD.size <= limit:
-        size, magic = unpack(buf, pos)
-        if magic not in (MAGIC_V1, MAGIC_V2) or size < FIXED_OVERHEAD_V1 or size > limit - pos:
-            break
-        if size == previous:
-            candidates = pos + size * np.arange((limit - pos) // size, dtype=np.int64)
-            same = _gather(arr, candidates, ">i4") == size
-            same &= np.isin(_gather(arr, candidates + MAGIC_POS, ">u4"), (MAGIC_V1, MAGIC_V2))
-            count = len(same) if same.all() else int(np.argmin(same))
-            strides.append((np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)))
-            strides.append((candidates[:count], np.full(count, size, dtype=np.int64)))
-            starts, sizes, previous = [], [], -1
-            pos += count * size
-            continue
-        starts.append(pos)
-        sizes.append(size)
-        previous = size
-        pos += size
-    strides.append((np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)))
-    return np.concatenate([a for a, _ in strides]), np.concatenate([b for _, b in strides]), pos
-
-
-def _topics(arr: U8, topic_starts: I64, topic_lens: I64) -> tuple[I32, list[str], int]:
-    """(code per record, names, number of leading records whose topic is valid UTF-8)."""
-    codes = np.zeros(len(topic_starts), dtype=np.int32)
-    names: list[str] = []
-    valid = len(topic_starts)
-    for length in np.unique(topic_lens).tolist():
-        rows = np.flatnonzero(topic_lens == length)
-        if length == 0:
-            codes[rows] = len(names)
-            names.append("")
-            continue
-        matrix = np.ascontiguousarray(arr[topic_starts[rows, None] + np.arange(length, dtype=np.int64)])
-        distinct, inverse = np.unique(matrix.view(f"V{length}").ravel(), return_inverse=True)
-        codes[rows] = inverse.ravel() + len(names)
-        for i, raw in enumerate(distinct.tolist()):
-            try:
-                names.append(bytes(raw).decode("utf-8"))
-            except UnicodeDecodeError:
-                names.append("")
-                valid = min(valid, int(rows[np.argmax(inverse.ravel() == i)]))
-    return codes, names, valid
-
-
-def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
-    """Vectorised :func:`store.format.record.check_record` over the records at the start of ``buf``."""
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    starts, sizes, end = _chain(buf, arr)
-    ends = starts + sizes
-    body_lens = _gather(arr, starts + BODY_LEN_POS, ">i4")
-    v2 = _gather(arr, starts + MAGIC_POS, ">u4") == MAGIC_V2
-    topic_len_pos = starts + BODY_POS + body_lens
-    overheads = np.where(v2, FIXED_OVERHEAD_V2, FIXED_OVERHEAD_V1)
-    ok = (body_lens >= 0) & (topic_len_pos + overheads - BODY_POS <= ends)
-    topic_lens = np.where(v2, _gather(arr, topic_len_pos, ">u2"), _gather(arr, topic_len_pos, ">u1"))
-    topic_starts = topic_len_pos + np.where(v2, 2, 1)
-    props_len_pos = topic_starts + topic_lens
-    ok &= props_len_pos + PROPS_LEN.size <= ends
-    props_lens = _gather(arr, props_len_pos, ">u2")
-    ok &= props_len_pos + PROPS_LEN.size + props_lens == ends
-    if check_crc and len(starts):
-        view = memoryview(buf)
-        spans = zip((starts + BODY_POS).tolist(), np.maximum(body_lens, 0).tolist(), strict=True)
-        bodies = (view[s : s + n] for s, n in spans)
-        crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(starts)) & 0x7FFFFFFF
-        ok &= crcs == _gather(arr, starts + BODY_CRC_POS, ">u4")
-    count = int(np.argmin(ok)) if len(ok) and not ok.all() else len(ok)
-    topic_codes, topic_names, count = _topics(arr, topic_starts[:count], topic_lens[:count])
-    if count < len(starts):
-        end = int(starts[count])
-    cut = slice(0, count)
-    return RecordRun(
-        starts[cut],
-        sizes[cut],
-        end,
-        _gather(arr, starts[cut] + QUEUE_ID_POS, ">i4").astype(np.int32),
-        _gather(arr, starts[cut] + QUEUE_OFFSET_POS, ">i8"),
-        _gather(arr, starts[cut] + STORE_TIMESTAMP_POS, ">i8"),
-        _gather(arr, starts[cut] + SYS_FLAG_POS, ">i4").astype(np.int32),
-        topic_codes[cut],
-        topic_names,
-        props_len_pos[cut] + PROPS_LEN.size,
-        props_lens[cut],
-    )

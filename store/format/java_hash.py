@@ -40,9 +40,35 @@ def java_string_hashes(texts: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]
     """Vectorised :func:`java_string_hash` over many strings (one pass of NumPy arithmetic).
 
     ``texts`` may be a Python sequence or an Arrow string array (no nulls)."""
+    return _hashes_and_lengths(texts)[0]
+
+
+def prefixed_index_key_hashes(
+    prefixes: Sequence[str], prefix_of: npt.NDArray[np.integer], texts: pa.Array
+) -> npt.NDArray[np.int32]:
+    """``index_key_hashes(prefixes[prefix_of[i]] + texts[i])`` without building the strings.
+
+    ``String.hashCode`` is a polynomial: ``h(p + t) = h(p) * 31**len(t) + h(t)`` (mod 2**32,
+    ``len`` in UTF-16 units), so the index keys ``topic#key`` hash from their parts."""
+    text_hashes, lengths = _hashes_and_lengths(texts)
+    if len(text_hashes) == 0:
+        return text_hashes
+    prefix_hashes = np.array([java_string_hash(p) for p in prefixes], dtype=np.int64).astype(np.uint32)
+    powers = np.ones(int(lengths.max()) + 1, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for i in range(1, len(powers)):
+            powers[i] = powers[i - 1] * np.uint32(31)
+        combined = prefix_hashes[prefix_of] * powers[lengths] + text_hashes.view(np.uint32)
+    return _index_key_rule(combined.view(np.int32))
+
+
+def _hashes_and_lengths(
+    texts: Sequence[str] | pa.Array,
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """(Java hashes, lengths in UTF-16 code units) of the strings."""
     n = len(texts)
     if n == 0:
-        return np.zeros(0, dtype=np.int32)
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
     array = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.string())
     if array.type == pa.string() and pc.all(pc.string_is_ascii(array)).as_py() is not False:
         offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1 + array.offset)[
@@ -51,20 +77,23 @@ def java_string_hashes(texts: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]
         lengths = np.diff(offsets).astype(np.int64)
         data = array.buffers()[2]
         raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-        codes = raw[offsets[0] : offsets[-1]].astype(np.uint32)
+        codes: npt.NDArray[np.unsignedinteger] = raw[offsets[0] : offsets[-1]]
     else:
         texts = array.to_pylist()
         joined = "".join(texts)
         codes = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2").astype(np.uint32)
         lengths = np.fromiter((len(t.encode("utf-16-be")) // 2 for t in texts), dtype=np.int64, count=n)
-    return _hash_code_units(codes, lengths)
+    return _hash_code_units(codes, lengths), lengths
 
 
-def _hash_code_units(codes: npt.NDArray[np.uint32], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+def _hash_code_units(
+    codes: npt.NDArray[np.unsignedinteger], lengths: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int32]:
     """Hashes of consecutive strings given as UTF-16 code units and per-string lengths.
 
-    Strings are grouped by length; each group is an (n, L) matrix whose rows are dotted with
-    ``31**(L-1) ... 31**0`` in uint32 arithmetic (which wraps exactly like Java's int).
+    Strings are grouped by length; each group is an (n, L) matrix folded column by column,
+    ``h = 31 * h + c``, in uint32 arithmetic (which wraps exactly like Java's int): L passes
+    over n values, four times faster than weighting the matrix by powers of 31 and summing.
     """
     n = len(lengths)
     result = np.zeros(n, dtype=np.uint32)
@@ -72,7 +101,7 @@ def _hash_code_units(codes: npt.NDArray[np.uint32], lengths: npt.NDArray[np.int6
         return result.view(np.int32)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    pow31 = _powers_of_31(int(lengths.max()))
+    thirty_one = np.uint32(31)
     for length in np.unique(lengths).tolist():
         if length == 0:
             continue
@@ -81,22 +110,22 @@ def _hash_code_units(codes: npt.NDArray[np.uint32], lengths: npt.NDArray[np.int6
             matrix = codes[: n * length].reshape(n, length)
         else:
             matrix = codes[starts[rows][:, None] + np.arange(length, dtype=np.int64)]
+        folded = np.zeros(len(rows), dtype=np.uint32)
         with np.errstate(over="ignore"):
-            result[rows] = (matrix * pow31[length - 1 :: -1]).sum(axis=1, dtype=np.uint32)
+            for column in range(length):
+                folded *= thirty_one
+                folded += matrix[:, column]
+        result[rows] = folded
     return result.view(np.int32)
-
-
-def _powers_of_31(count: int) -> npt.NDArray[np.uint32]:
-    """``31**i mod 2**32`` for i in [0, count)."""
-    powers = np.ones(max(count, 1), dtype=np.uint32)
-    for i in range(1, count):
-        powers[i] = np.uint32((int(powers[i - 1]) * 31) & _MASK)
-    return powers
 
 
 def index_key_hashes(keys: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:
     """Vectorised :func:`index_key_hash`."""
-    h = java_string_hashes(keys).astype(np.int64)
-    h = np.abs(h)
+    return _index_key_rule(java_string_hashes(keys))
+
+
+def _index_key_rule(hashes: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """``Math.abs(hashCode)``, 0 when it stays negative (Integer.MIN_VALUE)."""
+    h = np.abs(hashes.astype(np.int64))
     h[h >= 1 << 31] = 0
     return h.astype(np.int32)

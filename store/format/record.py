@@ -6,7 +6,7 @@ Every record is big-endian, IPv4 hosts, MessageVersion V1 (V2 when the topic is 
     offset  size  field
     0       4     TOTALSIZE            whole record, this field included
     4       4     MAGICCODE            0xDAA320A7 (V1) / 0xDAA320AB (V2)
-    8       4     BODYCRC              zlib.crc32(stored body) & 0x7FFFFFFF
+    8       4     BODYCRC              zlib.crc32(stored body) & CRC_MASK (31 bits)
     12      4     QUEUEID
     16      4     FLAG                 user int
     20      8     QUEUEOFFSET          index in the ConsumeQueue
@@ -24,27 +24,23 @@ Every record is big-endian, IPv4 hosts, MessageVersion V1 (V2 when the topic is 
 
 A file ends with an 8-byte BLANK record ``[TOTALSIZE = bytes left in file][BLANK_MAGIC]``.
 
-Everything here is a pure function on bytes: no files, clocks or logging. The record layout
-of a whole batch (vectorised) lives in :mod:`store.format.batch_encode`, built on these constants.
+Everything here is a pure function on bytes: no files, clocks or logging. Built on these
+constants: the record checker and ``decode_record`` (:mod:`store.format.record_check`), the
+vectorised encoder (:mod:`store.format.batch_encode`) and decoder
+(:mod:`store.format.batch_decode`); message ids and hosts are in :mod:`store.format.ids`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import enum
-import functools
-import ipaddress
-import socket
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from store.config import StoreConfig
-from store.errors import CorruptStore, InvalidArgument, MessageTooLarge
+from store.errors import InvalidArgument, MessageTooLarge
+from store.format.ids import ip4_bytes
 from store.format.vocabulary import SYSFLAG_COMPRESSED, SYSFLAG_COMPRESSION_MASK, SYSFLAG_COMPRESSION_ZLIB
-from store.types import MessageView
 
 # --- Fixed header ----------------------------------------------------------------------------
 
@@ -124,11 +120,6 @@ BLANK_RECORD: Final = struct.Struct(">iI")
 #: A record is appended only when ``size + END_OF_FILE_MIN_BLANK <= bytes left in the file``.
 END_OF_FILE_MIN_BLANK: Final = BLANK_RECORD.size  # 8
 
-# --- Message ids -----------------------------------------------------------------------------
-#: offsetMsgId: store IPv4 (4) + store port (4) + CommitLog offset (8), as 32 upper-case hex.
-MSG_ID: Final = struct.Struct(">4siq")
-MSG_ID_HEX_LEN: Final = 2 * MSG_ID.size  # 32
-
 
 class BodyPolicy(NamedTuple):
     """How bodies are admitted and stored (from ``StoreConfig``)."""
@@ -167,15 +158,6 @@ class RecordFields(NamedTuple):
     physical_offset: int = 0
 
 
-class RecordStatus(enum.Enum):
-    """What :func:`check_record` found at a position."""
-
-    OK = "ok"  # a complete, consistent record
-    BLANK = "blank"  # end-of-file filler: continue in the next file
-    END = "end"  # zero bytes: nothing was ever written here
-    CORRUPT = "corrupt"  # anything else; ``reason`` says what
-
-
 class RecordHeader(NamedTuple):
     """The fixed fields of one record, in layout order (see :data:`RECORD_HEADER`)."""
 
@@ -198,39 +180,16 @@ class RecordHeader(NamedTuple):
     body_len: int
 
 
-@dataclass(frozen=True, slots=True)
-class RecordCheck:
-    """Outcome of :func:`check_record`; ``header``/``topic``/``properties`` set when OK."""
-
-    status: RecordStatus
-    size: int
-    reason: str = ""
-    header: RecordHeader | None = None
-    topic: str = ""
-    properties: dict[str, str] | None = None
-
-
 # --- Small helpers ---------------------------------------------------------------------------
+
+
+#: BODYCRC keeps the low 31 bits of the CRC32 (RocketMQ ``UtilAll.crc32``: a positive Java int).
+CRC_MASK: Final = 0x7FFFFFFF
 
 
 def body_crc(body: bytes | memoryview) -> int:
     """RocketMQ ``UtilAll.crc32``: CRC32 masked to 31 bits."""
-    return zlib.crc32(body) & 0x7FFFFFFF
-
-
-@functools.lru_cache(maxsize=1024)
-def ip4_bytes(host: str) -> bytes:
-    """IPv4 address -> 4 bytes. IPv4-mapped IPv6 (``::ffff:a.b.c.d``) is accepted; any other
-    host raises InvalidArgument (records carry IPv4 hosts only: no BORNHOST_V6 layout)."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError as exc:
-        raise InvalidArgument(f"not an IP address: {host!r}") from exc
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is None:
-            raise InvalidArgument(f"IPv6 host {host!r} cannot be stored (IPv4 records only)")
-        address = address.ipv4_mapped
-    return address.packed
+    return zlib.crc32(body) & CRC_MASK
 
 
 def topic_length_prefix(topic_bytes: bytes) -> tuple[int, struct.Struct]:
@@ -352,133 +311,3 @@ def encode_record(rec: RecordFields) -> bytes:
 def encode_blank(remaining: int) -> bytes:
     """The 8-byte end-of-file record filling ``remaining`` bytes."""
     return BLANK_RECORD.pack(remaining, BLANK_MAGIC)
-
-
-def check_record(buf: bytes | bytearray | memoryview, pos: int, check_crc: bool) -> RecordCheck:
-    """``checkMessageAndReturnSize``: validate the record at ``buf[pos:]``.
-
-    Never raises on bad data: returns CORRUPT with a reason (bad magic, impossible size,
-    record past the end of the buffer, inconsistent lengths, body CRC mismatch).
-    """
-    limit = len(buf)
-    if pos + BLANK_RECORD.size > limit:
-        return RecordCheck(RecordStatus.END, 0, "end of buffer")
-    size, magic = BLANK_RECORD.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC:
-        return RecordCheck(RecordStatus.BLANK, size)
-    if size == 0 and magic == 0:
-        return RecordCheck(RecordStatus.END, 0, "zero bytes (end of data)")
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        return RecordCheck(RecordStatus.CORRUPT, 0, f"bad magic code 0x{magic:08x}")
-    overhead = FIXED_OVERHEAD_V1 if magic == MAGIC_V1 else FIXED_OVERHEAD_V2
-    if size < overhead:
-        return RecordCheck(RecordStatus.CORRUPT, 0, f"impossible total size {size}")
-    if pos + size > limit:
-        return RecordCheck(RecordStatus.CORRUPT, 0, f"record of {size} bytes runs past the end")
-    header = RecordHeader._make(RECORD_HEADER.unpack_from(buf, pos))
-    body_start = pos + BODY_POS
-    topic_len_pos = body_start + header.body_len
-    if header.body_len < 0 or topic_len_pos + overhead - BODY_POS > pos + size:
-        return RecordCheck(RecordStatus.CORRUPT, 0, f"body length {header.body_len} exceeds the record")
-    topic_prefix = TOPIC_LEN_V1 if magic == MAGIC_V1 else TOPIC_LEN_V2
-    (topic_len,) = topic_prefix.unpack_from(buf, topic_len_pos)
-    props_len_pos = topic_len_pos + topic_prefix.size + topic_len
-    if props_len_pos + PROPS_LEN.size > pos + size:
-        return RecordCheck(RecordStatus.CORRUPT, 0, f"topic length {topic_len} exceeds the record")
-    (props_len,) = PROPS_LEN.unpack_from(buf, props_len_pos)
-    if props_len_pos + PROPS_LEN.size + props_len != pos + size:
-        return RecordCheck(RecordStatus.CORRUPT, 0, f"lengths do not add up to total size {size}")
-    if check_crc and body_crc(memoryview(buf)[body_start:topic_len_pos]) != header.body_crc:
-        return RecordCheck(RecordStatus.CORRUPT, 0, "body CRC mismatch")
-    topic_start = topic_len_pos + topic_prefix.size
-    try:
-        topic = bytes(buf[topic_start : topic_start + topic_len]).decode("utf-8")
-    except UnicodeDecodeError:
-        return RecordCheck(RecordStatus.CORRUPT, 0, "topic is not UTF-8")
-    props_start = props_len_pos + PROPS_LEN.size
-    properties = decode_properties(buf[props_start : props_start + props_len])
-    return RecordCheck(RecordStatus.OK, size, "", header, topic, properties)
-
-
-def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, check_crc: bool = False) -> MessageView:
-    """Decode the record at ``buf[pos:]`` (body decompressed). Raises CorruptStore on bad data."""
-    check = check_record(buf, pos, check_crc)
-    if check.status is not RecordStatus.OK or check.header is None or check.properties is None:
-        raise CorruptStore(f"no valid record at position {pos}: {check.status.value} {check.reason}")
-    h = check.header
-    stored = bytes(buf[pos + BODY_POS : pos + BODY_POS + h.body_len])
-    store_host = (socket.inet_ntoa(h.store_ip), h.store_port)
-    return MessageView(
-        topic=check.topic,
-        queue_id=h.queue_id,
-        queue_offset=h.queue_offset,
-        commitlog_offset=h.physical_offset,
-        size_bytes=h.total_size,
-        msg_id=encode_msg_id(store_host, h.physical_offset),
-        body=restore_body(stored, h.sys_flag),
-        flag=h.flag,
-        sys_flag=h.sys_flag,
-        born_timestamp_ms=h.born_timestamp,
-        born_host=(socket.inet_ntoa(h.born_ip), h.born_port),
-        store_timestamp_ms=h.store_timestamp,
-        store_host=store_host,
-        reconsume_times=h.reconsume_times,
-        prepared_transaction_offset=h.prepared_tx_offset,
-        properties=check.properties,
-        body_crc=h.body_crc,
-    )
-
-
-# --- offsetMsgId -----------------------------------------------------------------------------
-
-
-def encode_msg_id(store_host: tuple[str, int], commitlog_offset: int) -> str:
-    """offsetMsgId: upper-case hex of store IPv4 + port + CommitLog offset (32 chars)."""
-    return MSG_ID.pack(ip4_bytes(store_host[0]), store_host[1], commitlog_offset).hex().upper()
-
-
-def decode_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
-    """((store ip, port), CommitLog offset) of an offsetMsgId; InvalidArgument if malformed."""
-    if len(msg_id) != MSG_ID_HEX_LEN:
-        raise InvalidArgument(f"msg id must be {MSG_ID_HEX_LEN} hex chars, got {len(msg_id)}")
-    try:
-        ip, port, offset = MSG_ID.unpack(bytes.fromhex(msg_id))
-    except ValueError as exc:
-        raise InvalidArgument(f"msg id is not hex: {msg_id!r}") from exc
-    return (socket.inet_ntoa(ip), port), offset
-
-
-# --- UNIQ_KEY (MessageClientIDSetter) --------------------------------------------------------
-#: UNIQ_KEY bytes: fixed prefix (IPv4 4 + pid 2 + class-loader hash 4) + ms since the start
-#: of the month (4, wraps like Java's int cast) + counter (2); 32 upper-case hex chars.
-UNIQ_KEY_PREFIX: Final = struct.Struct(">4sHI")
-UNIQ_KEY_SUFFIX: Final = struct.Struct(">IH")
-UNIQ_KEY_HEX_LEN: Final = 2 * (UNIQ_KEY_PREFIX.size + UNIQ_KEY_SUFFIX.size)  # 32
-UNIQ_COUNTER_SPAN: Final = 1 << 16
-
-
-def uniq_key_prefix(ip: str, pid: int, loader_hash: int) -> str:
-    """The 20 fixed hex chars of every UNIQ_KEY a generator produces."""
-    return UNIQ_KEY_PREFIX.pack(ip4_bytes(ip), pid & 0xFFFF, loader_hash & 0xFFFFFFFF).hex().upper()
-
-
-def month_start_ms(epoch_ms: int) -> int:
-    """Start (UTC) of the month containing ``epoch_ms``; RocketMQ uses the local calendar."""
-    now = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
-    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    return int(start.timestamp() * 1000)
-
-
-def encode_uniq_key(prefix: str, ms_since_month: int, counter: int) -> str:
-    """One UNIQ_KEY from its prefix (see :func:`uniq_key_prefix`), time diff and counter."""
-    return prefix + UNIQ_KEY_SUFFIX.pack(ms_since_month & 0xFFFFFFFF, counter & 0xFFFF).hex().upper()
-
-
-def decode_uniq_key(uniq_key: str) -> tuple[str, int, int, int, int]:
-    """(ip, pid, loader hash, ms since month start, counter) of a UNIQ_KEY."""
-    if len(uniq_key) != UNIQ_KEY_HEX_LEN:
-        raise InvalidArgument(f"UNIQ_KEY must be {UNIQ_KEY_HEX_LEN} hex chars, got {len(uniq_key)}")
-    raw = bytes.fromhex(uniq_key)
-    ip, pid, loader = UNIQ_KEY_PREFIX.unpack_from(raw, 0)
-    diff, counter = UNIQ_KEY_SUFFIX.unpack_from(raw, UNIQ_KEY_PREFIX.size)
-    return socket.inet_ntoa(ip), pid, loader, diff, counter

@@ -31,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.commitlog.dispatch_batch import DispatchBatch
+from store.commitlog.dispatch_batch import DispatchBatch, string_array
 from store.config import StoreConfig
 from store.errors import StoreError
-from store.format.java_hash import index_key_hash, index_key_hashes
+from store.format.java_hash import index_key_hash, prefixed_index_key_hashes
 from store.format.vocabulary import enter_index
 from store.index.index_file import (
     FILE_NAME_FORMAT,
@@ -67,14 +67,15 @@ def _is_index_file_name(name: str) -> bool:
     return len(name) == 17 and name.isdigit()
 
 
-def index_keys(batch: DispatchBatch, rows: I64) -> tuple[pa.Array, I64]:
-    """The index keys of ``rows`` of a batch, in order: per message ``topic#UNIQ_KEY`` then
-    ``topic#token`` for each KEYS token; returns (keys, the row of each key). Built with
-    Arrow kernels: no Python string per key."""
+def index_key_entries(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
+    """The index entries of ``rows`` of a batch, in order: per message ``topic#UNIQ_KEY`` then
+    ``topic#token`` for each KEYS token; returns (key hashes, the row of each key). Built with
+    Arrow kernels, hashed from the parts: no key string is ever joined."""
     take = pa.array(rows)
-    prefixes = pa.array([t + KEY_SEPARATOR for t in batch.topics]).take(pa.array(batch.topic_codes[rows]))
-    uniq = pa.array(batch.uniq_keys, type=pa.string()).take(take)
-    tokens = pc.split_pattern(pa.array(batch.keys, type=pa.string()).take(take), " ")
+    prefixes = [t + KEY_SEPARATOR for t in batch.topics]
+    topic_codes = batch.topic_codes[rows]
+    uniq = string_array(batch.uniq_keys).take(take)
+    tokens = pc.split_pattern(string_array(batch.keys).take(take), " ")
     token_parent = np.asarray(pc.list_parent_indices(tokens), dtype=np.int64)
     flat_tokens = pc.list_flatten(tokens)
     present = np.asarray(pc.and_(pc.is_valid(flat_tokens), pc.not_equal(flat_tokens, "")).fill_null(False))
@@ -83,18 +84,16 @@ def index_keys(batch: DispatchBatch, rows: I64) -> tuple[pa.Array, I64]:
     has_uniq = np.asarray(pc.and_(pc.is_valid(uniq), pc.not_equal(uniq, "")).fill_null(False))
     uniq_parent = np.flatnonzero(has_uniq)
     parents = np.concatenate((uniq_parent, token_parent))
-    texts = pa.concat_arrays(
-        [
-            pc.binary_join_element_wise(
-                prefixes.take(pa.array(uniq_parent)), uniq.filter(pa.array(has_uniq)), ""
-            ),
-            pc.binary_join_element_wise(prefixes.take(pa.array(token_parent)), flat_tokens, ""),
-        ]
+    hashes = np.concatenate(
+        (
+            prefixed_index_key_hashes(prefixes, topic_codes[uniq_parent], uniq.filter(pa.array(has_uniq))),
+            prefixed_index_key_hashes(prefixes, topic_codes[token_parent], flat_tokens),
+        )
     )
     # per message: its UNIQ_KEY entry first, then its tokens (a stable sort by message)
     rank = np.concatenate((np.zeros(len(uniq_parent), np.int64), np.ones(len(token_parent), np.int64)))
     order = np.lexsort((rank, parents))
-    return texts.take(pa.array(order)), rows[parents[order]]
+    return hashes[order], rows[parents[order]]
 
 
 class IndexService:
@@ -173,12 +172,10 @@ class IndexService:
         rows = np.flatnonzero(wanted)
         if len(rows) == 0:
             return 0
-        keys, key_rows = index_keys(batch, rows)
-        if len(keys) == 0:
+        hashes, key_rows = index_key_entries(batch, rows)
+        if len(hashes) == 0:
             return 0
-        return self.put_hashes(
-            index_key_hashes(keys), batch.commitlog_offsets[key_rows], batch.store_timestamps_ms[key_rows]
-        )
+        return self.put_hashes(hashes, batch.commitlog_offsets[key_rows], batch.store_timestamps_ms[key_rows])
 
     def put_hashes(self, key_hashes: I32, phy_offsets: I64, store_timestamps_ms: I64) -> int:
         """Insert pre-hashed entries in order, rolling to new files when full."""

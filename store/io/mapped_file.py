@@ -19,25 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from store.errors import CorruptStore, InvalidArgument
+from store.io.file_names import file_name_to_offset, offset_to_file_name
 from store.io.fs import FileHandle, FileSystem, OsFileSystem, Writable
 
 log = logging.getLogger("sparkmq.store")
 
-FILE_NAME_DIGITS = 20
 #: Chunk used to find and zero dirty tails.
 _ZERO_CHUNK = bytes(1 << 20)
-
-
-def offset_to_file_name(offset: int) -> str:
-    """``UtilAll.offset2FileName``: 20-digit zero-padded decimal."""
-    return f"{offset:0{FILE_NAME_DIGITS}d}"
-
-
-def file_name_to_offset(name: str) -> int | None:
-    """Start offset named by ``name``, or None when it is not a mapped-file name."""
-    if len(name) != FILE_NAME_DIGITS or not name.isdigit():
-        return None
-    return int(name)
 
 
 class MappedFile:

@@ -40,6 +40,7 @@ import pyarrow as pa
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, StoreError
 from store.io.atomic_file import write_atomically, write_json_atomically
+from store.io.file_names import offset_to_file_name
 from store.message_store import MessageStore
 from store.publish.sink_parts import check_id
 from store.write.relocate import Relocation, RelocationKind, relocated_record
@@ -162,7 +163,7 @@ class RelocationLog:
             for earlier in self._pending(operator):
                 if earlier < batch_id:
                     self._publish_decided(operator, earlier)
-            path = self._dir(operator) / f"{batch_id:020d}{DECISION_SUFFIX}"
+            path = self._dir(operator) / f"{offset_to_file_name(batch_id)}{DECISION_SUFFIX}"
             decided_now = False
             if not path.exists():
                 decided_now = _create_exclusive(path, table, self.store.commitlog_max_offset)
@@ -186,7 +187,7 @@ class RelocationLog:
         return outcomes
 
     def _publish_decided(self, operator: str, batch_id: int) -> RelocationOutcome:
-        path = self._dir(operator) / f"{batch_id:020d}{DECISION_SUFFIX}"
+        path = self._dir(operator) / f"{offset_to_file_name(batch_id)}{DECISION_SUFFIX}"
         decided, after = _load_decision(path)
         log.info(
             "operator %s: resuming relocation batch %d (%d requests)", operator, batch_id, decided.num_rows

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from store.errors import InvalidArgument, StoreError
 from store.io.atomic_file import write_atomically
+from store.io.file_names import offset_to_file_name
 from store.names import ID_PATTERN
 
 STAGING_DIR_NAME = "staging"
@@ -92,7 +93,7 @@ def check_id(kind: str, value: str) -> str:
 def batch_dir(root: Path, sink_id: str, batch_id: int) -> Path:
     if batch_id < 0:
         raise InvalidArgument(f"batch id must be >= 0, got {batch_id}")
-    return root / check_id("sink id", sink_id) / f"{batch_id:020d}"
+    return root / check_id("sink id", sink_id) / offset_to_file_name(batch_id)
 
 
 def part_path(root: Path, sink_id: str, batch_id: int, part_id: str) -> Path:

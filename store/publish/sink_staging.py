@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError
+from store.format.ids import ascii_rows, hex_of_ints
 from store.io.atomic_file import write_json_atomically
 from store.message_store import MessageStore
 from store.names import (
@@ -322,20 +323,15 @@ class SinkStaging:
 
 # -- column helpers ----------------------------------------------------------------------------
 
-_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
-
 
 def chunk_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
     """``request_uniq_keys(ref, count)``, vectorised (the per-key Python work was a third of
     publishing): the 24-hex-char request prefix then message index ``i`` as 8 hex chars."""
     prefix = request_uniq_keys(ref, 1)[0][:24].encode("ascii")
-    index = np.arange(count, dtype=np.uint32)
     text = np.empty((count, 32), dtype=np.uint8)
     text[:, :24] = np.frombuffer(prefix, dtype=np.uint8)
-    text[:, 24:] = _HEX[(index[:, None] >> _NIBBLE_SHIFTS) & 0xF]
-    joined = text.tobytes().decode("ascii")
-    return [joined[i : i + 32] for i in range(0, 32 * count, 32)]
+    text[:, 24:] = hex_of_ints(np.arange(count, dtype=np.uint32), 4)
+    return ascii_rows(text)
 
 
 def _scheduled_rows(rows: pa.Table) -> npt.NDArray[np.bool_]:

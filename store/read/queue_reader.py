@@ -29,7 +29,7 @@ from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import UnknownQueue
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.batch_decode import decode_records_to_arrow, decode_store_timestamps
-from store.format.record import decode_record
+from store.format.record_check import decode_record
 from store.read.tag_filter import TagFilter, parse_tag_expression
 from store.types import Boundary, GetResult, GetStatus, MessageView
 

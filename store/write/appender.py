@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,9 @@ from store.commitlog.group_commit import GroupCommitService
 from store.config import StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import InvalidArgument, StoreClosed, StoreNotWritable, UnknownTopic
-from store.format.batch_encode import BatchColumns, EncodedBatch, UniqKeyGenerator, encode_columns, patch_be
+from store.format.arrow_ranges import ArrowStrings
+from store.format.batch_encode import BatchColumns, EncodedBatch, encode_columns, patch_be
+from store.format.ids import UniqKeyGenerator
 from store.format.record import QUEUE_ID_POS, BodyPolicy, encode_record
 from store.format.vocabulary import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -293,13 +295,12 @@ class Appender:
             empty32, empty64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
             return BatchPutResult(stored_topic, empty32, empty64, empty64, empty32, (), 0, self._store_host)
         qids = self._placement.choose(topic, queue_ids, count, n)
-        if uniq_keys is None or not all(uniq_keys):
+        keys_out: Sequence[str]
+        if uniq_keys is None:
+            keys_out = self._uniq.next_column(n)
+        elif not all(uniq_keys):
             generated = self._uniq.next_batch(n)
-            keys_out = (
-                generated
-                if uniq_keys is None
-                else [k or g for k, g in zip(uniq_keys, generated, strict=True)]
-            )
+            keys_out = [k or g for k, g in zip(uniq_keys, generated, strict=True)]
         else:
             keys_out = list(uniq_keys)  # type: ignore[arg-type]
         columns: dict[str, str | Sequence[str | None] | None] = dict(properties or {})
@@ -412,7 +413,12 @@ class Appender:
     ) -> BatchPutResult:
         """Append under the put lock: queue offsets, CommitLog, ConsumeQueue dispatch."""
         n = len(encoded)
-        uniq_keys = tuple(encoded.uniq_keys)
+        # a column of generated keys stays one (no Python string per key)
+        uniq_keys: Sequence[str] = (
+            cast("Sequence[str]", encoded.uniq_keys)
+            if isinstance(encoded.uniq_keys, ArrowStrings)
+            else tuple(encoded.uniq_keys)
+        )
         with self.lock:
             self._ensure_open()
             store_ts = max(self._clock(), self._last_store_ts)

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow.compute as pc
 
 from store.errors import StoreError
-from store.format.batch_decode import decode_int_field, decode_property_columns
+from store.format.batch_decode import decode_int_field
 from store.format.batch_encode import EncodedBatch, patch_be
+from store.format.property_columns import decode_property_columns
 from store.format.record import (
     BODY_LEN_POS,
     BODY_POS,
@@ -147,8 +147,7 @@ def _halves_layout(arr: U8, starts: I64, sizes: I64) -> tuple[I64, I64, I64]:
 def _parse_dispatch(arr: U8, starts: I64, sizes: I64, tail_from: I64) -> Dispatch:
     begins = starts + tail_from + PROPS_LEN.size
     uniq, tags, keys = decode_property_columns(arr, begins, starts + sizes - begins)
-    joined_keys = pc.binary_join(keys, " ").to_pylist()
-    return uniq.to_pylist(), [k or None for k in joined_keys], tags.to_pylist()
+    return uniq.to_pylist(), [k or None for k in keys.to_pylist()], tags.to_pylist()
 
 
 def _splice(

@@ -36,10 +36,9 @@ from store.format.record import (
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
     RecordFields,
-    RecordStatus,
-    check_record,
     encode_record,
 )
+from store.format.record_check import RecordStatus, check_record
 from store.format.vocabulary import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,

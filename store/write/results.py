@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from store.format.record import encode_msg_id
+from store.format.ids import encode_msg_id
 from store.types import MessageView, PutResult
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import socket
 
 from store.errors import InvalidArgument
+from store.format.ids import encode_msg_id
 from store.format.java_hash import java_string_hash
-from store.format.record import BODY_POS, RecordFields, RecordStatus, check_record, encode_msg_id
+from store.format.record import BODY_POS, RecordFields
+from store.format.record_check import RecordStatus, check_record
 from store.format.vocabulary import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,

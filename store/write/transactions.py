@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from store.errors import InvalidArgument
-from store.format.record import BODY_POS, RecordFields, RecordStatus, check_record
+from store.format.record import BODY_POS, RecordFields
+from store.format.record_check import RecordStatus, check_record
 from store.format.vocabulary import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PGROUP,

@@ -178,7 +178,7 @@ def test_produce_batch_json_matches_the_model() -> None:
 
     from ingest_api.http.render import produce_batch_json, produce_results_stream
     from ingest_api.http.schemas import ProduceBatchOut, ProduceOut
-    from store.format.record import encode_msg_id
+    from store.format.ids import encode_msg_id
     from store.message_store import BatchPutResult
     from store.types import PutResult
 
@@ -213,7 +213,7 @@ def test_column_wise_msg_ids_and_uniq_keys_match_the_per_row_rendering() -> None
     import numpy as np
 
     from ingest_api.http.render import produce_batch_json, produce_results_stream
-    from store.format.record import encode_msg_id
+    from store.format.ids import encode_msg_id
     from store.write.results import BatchPutResult
 
     rng = np.random.default_rng(7)

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from store import Message, MessageStore, NotRelocatable, Relocation, RelocationKind, StoreConfig
-from store.format.record import BODY_POS, RECORD_HEADER, check_record
+from store.format.record import BODY_POS, RECORD_HEADER
+from store.format.record_check import check_record
 from store.publish.relocations import RELOCATION_SCHEMA, RelocationLog
 from store.write.relocate import relocated_record
 

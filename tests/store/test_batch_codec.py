@@ -8,16 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.errors import InvalidArgument, MessageTooLarge
+from store.format import ids, record_check
 from store.format import record as codec
-from store.format.batch_encode import (
-    BatchColumns,
-    EncodedBatch,
-    UniqKeyGenerator,
-    encode_columns,
-    patch_be,
-    validate_run,
-)
-from store.format.record import BodyPolicy, RecordFields, decode_record, encode_record, prepare_body
+from store.format.batch_encode import BatchColumns, EncodedBatch, encode_columns, patch_be
+from store.format.ids import UniqKeyGenerator
+from store.format.record import BodyPolicy, RecordFields, encode_record, prepare_body
+from store.format.record_check import decode_record
+from store.format.record_scan import validate_run
 
 POLICY = BodyPolicy(max_body_bytes=1 << 16, compress_over_bytes=512)
 STORE_HOST = ("10.1.2.3", 10911)
@@ -163,7 +160,7 @@ def test_uniq_key_golden() -> None:
     gen = UniqKeyGenerator("10.0.0.1", pid=0x1234, loader_hash=0xCAFEBABE, clock_ms=lambda: MONTH_START + 5)
     assert gen.next() == "0A0000011234CAFEBABE000000050000"
     assert gen.next() == "0A0000011234CAFEBABE000000050001"
-    assert codec.month_start_ms(MONTH_START + 29 * 86_400_000) == MONTH_START
+    assert ids.month_start_ms(MONTH_START + 29 * 86_400_000) == MONTH_START
 
 
 def test_uniq_keys_stay_unique_beyond_65536_per_millisecond() -> None:
@@ -192,7 +189,7 @@ def test_uniq_keys_follow_a_moving_clock_and_never_go_back() -> None:
 def test_uniq_key_round_trip(n: int, since: int) -> None:
     gen = UniqKeyGenerator("10.9.8.7", pid=77, loader_hash=5, clock_ms=lambda: MONTH_START + since)
     for key in gen.next_batch(n):
-        ip, pid, loader, _diff, _counter = codec.decode_uniq_key(key)
+        ip, pid, loader, _diff, _counter = ids.decode_uniq_key(key)
         assert (ip, pid, loader) == ("10.9.8.7", 77, 5)
         assert key == key.upper()
 
@@ -217,7 +214,7 @@ def test_validate_run_stops_at_a_non_utf8_topic_inside_a_stride() -> None:
     assert run.starts.tolist() == [i * len(records[0]) for i in range(6)]
     assert run.queue_offsets.tolist() == list(range(6))
     assert [run.topic_names[c] for c in run.topic_codes.tolist()] == ["abc"] * 6
-    assert codec.check_record(buf, run.end, check_crc=True).reason == "topic is not UTF-8"
+    assert record_check.check_record(buf, run.end, check_crc=True).reason == "topic is not UTF-8"
 
 
 def test_validate_run_mixed_sizes_and_topics() -> None:

@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.errors import CorruptStore, InvalidArgument
-from store.format import batch_decode
+from store.format import arrow_ranges, batch_decode, property_columns
 from store.format.arrow_schema import COLUMN_PROPERTIES, MESSAGE_SCHEMA
 from store.format.batch_decode import decode_int_field, decode_records_to_arrow, decode_store_timestamps
+from store.format.ids import encode_msg_id
 from store.format.record import (
     BODY_POS,
     MAGIC_POS,
@@ -32,11 +33,10 @@ from store.format.record import (
     TOTAL_SIZE_POS,
     BodyPolicy,
     RecordFields,
-    decode_record,
-    encode_msg_id,
     encode_record,
     prepare_body,
 )
+from store.format.record_check import decode_record
 
 COMPRESS_OVER = 4096
 POLICY = BodyPolicy(max_body_bytes=1 << 20, compress_over_bytes=COMPRESS_OVER)
@@ -161,7 +161,8 @@ def records(draw: st.DrawFn) -> RecordFields:
 def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test as is, and with 2-row chunks so that every cross-chunk path is exercised."""
     if request.param == "tiny chunks":
-        monkeypatch.setattr(batch_decode, "_CHUNK_ROWS", 2)
+        for module in (batch_decode, property_columns):
+            monkeypatch.setattr(module, "CHUNK_ROWS", 2)
     return str(request.param)
 
 
@@ -374,7 +375,7 @@ def test_large_slice_path_gives_the_same_batch(monkeypatch: pytest.MonkeyPatch) 
         RecordFields(topic=f"t{i % 2}", body=b"x" * i, properties={"TAGS": "a", "K": "v"}) for i in range(9)
     ]
     buf, starts = build_slice(recs)
-    monkeypatch.setattr(batch_decode, "_LARGE_SOURCE_BYTES", 16)
+    monkeypatch.setattr(arrow_ranges, "_LARGE_SOURCE_BYTES", 16)
     assert_same(decode_records_to_arrow(buf, starts), reference_batch(buf, starts))
 
 

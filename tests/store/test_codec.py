@@ -9,21 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.errors import CorruptStore, InvalidArgument, MessageTooLarge
+from store.format import ids
 from store.format import record as codec
+from store.format.ids import decode_msg_id, encode_msg_id
 from store.format.record import (
     BodyPolicy,
     RecordFields,
-    RecordStatus,
-    check_record,
-    decode_msg_id,
     decode_properties,
-    decode_record,
     encode_blank,
-    encode_msg_id,
     encode_properties,
     encode_record,
     prepare_body,
 )
+from store.format.record_check import RecordStatus, check_record, decode_record
 
 # topic "T", body b"hi", queue 1, flag 0, queue offset 2, physical offset 3, sysflag 0,
 # born ts 4 @ 10.0.0.1:5, store ts 6 @ 10.0.0.2:7, reconsume 0, prepared 0, {"TAGS": "a"}.
@@ -134,19 +132,19 @@ def test_golden_msg_id() -> None:
 
 
 def test_hosts_are_ipv4() -> None:
-    assert codec.ip4_bytes("10.0.0.1") == b"\x0a\x00\x00\x01"
-    assert codec.ip4_bytes("::ffff:10.0.0.1") == b"\x0a\x00\x00\x01"
+    assert ids.ip4_bytes("10.0.0.1") == b"\x0a\x00\x00\x01"
+    assert ids.ip4_bytes("::ffff:10.0.0.1") == b"\x0a\x00\x00\x01"
     for bad in ("::1", "localhost", "1.2.3"):
         with pytest.raises(InvalidArgument):
-            codec.ip4_bytes(bad)
+            ids.ip4_bytes(bad)
 
 
 def test_golden_uniq_key() -> None:
-    prefix = codec.uniq_key_prefix("10.0.0.1", 0x1234, 0xCAFEBABE)
+    prefix = ids.uniq_key_prefix("10.0.0.1", 0x1234, 0xCAFEBABE)
     assert prefix == "0A0000011234CAFEBABE"
-    key = codec.encode_uniq_key(prefix, 0x01020304, 0xFFFF)
+    key = ids.encode_uniq_key(prefix, 0x01020304, 0xFFFF)
     assert key == "0A0000011234CAFEBABE01020304FFFF"
-    assert codec.decode_uniq_key(key) == ("10.0.0.1", 0x1234, 0xCAFEBABE, 0x01020304, 0xFFFF)
+    assert ids.decode_uniq_key(key) == ("10.0.0.1", 0x1234, 0xCAFEBABE, 0x01020304, 0xFFFF)
 
 
 def test_properties_trailing_separator_like_rocketmq() -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from store.commitlog import commitlog as commitlog_module
 from store.commitlog.commitlog import CommitLog
 from store.errors import DataLost, MessageTooLarge, StoreNotWritable
+from store.format import ids, record_check
 from store.format import record as codec
 from store.format.batch_encode import EncodedBatch
 from store.format.java_hash import java_string_hash
@@ -62,7 +63,7 @@ def test_append_and_read_back(tmp_path: Path) -> None:
     assert view is not None
     assert view.commitlog_offset == second
     assert view.body == bytes([1]) * 200
-    assert view.msg_id == codec.encode_msg_id(STORE_HOST, second)
+    assert view.msg_id == ids.encode_msg_id(STORE_HOST, second)
     assert log.read_store_timestamp(second) == 1001
     assert log.get_message(second + 1) is None
     assert log.read(log.max_offset, 10) is None
@@ -271,7 +272,7 @@ def test_zero_copy_view_survives_deletion(tmp_path: Path) -> None:
     assert log.file_size_bytes == FILE_SIZE
     os.utime(tmp_path / "00000000000000000000", ns=(0, 0))
     assert log.delete_expired_files(expired_before_ms=1) == 1
-    assert codec.decode_record(view).queue_offset == 1  # still mapped while the view lives
+    assert record_check.decode_record(view).queue_offset == 1  # still mapped while the view lives
     with pytest.raises(DataLost):
         log.view(offsets[1], REC)
     with pytest.raises(DataLost):
@@ -284,9 +285,9 @@ def test_read_only_follower_sees_new_and_deleted_files(tmp_path: Path) -> None:
     offsets = [writer.append_record(record(i)) for i in range(5)]
     follower = CommitLog(tmp_path, FILE_SIZE)
     follower.load(read_only=True)
-    assert codec.decode_record(follower.view(offsets[4], REC)).queue_offset == 4
+    assert record_check.decode_record(follower.view(offsets[4], REC)).queue_offset == 4
     offsets += [writer.append_record(record(i)) for i in range(5, 30)]  # two more files
-    assert codec.decode_record(follower.view(offsets[29], REC)).queue_offset == 29
+    assert record_check.decode_record(follower.view(offsets[29], REC)).queue_offset == 29
     with pytest.raises(StoreNotWritable, match="read-only"):
         follower.append_record(record(0))
     os.utime(tmp_path / "00000000000000000000", ns=(0, 0))
@@ -331,7 +332,9 @@ def test_vectorised_walk_agrees_with_check_record(
             data[int(damage[0] * end)] ^= damage[1]
             path.write_bytes(bytes(data))
         expected, checks, position = [], [], 0
-        while (check := codec.check_record(data, position, check_crc=True)).status is codec.RecordStatus.OK:
+        while (
+            check := record_check.check_record(data, position, check_crc=True)
+        ).status is record_check.RecordStatus.OK:
             expected.append(position)
             checks.append(check)  # the damage may hit a topic or a property: no CRC covers them
             position += check.size

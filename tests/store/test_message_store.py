@@ -20,7 +20,7 @@ from store import (
     UnknownTopic,
 )
 from store.consumequeue.consume_queue import ConsumeQueue
-from store.format.record import decode_msg_id
+from store.format.ids import decode_msg_id
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from store.read.store_reader import StoreReader
 from tests.support.stores import ManualClock

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from store import Message, MessageStore, StoreConfig
-from store.format.record import check_record, encode_record
+from store.format.record import encode_record
+from store.format.record_check import check_record
 from store.write.sendback import origin_id, sendback_record, sendback_request
 from streaming.operators.retry import accepted
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store import Message, MessageStore, StoreConfig, TimerIllegal
-from store.format.record import RECORD_HEADER, check_record
+from store.format.record import RECORD_HEADER
+from store.format.record_check import check_record
 from store.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from store.write.timers import TimerRules, admit_timer, requested_deliver_ms, timer_out_ms
 

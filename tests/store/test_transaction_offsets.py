@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from store import BatchPutResult, MessageStore, ProduceColumns, ProducerRef, StoreConfig
-from store.format.record import check_record, encode_record
+from store.format.record import encode_record
+from store.format.record_check import check_record
 from store.names import TRANS_HALF_TOPIC, TRANS_OFFSETS_TOPIC, TRANS_OP_HALF_TOPIC
 from store.publish.transactions import TransactionService
 from store.write.transactions import (

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from store import Message, MessageStore, StoreConfig
-from store.format.record import check_record, encode_record
+from store.format.record import encode_record
+from store.format.record_check import check_record
 from store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from store.publish.transactions import ProducerGroupMismatch, TransactionService, UnknownTransaction
 from store.write.transactions import Half, TxOutcome, discard_record, final_record, op_record, parse_op_body
