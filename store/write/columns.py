@@ -240,17 +240,7 @@ def put_columns(
     queue_ids = resolve_queue_ids(topic, cols, count, lambda k: appender.round_robin_queues(topic, count, k))
     if not columnar(cols):
         return appender.put_messages(cols.messages(topic, queue_ids), producer=producer)
-    return appender.put_batch(
-        topic,
-        cols.bodies,
-        queue_ids=queue_ids,
-        tags=cols.tags if cols.tags is not None and any(t is not None for t in cols.tags) else None,
-        keys=cols.keys if cols.keys is not None and any(k is not None for k in cols.keys) else None,
-        properties=dict(cols.properties) if cols.properties else None,
-        uniq_keys=cols.uniq_keys,
-        born_timestamps_ms=cols.born_timestamps_ms,
-        producer=producer,
-    )
+    return _put_batch(appender, topic, cols, queue_ids, producer)
 
 
 def put_halves(
@@ -271,6 +261,18 @@ def put_halves(
             for m in cols.messages(topic, queue_ids)
         ]
         return appender.put_messages(messages, producer=producer)
+    return _put_batch(appender, topic, cols, queue_ids, producer, half)
+
+
+def _put_batch(
+    appender: Appender,
+    topic: str,
+    cols: ProduceColumns,
+    queue_ids: npt.NDArray[np.int32] | None,
+    producer: ProducerRef | None,
+    half: HalfOf | None = None,
+) -> BatchPutResult:
+    """``cols`` through the appender's vectorised ``put_batch`` (all-None columns left out)."""
     return appender.put_batch(
         topic,
         cols.bodies,

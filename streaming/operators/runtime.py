@@ -203,24 +203,36 @@ def delay_settings(doc: dict[str, Any], shards: int) -> DelaySettings:
     )
 
 
-def start_delay_query(spark: Any, config: JobConfig, client: BrokerClient, settings: DelaySettings) -> Any:
+def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: int) -> Any:
+    """The ``sparkmq`` stream of the system topics an operator resolves, from the earliest record."""
     reader = (
         spark.readStream.format("sparkmq")
-        .option("topics", f"{SCHEDULE_TOPIC},{TIMER_TOPIC}")
+        .option("topics", topics)
         .option("systemTopics", "true")
         .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", str(max(settings.burst_cap, 10_000)))
+        .option("maxMessagesPerTrigger", str(max_per_trigger))
     )
     reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
     if config.auth_token:
         reader = reader.option("authToken", config.auth_token)
+    return reader.load()
+
+
+def _start(decisions: Any, name: str, config: JobConfig, poster: Any) -> Any:
+    """An operator's query: its decisions posted to the broker once per micro-batch."""
     return (
-        resolve(reader.load(), settings)
-        .writeStream.queryName(DELAY_OPERATOR)
-        .foreachBatch(batch_poster(client, DELAY_OPERATOR, config.fault))
-        .option("checkpointLocation", str(config.checkpoint_dir / DELAY_OPERATOR))
+        decisions.writeStream.queryName(name)
+        .foreachBatch(poster)
+        .option("checkpointLocation", str(config.checkpoint_dir / name))
         .trigger(processingTime=f"{config.trigger_ms} milliseconds")
         .start()
+    )
+
+
+def start_delay_query(spark: Any, config: JobConfig, client: BrokerClient, settings: DelaySettings) -> Any:
+    parked = _system_input(spark, config, f"{SCHEDULE_TOPIC},{TIMER_TOPIC}", max(settings.burst_cap, 10_000))
+    return _start(
+        resolve(parked, settings), DELAY_OPERATOR, config, batch_poster(client, DELAY_OPERATOR, config.fault)
     )
 
 
@@ -236,46 +248,16 @@ def transaction_settings(doc: dict[str, Any]) -> transactions.TransactionSetting
 def start_transaction_query(
     spark: Any, config: JobConfig, client: BrokerClient, settings: transactions.TransactionSettings
 ) -> Any:
-    reader = (
-        spark.readStream.format("sparkmq")
-        .option("topics", f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}")
-        .option("systemTopics", "true")
-        .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", "100000")
-    )
-    reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
-    if config.auth_token:
-        reader = reader.option("authToken", config.auth_token)
+    halves_and_ops = _system_input(spark, config, f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}", 100_000)
     columns = [field.name for field in transactions.OUTPUT_SCHEMA.fields]
-    return (
-        transactions.resolve(reader.load(), settings)
-        .writeStream.queryName(TRANSACTION_OPERATOR)
-        .foreachBatch(batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows))
-        .option("checkpointLocation", str(config.checkpoint_dir / TRANSACTION_OPERATOR))
-        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
-        .start()
-    )
+    poster = batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows)
+    return _start(transactions.resolve(halves_and_ops, settings), TRANSACTION_OPERATOR, config, poster)
 
 
 def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> Any:
-    reader = (
-        spark.readStream.format("sparkmq")
-        .option("topics", SENDBACK_TOPIC)
-        .option("systemTopics", "true")
-        .option("startingOffsets", "earliest")
-        .option("maxMessagesPerTrigger", "100000")
-    )
-    reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
-    if config.auth_token:
-        reader = reader.option("authToken", config.auth_token)
-    return (
-        retry.resolve(reader.load(), retry.RetrySettings())
-        .writeStream.queryName(RETRY_OPERATOR)
-        .foreachBatch(batch_poster(client, RETRY_OPERATOR, config.fault))
-        .option("checkpointLocation", str(config.checkpoint_dir / RETRY_OPERATOR))
-        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
-        .start()
-    )
+    requests = _system_input(spark, config, SENDBACK_TOPIC, 100_000)
+    poster = batch_poster(client, RETRY_OPERATOR, config.fault)
+    return _start(retry.resolve(requests, retry.RetrySettings()), RETRY_OPERATOR, config, poster)
 
 
 def query_status(query: Any) -> dict[str, Any]:
