@@ -9,7 +9,7 @@ It composes one object per on-disk structure and owns the threads that keep them
 Reads go through :class:`~store.read.queue_reader.QueueReader`, shared with the lock-free
 :class:`~store.read.store_reader.StoreReader`. Recovery is :func:`store.recovery.recovery.recover`.
 
-Length: about 700 lines, on purpose: this class *is* the store's public API (some sixty
+Length: about 770 lines, on purpose: this class *is* the store's public API (some sixty
 methods), each a few lines that check arguments and delegate to the component owning the
 structure. Splitting it would scatter the API; the logic lives in the components.
 """

@@ -12,7 +12,7 @@ Recovery is an explicit, linear procedure (:meth:`recover_normally`,
 :meth:`recover_abnormally`): walk records from a starting file, stop at the first one that
 does not check out, truncate everything after it and log file, offset and reason.
 
-Length: about 490 lines: appends, the recovery walk and followers' reads share the file
+Length: about 530 lines: appends, the recovery walk and followers' reads share the file
 list and its invariants (no straddling record, BLANK at file ends), so they stay together.
 """
 
