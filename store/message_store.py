@@ -135,8 +135,12 @@ class MessageStore:
             self._checkpoint = StoreCheckpoint.open(cfg.checkpoint_path, self._fs)
             self._commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_file_size_bytes, self._fs)
             self._commitlog.load()
-            self._queues = ConsumeQueueStore.from_config(cfg)
-            self._index = IndexService.from_config(cfg, clock_ms=self._clock) if cfg.index_enabled else None
+            self._queues = ConsumeQueueStore.from_config(cfg, fs=self._fs)
+            self._index = (
+                IndexService.from_config(cfg, clock_ms=self._clock, fs=self._fs)
+                if cfg.index_enabled
+                else None
+            )
             self._topics = TopicConfigTable.from_config(cfg)
             self._offsets = ConsumerOffsetTable.from_config(cfg)
             self._delay_offsets = DelayOffsetTable.from_config(cfg)

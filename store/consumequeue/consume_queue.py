@@ -18,11 +18,8 @@ protocol above) and lock-free followers; both walk the same file list and change
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-import mmap
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +44,7 @@ from store.consumequeue.units import (
 )
 from store.errors import CorruptStore, InvalidArgument, StoreError
 from store.io.file_names import file_name_to_offset, offset_to_file_name
+from store.io.fs import FileHandle, FileSystem, OsFileSystem
 from store.types import Boundary
 
 log = logging.getLogger(__name__)
@@ -55,11 +53,11 @@ log = logging.getLogger(__name__)
 class _CQFile:
     """One mapped ConsumeQueue file; ``units``/``raw`` are views over the mapping."""
 
-    def __init__(self, path: Path, first_offset: int, mm: mmap.mmap) -> None:
+    def __init__(self, path: Path, first_offset: int, handle: FileHandle) -> None:
         self.path = path
         self.first_offset = first_offset  # queue offset of unit 0
-        self.mm = mm
-        self.raw: npt.NDArray[np.uint8] = np.frombuffer(mm, dtype=np.uint8)
+        self.handle = handle
+        self.raw: npt.NDArray[np.uint8] = np.frombuffer(handle.view(0, handle.size), dtype=np.uint8)
         self.units: Units = self.raw.view(CQ_UNIT_DTYPE)
 
     @property
@@ -67,29 +65,31 @@ class _CQFile:
         return self.first_offset + len(self.units)
 
     @staticmethod
-    def open(path: Path, first_offset: int, file_size: int, *, writable: bool) -> _CQFile | None:
-        """Map ``path``; ``None`` (read-only) when the file is not yet fully allocated."""
-        flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
-        fd = os.open(path, flags, 0o644)
-        try:
-            actual = os.fstat(fd).st_size
-            if actual > file_size:
-                raise CorruptStore(f"{path}: size {actual} is larger than the configured {file_size}")
-            if actual < file_size:
-                if not writable:
-                    return None
-                os.ftruncate(fd, file_size)  # new file, or one torn while being created
-            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-            return _CQFile(path, first_offset, mmap.mmap(fd, file_size, access=access))
-        finally:
-            os.close(fd)
+    def open(
+        fs: FileSystem, path: Path, first_offset: int, file_size: int, *, writable: bool
+    ) -> _CQFile | None:
+        """Map ``path`` (a writer creates it); ``None`` (read-only) when the file is not yet
+        fully allocated."""
+        if writable and not fs.exists(path):
+            return _CQFile(path, first_offset, fs.create(path, file_size))
+        actual = fs.file_size(path)
+        if actual > file_size:
+            raise CorruptStore(f"{path}: size {actual} is larger than the configured {file_size}")
+        if actual < file_size:
+            if not writable:
+                return None
+            fs.resize(path, file_size)  # torn while being created
+        return _CQFile(path, first_offset, fs.open(path, read_only=not writable))
+
+    def sync(self) -> None:
+        """msync the whole file; raises OSError."""
+        self.handle.sync(0, self.handle.size)
 
     def close(self) -> None:
         del self.units, self.raw
-        # BufferError: a caller still holds a zero-copy view from read_units(); the mapping
-        # is then released when the last view is garbage-collected.
-        with contextlib.suppress(BufferError):
-            self.mm.close()
+        # A caller may still hold a zero-copy view from read_units(); the mapping is then
+        # released when the last view is garbage-collected.
+        self.handle.close()
 
 
 class ConsumeQueue:
@@ -101,13 +101,16 @@ class ConsumeQueue:
     a deleted file is only unlinked, its mapping released when the last reader drops it.
     """
 
-    def __init__(self, directory: Path, units_per_file: int, *, read_only: bool = False) -> None:
+    def __init__(
+        self, directory: Path, units_per_file: int, *, read_only: bool = False, fs: FileSystem | None = None
+    ) -> None:
         if units_per_file < 1:
             raise InvalidArgument(f"units_per_file must be >= 1, got {units_per_file}")
         self.directory = directory
         self.units_per_file = units_per_file
         self.file_size_bytes = units_per_file * CQ_UNIT_SIZE
         self.read_only = read_only
+        self._fs: FileSystem = fs if fs is not None else OsFileSystem()
         self._lock = threading.Lock()
         self._files: list[_CQFile] = []
         self._min = 0
@@ -141,7 +144,7 @@ class ConsumeQueue:
     def _load_files(self) -> list[_CQFile]:
         files: list[_CQFile] = []
         for first_offset, path in self._listed():
-            f = _CQFile.open(path, first_offset, self.file_size_bytes, writable=not self.read_only)
+            f = _CQFile.open(self._fs, path, first_offset, self.file_size_bytes, writable=not self.read_only)
             if f is None:
                 break
             files.append(f)
@@ -306,9 +309,10 @@ class ConsumeQueue:
                 return False
             f = self._file_for(self._max)
             at = (self._max - f.first_offset) * CQ_UNIT_SIZE
-            f.mm[at : at + SIZE_POS] = unit[:SIZE_POS]
-            f.mm[at + SIZE_END : at + CQ_UNIT_SIZE] = unit[SIZE_END:]
-            f.mm[at + SIZE_POS : at + SIZE_END] = unit[SIZE_POS:SIZE_END]  # commit point
+            raw = np.frombuffer(unit, dtype=np.uint8)
+            f.raw[at : at + SIZE_POS] = raw[:SIZE_POS]
+            f.raw[at + SIZE_END : at + CQ_UNIT_SIZE] = raw[SIZE_END:]
+            f.raw[at + SIZE_POS : at + SIZE_END] = raw[SIZE_POS:SIZE_END]  # commit point
             self._max += 1
             return True
 
@@ -345,7 +349,7 @@ class ConsumeQueue:
             return files[-1]
         first_offset = queue_offset - queue_offset % self.units_per_file
         path = self.directory / offset_to_file_name(first_offset * CQ_UNIT_SIZE)
-        f = _CQFile.open(path, first_offset, self.file_size_bytes, writable=True)
+        f = _CQFile.open(self._fs, path, first_offset, self.file_size_bytes, writable=True)
         assert f is not None  # writable opens always allocate
         if not files and queue_offset > first_offset:
             blank = encode_units(
@@ -437,7 +441,7 @@ class ConsumeQueue:
             files: list[_CQFile] = []
             for first_offset, path in listed:
                 f = known.pop(path.name, None) or _CQFile.open(
-                    path, first_offset, self.file_size_bytes, writable=False
+                    self._fs, path, first_offset, self.file_size_bytes, writable=False
                 )
                 if f is None:
                     break
@@ -471,7 +475,7 @@ class ConsumeQueue:
             return False
         for f in files:
             if f.end_offset > flushed and f.first_offset < upto:
-                f.mm.flush()
+                f.sync()
         with self._lock:
             if self._flushed == flushed:
                 self._flushed = upto

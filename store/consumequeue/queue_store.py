@@ -18,6 +18,7 @@ from store.commitlog.dispatch_batch import DispatchBatch
 from store.config import StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueue
 from store.format.vocabulary import enter_consume_queue, enters_consume_queue
+from store.io.fs import FileSystem
 
 log = logging.getLogger(__name__)
 
@@ -25,19 +26,24 @@ log = logging.getLogger(__name__)
 class ConsumeQueueStore:
     """Every ConsumeQueue under ``consumequeue/``: lazily created, existing ones loaded at start."""
 
-    def __init__(self, root: Path, units_per_file: int, *, read_only: bool = False) -> None:
+    def __init__(
+        self, root: Path, units_per_file: int, *, read_only: bool = False, fs: FileSystem | None = None
+    ) -> None:
         self.root = root
         self.units_per_file = units_per_file
         self.read_only = read_only
+        self._fs = fs
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._last_dispatched_ts = 0
         self._load()
 
     @staticmethod
-    def from_config(config: StoreConfig, *, read_only: bool = False) -> ConsumeQueueStore:
+    def from_config(
+        config: StoreConfig, *, read_only: bool = False, fs: FileSystem | None = None
+    ) -> ConsumeQueueStore:
         return ConsumeQueueStore(
-            config.consume_queue_dir, config.consume_queue_units_per_file, read_only=read_only
+            config.consume_queue_dir, config.consume_queue_units_per_file, read_only=read_only, fs=fs
         )
 
     def _load(self) -> None:
@@ -51,8 +57,13 @@ class ConsumeQueueStore:
             for queue_dir in sorted(topic_dir.iterdir()):
                 key = (topic_dir.name, int(queue_dir.name)) if queue_dir.name.isdigit() else None
                 if key is not None and key not in queues and queue_dir.is_dir():
-                    queues[key] = ConsumeQueue(queue_dir, self.units_per_file, read_only=self.read_only)
+                    queues[key] = ConsumeQueue(
+                        queue_dir, self.units_per_file, read_only=self.read_only, fs=self._fs
+                    )
         self._queues = queues
+
+    def _queue(self, directory: Path) -> ConsumeQueue:
+        return ConsumeQueue(directory, self.units_per_file, read_only=self.read_only, fs=self._fs)
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))
@@ -65,7 +76,7 @@ class ConsumeQueueStore:
             queue = self._queues.get((topic, queue_id))
             if queue is None:
                 directory = self.root / topic / str(queue_id)
-                queue = ConsumeQueue(directory, self.units_per_file, read_only=self.read_only)
+                queue = self._queue(directory)
                 self._queues = {**self._queues, (topic, queue_id): queue}
             return queue
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from store.errors import CorruptStore
+from store.io.fs import FileSystem, OsFileSystem
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -152,23 +152,33 @@ def chain_links(slots: I64, entry_indexes: I64, current_heads: I64) -> tuple[I64
 class IndexFile:
     """One mapped index file. Writes come from one thread; queries may run concurrently."""
 
-    def __init__(self, path: Path, slot_count: int, max_entries: int, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        slot_count: int,
+        max_entries: int,
+        *,
+        read_only: bool = False,
+        fs: FileSystem | None = None,
+    ) -> None:
         self.path = path
         self.slot_count = slot_count
         self.max_entries = max_entries
         self.read_only = read_only
+        fs = fs if fs is not None else OsFileSystem()
         size = index_file_size(slot_count, max_entries)
-        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            actual = os.fstat(fd).st_size
+        fresh = not read_only and not fs.exists(path)
+        if fresh:
+            self._handle = fs.create(path, size)
+        else:
+            actual = fs.file_size(path)
             if actual not in (0, size) or (read_only and actual != size):
                 raise CorruptStore(f"{path}: size {actual}, expected {size} for {slot_count} slots")
-            if actual == 0:
-                os.ftruncate(fd, size)
-            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
-            self._mm = mmap.mmap(fd, size, access=access)
-        finally:
-            os.close(fd)
+            if actual == 0:  # torn while being created
+                fs.resize(path, size)
+                fresh = True
+            self._handle = fs.open(path, read_only=read_only)
+        self._mm = self._handle.view(0, size)
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=slot_count, offset=INDEX_HEADER_SIZE)
         self._entries = np.frombuffer(
             self._mm,
@@ -178,16 +188,22 @@ class IndexFile:
         )
         self._entries_base = INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE
         self.header = IndexHeader.decode(self._mm)
-        if actual == 0:
+        if fresh:
             self._write_header(IndexHeader())
         self.dirty = False
 
     @staticmethod
     def create(
-        path: Path, slot_count: int, max_entries: int, *, end_phy_offset: int = 0, end_timestamp_ms: int = 0
+        path: Path,
+        slot_count: int,
+        max_entries: int,
+        *,
+        end_phy_offset: int = 0,
+        end_timestamp_ms: int = 0,
+        fs: FileSystem | None = None,
     ) -> IndexFile:
         """New file continuing a previous one (RocketMQ seeds begin/end with its end values)."""
-        f = IndexFile(path, slot_count, max_entries)
+        f = IndexFile(path, slot_count, max_entries, fs=fs)
         f._write_header(IndexHeader(end_timestamp_ms, end_timestamp_ms, end_phy_offset, end_phy_offset, 0, 1))
         return f
 
@@ -272,11 +288,11 @@ class IndexFile:
     def flush(self) -> None:
         if self.dirty and not self.read_only:
             self.dirty = False
-            self._mm.flush()
+            self._handle.sync(0, self._handle.size)
 
     def close(self) -> None:
-        del self._slots, self._entries
-        self._mm.close()
+        del self._slots, self._entries, self._mm
+        self._handle.close()  # a query still holding a view keeps the mapping until it drops it
 
     def destroy(self) -> None:
         self.close()

@@ -47,6 +47,7 @@ from store.index.index_file import (
     index_file_size,
 )
 from store.io.clock import Clock, wall_clock_ms
+from store.io.fs import FileSystem
 from store.services import ServiceHealth
 
 log = logging.getLogger("sparkmq.store")
@@ -111,8 +112,10 @@ class IndexService:
         *,
         read_only: bool = False,
         clock_ms: Clock = wall_clock_ms,
+        fs: FileSystem | None = None,
     ) -> None:
         self.directory = directory
+        self._fs = fs
         self.slot_count = slot_count
         self.max_entries = max_entries
         self.read_only = read_only
@@ -124,7 +127,11 @@ class IndexService:
 
     @staticmethod
     def from_config(
-        config: StoreConfig, *, read_only: bool = False, clock_ms: Clock = wall_clock_ms
+        config: StoreConfig,
+        *,
+        read_only: bool = False,
+        clock_ms: Clock = wall_clock_ms,
+        fs: FileSystem | None = None,
     ) -> IndexService:
         return IndexService(
             config.index_dir,
@@ -132,6 +139,7 @@ class IndexService:
             config.index_max_entries,
             read_only=read_only,
             clock_ms=clock_ms,
+            fs=fs,
         )
 
     def _listed(self) -> list[Path]:
@@ -144,7 +152,7 @@ class IndexService:
         return paths
 
     def _open(self, path: Path) -> IndexFile:
-        return IndexFile(path, self.slot_count, self.max_entries, read_only=self.read_only)
+        return IndexFile(path, self.slot_count, self.max_entries, read_only=self.read_only, fs=self._fs)
 
     @property
     def files(self) -> list[IndexFile]:
@@ -202,6 +210,7 @@ class IndexService:
             self.max_entries,
             end_phy_offset=previous.end_phy_offset,
             end_timestamp_ms=previous.end_timestamp_ms,
+            fs=self._fs,
         )
         self._files = [*files, created]
         return created

@@ -254,14 +254,19 @@ class _Countdown:
         self.calls = 0
         self.persistent = False
         self.failing = False
+        #: Only paths containing this count (None: every path).
+        self.only: str | None = None
 
-    def arm(self, nth: int, error: int, persistent: bool) -> None:
+    def arm(self, nth: int, error: int, persistent: bool, only: str | None = None) -> None:
         if nth < 1:
             raise ValueError("nth is 1-based")
         self.remaining, self.error, self.persistent, self.failing = nth, error, persistent, False
+        self.only = only
 
     def tick(self, what: str, path: Path) -> None:
         self.calls += 1
+        if self.only is not None and self.only not in str(path):
+            return
         if self.remaining > 0:
             self.remaining -= 1
             self.failing = self.remaining == 0
@@ -315,7 +320,9 @@ class FaultyFileSystem:
     ``fail_nth("write", 3)`` makes the third ``FileHandle.write`` from now raise
     ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``) and ``"create"``. A
     trigger fires once, or on every call from the Nth on with ``persistent=True`` (a disk
-    that stays full) until :meth:`heal`. ``calls(kind)`` counts calls seen so far.
+    that stays full) until :meth:`heal`; ``only=`` narrows it to paths containing a string.
+    ``calls(kind)`` counts calls seen so far. Every mapped structure goes through it: the
+    CommitLog, the ConsumeQueues, the index files and the checkpoint.
 
     With ``track_unsynced=True`` it also remembers what each file held at its last fsync;
     :meth:`crash` then simulates a power loss (unsynced bytes vanish, or with a random
@@ -362,9 +369,18 @@ class FaultyFileSystem:
                 )
         return _FaultyHandle(handle, self)
 
-    def fail_nth(self, kind: str, nth: int = 1, error: int = errno.ENOSPC, persistent: bool = False) -> None:
+    def fail_nth(
+        self,
+        kind: str,
+        nth: int = 1,
+        error: int = errno.ENOSPC,
+        persistent: bool = False,
+        only: str | None = None,
+    ) -> None:
+        """Arm ``kind``; with ``only``, just the calls on paths containing it count and fail
+        (``only="/consumequeue/"``: ConsumeQueue files; ``"/index/"``: index files)."""
         with self._lock:
-            self._triggers[kind].arm(nth, error, persistent)
+            self._triggers[kind].arm(nth, error, persistent, only)
 
     def heal(self) -> None:
         """Disarm every trigger."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from store import IndexBehind, Message, MessageStore, ProducerRef
+from store import IndexBehind, Message, MessageStore, ProducerRef, StoreNotWritable
 from store.io.fs import FaultyFileSystem
 from tests.support.stores import tiny_config
 from tests.support.waiting import wait_until
@@ -104,3 +104,55 @@ def test_a_failing_commitlog_flush_is_reported_until_it_heals(tmp_path: Path) ->
         assert "No space left" in (_service(store, "flush-commitlog").last_error or "")
         fs.heal()
         wait_until(lambda: store.health().ok, 5, "the flush service to recover")
+
+
+def test_a_consume_queue_file_that_cannot_be_created_refuses_the_put_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The ConsumeQueue's files go through the file-system seam: a new queue file that cannot
+    be created refuses the put (the CommitLog append is rolled back), and once the disk heals
+    the same put works."""
+    fs = FaultyFileSystem()
+    with MessageStore.open(tiny_config(tmp_path / "s"), fs=fs) as store:
+        store.create_topic("a", 1)
+        store.create_topic("b", 1)
+        store.put_message(Message(topic="a", body=b"first"))
+        end = store.commitlog_max_offset
+        fs.fail_nth("create", 1, persistent=True, only="/consumequeue/")
+        with pytest.raises(StoreNotWritable):
+            store.put_message(Message(topic="b", body=b"refused"))
+        assert store.commitlog_max_offset == end
+        assert store.max_offset("b", 0) == 0
+        fs.heal()
+        assert store.put_message(Message(topic="b", body=b"later")).queue_offset == 0
+        assert [m.body for m in store.get_messages("b", 0, 0).messages] == [b"later"]
+
+
+def test_a_failing_consume_queue_flush_is_reported(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    config = tiny_config(tmp_path / "s", background_services=True, flush_consume_queue_interval_ms=20)
+    with MessageStore.open(config, fs=fs) as store:
+        store.create_topic("t", 1)
+        fs.fail_nth("fsync", 1, persistent=True, only="/consumequeue/")
+        store.put_message(Message(topic="t", body=b"x"))
+        wait_until(lambda: not _service(store, "flush-logics").ok, 5, "the ConsumeQueue flush failure")
+        assert _service(store, "flush-commitlog").ok
+        fs.heal()
+        wait_until(lambda: store.health().ok, 5, "the ConsumeQueue flush to recover")
+
+
+def test_an_index_file_that_cannot_be_created_holds_lookups_until_it_can(tmp_path: Path) -> None:
+    """A full index file rolls to a new one; when the new file cannot be created the index
+    thread reports it, keeps the batch and retries; lookups wait, then are refused."""
+    fs = FaultyFileSystem()
+    config = tiny_config(tmp_path / "s", background_services=True, index_lookup_wait_ms=300)
+    with MessageStore.open(config, fs=fs) as store:
+        store.create_topic("t", 1)
+        fs.fail_nth("create", 1, persistent=True, only="/index/")
+        store.put_message(Message(topic="t", body=b"k", keys=("needle",)))
+        wait_until(lambda: not _service(store, "index").ok, 5, "the index failure to show")
+        with pytest.raises(IndexBehind):
+            store.query_by_key("t", "needle")
+        fs.heal()
+        wait_until(lambda: store.health().ok, 15, "the index to recover")
+        assert [m.body for m in store.query_by_key("t", "needle")] == [b"k"]
