@@ -18,7 +18,7 @@ from tests.support.network import free_port
 from tests.support.waiting import wait_until
 
 #: Spark start-up plus the first stateful batches on a loaded 2-core machine.
-JOB_START_TIMEOUT_S = 180.0
+JOB_START_TIMEOUT_S = 300.0
 
 
 def pid_alive(pid: int) -> bool:

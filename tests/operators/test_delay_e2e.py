@@ -104,7 +104,7 @@ def test_pending_messages_are_reported_with_their_due_time(broker: Broker) -> No
         lambda: broker.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query"
     )
     parked = produce_delayed(broker, "later", 3, 5, "p")  # 1 min
-    wait_until(lambda: broker.delay_operator().get("pending") == 3, 45, "3 pending delayed messages")
+    wait_until(lambda: broker.delay_operator().get("pending") == 3, 120, "3 pending delayed messages")
     op = broker.delay_operator()
     due = min(r["store_timestamp"] for r in parked) + 60_000
     # delayOffset.json (RocketMQ's meaning): level 5's next offset to examine is the first pending.
