@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes, schedule_error
 from ingest_api.http.errors import ApiError
+from ingest_api.http.json_batch import EntryFields
 from ingest_api.http.schemas import ProduceIn, decode_body
 from store import (
     PROPERTY_PGROUP,
@@ -163,64 +164,98 @@ def entry_message(
 
 
 def put_entries(
-    store: MessageStore, topic: str, entries: Sequence[ProduceIn], producer: ProducerRef | None = None
+    store: MessageStore,
+    topic: str,
+    entries: Sequence[ProduceIn],
+    producer: ProducerRef | None = None,
 ) -> tuple[ProduceOutcome, int]:
     """Every entry is checked before anything is stored; returns (outcome, body bytes).
 
     Entries of the path's topic go to the store's columnar entry (``put_columns``) as columns,
     without a :class:`Message` per entry; a batch whose entries name other topics goes through
     :func:`entry_message` and ``put_messages`` (one append across topics)."""
-    queue_count = store.ensure_topic(topic)
-    max_body = store.config.max_message_size_bytes
-    max_delay = store.config.timer_max_delay_ms
     if any(e.topic not in (None, topic) for e in entries):
+        store.ensure_topic(topic)
+        max_body = store.config.max_message_size_bytes
+        max_delay = store.config.timer_max_delay_ms
         counts = {t: store.ensure_topic(t) for t in entry_topics(topic, entries)}
         messages = [
             entry_message(e.topic or topic, e, counts[e.topic or topic], max_body, i, max_delay)
             for i, e in enumerate(entries)
         ]
         return list(store.put_messages(messages, producer=producer)), sum(len(m.body) for m in messages)
-    columns = entry_columns(entries, queue_count, max_body, max_delay, topic)
-    return store.put_columns(topic, columns, producer=producer), sum(len(b) for b in columns.bodies)
+    return put_fields(store, topic, entries, None, producer)
+
+
+def put_fields(
+    store: MessageStore,
+    topic: str,
+    entries: Sequence[EntryFields],
+    bodies: list[bytes] | None,
+    producer: ProducerRef | None = None,
+) -> tuple[ProduceOutcome, int]:
+    """Validated entries of ``topic`` (``ProduceIn`` models, or :mod:`ingest_api.http.json_batch`'s
+    entries with their ``bodies`` already decoded) through ``put_columns``. Returns (outcome,
+    body bytes)."""
+    queue_count = store.ensure_topic(topic)
+    config = store.config
+    columns = entry_columns(
+        entries, queue_count, config.max_message_size_bytes, config.timer_max_delay_ms, topic, bodies
+    )
+    return store.put_columns(topic, columns, producer=producer), sum(map(len, columns.bodies))
 
 
 def entry_columns(
-    entries: Sequence[ProduceIn], queue_count: int, max_body: int, max_delay_ms: int, topic: str
+    entries: Sequence[EntryFields],
+    queue_count: int,
+    max_body: int,
+    max_delay_ms: int,
+    topic: str,
+    bodies: list[bytes] | None = None,
 ) -> ProduceColumns:
     """The store columns of validated entries of one topic: queue ids checked against the
-    topic, scheduling fields checked (400 naming the field and entry), body sizes checked (413)."""
-    bodies = [decode_body(e.body, e.body_base64) for e in entries]
-    sizes = [len(body) for body in bodies]
-    if sizes and max(sizes) > max_body:
-        index = next(i for i, size in enumerate(sizes) if size > max_body)
-        raise _too_large(sizes[index], max_body, index)
+    topic, scheduling fields checked (400 naming the field and entry), body sizes checked (413).
+    ``bodies`` are the entries' decoded bodies when the caller has them already."""
+    if bodies is None:
+        bodies = [decode_body(e.body, e.body_base64) for e in entries]
     n = len(entries)
+    if n and max(map(len, bodies)) > max_body:
+        index = next(i for i, body in enumerate(bodies) if len(body) > max_body)
+        raise _too_large(len(bodies[index]), max_body, index)
+    explicit = [e.queue_id for e in entries]
     queue_ids = None
-    if any(e.queue_id is not None for e in entries):
-        queue_ids = np.array([UNPLACED if e.queue_id is None else e.queue_id for e in entries], np.int32)
+    if explicit.count(None) != n:
+        queue_ids = np.array([UNPLACED if q is None else q for q in explicit], np.int32)
         bad = np.flatnonzero(queue_ids >= queue_count)
         if len(bad):
             raise _unknown_queue(int(queue_ids[bad[0]]), topic, queue_count, int(bad[0]))
     properties: dict[str, list[str | None]] = {}
-    for i, entry in enumerate(entries):
+    levels = [0] * n
+    special = [
+        i
+        for i, e in enumerate(entries)
+        if e.properties or e.delay_level is not None or e.deliver_at_ms is not None or e.delay_ms is not None
+    ]
+    for i in special:
+        entry = entries[i]
         merged = entry.properties
         if entry.scheduled:
             _, timer = scheduling(
                 entry.delay_level, entry.deliver_at_ms, entry.delay_ms, max_delay_ms=max_delay_ms, index=i
             )
             merged = {**merged, **timer}
+            levels[i] = entry.delay_level or 0
         for name, value in merged.items():
             properties.setdefault(name, [None] * n)[i] = value
     sharding = [e.sharding_key for e in entries]
     tags = [e.tags for e in entries]
-    keys = [" ".join(e.keys) or None for e in entries]
-    levels = [e.delay_level or 0 for e in entries]
+    keys = [" ".join(k) if (k := e.keys) else None for e in entries]
     return ProduceColumns(
         bodies=bodies,
         queue_ids=queue_ids,
-        sharding_keys=sharding if any(k is not None for k in sharding) else None,
-        tags=tags if any(t is not None for t in tags) else None,
-        keys=keys if any(k is not None for k in keys) else None,
+        sharding_keys=sharding if sharding.count(None) != n else None,
+        tags=tags if tags.count(None) != n else None,
+        keys=keys if keys.count(None) != n else None,
         properties={name: properties[name] for name in sorted(properties)} or None,
         delay_levels=np.array(levels, np.int32) if any(levels) else None,
     )

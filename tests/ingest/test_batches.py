@@ -194,7 +194,12 @@ def test_produce_batch_json_matches_the_model() -> None:
         store_host=host,
     )
     expected = ProduceBatchOut(results=[ProduceOut.of(r) for r in batch.results()])
-    assert json_module.loads(produce_batch_json(batch)) == json_module.loads(expected.model_dump_json())
+    assert produce_batch_json(batch) == expected.model_dump_json().encode()  # byte for byte
+    odd = [PutResult("M" * 32, 'ü"\\\x01/', "t", 0, 1, 2, 3, 4)]  # escapes and non-ASCII
+    assert (
+        produce_batch_json(odd)
+        == ProduceBatchOut(results=[ProduceOut.of(r) for r in odd]).model_dump_json().encode()
+    )
     assert json_module.loads(produce_batch_json(batch))["results"][1]["msg_id"] == encode_msg_id(
         host, 2**40 + 5
     )

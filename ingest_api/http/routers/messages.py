@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import batches, producing
+from ingest_api.http import batches, json_batch, producing
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
@@ -166,7 +166,7 @@ class _BatchRequest:
     authorize_topic: Callable[[str], None] | None = None
 
 
-def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memoryview, int, int]:
+def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | bytes | memoryview, int, int]:
     """Decode, validate and store a batch; returns (response body, messages, body bytes).
     Worker thread."""
     limit = broker.config.max_batch_messages
@@ -175,6 +175,16 @@ def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | memory
         arrow_batch = batches.parse_arrow_batch(raw, limit)
         results, body_bytes = producing.put_arrow(broker.store, topic, arrow_batch, request.producer)
     else:
+        decode_fast = (
+            json_batch.decode_ndjson_batch if content_type == batches.NDJSON else json_batch.decode_json_batch
+        )
+        fast = decode_fast(raw, limit)
+        if fast is not None:  # msgspec accepted it as the models would: straight to columns
+            results, body_bytes = producing.put_fields(broker.store, topic, *fast, request.producer)
+            payload = (
+                produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
+            )
+            return payload, len(results), body_bytes
         if content_type == batches.NDJSON:
             entries = batches.parse_ndjson_batch(raw, limit)
         else:
