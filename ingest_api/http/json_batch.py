@@ -49,7 +49,7 @@ class EntryFields(Protocol):
     @property
     def tags(self) -> str | None: ...
     @property
-    def keys(self) -> list[str]: ...
+    def keys(self) -> Sequence[str]: ...
     @property
     def properties(self) -> dict[str, str]: ...
     @property
@@ -66,14 +66,18 @@ class EntryFields(Protocol):
     def scheduled(self) -> bool: ...
 
 
-class FastEntry(msgspec.Struct, forbid_unknown_fields=True):
+class FastEntry(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """``ProduceIn`` as msgspec decodes it. ``transaction`` and ``topic`` may only be null here:
-    an entry that gives either takes the model path (transactions, batches across topics)."""
+    an entry that gives either takes the model path (transactions, batches across topics).
+
+    Not tracked by the garbage collector and with ``keys`` as a tuple (no list per entry): a
+    batch then allocates no container objects per entry, so it does not set off collections
+    that walk the broker's whole heap."""
 
     body: str | None = None
     body_base64: str | None = None
     tags: _Text | None = None
-    keys: Annotated[list[_Text], Meta(max_length=64)] = msgspec.field(default_factory=list)
+    keys: Annotated[tuple[_Text, ...], Meta(max_length=64)] = ()
     properties: dict[str, str] = msgspec.field(default_factory=dict)
     queue_id: _QueueId | None = None
     sharding_key: _Text | None = None
@@ -88,7 +92,7 @@ class FastEntry(msgspec.Struct, forbid_unknown_fields=True):
         return self.delay_level is not None or self.deliver_at_ms is not None or self.delay_ms is not None
 
 
-class _FastBatch(msgspec.Struct, forbid_unknown_fields=True):
+class _FastBatch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     messages: list[FastEntry]
     transaction: None = None
 

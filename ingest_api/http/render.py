@@ -54,7 +54,7 @@ def _msg_id_array(outcome: BatchPutResult) -> pa.StringArray:
     return ascii_rows_array(msg_id_chars(outcome.store_host, outcome.commitlog_offsets))
 
 
-class _ResultRow(msgspec.Struct):
+class _ResultRow(msgspec.Struct, gc=False):
     """:class:`ProduceOut`'s fields, in its order, for msgspec's encoder."""
 
     msg_id: str
@@ -66,7 +66,7 @@ class _ResultRow(msgspec.Struct):
     store_timestamp: int
 
 
-class _Results(msgspec.Struct):
+class _Results(msgspec.Struct, gc=False):
     results: list[_ResultRow]
 
 

@@ -1,0 +1,73 @@
+"""cProfile of the batch produce route's work, in process (no sockets): where a request's time goes.
+
+    python -m bench.http_profile json          # 1,000 x 100 B per request (also ndjson)
+    python -m bench.http_profile arrow         # 10,000 x 100 B, Arrow results
+    python -m bench.http_profile arrow --top 40 --requests 50
+
+Runs what ``POST /topics/{topic}/messages:batch`` runs in its worker thread
+(``routers.messages._produce_batch``: decode, validate, store, render) on a temporary store,
+prints the time per request beside in-process ``put_batch`` of the same bodies (interleaved,
+medians), then the profile sorted by cumulative time. The profiles under ``docs/profiles/``
+were made with it. Not a CI gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from bench.http_bench import BODY, batch_request
+from ingest_api.http.config import ServerConfig
+from ingest_api.http.routers import messages
+from store import MessageStore, StoreConfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=("json", "ndjson", "arrow"))
+    parser.add_argument("--requests", type=int, default=30, help="Requests per timing round and profiled.")
+    parser.add_argument("--top", type=int, default=30, help="Functions printed.")
+    args = parser.parse_args()
+    size = 10_000 if args.kind == "arrow" else 1000
+    raw, media = batch_request(args.kind, size)
+    with tempfile.TemporaryDirectory(prefix="sparkmq-profile-") as directory:
+        config = StoreConfig(store_dir=Path(directory), commitlog_file_size_bytes=1 << 30)
+        with MessageStore.open(config) as store:
+            store.create_topic("t", 4)
+            broker: Any = SimpleNamespace(
+                store=store, config=ServerConfig(store=config, max_batch_messages=100_000)
+            )
+            request = messages._BatchRequest("t", media, raw, args.kind == "arrow")
+            bodies = [BODY] * size
+            route, baseline = [], []
+            for _ in range(5):
+                for samples, call in (
+                    (route, lambda: messages._produce_batch(broker, request)),
+                    (baseline, lambda: store.put_batch("t", bodies)),
+                ):
+                    started = time.perf_counter()
+                    for _ in range(args.requests):
+                        call()
+                    samples.append((time.perf_counter() - started) / args.requests)
+            per_request, per_put = statistics.median(route), statistics.median(baseline)
+            print(
+                f"{args.kind} batch of {size:,}: route {per_request * 1e3:.2f} ms, put_batch "
+                f"{per_put * 1e3:.2f} ms, ratio {per_put / per_request:.2f} (medians of 5 interleaved rounds)"
+            )
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(args.requests):
+                messages._produce_batch(broker, request)
+            profile.disable()
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
