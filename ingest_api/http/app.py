@@ -22,12 +22,12 @@ from starlette.concurrency import run_in_threadpool
 import sparkmq
 from ingest_api.console import install_console
 from ingest_api.console.samples import sampling
+from ingest_api.http import fastlane
 from ingest_api.http.auth import load_token_table
 from ingest_api.http.broker import Broker
 from ingest_api.http.coalescer import ProduceCoalescer
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.errors import install_error_handlers
-from ingest_api.http.fastlane import FastLane
 from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.metrics import BrokerMetrics
@@ -157,9 +157,8 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
-    if server_config.fast_lane:
-        # Added first, so it runs inside the size limit (the last added middleware is outermost).
-        app.add_middleware(FastLane)
+    if server_config.fast_lane:  # in front of every middleware below (it does their part itself)
+        fastlane.install(app, server_config.max_request_bytes)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
     for module in (topics, messages, queues, retries, groups, sinks, operators, transactions, stats, ops):
         app.include_router(module.router)

@@ -1,30 +1,39 @@
-"""A pure-ASGI fast lane in front of the FastAPI routes for the hottest happy path.
+"""A pure-ASGI fast lane in front of the whole app for the hottest happy path.
 
 ``POST /topics/{topic}/messages`` with ``Content-Type: application/json`` costs about 0.3 ms
 of FastAPI dependency solving and body handling per request, several times what storing the
 message costs. The fast lane recognises that request by its method, path and exact
 Content-Type, reads the body, and only when everything the route would check passes (topic
-pattern, auth, ``ProduceIn.model_validate_json``) calls the route's own
-:func:`ingest_api.http.routers.messages.produce_one`. Anything else (another path or content type,
-a failed check, a client that went away mid-body) is handed to the FastAPI app unchanged,
+pattern, size limit, auth, ``ProduceIn.model_validate_json``) calls the route's own
+:func:`ingest_api.http.routers.messages.produce_one_json`. Anything else (another path or content
+type, a failed check, a client that went away mid-body) is handed to the app unchanged,
 with the body messages already read replayed, so every refusal is the app's own answer and
 the OpenAPI spec still documents the real route. Errors raised while producing (unknown
 topic without auto-creation, queue out of range, store faults) are rendered by the app's
 exception mapping (:func:`ingest_api.http.errors.response_for`), so they are the same bytes too.
+
+It wraps the app's whole middleware stack (:func:`install`), so what those layers do for
+the requests it answers, it does itself: the request-duration metric (``RequestTiming``),
+the body size limit (a larger body is handed to the app, which refuses it) and the bare 500
+of Starlette's ``ServerErrorMiddleware`` for a bug. Skipping them and Starlette's response
+object halves the Python work per request around the store call.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingest_api.http.auth import Right, authenticate, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.errors import ApiError, response_for
 from ingest_api.http.params import TOPIC_PATTERN
-from ingest_api.http.routers.messages import produce_one
+from ingest_api.http.routers.messages import produce_one_json
 from ingest_api.http.schemas import ProduceIn
 from ingest_api.http.timing import ROUTE_KEY
 from store import SparkMQError
@@ -33,6 +42,8 @@ _TOPIC = re.compile(TOPIC_PATTERN)
 #: TopicPath's max_length.
 _MAX_TOPIC = 255
 _PREFIX = "/topics/"
+_ROUTE = "/topics/{topic}/messages"
+_JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 _SUFFIX = "/messages"
 
 
@@ -52,46 +63,82 @@ def _single_produce_topic(scope: Scope) -> str | None:
 class FastLane:
     """ASGI middleware: the fast single produce, or the wrapped app for anything else."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
+        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         topic = _single_produce_topic(scope) if scope["type"] == "http" else None
         if topic is None:
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         content_type = authorization = None
+        declared = 0
         for name, value in scope["headers"]:
             if name == b"content-type":
                 if content_type is None:
                     content_type = value
+            elif name == b"content-length":
+                declared = int(value) if value.isdigit() else self.max_bytes + 1
             elif name == b"authorization" and authorization is None:
                 authorization = value.decode("latin-1")
             elif name == b"idempotency-key":  # idempotent produces take the documented route
                 await self.app(scope, receive, send)
                 return
-        if content_type != b"application/json":
+        if content_type != b"application/json" or declared > self.max_bytes:
             await self.app(scope, receive, send)
             return
         received: list[Message] = []
+        size = 0
         while True:
             message = await receive()
             received.append(message)
-            if message["type"] != "http.request" or not message.get("more_body", False):
+            size += len(message.get("body", b""))
+            if (
+                message["type"] != "http.request"
+                or not message.get("more_body", False)
+                or size > self.max_bytes
+            ):
                 break
         broker: Broker = scope["app"].state.broker
         entry = None
-        if message["type"] == "http.request":
+        if message["type"] == "http.request" and size <= self.max_bytes:
             entry = _accepted_entry(broker, topic, authorization, received)
         if entry is None:
             await self.app(scope, _replay(received, receive), send)
             return
-        scope[ROUTE_KEY] = "/topics/{topic}/messages"
+        scope[ROUTE_KEY] = _ROUTE
+        status = 500
         try:
-            response = await produce_one(broker, topic, entry)
-        except (ApiError, SparkMQError) as exc:
-            response = response_for(exc)
-        await response(scope, receive, send)
+            try:
+                answer = await produce_one_json(broker, topic, entry)
+            except (ApiError, SparkMQError) as exc:
+                response = response_for(exc)
+                status = response.status_code
+                await response(scope, receive, send)
+                return
+            status = 201
+            headers = [(b"content-length", str(len(answer)).encode()), _JSON_CONTENT_TYPE]
+            await send({"type": "http.response.start", "status": 201, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+        except Exception:
+            if status == 500:  # nothing sent yet: Starlette's ServerErrorMiddleware answer
+                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            raise
+        finally:
+            broker.metrics.http_request("POST", _ROUTE, status, time.perf_counter() - started)
+
+
+def install(app: Starlette, max_bytes: int) -> None:
+    """Put the fast lane in front of ``app``'s whole middleware stack (Starlette builds the
+    stack on the first request; this wraps what it builds)."""
+    build = app.build_middleware_stack
+
+    def build_with_lane() -> ASGIApp:
+        return FastLane(build(), max_bytes)
+
+    app.build_middleware_stack = build_with_lane  # type: ignore[method-assign]
 
 
 def _accepted_entry(

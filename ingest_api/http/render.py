@@ -101,6 +101,15 @@ def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> bytes:
     return _ENCODER.encode(_Results(rows))
 
 
+def produce_one_json(result: PutResult) -> bytes:
+    """:class:`ProduceOut` of one result as JSON (the same bytes as ``model_dump_json``; tested)."""
+    row = _ResultRow(
+        result.msg_id, result.uniq_key, result.topic, result.queue_id, result.queue_offset,
+        result.commitlog_offset, result.store_timestamp_ms,
+    )  # fmt: skip
+    return _ENCODER.encode(row)
+
+
 def produce_results_stream(outcome: BatchPutResult | Sequence[PutResult]) -> memoryview:
     """The same results as :func:`produce_batch_json`, as an Arrow IPC stream in
     :data:`PRODUCE_RESULT_SCHEMA` (one row per message, in input order)."""

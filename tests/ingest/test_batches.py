@@ -176,7 +176,7 @@ def test_produce_batch_json_matches_the_model() -> None:
 
     import numpy as np
 
-    from ingest_api.http.render import produce_batch_json, produce_results_stream
+    from ingest_api.http.render import produce_batch_json, produce_one_json, produce_results_stream
     from ingest_api.http.schemas import ProduceBatchOut, ProduceOut
     from store.format.ids import encode_msg_id
     from store.message_store import BatchPutResult
@@ -196,6 +196,7 @@ def test_produce_batch_json_matches_the_model() -> None:
     expected = ProduceBatchOut(results=[ProduceOut.of(r) for r in batch.results()])
     assert produce_batch_json(batch) == expected.model_dump_json().encode()  # byte for byte
     odd = [PutResult("M" * 32, 'ü"\\\x01/', "t", 0, 1, 2, 3, 4)]  # escapes and non-ASCII
+    assert produce_one_json(odd[0]) == ProduceOut.of(odd[0]).model_dump_json().encode()
     assert (
         produce_batch_json(odd)
         == ProduceBatchOut(results=[ProduceOut.of(r) for r in odd]).model_dump_json().encode()

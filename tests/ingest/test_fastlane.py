@@ -3,7 +3,7 @@
 Each test runs the same requests against a broker with the fast lane and one without
 (``ServerConfig.fast_lane=False``), on fresh stores, and compares status, headers and body
 (store-assigned ``uniq_key`` and ``store_timestamp`` aside). A counter on the lane's call of
-``produce_one`` proves which path answered.
+``produce_one_json`` proves which path answered.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ _VOLATILE = ("uniq_key", "store_timestamp")
 
 @pytest.fixture
 def lane_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Topics produced through the fast lane (the route calls ``messages.produce_one`` itself)."""
+    """Topics produced through the fast lane (the route calls ``messages.produce_one_json`` itself)."""
     calls: list[str] = []
-    original = fastlane.produce_one
+    original = fastlane.produce_one_json
 
     async def counted(broker: Broker, topic: str, entry: ProduceIn) -> Any:
         calls.append(topic)
         return await original(broker, topic, entry)
 
-    monkeypatch.setattr(fastlane, "produce_one", counted)
+    monkeypatch.setattr(fastlane, "produce_one_json", counted)
     return calls
 
 
@@ -248,3 +248,63 @@ def test_openapi_still_documents_the_route(broker_factory: BrokerFactory) -> Non
     assert post["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ProduceIn"
     }
+
+
+def test_size_limit_applies_to_the_lane(broker_factory: BrokerFactory, lane_calls: list[str]) -> None:
+    """The lane sits in front of the size-limit middleware: a larger body (declared or chunked)
+    is handed to the app, which refuses it as it always did."""
+    fast = broker_factory(fast_lane=True, max_request_bytes=1024).client()
+    plain = broker_factory(fast_lane=False, max_request_bytes=1024).client()
+    big = json.dumps({"body": "x" * 2000}).encode()
+
+    def chunks() -> Iterator[bytes]:
+        yield big[:1000]
+        yield big[1000:]
+
+    for content in (big, chunks):
+        got, expected = (
+            c.post(
+                "/topics/sized/messages", content=content() if callable(content) else content, headers=JSON
+            )
+            for c in (fast, plain)
+        )
+        assert got.status_code == expected.status_code == 413
+        assert got.content == expected.content
+    assert lane_calls == []
+    assert fast.post("/topics/sized/messages", content=b'{"body":"a"}', headers=JSON).status_code == 201
+    assert lane_calls == ["sized"]
+
+
+def test_lane_answers_are_timed(broker_factory: BrokerFactory, lane_calls: list[str]) -> None:
+    client = broker_factory().client()
+    for _ in range(2):
+        assert client.post("/topics/timed/messages", content=b'{"body":"a"}', headers=JSON).status_code == 201
+    assert (
+        client.post("/topics/timed/messages", content=b'{"body":"a","queue_id":99}', headers=JSON).status_code
+        == 400
+    )
+    lines = client.get("/metrics").text.splitlines()
+    route = 'method="POST",route="/topics/{topic}/messages"'
+    assert f'sparkmq_http_request_duration_seconds_count{{{route},status="2xx"}} 2' in lines
+    assert f'sparkmq_http_request_duration_seconds_count{{{route},status="4xx"}} 1' in lines
+    assert lane_calls == ["timed"] * 3
+
+
+def test_a_bug_on_the_lane_is_a_bare_500(
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Starlette's ServerErrorMiddleware answers for the route; the error is re-raised."""
+
+    async def broken(*args: Any) -> bytes:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(fastlane, "produce_one_json", broken)
+    broker = broker_factory()
+    response = broker.client().post("/topics/buggy/messages", content=b'{"body":"a"}', headers=JSON)
+    assert (response.status_code, response.text) == (500, "Internal Server Error")
+    assert response.headers["content-type"].startswith("text/plain")
+    lines = broker.client().get("/metrics").text.splitlines()  # uvicorn closed that connection
+    assert (
+        'sparkmq_http_request_duration_seconds_count{method="POST",route="/topics/{topic}/messages",'
+        'status="5xx"} 1' in lines
+    )

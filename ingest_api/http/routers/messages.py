@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import batches, json_batch, producing
+from ingest_api.http import batches, json_batch, producing, render
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
@@ -98,8 +98,16 @@ async def produce(
 async def produce_one(
     broker: Broker, topic: str, entry: ProduceIn, producer: ProducerRef | None = None
 ) -> Response:
-    """Store one validated, authorised entry and render the 201 answer. The route above and
-    the fast lane (:mod:`ingest_api.http.fastlane`) both end here; errors are raised as
+    """Store one validated, authorised entry and answer 201 (:func:`produce_one_json`)."""
+    answer = await produce_one_json(broker, topic, entry, producer)
+    return Response(answer, status_code=201, media_type="application/json")
+
+
+async def produce_one_json(
+    broker: Broker, topic: str, entry: ProduceIn, producer: ProducerRef | None = None
+) -> bytes:
+    """Store one validated, authorised entry and render the 201 answer's body. The route above
+    and the fast lane (:mod:`ingest_api.http.fastlane`) both end here; errors are raised as
     :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
     started = time.perf_counter()
     store = broker.store
@@ -116,12 +124,12 @@ async def produce_one(
             board.service.register(txid, group, [result], result.store_timestamp_ms, [topic])
             broker.metrics.produced(topic, 1, len(half.body), "single", time.perf_counter() - started)
             out = TransactionalProduceOut(**ProduceOut.of(result).model_dump(), transaction_id=txid)
-            return Response(out.model_dump_json(), status_code=201, media_type="application/json")
+            return out.model_dump_json().encode()
     if entry.transaction is not None:
         txid, results = await run_in_threadpool(_put_transaction, broker, topic, [entry], producer)
         broker.metrics.produced(topic, 1, 0, "single", time.perf_counter() - started)
         out = TransactionalProduceOut(**ProduceOut.of(results[0]).model_dump(), transaction_id=txid)
-        return Response(out.model_dump_json(), status_code=201, media_type="application/json")
+        return out.model_dump_json().encode()
     queue_count = producing.known_queue_count(store, topic)
     if queue_count is None:
         queue_count = await run_in_threadpool(store.ensure_topic, topic)
@@ -133,8 +141,7 @@ async def produce_one(
     else:  # not coalesced: the request is its own idempotent unit
         (result,) = await run_in_threadpool(store.put_messages, [message], producer=producer)
     broker.metrics.produced(topic, 1, len(message.body), "single", time.perf_counter() - started)
-    # Rendered here: the hot path skips FastAPI's re-validation of the response model.
-    return Response(ProduceOut.of(result).model_dump_json(), status_code=201, media_type="application/json")
+    return render.produce_one_json(result)
 
 
 def _put_transaction(
