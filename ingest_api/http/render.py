@@ -101,6 +101,23 @@ def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> bytes:
     return _ENCODER.encode(_Results(rows))
 
 
+def _string_array(values: Sequence[str]) -> pa.Array:
+    """``values`` as an Arrow string column; UNIQ_KEYs (32 ASCII characters each, as the store
+    makes them) are laid on one joined buffer instead of converted one by one."""
+    array = getattr(values, "array", None)  # a store column kept in Arrow already
+    if isinstance(array, pa.StringArray):
+        return array
+    count = len(values)
+    if count == 0:
+        return pa.array([], pa.string())
+    joined = "".join(values)
+    width = len(joined) // count
+    if width and joined.isascii() and width * count == len(joined) and set(map(len, values)) == {width}:
+        offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+        return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(joined.encode("ascii")))
+    return pa.array(list(values), pa.string())
+
+
 def produce_one_json(result: PutResult) -> bytes:
     """:class:`ProduceOut` of one result as JSON (the same bytes as ``model_dump_json``; tested)."""
     row = _ResultRow(
@@ -117,12 +134,12 @@ def produce_results_stream(outcome: BatchPutResult | Sequence[PutResult]) -> mem
         n = len(outcome)
         columns = [
             _msg_id_array(outcome),
-            pa.array(list(outcome.uniq_keys), pa.string()),
-            pa.array([outcome.topic] * n, pa.string()),
+            _string_array(outcome.uniq_keys),
+            pa.repeat(pa.scalar(outcome.topic, pa.string()), n),
             pa.array(outcome.queue_ids, pa.int32()),
             pa.array(outcome.queue_offsets, pa.int64()),
             pa.array(outcome.commitlog_offsets, pa.int64()),
-            pa.array([outcome.store_timestamp_ms] * n, pa.int64()),
+            pa.array(np.full(n, outcome.store_timestamp_ms, dtype=np.int64)),
         ]
     else:
         columns = [

@@ -291,3 +291,10 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
 
 
 _VOLATILE_COLUMNS = ("uniq_key", "born_timestamp", "store_timestamp", "msg_id")
+
+
+def test_result_strings_column_matches_the_values() -> None:
+    from ingest_api.http.render import _string_array
+
+    for values in (["AB" * 16, "CD" * 16], ["a", "bcd", "ef"], ["ab", "é"], [], ["", ""]):
+        assert _string_array(values).to_pylist() == values
