@@ -11,6 +11,7 @@ from itertools import repeat
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
