@@ -16,7 +16,7 @@ Peers, each started here on 127.0.0.1 and stopped at the end:
   tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT --storage-engine
   memory://tansu/``. confluent-kafka produces to it and to sparkmq's Kafka gateway alike.
 
-sparkmq runs the workloads of ``bench.http_bench`` (HTTP single produce with p50/p99, JSON
+sparkmq runs the workloads of ``bench.http_bench`` (HTTP single produce with p50/p99, JSON and NDJSON
 batch, Arrow batch, Arrow pull) against ``sparkmq serve`` with ``--flush async`` and, for the
 durable rows, ``--flush sync``; the in-process baselines (batched append, ``read_batch``) of
 ``bench.store_bench``; Kafka produce with ``bench.kafka_bench``'s client against its gateway.
@@ -278,12 +278,17 @@ def http_single(url: str, seconds: float, prefix: str) -> Callable[[int], Sample
     return run
 
 
-def http_batches(url: str, seconds: float, prefix: str, arrow: bool) -> Callable[[int], Sample]:
+def http_batches(
+    url: str, seconds: float, prefix: str, arrow: bool, kind: str | None = None
+) -> Callable[[int], Sample]:
+    """``bench.http_bench``'s batch workload: ``kind`` json (default), ndjson or arrow."""
+    kind = kind or ("arrow" if arrow else "json")
+
     def run(round_no: int) -> Sample:
-        topic = f"{prefix}_{'arrow' if arrow else 'json'}_{round_no}"
+        topic = f"{prefix}_{kind}_{round_no}"
         _create_topic(url, topic)
-        size = 10_000 if arrow else 1_000
-        return Sample(http_bench.bench_batches(url, topic, seconds, size, arrow=arrow).rate)
+        size = 10_000 if kind == "arrow" else 1_000
+        return Sample(http_bench.bench_batches(url, topic, seconds, size, arrow=arrow, kind=kind).rate)
 
     return run
 
@@ -341,8 +346,15 @@ def _ratio(workloads: dict[str, Workload], numerator: str, denominator: str) -> 
 
 RATIOS = [
     # (what, sparkmq workload, peer or baseline workload, goal)
-    ("HTTP single produce vs Redis XADD one at a time", "sparkmq HTTP single", "Redis XADD single", ""),
-    ("HTTP JSON batch vs Redis XADD pipelined", "sparkmq HTTP JSON batch", "Redis XADD pipelined", ""),
+    ("HTTP single produce vs Redis XADD one at a time", "sparkmq HTTP single", "Redis XADD single", ">= 1x"),
+    ("HTTP JSON batch vs Redis XADD pipelined", "sparkmq HTTP JSON batch", "Redis XADD pipelined", ">= 1.5x"),
+    ("HTTP NDJSON batch vs Redis XADD pipelined", "sparkmq HTTP NDJSON batch", "Redis XADD pipelined", ""),
+    (
+        "HTTP JSON batch vs in-process batched append",
+        "sparkmq HTTP JSON batch",
+        "sparkmq append in-process",
+        ">= 0.4x",
+    ),
     ("HTTP Arrow batch vs Redis XADD pipelined", "sparkmq HTTP Arrow batch", "Redis XADD pipelined", ""),
     (
         "durable single: --flush sync vs Redis appendfsync always",
@@ -360,7 +372,7 @@ RATIOS = [
         "HTTP Arrow batch vs in-process batched append",
         "sparkmq HTTP Arrow batch",
         "sparkmq append in-process",
-        "",
+        ">= 0.8x",
     ),
     (
         "HTTP Arrow pull vs in-process read_batch",
@@ -437,6 +449,7 @@ def main() -> None:
         add("sparkmq read_batch in-process", "msg", inprocess_read(root, args.inprocess_messages))
         add("sparkmq HTTP single", "req", http_single(url, args.seconds, "async"))
         add("sparkmq HTTP JSON batch", "msg", http_batches(url, args.seconds, "async", arrow=False))
+        add("sparkmq HTTP NDJSON batch", "msg", http_batches(url, args.seconds, "async", False, "ndjson"))
         add("sparkmq HTTP Arrow batch", "msg", http_batches(url, args.seconds, "async", arrow=True))
         add("sparkmq HTTP Arrow pull", "msg", http_pull(url, "async"))
         add("sparkmq HTTP single, --flush sync", "req", http_single(sync_url, args.seconds, "sync"))
