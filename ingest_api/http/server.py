@@ -8,6 +8,7 @@ removes its ``abort`` file. A second Ctrl-C forces an exit (the next open then r
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import socket
 import threading
@@ -26,11 +27,23 @@ _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class BrokerServer(uvicorn.Server):
     """uvicorn's server, plus: wake long-polls at shutdown, and do not re-raise the stop signal
-    afterwards (a clean stop exits with status 0)."""
+    afterwards (a clean stop exits with status 0).
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    With ``freeze_heap`` (what ``sparkmq serve`` sets: one broker per process) everything alive
+    once the app has started (modules, routes, models, the opened store) is moved out of the
+    garbage collector's generations (``gc.freeze``): a full collection then walks only what
+    requests allocate, instead of pausing the broker ~70 ms to walk the whole heap."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, freeze_heap: bool = False) -> None:
         super().__init__(config)
         self.app = app
+        self.freeze_heap = freeze_heap
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.freeze_heap and self.started:
+            gc.collect()
+            gc.freeze()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         broker = getattr(self.app.state, "broker", None)
@@ -57,7 +70,10 @@ class BrokerServer(uvicorn.Server):
 
 
 def build_server(
-    config: ServerConfig, companions: Sequence[Companion] = (), open_store: StoreOpener = MessageStore.open
+    config: ServerConfig,
+    companions: Sequence[Companion] = (),
+    open_store: StoreOpener = MessageStore.open,
+    freeze_heap: bool = False,
 ) -> BrokerServer:
     app = create_app(config, companions, open_store)
     uv_config = uvicorn.Config(
@@ -70,12 +86,12 @@ def build_server(
         timeout_graceful_shutdown=int(config.graceful_shutdown_s),
         server_header=False,
     )
-    return BrokerServer(uv_config, app)
+    return BrokerServer(uv_config, app, freeze_heap)
 
 
 def serve(config: ServerConfig, companions: Sequence[Companion] = ()) -> bool:
     """Run until stopped by a signal; False when startup failed (e.g. the store is locked)."""
-    server = build_server(config, companions)
+    server = build_server(config, companions, freeze_heap=True)
     try:
         server.run()
     except SystemExit:

@@ -50,14 +50,20 @@ class RunningBroker:
 
 
 def start_broker(
-    config: ServerConfig, open_store: StoreOpener = MessageStore.open, companions: Sequence[Companion] = ()
+    config: ServerConfig,
+    open_store: StoreOpener = MessageStore.open,
+    companions: Sequence[Companion] = (),
+    freeze_heap: bool = False,
 ) -> RunningBroker:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = build_server(
-        config.with_changes(port=port, log_level="warning"), companions=companions, open_store=open_store
+        config.with_changes(port=port, log_level="warning"),
+        companions=companions,
+        open_store=open_store,
+        freeze_heap=freeze_heap,
     )
     failure: list[BaseException] = []
 

@@ -152,3 +152,29 @@ def test_second_broker_on_same_store_fails_to_start(broker_factory: BrokerFactor
     finished = subprocess.run(command, capture_output=True, timeout=60, check=False)
     assert finished.returncode == 1
     assert b"failed to start" in finished.stderr
+
+
+def test_serve_freezes_the_heap_once_started(tmp_path: Path) -> None:
+    """``sparkmq serve`` (one broker per process) moves what startup allocated out of the garbage
+    collector's generations, so full collections do not walk it while serving."""
+    import gc
+
+    from ingest_api.http.config import ServerConfig
+    from tests.support.stores import light_config
+
+    from .conftest import start_broker
+
+    gc.unfreeze()
+    broker = start_broker(ServerConfig(store=light_config(tmp_path / "store")), freeze_heap=True)
+    try:
+        deadline = time.monotonic() + 30  # frozen right after uvicorn marks the server started
+        while gc.get_freeze_count() == 0 and time.monotonic() < deadline:
+            broker.thread.join(timeout=0.01)
+        assert gc.get_freeze_count() > 0
+        response = broker.client().post(
+            "/topics/frozen/messages", content=b'{"body": "a"}', headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 201
+    finally:
+        broker.stop()
+        gc.unfreeze()  # the test process runs many brokers: give the objects back
