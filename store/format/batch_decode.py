@@ -57,6 +57,7 @@ from store.format.record import (
 )
 from store.format.record_check import (
     HEADER_DTYPES,
+    RangeColumns,
     Verdict,
     check_records,
     gather_headers,
@@ -176,10 +177,11 @@ class _Records:
         a record fails the record checker."""
         at = starts[lo:hi]
         headers = gather_headers(data, at)
-        spans = check_records(data, at, headers=headers, next_starts=starts[lo + 1 : hi + 1])
-        if spans.valid < len(at):  # keep the passing rows' topics: one may be bad UTF-8
-            self.topic_begin[lo : lo + spans.valid] = spans.topic_begin[: spans.valid]
-            self.topic_len[lo : lo + spans.valid] = spans.topic_len[: spans.valid]
+        ranges = RangeColumns(
+            self.body_begin, self.body_len, self.topic_begin, self.topic_len, self.props_begin, self.props_len
+        ).rows(lo, hi)
+        spans = check_records(data, at, headers=headers, next_starts=starts[lo + 1 : hi + 1], out=ranges)
+        if spans.valid < len(at):  # the passing rows' topics are kept: one may be bad UTF-8
             self.failure = (lo + spans.valid, spans.verdict)
             return False
         self.queue_id[lo:hi] = header_field(headers, QUEUE_ID_POS)
@@ -198,12 +200,6 @@ class _Records:
         digits[:, MSG_ID_HOST_DIGITS:] = hex_of_bytes(
             headers[:, PHYSICAL_OFFSET_POS : PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET_WIDTH]
         )
-        self.body_begin[lo:hi] = spans.body_begin
-        self.body_len[lo:hi] = spans.body_len
-        self.topic_begin[lo:hi] = spans.topic_begin
-        self.topic_len[lo:hi] = spans.topic_len
-        self.props_begin[lo:hi] = spans.props_begin
-        self.props_len[lo:hi] = spans.props_len
         self._track_common_topic(data, lo, spans.topic_begin, spans.topic_len)
         return True
 

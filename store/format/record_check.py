@@ -267,13 +267,15 @@ def header_field(headers: U8, position: int, dtype: np.dtype[Any] | None = None)
     return np.ndarray((len(headers),), dtype=item, buffer=headers, offset=position, strides=(BODY_POS,))
 
 
-def read_u16(data: U8, positions: I64, struct_format: str) -> I64:
+def read_u16(data: U8, positions: I64, struct_format: str, out: I64 | None = None) -> I64:
     """A 2-byte unsigned field at each position (two 1-byte gathers: NumPy's unaligned
-    multi-byte gathers take a slow path)."""
+    multi-byte gathers take a slow path), into ``out`` when given."""
     assert struct_format in (">H", "<H"), struct_format
     first = data[positions].astype(np.int64)
     second = data[positions + 1].astype(np.int64)
-    return (first << 8) | second if struct_format == ">H" else (second << 8) | first
+    high, low = (first, second) if struct_format == ">H" else (second, first)
+    high <<= 8
+    return np.bitwise_or(high, low, out=out)
 
 
 def body_crcs(raw: bytes | bytearray | memoryview | U8, begins: I64, lengths: I64) -> npt.NDArray[np.int64]:
@@ -303,6 +305,25 @@ class RecordSpans(NamedTuple):
     props_len: I64
 
 
+class RangeColumns(NamedTuple):
+    """Arrays :func:`check_records` writes the field ranges into (one row per start)."""
+
+    body_begin: I64
+    body_len: I64
+    topic_begin: I64
+    topic_len: I64
+    props_begin: I64
+    props_len: I64
+
+    @classmethod
+    def empty(cls, count: int) -> RangeColumns:
+        return cls(*(np.empty(count, dtype=np.int64) for _ in cls._fields))
+
+    def rows(self, lo: int, hi: int) -> RangeColumns:
+        """Rows ``[lo, hi)`` of every array, as views."""
+        return RangeColumns(*(column[lo:hi] for column in self))
+
+
 class _Marks:
     """Which rows failed a check so far, and the checks in order (one OR per check: the
     verdict of a row is that of the first check it failed, looked up for one row only)."""
@@ -330,13 +351,15 @@ def check_records(
     raw: bytes | bytearray | memoryview | None = None,
     headers: U8 | None = None,
     next_starts: I64 | None = None,
+    out: RangeColumns | None = None,
 ) -> RecordSpans:
     """Vectorised :func:`check_record` over ascending ``starts`` in ``data`` (topics' UTF-8
     excepted: see :func:`with_topic_verdict`).
 
     ``headers`` may be passed when the caller gathered them already (:func:`gather_headers`);
     ``next_starts[i]`` (when given) is where record ``i + 1`` starts, for the OVERLAP check;
-    ``raw`` is ``data`` as bytes, for faster CRCs.
+    ``raw`` is ``data`` as bytes, for faster CRCs; the ranges are written into ``out`` (one
+    row per start) when given, and the answer's ranges are then those arrays.
     """
     count = len(starts)
     marks = _Marks(count)
@@ -362,22 +385,32 @@ def check_records(
     marks.fail(total < overhead, Verdict.IMPOSSIBLE_SIZE)
     ends = starts + total
     marks.fail(ends > limit, Verdict.PAST_END)
-    body_begin = starts + BODY_POS
-    body_len = header_field(headers, BODY_LEN_POS).astype(np.int64)
+    o = out if out is not None else RangeColumns.empty(count)
+    body_begin = np.add(starts, BODY_POS, out=o.body_begin)
+    body_len = o.body_len
+    body_len[:] = header_field(headers, BODY_LEN_POS)
     marks.fail((body_len < 0) | (body_len > total - overhead), Verdict.BODY_LENGTH)
-    # Rows already failed read their remaining fields at their own start (in bounds).
-    safe = np.where(marks.bad, 0, 1)
-    topic_len_at = np.where(marks.bad, 0, body_begin + body_len)
-    topic_len = data[topic_len_at].astype(np.int64) * safe
+    # Rows already failed read their remaining fields at their own start (in bounds). The usual
+    # batch has none, and then skips the masking.
+    any_bad = bool(marks.bad.any())
+    topic_len_at = body_begin + body_len
+    if any_bad:
+        topic_len_at = np.where(marks.bad, 0, topic_len_at)
+    topic_len = o.topic_len
+    topic_len[:] = data[topic_len_at]
+    if any_bad:
+        topic_len[marks.bad] = 0
     if wide_prefix.any():
         rows = np.flatnonzero(is_v2 & ~marks.bad)
         topic_len[rows] = read_u16(data, topic_len_at[rows], TOPIC_LEN_V2.format)
-    topic_begin = topic_len_at + TOPIC_LEN_V1.size + wide_prefix
+    topic_begin = np.add(topic_len_at, wide_prefix, out=o.topic_begin)
+    topic_begin += TOPIC_LEN_V1.size
     props_len_at = topic_begin + topic_len
     marks.fail(props_len_at + PROPS_LEN.size > ends, Verdict.TOPIC_LENGTH)
-    props_len_at = np.where(marks.bad, 0, props_len_at)
-    props_begin = props_len_at + PROPS_LEN.size
-    props_len = read_u16(data, props_len_at, PROPS_LEN.format)
+    if any_bad or bool(marks.bad.any()):
+        props_len_at = np.where(marks.bad, 0, props_len_at)
+    props_begin = np.add(props_len_at, PROPS_LEN.size, out=o.props_begin)
+    props_len = read_u16(data, props_len_at, PROPS_LEN.format, out=o.props_len)
     marks.fail(props_begin + props_len != ends, Verdict.LENGTHS)
     if next_starts is not None and len(next_starts):
         following = len(next_starts)
