@@ -200,7 +200,7 @@ class _Records:
         digits[:, MSG_ID_HOST_DIGITS:] = hex_of_bytes(
             headers[:, PHYSICAL_OFFSET_POS : PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET_WIDTH]
         )
-        self._track_common_topic(data, lo, spans.topic_begin, spans.topic_len)
+        self._track_common_topic(data, lo, ranges.topic_begin, ranges.topic_len)
         return True
 
     def _track_common_topic(self, data: U8, lo: int, topic_begin: I64, topic_len: I64) -> None:

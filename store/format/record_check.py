@@ -290,23 +290,9 @@ def body_crcs(raw: bytes | bytearray | memoryview | U8, begins: I64, lengths: I6
 # --- many records: the checks ---------------------------------------------------------------------
 
 
-class RecordSpans(NamedTuple):
-    """:func:`check_records`' answer: records ``[0, valid)`` pass; ``verdict`` is record
-    ``valid``'s (OK when all pass). The ranges are meaningful for the passing records."""
-
-    valid: int
-    verdict: Verdict
-    total_size: I64
-    body_begin: I64
-    body_len: I64
-    topic_begin: I64
-    topic_len: I64
-    props_begin: I64
-    props_len: I64
-
-
 class RangeColumns(NamedTuple):
-    """Arrays :func:`check_records` writes the field ranges into (one row per start)."""
+    """The field ranges of records, an array each (one row per start): what
+    :func:`check_records` computes, into arrays the caller may give."""
 
     body_begin: I64
     body_len: I64
@@ -322,6 +308,16 @@ class RangeColumns(NamedTuple):
     def rows(self, lo: int, hi: int) -> RangeColumns:
         """Rows ``[lo, hi)`` of every array, as views."""
         return RangeColumns(*(column[lo:hi] for column in self))
+
+
+class RecordSpans(NamedTuple):
+    """:func:`check_records`' answer: records ``[0, valid)`` pass; ``verdict`` is record
+    ``valid``'s (OK when all pass). The sizes and ranges are meaningful for the passing records."""
+
+    valid: int
+    verdict: Verdict
+    total_size: I64
+    ranges: RangeColumns
 
 
 class _Marks:
@@ -365,7 +361,7 @@ def check_records(
     marks = _Marks(count)
     if count == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return RecordSpans(0, Verdict.OK, *(empty,) * 7)
+        return RecordSpans(0, Verdict.OK, empty, RangeColumns(*(empty,) * 6))
     if headers is None:
         headers = gather_headers(data, starts)
     limit = len(data)
@@ -375,7 +371,8 @@ def check_records(
     short = (starts < 0) | (starts + BODY_POS > limit)
     marks.fail(short, Verdict.PAST_END)
     if limit < BODY_POS:  # nothing but short starts
-        return _spans(marks, data, starts, check_crc, short, (np.zeros(count, dtype=np.int64),) * 7)
+        zeros = np.zeros(count, dtype=np.int64)
+        return _spans(marks, data, starts, check_crc, short, zeros, RangeColumns(*(zeros,) * 6))
     marks.fail((total == 0) & (magic == 0), Verdict.END)
     marks.fail(magic == BLANK_MAGIC, Verdict.BLANK)
     is_v2 = magic == MAGIC_V2
@@ -424,18 +421,17 @@ def check_records(
         mismatch = np.zeros(count, dtype=np.bool_)
         mismatch[:first] = body_crcs(source, body_begin[:first], body_len[:first]) != stored
         marks.fail(mismatch, Verdict.BODY_CRC)
-    ranges = (total, body_begin, body_len, topic_begin, topic_len, props_begin, props_len)
-    return _spans(marks, data, starts, check_crc, short, ranges)
+    return _spans(marks, data, starts, check_crc, short, total, o)
 
 
 def _spans(
-    marks: _Marks, data: U8, starts: I64, check_crc: bool, short: Bools, ranges: tuple[I64, ...]
+    marks: _Marks, data: U8, starts: I64, check_crc: bool, short: Bools, total: I64, ranges: RangeColumns
 ) -> RecordSpans:
     first = marks.first()
     verdict = marks.verdict_of(first) if first < len(starts) else Verdict.OK
     if verdict is not Verdict.OK and short[first] and starts[first] >= 0:
         verdict = check_record(data.data, int(starts[first]), check_crc).verdict
-    return RecordSpans(first, verdict, *ranges)
+    return RecordSpans(first, verdict, total, ranges)
 
 
 def with_topic_verdict(spans: RecordSpans, first_bad_topic: int | None) -> RecordSpans:

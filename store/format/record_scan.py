@@ -132,7 +132,9 @@ def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
     headers = gather_headers(arr, starts)
     spans = check_records(arr, starts, check_crc=check_crc, raw=buf, headers=headers)
     count = spans.valid
-    topic_codes, topic_names, valid = _topics(arr, spans.topic_begin[:count], spans.topic_len[:count])
+    topic_codes, topic_names, valid = _topics(
+        arr, spans.ranges.topic_begin[:count], spans.ranges.topic_len[:count]
+    )
     spans = with_topic_verdict(spans, valid)
     count = spans.valid
     if count < len(starts):
@@ -149,7 +151,7 @@ def validate_run(buf: bytes, check_crc: bool) -> RecordRun:
         header_field(fixed, SYS_FLAG_POS).astype(np.int32),
         topic_codes[cut],
         topic_names,
-        spans.props_begin[cut],
-        spans.props_len[cut],
+        spans.ranges.props_begin[cut],
+        spans.ranges.props_len[cut],
         spans.verdict,
     )
