@@ -12,7 +12,8 @@ upload parts to a broker subprocess, which publishes):
 * ``publish``: the commit alone, without Spark: ``SinkStaging.commit`` of already staged
   parts (decision + put_batch of every row + flush + GC) — the single-threaded part.
 
-Figures are printed, nothing asserted. The machine is shared: report the spread of ``--runs``.
+Every measure runs once per round, rounds interleaved; the ratios (issue 15's goals) are
+medians of the rounds' ratios. Figures are printed, nothing asserted.
 """
 
 from __future__ import annotations
@@ -105,10 +106,16 @@ def bench_write(spark: Any, location: dict[str, str], rows: int, size: int) -> f
     return rows / (time.perf_counter() - started)
 
 
-def _report(name: str, run: Callable[[], float], runs: int) -> None:
-    figures = [run() for _ in range(runs)]
+def _median(figures: list[float]) -> str:
     spread = ", ".join(f"{f:,.0f}" for f in figures)
-    print(f"{name:<28} median {statistics.median(figures):>12,.0f} rows/s   (runs: {spread})", flush=True)
+    return f"median {statistics.median(figures):>12,.0f} rows/s   (runs: {spread})"
+
+
+def _ratio(name: str, over: list[float], under: list[float], goal: str) -> None:
+    """The median of the rounds' ratios: each round measured both sides back to back."""
+    ratios = [a / b for a, b in zip(over, under, strict=True)]
+    spread = ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"{name:<44} {statistics.median(ratios):.2f} x   (rounds: {spread}; goal {goal})", flush=True)
 
 
 def main() -> None:
@@ -117,35 +124,53 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--body-bytes", type=int, default=100)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument(
+        "--runs", type=int, default=2, help="interleaved rounds (every measure once per round)"
+    )
     args = parser.parse_args()
     print(f"sink benchmark: {args.rows:,} rows of {args.body_bytes}-byte bodies, {os.cpu_count()} cores")
-    _report("publish only (no Spark)", lambda: bench_publish(args.rows, args.body_bytes), args.runs)
 
     from tests.streaming.eo_helpers import free_port, kill_group, start_broker
 
     spark = _spark()
+    figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         store_dir = tmp / "store"
         _fill(store_dir, args.rows, args.body_bytes)
         path = {"path": str(store_dir)}
         bench_write(spark, path, 10_000, args.body_bytes)  # warm the Python workers
-        _report(
-            "path: write (df.write)", lambda: bench_write(spark, path, args.rows, args.body_bytes), args.runs
-        )
-        _report("path: stream (read+sink)", lambda: bench_stream(spark, path, tmp), args.runs)
         port = free_port()
         broker = start_broker(store_dir, port, tmp / "broker.log")
+        endpoint = {"endpoint": f"http://127.0.0.1:{port}"}
+        measures: dict[str, Callable[[], float]] = {
+            "publish only (no Spark)": lambda: bench_publish(args.rows, args.body_bytes),
+            "path: write (df.write)": lambda: bench_write(spark, path, args.rows, args.body_bytes),
+            "path: stream (read+sink)": lambda: bench_stream(spark, path, tmp),
+            "endpoint: write": lambda: bench_write(spark, endpoint, args.rows, args.body_bytes),
+            "endpoint: stream": lambda: bench_stream(spark, endpoint, tmp),
+        }
         try:
-            endpoint = {"endpoint": f"http://127.0.0.1:{port}"}
-            _report(
-                "endpoint: write", lambda: bench_write(spark, endpoint, args.rows, args.body_bytes), args.runs
-            )
-            _report("endpoint: stream", lambda: bench_stream(spark, endpoint, tmp), args.runs)
+            for _ in range(args.runs):
+                for name, run in measures.items():
+                    figures.setdefault(name, []).append(run())
         finally:
             kill_group(broker)
     spark.stop()
+    for name, values in figures.items():
+        print(f"{name:<28} {_median(values)}", flush=True)
+    _ratio(
+        "path write / its own publish step",
+        figures["path: write (df.write)"],
+        figures["publish only (no Spark)"],
+        ">= 0.7 x",
+    )
+    _ratio(
+        "path stream sparkmq -> sparkmq / path write",
+        figures["path: stream (read+sink)"],
+        figures["path: write (df.write)"],
+        ">= 0.8 x",
+    )
 
 
 if __name__ == "__main__":
