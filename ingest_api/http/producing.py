@@ -37,7 +37,6 @@ from store import (
     request_uniq_keys,
     sharding_queue,
     validate_topic,
-    wall_clock_ms,
 )
 from store.publish import TransactionService
 
@@ -92,8 +91,8 @@ def scheduling(
     delay_ms: int | None,
     *,
     max_delay_ms: int,
+    now_ms: int,
     index: int | None = None,
-    now_ms: int | None = None,
 ) -> tuple[int, dict[str, str]]:
     """``(delay level, timer properties)`` for the three scheduling fields, or a 400 naming the
     field: at most one of them; a level >= 0 (0 = none; above the table clamps); a timer no
@@ -121,7 +120,6 @@ def scheduling(
         return delay_level, {}
     if deliver_at_ms is None and delay_ms is None:
         return 0, {}
-    now = wall_clock_ms() if now_ms is None else now_ms
     if delay_ms is not None:
         field, wait, prop = "delay_ms", delay_ms, {PROPERTY_TIMER_DELAY_MS: str(delay_ms)}
         if delay_ms < 0:
@@ -130,7 +128,7 @@ def scheduling(
         assert deliver_at_ms is not None
         field, wait, prop = (
             "deliver_at_ms",
-            deliver_at_ms - now,
+            deliver_at_ms - now_ms,
             {PROPERTY_TIMER_DELIVER_MS: str(deliver_at_ms)},
         )
         if deliver_at_ms < 0:
@@ -145,17 +143,28 @@ def scheduling(
 
 
 def entry_message(
-    topic: str, entry: ProduceIn, queue_count: int, max_body: int, index: int | None, max_delay_ms: int
+    topic: str,
+    entry: ProduceIn,
+    queue_count: int,
+    max_body: int,
+    index: int | None,
+    max_delay_ms: int,
+    now_ms: int,
 ) -> Message:
-    """The store message for a validated entry: queue resolved, scheduling fields checked,
-    body size checked."""
+    """The store message for a validated entry: queue resolved, scheduling fields checked
+    against ``now_ms`` (the store's clock), body size checked."""
     queue_id = entry.queue_id
     if queue_id is not None and queue_id >= queue_count:
         raise _unknown_queue(queue_id, topic, queue_count, index)
     if entry.sharding_key is not None:
         queue_id = sharding_queue(entry.sharding_key, queue_count)
     level, schedule = scheduling(
-        entry.delay_level, entry.deliver_at_ms, entry.delay_ms, max_delay_ms=max_delay_ms, index=index
+        entry.delay_level,
+        entry.deliver_at_ms,
+        entry.delay_ms,
+        max_delay_ms=max_delay_ms,
+        now_ms=now_ms,
+        index=index,
     )
     message = entry.to_message(topic, queue_id, level, schedule)
     if len(message.body) > max_body:
@@ -179,8 +188,9 @@ def put_entries(
         max_body = store.config.max_message_size_bytes
         max_delay = store.config.timer_max_delay_ms
         counts = {t: store.ensure_topic(t) for t in entry_topics(topic, entries)}
+        now = store.now_ms()
         messages = [
-            entry_message(e.topic or topic, e, counts[e.topic or topic], max_body, i, max_delay)
+            entry_message(e.topic or topic, e, counts[e.topic or topic], max_body, i, max_delay, now)
             for i, e in enumerate(entries)
         ]
         return list(store.put_messages(messages, producer=producer)), sum(len(m.body) for m in messages)
@@ -200,7 +210,13 @@ def put_fields(
     queue_count = store.ensure_topic(topic)
     config = store.config
     columns = entry_columns(
-        entries, queue_count, config.max_message_size_bytes, config.timer_max_delay_ms, topic, bodies
+        entries,
+        queue_count,
+        config.max_message_size_bytes,
+        config.timer_max_delay_ms,
+        topic,
+        store.now_ms(),
+        bodies,
     )
     return store.put_columns(topic, columns, producer=producer), sum(map(len, columns.bodies))
 
@@ -211,10 +227,12 @@ def entry_columns(
     max_body: int,
     max_delay_ms: int,
     topic: str,
+    now_ms: int,
     bodies: list[bytes] | None = None,
 ) -> ProduceColumns:
     """The store columns of validated entries of one topic: queue ids checked against the
-    topic, scheduling fields checked (400 naming the field and entry), body sizes checked (413).
+    topic, scheduling fields checked against ``now_ms`` (400 naming the field and entry), body
+    sizes checked (413).
     ``bodies`` are the entries' decoded bodies when the caller has them already."""
     if bodies is None:
         bodies = [decode_body(e.body, e.body_base64) for e in entries]
@@ -241,7 +259,12 @@ def entry_columns(
         merged = entry.properties
         if entry.scheduled:
             _, timer = scheduling(
-                entry.delay_level, entry.deliver_at_ms, entry.delay_ms, max_delay_ms=max_delay_ms, index=i
+                entry.delay_level,
+                entry.deliver_at_ms,
+                entry.delay_ms,
+                max_delay_ms=max_delay_ms,
+                now_ms=now_ms,
+                index=i,
             )
             merged = {**merged, **timer}
             levels[i] = entry.delay_level or 0
@@ -329,12 +352,15 @@ def transaction_messages(
     counts: dict[str, int] = {}
     messages = []
     keys = request_uniq_keys(producer, len(entries)) if producer else [store.new_uniq_key() for _ in entries]
+    now = store.now_ms()
     transaction_id = keys[0]
     for i, entry in enumerate(entries):
         target = entry.topic or topic
         if target not in counts:
             counts[target] = store.ensure_topic(target)
-        message = entry_message(target, entry, counts[target], max_body, i, store.config.timer_max_delay_ms)
+        message = entry_message(
+            target, entry, counts[target], max_body, i, store.config.timer_max_delay_ms, now
+        )
         system = {PROPERTY_PGROUP: producer_group, PROPERTY_TRANSACTION_ID: transaction_id}
         messages.append(
             dataclasses.replace(

@@ -267,7 +267,10 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
         (
             "rows",
             lambda store: store.put_messages(
-                [producing.entry_message("t", e, 4, 1024, i, 86_400_000) for i, e in enumerate(entries)]
+                [
+                    producing.entry_message("t", e, 4, 1024, i, 86_400_000, store.now_ms())
+                    for i, e in enumerate(entries)
+                ]
             ),
         ),
     ):

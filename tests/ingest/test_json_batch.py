@@ -21,6 +21,7 @@ from ingest_api.http.producing import entry_columns
 from store import ProduceColumns
 
 QUEUES, MAX_BODY, MAX_DELAY = 4, 64, 2**40
+NOW_MS = 1_764_000_000_000  # both sides judge schedules against the same clock reading
 
 TEXTS = ["", "a", "a b", "x\x01", "y\x02", "é", "\u3000", "a||b", "|", "k\tv", "🙂", "t" * 1025]
 #: For every field, values the models accept and near-misses they refuse.
@@ -91,8 +92,8 @@ def check_agrees(raw: bytes, ndjson: bool, limit: int = 5) -> bool:
         return False
     models = (batches.parse_ndjson_batch if ndjson else batches.parse_json_batch)(raw, limit)
     assert all(e.transaction is None and e.topic is None for e in models)
-    ours = outcome(lambda: entry_columns(fast[0], QUEUES, MAX_BODY, MAX_DELAY, "t", fast[1]))
-    theirs = outcome(lambda: entry_columns(models, QUEUES, MAX_BODY, MAX_DELAY, "t"))
+    ours = outcome(lambda: entry_columns(fast[0], QUEUES, MAX_BODY, MAX_DELAY, "t", NOW_MS, fast[1]))
+    theirs = outcome(lambda: entry_columns(models, QUEUES, MAX_BODY, MAX_DELAY, "t", NOW_MS))
     if isinstance(ours, ProduceColumns) and isinstance(theirs, ProduceColumns):
         columns_equal(ours, theirs)
     else:

@@ -133,8 +133,15 @@ async def produce_one_json(
     queue_count = producing.known_queue_count(store, topic)
     if queue_count is None:
         queue_count = await run_in_threadpool(store.ensure_topic, topic)
+    config = store.config
     message = producing.entry_message(
-        topic, entry, queue_count, store.config.max_message_size_bytes, None, store.config.timer_max_delay_ms
+        topic,
+        entry,
+        queue_count,
+        config.max_message_size_bytes,
+        None,
+        config.timer_max_delay_ms,
+        store.now_ms(),
     )
     if producer is None:
         result = await broker.producer.put(message)

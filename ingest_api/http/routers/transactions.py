@@ -36,7 +36,6 @@ from ingest_api.http.transactions import TransactionBoard
 from store import (
     GROUP_MAX_LENGTH,
     TxOutcome,
-    wall_clock_ms,
 )
 from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, EndRequest, Transaction, UnknownTransaction
 
@@ -69,7 +68,8 @@ def _authorize_topics(principal: Principal | None, tx: Transaction) -> None:
         authorize(principal, Right.PRODUCE, topic)
 
 
-def _out(tx: Transaction) -> TransactionOut:
+def _out(tx: Transaction, now_ms: int) -> TransactionOut:
+    """``now_ms`` is the store's clock, the one ``born_ms`` was read from."""
     return TransactionOut(
         transaction_id=tx.transaction_id,
         producer_group=tx.producer_group,
@@ -77,7 +77,7 @@ def _out(tx: Transaction) -> TransactionOut:
         topics=tx.topics,
         messages=len(tx.halves),
         born_timestamp=tx.born_ms,
-        age_ms=max(0, wall_clock_ms() - tx.born_ms),
+        age_ms=max(0, now_ms - tx.born_ms),
         check_times=tx.check_times,
         last_check_timestamp=tx.last_check_ms,
     )
@@ -103,7 +103,7 @@ async def end_transaction(
         )
     outcome = TxOutcome.COMMIT if body.action == "commit" else TxOutcome.ROLLBACK
     ended = await board.ends.end(EndRequest(transaction_id, outcome, body.producer_group))
-    out = _out(ended.transaction)
+    out = _out(ended.transaction, broker.store.now_ms())
     return EndTransactionOut(
         **out.model_dump(),
         ended_now=ended.ended_now,
@@ -127,9 +127,10 @@ async def list_transactions(
     rows = [tx for tx in found if state == "all" or _STATE[tx.outcome] == state]
     rows.sort(key=lambda tx: (tx.born_ms, tx.transaction_id))
     visible = []
+    now = broker.store.now_ms()
     for tx in rows:
         if principal is None or all(principal.may(Right.PRODUCE, t) for t in tx.topics):
-            visible.append(_out(tx))
+            visible.append(_out(tx, now))
         if len(visible) >= limit:
             break
     return TransactionListOut(transactions=visible)
@@ -143,7 +144,7 @@ async def get_transaction(
     if tx is None:
         raise UnknownTransaction(f"no transaction {transaction_id!r}")
     _authorize_topics(principal, tx)
-    return _out(tx)
+    return _out(tx, broker.store.now_ms())
 
 
 def _may_register(principal: Principal | None) -> None:
