@@ -1,3 +1,6 @@
+"""One ConsumeQueue: golden 20-byte units, file roll and reopen, idempotent puts, torn-unit
+recovery, followers' reads."""
+
 from __future__ import annotations
 
 import threading

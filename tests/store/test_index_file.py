@@ -1,3 +1,6 @@
+"""The IndexFile: golden header, slot and entry bytes, a golden file image, the vectorised insert
+against a one-by-one reference, RocketMQ's keys."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence

@@ -1,3 +1,5 @@
+"""Topic and group names: the charset and limits, system topics, retry and DLQ topic names."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,3 +1,6 @@
+"""The offsetTable: RocketMQ's consumerOffset.json format both ways, commits, transaction
+offsets, atomic writes, corrupt files."""
+
 from __future__ import annotations
 
 import json

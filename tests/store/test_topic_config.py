@@ -1,3 +1,5 @@
+"""The topic config table: RocketMQ's topics.json entries, create/grow/delete, refusals, corrupt entries."""
+
 from __future__ import annotations
 
 import json
