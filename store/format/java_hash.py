@@ -15,6 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _MASK = 0xFFFFFFFF
+#: Up to this many strings are hashed one by one: the vectorised fold makes two NumPy calls per
+#: character position, which a handful of strings does not repay.
+SCALAR_STRINGS = 4
 
 
 def java_string_hash(text: str) -> int:
@@ -54,10 +57,9 @@ def prefixed_index_key_hashes(
     if len(text_hashes) == 0:
         return text_hashes
     prefix_hashes = np.array([java_string_hash(p) for p in prefixes], dtype=np.int64).astype(np.uint32)
-    powers = np.ones(int(lengths.max()) + 1, dtype=np.uint32)
+    powers = np.ones(int(lengths.max()) + 1, dtype=np.uint32)  # 31**i, wrapping like Java's int
+    np.cumprod(np.full(len(powers) - 1, 31, dtype=np.uint32), out=powers[1:])
     with np.errstate(over="ignore"):
-        for i in range(1, len(powers)):
-            powers[i] = powers[i - 1] * np.uint32(31)
         combined = prefix_hashes[prefix_of] * powers[lengths] + text_hashes.view(np.uint32)
     return _index_key_rule(combined.view(np.int32))
 
@@ -69,6 +71,12 @@ def _hashes_and_lengths(
     n = len(texts)
     if n == 0:
         return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    if n <= SCALAR_STRINGS:
+        values: list[str] = texts.to_pylist() if isinstance(texts, pa.Array) else list(texts)
+        return (
+            np.array([java_string_hash(t) for t in values], dtype=np.int32),
+            np.array([len(t.encode("utf-16-le")) // 2 for t in values], dtype=np.int64),
+        )
     array = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.string())
     if array.type == pa.string() and pc.all(pc.string_is_ascii(array)).as_py() is not False:
         offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1 + array.offset)[

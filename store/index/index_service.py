@@ -24,6 +24,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,6 +35,7 @@ import pyarrow.compute as pc
 from store.commitlog.dispatch_batch import DispatchBatch, string_array
 from store.config import StoreConfig
 from store.errors import StoreError
+from store.format.arrow_ranges import ArrowStrings
 from store.format.java_hash import index_key_hash, prefixed_index_key_hashes
 from store.format.vocabulary import enter_index
 from store.index.index_file import (
@@ -68,10 +70,23 @@ def _is_index_file_name(name: str) -> bool:
     return len(name) == 17 and name.isdigit()
 
 
+#: Up to this many rows a batch's index keys are hashed one by one in Python: the Arrow path's
+#: fixed cost (a score of kernel calls, ~0.3 ms) outweighs a few keys' scalar hashing (~2 µs
+#: each). Single produce dispatches batches of a few messages (bench/http_profile.py).
+SCALAR_INDEX_ROWS = 64
+
+
 def index_key_entries(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
     """The index entries of ``rows`` of a batch, in order: per message ``topic#UNIQ_KEY`` then
-    ``topic#token`` for each KEYS token; returns (key hashes, the row of each key). Built with
-    Arrow kernels, hashed from the parts: no key string is ever joined."""
+    ``topic#token`` for each KEYS token; returns (key hashes, the row of each key)."""
+    if len(rows) <= SCALAR_INDEX_ROWS:
+        return index_key_entries_scalar(batch, rows)
+    return index_key_entries_arrow(batch, rows)
+
+
+def index_key_entries_arrow(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
+    """:func:`index_key_entries` with Arrow kernels, hashed from the parts: no key string is
+    ever joined."""
     take = pa.array(rows)
     prefixes = [t + KEY_SEPARATOR for t in batch.topics]
     topic_codes = batch.topic_codes[rows]
@@ -95,6 +110,28 @@ def index_key_entries(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
     rank = np.concatenate((np.zeros(len(uniq_parent), np.int64), np.ones(len(token_parent), np.int64)))
     order = np.lexsort((rank, parents))
     return hashes[order], rows[parents[order]]
+
+
+def index_key_entries_scalar(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
+    """:func:`index_key_entries` one key at a time: RocketMQ's rule as written,
+    ``abs(("topic#" + key).hashCode())`` per UNIQ_KEY and per non-empty KEYS token."""
+    picked = rows.tolist()
+    hashes: list[int] = []
+    key_rows: list[int] = []
+    columns = (_values(batch.uniq_keys, rows), _values(batch.keys, rows))
+    for row, uniq, keys in zip(picked, *columns, strict=True):
+        prefix = batch.topics[int(batch.topic_codes[row])] + KEY_SEPARATOR
+        for key in [uniq, *(keys.split(" ") if keys else ())]:
+            if key:
+                hashes.append(index_key_hash(prefix + key))
+                key_rows.append(row)
+    return np.array(hashes, dtype=np.int32), np.array(key_rows, dtype=np.int64)
+
+
+def _values(column: Sequence[str | None], rows: I64) -> list[str | None]:
+    if isinstance(column, ArrowStrings):
+        return column.array.take(pa.array(rows)).to_pylist()  # type: ignore[no-any-return]
+    return [column[row] for row in rows.tolist()]
 
 
 class IndexService:

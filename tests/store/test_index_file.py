@@ -8,12 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.commitlog.dispatch_batch import DispatchBatch
 from store.errors import StoreError
+from store.format.arrow_ranges import ArrowStrings
 from store.format.java_hash import index_key_hash
 from store.index.index_file import (
     INDEX_ENTRY_SIZE,
@@ -26,7 +28,13 @@ from store.index.index_file import (
     encode_entry,
     index_file_size,
 )
-from store.index.index_service import IndexService, file_name_for, timestamp_of_file_name
+from store.index.index_service import (
+    IndexService,
+    file_name_for,
+    index_key_entries_arrow,
+    index_key_entries_scalar,
+    timestamp_of_file_name,
+)
 
 I32 = np.int32
 I64 = np.int64
@@ -231,6 +239,50 @@ def test_collisions_and_rolling_match_a_model(tmp_path: Path) -> None:
     second = reopened.files[1].header
     assert (second.begin_phy_offset, second.end_phy_offset, second.index_count) == (40, 70, 5)
     reopened.close()
+
+
+KEY_TEXT = st.one_of(st.none(), st.just(""), st.text(alphabet="ab é漢😀-_", max_size=12))
+KEYS_TEXT = st.one_of(KEY_TEXT, st.lists(KEY_TEXT.map(lambda k: k or ""), max_size=4).map(" ".join))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(("t", "u", "%RETRY%g")), KEY_TEXT, KEYS_TEXT), max_size=80),
+    st.booleans(),
+    st.data(),
+)
+def test_scalar_and_arrow_index_entries_agree(
+    rows: list[tuple[str, str | None, str | None]], as_arrow: bool, data: st.DataObject
+) -> None:
+    """Small batches are indexed one key at a time, larger ones with Arrow kernels: both give
+    the same entries in the same order, for key columns given as Python or Arrow strings."""
+    topics = ("%RETRY%g", "u", "t")
+    uniq, keys = [r[1] for r in rows], [r[2] for r in rows]
+    batch = DispatchBatch(
+        commitlog_offsets=np.arange(len(rows), dtype=I64) * 100,
+        sizes=np.full(len(rows), 100, dtype=I32),
+        tags_codes=np.zeros(len(rows), dtype=I64),
+        queue_ids=np.zeros(len(rows), dtype=I32),
+        queue_offsets=np.arange(len(rows), dtype=I64),
+        store_timestamps_ms=np.full(len(rows), T0, dtype=I64),
+        sys_flags=np.zeros(len(rows), dtype=I32),
+        topic_codes=np.array([topics.index(r[0]) for r in rows], dtype=I32),
+        topics=topics,
+        uniq_keys=ArrowStrings(pa.array(uniq, pa.string())) if as_arrow else uniq,
+        keys=ArrowStrings(pa.array(keys, pa.string())) if as_arrow else keys,
+    )
+    picked = data.draw(st.lists(st.sampled_from(range(len(rows))), unique=True).map(sorted)) if rows else []
+    selected = np.array(picked, dtype=I64)
+    scalar, arrow = index_key_entries_scalar(batch, selected), index_key_entries_arrow(batch, selected)
+    assert scalar[0].tolist() == arrow[0].tolist()
+    assert scalar[1].tolist() == arrow[1].tolist()
+    expected = [
+        (index_key_hash(f"{rows[i][0]}#{key}"), i)
+        for i in picked
+        for key in [uniq[i], *(keys[i] or "").split(" ")]
+        if key
+    ]
+    assert list(zip(scalar[0].tolist(), scalar[1].tolist(), strict=True)) == expected
 
 
 def test_time_range_and_stop_rules(service: IndexService) -> None:
