@@ -57,8 +57,7 @@ def prefixed_index_key_hashes(
     if len(text_hashes) == 0:
         return text_hashes
     prefix_hashes = np.array([java_string_hash(p) for p in prefixes], dtype=np.int64).astype(np.uint32)
-    powers = np.ones(int(lengths.max()) + 1, dtype=np.uint32)  # 31**i, wrapping like Java's int
-    np.cumprod(np.full(len(powers) - 1, 31, dtype=np.uint32), out=powers[1:])
+    powers = _powers_of_31(int(lengths.max()))
     with np.errstate(over="ignore"):
         combined = prefix_hashes[prefix_of] * powers[lengths] + text_hashes.view(np.uint32)
     return _index_key_rule(combined.view(np.int32))
@@ -99,32 +98,47 @@ def _hash_code_units(
 ) -> npt.NDArray[np.int32]:
     """Hashes of consecutive strings given as UTF-16 code units and per-string lengths.
 
-    Strings are grouped by length; each group is an (n, L) matrix folded column by column,
-    ``h = 31 * h + c``, in uint32 arithmetic (which wraps exactly like Java's int): L passes
-    over n values, four times faster than weighting the matrix by powers of 31 and summing.
+    ``h = sum(c[j] * 31**(L-1-j))`` modulo 2**32. Strings are grouped by length; each group is
+    an (n, L) matrix multiplied by the powers of 31 (mod 2**32) in int64: a product is below
+    2**48 and a sum of fewer than 2**15 of them (a key is shorter than a property string's
+    32,767 bytes) cannot overflow, so one matrix product per length does what ``L`` passes of
+    ``h = 31 * h + c`` did, two to three times faster below 10,000 strings.
     """
     n = len(lengths)
-    result = np.zeros(n, dtype=np.uint32)
+    result = np.zeros(n, dtype=np.int64)
     if n == 0 or int(lengths.max()) == 0:
-        return result.view(np.int32)
+        return result.astype(np.uint32).view(np.int32)
+    longest = int(lengths.max())
+    powers = _POWERS_INT64 if longest < len(_POWERS) else _powers_of_31(longest).astype(np.int64)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    thirty_one = np.uint32(31)
-    for length in np.unique(lengths).tolist():
+    distinct = np.unique(lengths).tolist()
+    for length in distinct:
         if length == 0:
             continue
+        weights = powers[length - 1 :: -1]  # 31**(L-1), ..., 31**0
+        if len(distinct) == 1:  # one length: the codes already form the matrix
+            result[:] = codes[: n * length].reshape(n, length).astype(np.int64) @ weights
+            continue
         rows = np.flatnonzero(lengths == length)
-        if len(rows) == n:  # one length: the codes already form the matrix
-            matrix = codes[: n * length].reshape(n, length)
-        else:
-            matrix = codes[starts[rows][:, None] + np.arange(length, dtype=np.int64)]
-        folded = np.zeros(len(rows), dtype=np.uint32)
-        with np.errstate(over="ignore"):
-            for column in range(length):
-                folded *= thirty_one
-                folded += matrix[:, column]
-        result[rows] = folded
-    return result.view(np.int32)
+        matrix = codes[starts[rows][:, None] + np.arange(length, dtype=np.int64)]
+        result[rows] = matrix.astype(np.int64) @ weights
+    return (result & _MASK).astype(np.uint32).view(np.int32)
+
+
+def _powers_of_31(count: int) -> npt.NDArray[np.uint32]:
+    """``31**i`` for ``i`` in ``[0, count]``, wrapping modulo 2**32 like Java's int."""
+    if count < len(_POWERS):
+        return _POWERS[: count + 1]
+    powers = np.ones(count + 1, dtype=np.uint32)
+    np.cumprod(np.full(count, 31, dtype=np.uint32), out=powers[1:])
+    return powers
+
+
+#: The powers for keys up to 4,096 UTF-16 units, computed once.
+_POWERS: npt.NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
+_POWERS = _powers_of_31(4096)
+_POWERS_INT64 = _POWERS.astype(np.int64)
 
 
 def index_key_hashes(keys: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:

@@ -37,3 +37,11 @@ def test_arrow_input_and_sliced_arrays(texts: list[str], data: st.DataObject) ->
     start = data.draw(st.integers(0, len(texts) - 1))
     sliced = pa.array(texts).slice(start)
     assert java_string_hashes(sliced).tolist() == [java_string_hash(t) for t in texts[start:]]
+
+
+def test_long_keys_and_mixed_lengths() -> None:
+    """Keys past the precomputed powers of 31, beside short and empty ones (the matrix product
+    per length must wrap exactly like Java's int)."""
+    texts = ["x" * 5000, "é" * 4097, "", "a", "ab", "k" * 4096, "漢字😀" * 700]
+    assert java_string_hashes(texts).tolist() == [java_string_hash(t) for t in texts]
+    assert index_key_hashes(texts).tolist() == [index_key_hash(t) for t in texts]
