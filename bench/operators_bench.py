@@ -27,7 +27,8 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from tests.operators.broker_process import Broker, children_of, start_broker, wait_for
+from tests.operators.broker_process import Broker, children_of, start_broker
+from tests.support.waiting import wait_until
 
 ARROW = "application/vnd.apache.arrow.stream"
 LEVEL_MS = {1: 1000, 2: 5000, 3: 10_000, 18: 7_200_000}
@@ -101,10 +102,12 @@ def relocated(broker: Broker) -> int:
 def running_broker(root: Path, env: dict[str, str] | None = None) -> Iterator[Broker]:
     broker = start_broker(root, env=env)
     try:
-        wait_for(lambda: broker.delay_operator().get("state") == "active", 300, "the delay query", poll_s=0.5)
+        wait_until(
+            lambda: broker.delay_operator().get("state") == "active", 300, "the delay query", poll_s=0.5
+        )
         with broker.http as http:  # warm-up: Python workers started, first stateful batches run
             produce(http, "warm-up", 10, 1)
-        wait_for(lambda: relocated(broker) >= 10, 300, "the warm-up deliveries", poll_s=0.2)
+        wait_until(lambda: relocated(broker) >= 10, 300, "the warm-up deliveries", poll_s=0.2)
         yield broker
     finally:
         broker.stop(signal.SIGTERM)
@@ -133,7 +136,7 @@ def throughput(root: Path, count: int) -> None:
         before = relocated(broker)
         produce(http, "tput", count, 1)
         produced_at = time.monotonic()
-        wait_for(lambda: relocated(broker) - before >= count, 600, f"{count} deliveries", poll_s=0.2)
+        wait_until(lambda: relocated(broker) - before >= count, 600, f"{count} deliveries", poll_s=0.2)
         seconds = time.monotonic() - produced_at - 1.0  # the level delay itself is not work
         rate = count / seconds
         print(
@@ -144,7 +147,7 @@ def throughput(root: Path, count: int) -> None:
 def lateness(root: Path, rate: int, seconds: float) -> None:
     with running_broker(root) as broker, broker.http as http:
         sent = produce_at_rate(http, "late", rate, seconds, 1)
-        wait_for(lambda: relocated(broker) >= sent + 10, 300, f"{sent} deliveries", poll_s=0.5)
+        wait_until(lambda: relocated(broker) >= sent + 10, 300, f"{sent} deliveries", poll_s=0.5)
         late = lateness_ms(http, "late", 1)
         print(
             f"lateness at {rate:,} msg/s ({sent:,} msgs): p50 {np.percentile(late, 50):.0f} ms, "
@@ -157,7 +160,7 @@ def hot_second(root: Path, count: int) -> None:
         start = time.monotonic()
         produce(http, "hot", count, 3)  # 10 s: all due within the production time
         spread = time.monotonic() - start
-        wait_for(lambda: relocated(broker) >= count + 10, 600, f"{count} deliveries", poll_s=0.5)
+        wait_until(lambda: relocated(broker) >= count + 10, 600, f"{count} deliveries", poll_s=0.5)
         late = lateness_ms(http, "hot", 3) / 1000
         p50, p99 = np.percentile(late, 50), np.percentile(late, 99)
         print(
@@ -169,7 +172,7 @@ def hot_second(root: Path, count: int) -> None:
 def pending_million(root: Path, count: int) -> None:
     with running_broker(root) as broker, broker.http as http:
         produce(http, "far", count, 18)  # 2 h: all stay pending
-        wait_for(
+        wait_until(
             lambda: broker.delay_operator().get("pending", 0) >= count, 900, f"{count} pending", poll_s=1
         )
         time.sleep(5)
@@ -183,16 +186,16 @@ def pending_million(root: Path, count: int) -> None:
 def recovery(root: Path, count: int) -> None:
     with running_broker(root) as broker, broker.http as http:
         produce(http, "rec", count, 2)  # 5 s: due while the broker is down
-        wait_for(lambda: broker.delay_operator().get("pending", 0) >= count, 120, "pending", poll_s=0.2)
+        wait_until(lambda: broker.delay_operator().get("pending", 0) >= count, 120, "pending", poll_s=0.2)
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait()
     time.sleep(6)
     restart = time.monotonic()
     again = start_broker(root)
     try:
-        wait_for(lambda: relocated(again) > 0, 300, "the first delivery after restart", poll_s=0.1)
+        wait_until(lambda: relocated(again) > 0, 300, "the first delivery after restart", poll_s=0.1)
         first = time.monotonic() - restart
-        wait_for(lambda: relocated(again) >= count, 300, "all deliveries", poll_s=0.2)
+        wait_until(lambda: relocated(again) >= count, 300, "all deliveries", poll_s=0.2)
         print(f"recovery: broker restart to first delivery {first:.1f} s; {count:,} overdue delivered by "
               f"{time.monotonic() - restart:.1f} s")  # fmt: skip
     finally:

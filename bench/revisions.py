@@ -23,7 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURE = re.compile(r"^\s*(?P<label>\S.*?)\s{2,}(?P<value>[\d,]+(?:\.\d+)?)\s+(?P<unit>msg/s|MB/s|rows/s|req/s)\b")
+FIGURE = re.compile(
+    r"^\s*(?P<label>\S.*?)\s{2,}(?P<value>[\d,]+(?:\.\d+)?)\s+(?P<unit>msg/s|MB/s|rows/s|req/s)\b"
+)
 
 Figures = dict[str, list[float]]
 
@@ -79,7 +81,9 @@ def table(base: Figures, here: Figures) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--base", required=True, help="the earlier revision (commit, tag or branch)")
     parser.add_argument("--rounds", type=int, default=3, help="runs on each side, interleaved")
     parser.add_argument("module", nargs=argparse.REMAINDER, help="-- bench.module [its arguments]")
@@ -89,7 +93,9 @@ def main() -> None:
         parser.error("name the benchmark module after --")
     with tempfile.TemporaryDirectory(prefix="sparkmq-base-") as scratch:
         worktree = Path(scratch) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktree), args.base], cwd=ROOT, check=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "-q", str(worktree), args.base], cwd=ROOT, check=True
+        )
         try:
             base: Figures = defaultdict(list)
             here: Figures = defaultdict(list)
@@ -100,7 +106,8 @@ def main() -> None:
                 print(f"round {round_number}/{args.rounds} done", file=sys.stderr, flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
-    print(f"{' '.join(module_args)}: base {args.base} against this tree, {args.rounds} interleaved rounds, medians")
+    command = " ".join(module_args)
+    print(f"{command}: base {args.base} against this tree, {args.rounds} interleaved rounds, medians")
     print("\n".join(table(base, here)))
 
 

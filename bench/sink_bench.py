@@ -130,7 +130,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"sink benchmark: {args.rows:,} rows of {args.body_bytes}-byte bodies, {os.cpu_count()} cores")
 
-    from tests.streaming.eo_helpers import free_port, kill_group, start_broker
+    from tests.streaming.eo_helpers import kill_group, start_broker
+    from tests.support.network import free_port
 
     spark = _spark()
     figures: dict[str, list[float]] = {}

@@ -25,7 +25,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, start_broker, wait_for
+from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, start_broker
+from tests.support.waiting import wait_until
 
 BODY = "x" * 100
 CONNECTIONS = 16
@@ -183,7 +184,7 @@ def check_backs(root: Path, n: int) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     broker = start_broker(root, extra_args=("--tx-immunity-ms", "2000", "--tx-check-interval-ms", "5000"))
     try:
-        wait_for(
+        wait_until(
             lambda: any(o["operator"] == "transactions" and o.get("last_batch_id") is not None
                         for o in broker.operators()["operators"]),
             JOB_START_TIMEOUT_S, "the transaction query",
@@ -204,7 +205,7 @@ def check_backs(root: Path, n: int) -> None:
                 params = {"producer_group": "cb", "state": state, "limit": 10_000}
                 return len(http.get("/transactions", params=params).json()["transactions"])
 
-            wait_for(lambda: count("prepared") == 0, 600, f"{n} transactions to end", poll_s=1.0)
+            wait_until(lambda: count("prepared") == 0, 600, f"{n} transactions to end", poll_s=1.0)
             total_s = time.perf_counter() - started
             committed, discarded = count("committed"), count("discarded")
         drain_s = total_s - sent_s
