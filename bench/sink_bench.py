@@ -137,12 +137,15 @@ def main() -> None:
     figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        store_dir = tmp / "store"
+        # Two stores: path mode owns its directory while committing, which the broker's would
+        # refuse; both hold the same messages for the streams to read.
+        store_dir, broker_dir = tmp / "store", tmp / "broker-store"
         _fill(store_dir, args.rows, args.body_bytes)
+        _fill(broker_dir, args.rows, args.body_bytes)
         path = {"path": str(store_dir)}
         bench_write(spark, path, 10_000, args.body_bytes)  # warm the Python workers
         port = free_port()
-        broker = start_broker(store_dir, port, tmp / "broker.log")
+        broker = start_broker(broker_dir, port, tmp / "broker.log")
         endpoint = {"endpoint": f"http://127.0.0.1:{port}"}
         measures: dict[str, Callable[[], float]] = {
             "publish only (no Spark)": lambda: bench_publish(args.rows, args.body_bytes),
