@@ -68,12 +68,10 @@ def http_send_backs(broker: Broker, seconds: float) -> None:
 
 
 def spark_send_backs(broker: Broker, rows: int) -> None:
-    from pyspark.sql import SparkSession
-
-    from streaming.register import register
+    from streaming.register import local_session_builder, register
     from streaming.sendback import send_back
 
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark = local_session_builder("retry-bench").getOrCreate()
     register(spark)
     with httpx.Client(base_url=broker.url, timeout=60) as http:
         http.put("/groups/sparkbench", json={})
