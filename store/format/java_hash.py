@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _MASK = 0xFFFFFFFF
 #: Up to this many strings are hashed one by one: the vectorised fold makes two NumPy calls per
@@ -77,19 +76,19 @@ def _hashes_and_lengths(
             np.array([len(t.encode("utf-16-le")) // 2 for t in values], dtype=np.int64),
         )
     array = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.string())
-    if array.type == pa.string() and pc.all(pc.string_is_ascii(array)).as_py() is not False:
+    if array.type == pa.string():
         offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1 + array.offset)[
             array.offset :
         ]
-        lengths = np.diff(offsets).astype(np.int64)
         data = array.buffers()[2]
         raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         codes: npt.NDArray[np.unsignedinteger] = raw[offsets[0] : offsets[-1]]
-    else:
-        texts = array.to_pylist()
-        joined = "".join(texts)
-        codes = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2").astype(np.uint32)
-        lengths = np.fromiter((len(t.encode("utf-16-be")) // 2 for t in texts), dtype=np.int64, count=n)
+        if len(codes) == 0 or int(codes.max()) < 0x80:  # ASCII: the UTF-8 bytes are the code units
+            lengths = np.diff(offsets).astype(np.int64)
+            return _hash_code_units(codes, lengths), lengths
+    values = array.to_pylist()
+    codes = np.frombuffer("".join(values).encode("utf-16-be"), dtype=">u2").astype(np.uint32)
+    lengths = np.fromiter((len(t.encode("utf-16-be")) // 2 for t in values), dtype=np.int64, count=n)
     return _hash_code_units(codes, lengths), lengths
 
 

@@ -71,9 +71,10 @@ def _is_index_file_name(name: str) -> bool:
 
 
 #: Up to this many rows a batch's index keys are hashed one by one in Python: the Arrow path's
-#: fixed cost (a score of kernel calls, ~0.3 ms) outweighs a few keys' scalar hashing (~2 µs
-#: each). Single produce dispatches batches of a few messages (bench/http_profile.py).
-SCALAR_INDEX_ROWS = 64
+#: fixed cost (~0.18 ms: kernel calls and NumPy set-up) outweighs a few keys' scalar hashing
+#: (~4 µs a message with a UNIQ_KEY and a key; the two cross near 40). Single produce
+#: dispatches batches of a few messages.
+SCALAR_INDEX_ROWS = 40
 
 
 def index_key_entries(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
@@ -87,22 +88,22 @@ def index_key_entries(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
 def index_key_entries_arrow(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
     """:func:`index_key_entries` with Arrow kernels, hashed from the parts: no key string is
     ever joined."""
-    take = pa.array(rows)
+    every_row = len(rows) == len(batch)  # rows are ascending and distinct: all of them
+    take = None if every_row else pa.array(rows)
     prefixes = [t + KEY_SEPARATOR for t in batch.topics]
     topic_codes = batch.topic_codes[rows]
-    uniq = string_array(batch.uniq_keys).take(take)
-    tokens = pc.split_pattern(string_array(batch.keys).take(take), " ")
-    token_parent = np.asarray(pc.list_parent_indices(tokens), dtype=np.int64)
-    flat_tokens = pc.list_flatten(tokens)
-    present = np.asarray(pc.and_(pc.is_valid(flat_tokens), pc.not_equal(flat_tokens, "")).fill_null(False))
-    token_parent = token_parent[present]
-    flat_tokens = flat_tokens.filter(pa.array(present))
-    has_uniq = np.asarray(pc.and_(pc.is_valid(uniq), pc.not_equal(uniq, "")).fill_null(False))
-    uniq_parent = np.flatnonzero(has_uniq)
+    uniq_parent, uniq = _non_empty(_rows_of(string_array(batch.uniq_keys), take))
+    keys = _rows_of(string_array(batch.keys), take)
+    if keys.null_count == len(keys):
+        token_parent, flat_tokens = np.zeros(0, dtype=np.int64), keys.slice(0, 0)
+    else:
+        tokens = pc.split_pattern(keys, " ")
+        present, flat_tokens = _non_empty(pc.list_flatten(tokens))
+        token_parent = np.asarray(pc.list_parent_indices(tokens), dtype=np.int64)[present]
     parents = np.concatenate((uniq_parent, token_parent))
     hashes = np.concatenate(
         (
-            prefixed_index_key_hashes(prefixes, topic_codes[uniq_parent], uniq.filter(pa.array(has_uniq))),
+            prefixed_index_key_hashes(prefixes, topic_codes[uniq_parent], uniq),
             prefixed_index_key_hashes(prefixes, topic_codes[token_parent], flat_tokens),
         )
     )
@@ -110,6 +111,29 @@ def index_key_entries_arrow(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
     rank = np.concatenate((np.zeros(len(uniq_parent), np.int64), np.ones(len(token_parent), np.int64)))
     order = np.lexsort((rank, parents))
     return hashes[order], rows[parents[order]]
+
+
+def _rows_of(strings: pa.Array, take: pa.Array | None) -> pa.Array:
+    return strings if take is None else strings.take(take)
+
+
+def _non_empty(strings: pa.Array) -> tuple[I64, pa.Array]:
+    """The positions of the non-null, non-empty strings, and those strings (read off the
+    offsets and the validity bitmap: no kernel call when every string is there)."""
+    count = len(strings)
+    if strings.null_count == count:
+        return np.zeros(0, dtype=np.int64), strings.slice(0, 0)
+    if strings.type == pa.string():
+        begin = strings.offset
+        offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=begin + count + 1)[begin:]
+        keep = np.diff(offsets) > 0
+    else:
+        keep = np.asarray(pc.binary_length(strings).fill_null(0)) > 0
+    if strings.null_count:
+        keep &= np.asarray(strings.is_valid())
+    if keep.all():
+        return np.arange(count, dtype=np.int64), strings
+    return np.flatnonzero(keep), strings.filter(pa.array(keep))
 
 
 def index_key_entries_scalar(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
