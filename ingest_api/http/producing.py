@@ -142,6 +142,20 @@ def scheduling(
     return 0, prop
 
 
+def entry_scheduling(
+    entry: EntryFields, max_delay_ms: int, now_ms: int, index: int | None
+) -> tuple[int, dict[str, str]]:
+    """:func:`scheduling` of an entry's three scheduling fields."""
+    return scheduling(
+        entry.delay_level,
+        entry.deliver_at_ms,
+        entry.delay_ms,
+        max_delay_ms=max_delay_ms,
+        now_ms=now_ms,
+        index=index,
+    )
+
+
 def entry_message(
     topic: str,
     entry: ProduceIn,
@@ -158,14 +172,7 @@ def entry_message(
         raise _unknown_queue(queue_id, topic, queue_count, index)
     if entry.sharding_key is not None:
         queue_id = sharding_queue(entry.sharding_key, queue_count)
-    level, schedule = scheduling(
-        entry.delay_level,
-        entry.deliver_at_ms,
-        entry.delay_ms,
-        max_delay_ms=max_delay_ms,
-        now_ms=now_ms,
-        index=index,
-    )
+    level, schedule = entry_scheduling(entry, max_delay_ms, now_ms, index)
     message = entry.to_message(topic, queue_id, level, schedule)
     if len(message.body) > max_body:
         raise _too_large(len(message.body), max_body, index)
@@ -258,14 +265,7 @@ def entry_columns(
         entry = entries[i]
         merged = entry.properties
         if entry.scheduled:
-            _, timer = scheduling(
-                entry.delay_level,
-                entry.deliver_at_ms,
-                entry.delay_ms,
-                max_delay_ms=max_delay_ms,
-                now_ms=now_ms,
-                index=i,
-            )
+            _, timer = entry_scheduling(entry, max_delay_ms, now_ms, i)
             merged = {**merged, **timer}
             levels[i] = entry.delay_level or 0
         for name, value in merged.items():
