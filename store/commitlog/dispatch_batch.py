@@ -21,6 +21,30 @@ I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
 
+def queue_groups(topic_codes: I32, queue_ids: I32) -> tuple[I64, I64]:
+    """Rows grouped by queue: ``(order, starts)``. ``order`` lists the rows queue by queue
+    (topic code, then queue id, ascending), each queue's rows in their original order;
+    group ``g`` is ``order[starts[g]:starts[g + 1]]`` (the last one runs to the end).
+
+    The put path groups every batch this way (queue offsets, ConsumeQueue dispatch, the next
+    offsets). Keys of 16 bits, as a few topics of a few hundred queues give, sort by NumPy's
+    radix sort (about 4x faster than a stable sort of 64-bit keys).
+    """
+    count = len(queue_ids)
+    if count == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    width = int(queue_ids.max()) + 1
+    keys: npt.NDArray[np.integer]
+    if (int(topic_codes.max()) + 1) * width < 1 << 16 and int(queue_ids.min()) >= 0:
+        keys = topic_codes.astype(np.uint16) * np.uint16(width) + queue_ids.astype(np.uint16)
+    else:
+        keys = (topic_codes.astype(np.int64) << 32) | (queue_ids.astype(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
+    return order.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
+
+
 def string_array(values: Sequence[str | None]) -> pa.Array:
     """``values`` as an Arrow string array (the wrapped one for :class:`ArrowStrings`)."""
     return values.array if isinstance(values, ArrowStrings) else pa.array(values, type=pa.string())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from store.commitlog.dispatch_batch import DispatchBatch
+from store.commitlog.dispatch_batch import DispatchBatch, queue_groups
 from store.config import StoreConfig
 from store.consumequeue.consume_queue import ConsumeQueue
 from store.format.vocabulary import enter_consume_queue, enters_consume_queue
@@ -87,22 +87,18 @@ class ConsumeQueueStore:
         """Append the batch's units to their queues; returns the number of units written.
 
         PREPARED and ROLLBACK transaction messages are skipped (RocketMQ
-        ``CommitLogDispatcherBuildConsumeQueue``). Rows are grouped per (topic, queue) with one
-        stable argsort, so each queue gets one vectorised ``put_units``.
+        ``CommitLogDispatcherBuildConsumeQueue``). Rows are grouped per (topic, queue)
+        (:func:`~store.commitlog.dispatch_batch.queue_groups`), so each queue gets one
+        vectorised ``put_units``.
         """
         if len(batch) == 1:
             return self._dispatch_one(batch)
         rows = np.flatnonzero(enter_consume_queue(batch.sys_flags))
         if len(rows) == 0:
             return 0
-        keys = (batch.topic_codes[rows].astype(np.int64) << 32) | (
-            batch.queue_ids[rows].astype(np.int64) & 0xFFFFFFFF
-        )
-        order = np.argsort(keys, kind="stable")
-        rows, keys = rows[order], keys[order]
-        bounds = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        order, starts = queue_groups(batch.topic_codes[rows], batch.queue_ids[rows])
         written = 0
-        for group in np.split(rows, bounds):
+        for group in np.split(rows[order], starts[1:]):
             head = int(group[0])
             topic = batch.topics[int(batch.topic_codes[head])]
             queue = self.get_or_create(topic, int(batch.queue_ids[head]))

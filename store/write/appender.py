@@ -446,16 +446,14 @@ class Appender:
             except (OSError, ValueError, InvalidArgument) as exc:
                 self._commitlog.truncate(start)
                 raise StoreNotWritable(f"ConsumeQueue dispatch failed, nothing written: {exc}") from exc
-            self._placement.commit(topic_names, topic_codes, queue_ids, queue_offsets)
+            lasts = last_per_queue(topic_codes, queue_ids, queue_offsets)
+            self._placement.commit(topic_names, lasts)
             self._last_store_ts = store_ts
             self.messages_put += n
             self.bytes_put += int(appended.wrote_bytes)
             if self._index is not None:
                 self._index.dispatch(dispatch)
-        self._arrivals.notify(
-            (topic_names[code], qid, last + 1)
-            for code, qid, last in last_per_queue(topic_codes, queue_ids, queue_offsets)
-        )
+        self._arrivals.notify((topic_names[code], qid, last + 1) for code, qid, last in lasts)
         if self.group_commit is not None:
             self.group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
         return BatchPutResult(

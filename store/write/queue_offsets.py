@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from store.commitlog.dispatch_batch import queue_groups
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import UnknownQueue
 
@@ -74,18 +75,16 @@ class QueuePlacement:
         """Per message: next offset of its queue + its rank among this batch's messages to it.
         Call with the put lock held."""
         n = len(queue_ids)
-        keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
-        if n == 0 or bool(np.all(keys == keys[0])):
+        if n == 0 or _one_queue(topic_codes, queue_ids):
             base = self._next_offset(topics[int(topic_codes[0])], int(queue_ids[0])) if n else 0
             return base + np.arange(n, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        group_starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_keys)) + 1))
-        counts = np.diff(np.concatenate((group_starts, [n])))
+        order, group_starts = queue_groups(topic_codes, queue_ids)
+        counts = np.diff(np.append(group_starts, n))
+        heads = order[group_starts]
         bases = np.array(
             [
-                self._next_offset(topics[int(k >> 32)], int(k & 0xFFFFFFFF))
-                for k in sorted_keys[group_starts].tolist()
+                self._next_offset(topics[code], qid)
+                for code, qid in zip(topic_codes[heads].tolist(), queue_ids[heads].tolist(), strict=True)
             ],
             dtype=np.int64,
         )
@@ -94,9 +93,10 @@ class QueuePlacement:
         out[order] = np.repeat(bases, counts) + ranks
         return out
 
-    def commit(self, topics: tuple[str, ...], topic_codes: I32, queue_ids: I32, queue_offsets: I64) -> None:
-        """The batch is appended: move each queue's next offset past it (put lock held)."""
-        for code, qid, last in last_per_queue(topic_codes, queue_ids, queue_offsets):
+    def commit(self, topics: tuple[str, ...], lasts: Iterable[tuple[int, int, int]]) -> None:
+        """The batch is appended: move each queue's next offset past its last queue offset
+        (``lasts`` from :func:`last_per_queue`; put lock held)."""
+        for code, qid, last in lasts:
             self._next[(topics[code], qid)] = last + 1
 
     def forget_topic(self, topic: str) -> None:
@@ -110,16 +110,18 @@ class QueuePlacement:
         self._next.clear()
 
 
-def last_per_queue(topic_codes: I32, queue_ids: I32, values: I64) -> Iterable[tuple[int, int, int]]:
+def last_per_queue(topic_codes: I32, queue_ids: I32, values: I64) -> list[tuple[int, int, int]]:
     """(topic code, queue id, value of its last message) for each distinct queue of a batch."""
-    keys = (topic_codes.astype(np.int64) << 32) | queue_ids.astype(np.int64)
-    if len(keys) == 0:
+    n = len(queue_ids)
+    if n == 0:
         return []
-    if bool(np.all(keys == keys[0])):
+    if _one_queue(topic_codes, queue_ids):
         return [(int(topic_codes[0]), int(queue_ids[0]), int(values[-1]))]
-    distinct, first_from_end = np.unique(keys[::-1], return_index=True)
-    last = len(keys) - 1 - first_from_end
-    return [
-        (int(key >> 32), int(key & 0xFFFFFFFF), int(value))
-        for key, value in zip(distinct.tolist(), values[last].tolist(), strict=True)
-    ]
+    order, starts = queue_groups(topic_codes, queue_ids)
+    last = order[np.append(starts[1:], n) - 1]
+    return list(zip(topic_codes[last].tolist(), queue_ids[last].tolist(), values[last].tolist(), strict=True))
+
+
+def _one_queue(topic_codes: I32, queue_ids: I32) -> bool:
+    """Every row goes to the first row's queue (a non-empty batch)."""
+    return bool(np.all(queue_ids == queue_ids[0])) and bool(np.all(topic_codes == topic_codes[0]))
