@@ -14,8 +14,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 _MASK = 0xFFFFFFFF
-#: Up to this many strings are hashed one by one: the vectorised fold makes two NumPy calls per
-#: character position, which a handful of strings does not repay.
+#: Up to this many strings are hashed one by one: the vectorised path's set-up (an Arrow array,
+#: grouping by length, a matrix product per length) does not pay for a handful of strings.
 SCALAR_STRINGS = 4
 
 
@@ -98,17 +98,17 @@ def _hash_code_units(
     """Hashes of consecutive strings given as UTF-16 code units and per-string lengths.
 
     ``h = sum(c[j] * 31**(L-1-j))`` modulo 2**32. Strings are grouped by length; each group is
-    an (n, L) matrix multiplied by the powers of 31 (mod 2**32) in int64: a product is below
-    2**48 and a sum of fewer than 2**15 of them (a key is shorter than a property string's
-    32,767 bytes) cannot overflow, so one matrix product per length does what ``L`` passes of
-    ``h = 31 * h + c`` did, two to three times faster below 10,000 strings.
+    an (n, L) matrix multiplied by the powers of 31 (mod 2**32) in uint64, whose arithmetic
+    wraps modulo 2**64 and so keeps every sum exact modulo 2**32 at any length: one matrix
+    product per length does what ``L`` passes of ``h = 31 * h + c`` did, two to three times
+    faster below 10,000 strings.
     """
     n = len(lengths)
-    result = np.zeros(n, dtype=np.int64)
+    result = np.zeros(n, dtype=np.uint64)
     if n == 0 or int(lengths.max()) == 0:
         return result.astype(np.uint32).view(np.int32)
     longest = int(lengths.max())
-    powers = _POWERS_INT64 if longest < len(_POWERS) else _powers_of_31(longest).astype(np.int64)
+    powers = _POWERS_UINT64 if longest < len(_POWERS) else _powers_of_31(longest).astype(np.uint64)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     distinct = np.unique(lengths).tolist()
@@ -117,12 +117,12 @@ def _hash_code_units(
             continue
         weights = powers[length - 1 :: -1]  # 31**(L-1), ..., 31**0
         if len(distinct) == 1:  # one length: the codes already form the matrix
-            result[:] = codes[: n * length].reshape(n, length).astype(np.int64) @ weights
+            result[:] = codes[: n * length].reshape(n, length).astype(np.uint64) @ weights
             continue
         rows = np.flatnonzero(lengths == length)
         matrix = codes[starts[rows][:, None] + np.arange(length, dtype=np.int64)]
-        result[rows] = matrix.astype(np.int64) @ weights
-    return (result & _MASK).astype(np.uint32).view(np.int32)
+        result[rows] = matrix.astype(np.uint64) @ weights
+    return (result & np.uint64(_MASK)).astype(np.uint32).view(np.int32)
 
 
 def _powers_of_31(count: int) -> npt.NDArray[np.uint32]:
@@ -137,7 +137,7 @@ def _powers_of_31(count: int) -> npt.NDArray[np.uint32]:
 #: The powers for keys up to 4,096 UTF-16 units, computed once.
 _POWERS: npt.NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
 _POWERS = _powers_of_31(4096)
-_POWERS_INT64 = _POWERS.astype(np.int64)
+_POWERS_UINT64 = _POWERS.astype(np.uint64)
 
 
 def index_key_hashes(keys: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:

@@ -40,8 +40,9 @@ def test_arrow_input_and_sliced_arrays(texts: list[str], data: st.DataObject) ->
 
 
 def test_long_keys_and_mixed_lengths() -> None:
-    """Keys past the precomputed powers of 31, beside short and empty ones (the matrix product
-    per length must wrap exactly like Java's int)."""
-    texts = ["x" * 5000, "é" * 4097, "", "a", "ab", "k" * 4096, "漢字😀" * 700]
+    """Keys past the precomputed powers of 31, beside short and empty ones, and a sharding key
+    long enough to overflow 64-bit sums (the matrix product per length must wrap exactly like
+    Java's int)."""
+    texts = ["x" * 5000, "é" * 4097, "", "a", "ab", "k" * 4096, "漢字😀" * 700, "\uffff" * 40_000]
     assert java_string_hashes(texts).tolist() == [java_string_hash(t) for t in texts]
     assert index_key_hashes(texts).tolist() == [index_key_hash(t) for t in texts]
