@@ -55,11 +55,10 @@ def prefixed_index_key_hashes(
     text_hashes, lengths = _hashes_and_lengths(texts)
     if len(text_hashes) == 0:
         return text_hashes
-    prefix_hashes = np.array([java_string_hash(p) for p in prefixes], dtype=np.int64).astype(np.uint32)
+    prefix_hashes = np.array([java_string_hash(p) for p in prefixes], dtype=np.int64).astype(np.uint64)
     powers = _powers_of_31(int(lengths.max()))
-    with np.errstate(over="ignore"):
-        combined = prefix_hashes[prefix_of] * powers[lengths] + text_hashes.view(np.uint32)
-    return _index_key_rule(combined.view(np.int32))
+    combined = prefix_hashes[prefix_of] * powers[lengths] + text_hashes.view(np.uint32)
+    return _index_key_rule(_java_int(combined))
 
 
 def _hashes_and_lengths(
@@ -105,10 +104,10 @@ def _hash_code_units(
     """
     n = len(lengths)
     result = np.zeros(n, dtype=np.uint64)
-    if n == 0 or int(lengths.max()) == 0:
-        return result.astype(np.uint32).view(np.int32)
-    longest = int(lengths.max())
-    powers = _POWERS_UINT64 if longest < len(_POWERS) else _powers_of_31(longest).astype(np.uint64)
+    longest = int(lengths.max()) if n else 0
+    if longest == 0:
+        return _java_int(result)
+    powers = _powers_of_31(longest)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     distinct = np.unique(lengths).tolist()
@@ -122,22 +121,29 @@ def _hash_code_units(
         rows = np.flatnonzero(lengths == length)
         matrix = codes[starts[rows][:, None] + np.arange(length, dtype=np.int64)]
         result[rows] = matrix.astype(np.uint64) @ weights
-    return (result & np.uint64(_MASK)).astype(np.uint32).view(np.int32)
+    return _java_int(result)
 
 
-def _powers_of_31(count: int) -> npt.NDArray[np.uint32]:
-    """``31**i`` for ``i`` in ``[0, count]``, wrapping modulo 2**32 like Java's int."""
-    if count < len(_POWERS):
-        return _POWERS[: count + 1]
+def _java_int(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.int32]:
+    """uint64 sums reduced modulo 2**32 and read as Java's signed int."""
+    return (values & np.uint64(_MASK)).astype(np.uint32).view(np.int32)
+
+
+def _computed_powers(count: int) -> npt.NDArray[np.uint64]:
+    """``31**i`` for ``i`` in ``[0, count]`` modulo 2**32 (uint32 products wrap like Java's
+    int), widened to uint64 for the products they weight."""
     powers = np.ones(count + 1, dtype=np.uint32)
     np.cumprod(np.full(count, 31, dtype=np.uint32), out=powers[1:])
-    return powers
+    return powers.astype(np.uint64)
 
 
 #: The powers for keys up to 4,096 UTF-16 units, computed once.
-_POWERS: npt.NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
-_POWERS = _powers_of_31(4096)
-_POWERS_UINT64 = _POWERS.astype(np.uint64)
+_POWERS = _computed_powers(4096)
+
+
+def _powers_of_31(count: int) -> npt.NDArray[np.uint64]:
+    """:func:`_computed_powers`, from the precomputed table when it is long enough."""
+    return _POWERS[: count + 1] if count < len(_POWERS) else _computed_powers(count)
 
 
 def index_key_hashes(keys: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]:
