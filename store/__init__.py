@@ -41,6 +41,7 @@ from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
 from store.message_store import MessageStore
 from store.metadata.file_sizes import existing_config
+from store.metadata.topic_config import MAX_QUEUES_PER_TOPIC
 from store.names import (
     DLQ_TOPIC_PREFIX,
     GROUP_MAX_LENGTH,
@@ -98,6 +99,7 @@ __all__ = [
     "ID_PATTERN",
     "LADDER_BASE_LEVEL",
     "MAX_PRODUCER_ID_CHARS",
+    "MAX_QUEUES_PER_TOPIC",
     "MAX_PROPERTY_COLUMNS",
     "MESSAGE_SCHEMA",
     "MIB",

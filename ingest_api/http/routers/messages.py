@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import batches, json_batch, producing, render
+from ingest_api.http import batches, cluster_produce, json_batch, producing, render
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
@@ -84,15 +84,24 @@ _BATCH_BODY: dict[str, Any] = {
 async def produce(
     topic: TopicPath,
     entry: ProduceIn,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> Response:
     """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH).
     With an ``Idempotency-Key`` header a retry returns the original result (201) instead of
-    storing the message again, also across broker restarts."""
+    storing the message again, also across broker restarts. In a cluster the message is stored
+    by the broker that owns its queue (forwarded when that is another one), and the answer
+    names it (``broker``)."""
     authorize(principal, Right.PRODUCE, topic)
-    return await produce_one(broker, topic, entry, producing.idempotency_ref(topic, idempotency_key))
+    producer = producing.idempotency_ref(topic, idempotency_key)
+    if broker.cluster is not None:
+        status, body = await cluster_produce.produce_single(
+            broker, topic, entry, request.headers, idempotency_key
+        )
+        return Response(body, status_code=status, media_type="application/json")
+    return await produce_one(broker, topic, entry, producer)
 
 
 async def produce_one(
@@ -248,6 +257,10 @@ async def produce_batch(
     raw = await request.body()
     started = time.perf_counter()
     arrow_results = batches.ARROW_STREAM in request.headers.get("accept", "")
+    if broker.cluster is not None:
+        return await _produce_batch_clustered(
+            broker, topic, content_type, raw, request, idempotency_key, arrow_results, principal, started
+        )
     batch_request = _BatchRequest(
         topic,
         content_type,
@@ -260,6 +273,37 @@ async def produce_batch(
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
     media = batches.ARROW_STREAM if arrow_results else "application/json"
     return Response(payload, status_code=201, media_type=media)
+
+
+async def _produce_batch_clustered(
+    broker: Broker,
+    topic: str,
+    content_type: str,
+    raw: bytes,
+    request: Request,
+    idempotency_key: str | None,
+    arrow_results: bool,
+    principal: Any,
+    started: float,
+) -> Response:
+    """A batch in a cluster: each message stored by its queue's owner (docs/http_api.md#cluster)."""
+    if content_type == batches.ARROW_STREAM:
+        status, payload, media, count = await cluster_produce.produce_arrow_batch(
+            broker, topic, raw, request.headers, idempotency_key, arrow_results
+        )
+    else:
+        status, payload, media, count = await cluster_produce.produce_json_batch(
+            broker,
+            topic,
+            content_type,
+            raw,
+            request.headers,
+            idempotency_key,
+            arrow_results,
+            lambda other: authorize(principal, Right.PRODUCE, other),
+        )
+    broker.metrics.produced(topic, count, 0, "batch", time.perf_counter() - started)
+    return Response(payload, status_code=status, media_type=media)
 
 
 def _query_by_key(
