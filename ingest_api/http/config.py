@@ -52,6 +52,9 @@ class ServerConfig:
     #: Test only: ``<event>:<marker file>`` SIGKILLs the broker once after that relocation step
     #: (``decided``, ``chunk-<k>``, ``published``); read from ``SPARKMQ_TEST_RELOCATION_FAULT``.
     relocation_fault: str | None = None
+    #: Test only: ``<event>:<kill|pause>:<marker>`` at a step of the exactly-once sink's publish
+    #: (``ingest_api.http.routers.sinks.fault_hook``); read from ``SPARKMQ_TEST_SINK_FAULT``.
+    sink_fault: str | None = None
     #: Seconds between two samples of the console's live charts.
     console_sample_interval_s: float = 5.0
     #: Transactions (RocketMQ ``transactionTimeOut``, ``transactionCheckInterval``,

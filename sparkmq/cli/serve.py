@@ -215,6 +215,7 @@ def serve(
             tx_check_interval_ms=tx_check_interval_ms,
             tx_check_max=tx_check_max,
             relocation_fault=os.environ.get("SPARKMQ_TEST_RELOCATION_FAULT"),
+            sink_fault=os.environ.get("SPARKMQ_TEST_SINK_FAULT"),
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
             cluster=membership,
         ).validate()

@@ -1,6 +1,8 @@
 """Services above the store facade that write exactly once: the public API of the publish layer.
 
 * :class:`SinkStaging` - the Spark sink's stage / decide / publish protocol (``sink_staging``);
+  across brokers with a :class:`SinkRouter` (``sink_routed``), each owner storing its chunks
+  with a :class:`ChunkWriter` (``sink_chunks``);
 * :class:`RelocationLog` - the operators' relocations, published once per micro-batch
   (``relocations``);
 * :class:`TransactionService` - transactions: halves registered, ends atomic and idempotent,
@@ -10,17 +12,21 @@ The doors and Spark import from here (and from :mod:`store`), never from the mod
 """
 
 from store.publish.relocations import RelocationLog, RelocationOutcome
+from store.publish.sink_chunks import ChunkOutcome, ChunkRef, ChunkWriter
 from store.publish.sink_parts import (
     PART_SCHEMA,
     CommitOutcome,
+    OwnerUnavailable,
     SinkStagingError,
     StagedPart,
+    TopicRoute,
     check_id,
     new_part_id,
     part_path,
     staging_root,
     write_part,
 )
+from store.publish.sink_routed import SinkRouter
 from store.publish.sink_staging import SinkStaging
 from store.publish.transactions import (
     EndRequest,
@@ -36,17 +42,23 @@ from store.write.transactions import KAFKA_PRODUCER_GROUP_PREFIX, HalfOf, TxOffs
 __all__ = [
     "KAFKA_PRODUCER_GROUP_PREFIX",
     "PART_SCHEMA",
+    "ChunkOutcome",
+    "ChunkRef",
+    "ChunkWriter",
     "CommitOutcome",
     "EndRequest",
     "EndResult",
     "HalfOf",
     "HalfRef",
+    "OwnerUnavailable",
     "ProducerGroupMismatch",
     "RelocationLog",
     "RelocationOutcome",
+    "SinkRouter",
     "SinkStaging",
     "SinkStagingError",
     "StagedPart",
+    "TopicRoute",
     "Transaction",
     "TransactionService",
     "TxOffsets",

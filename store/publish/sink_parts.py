@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +56,47 @@ class SinkStagingError(StoreError):
     """A sink commit cannot proceed (unknown or damaged staged part, bad id)."""
 
     code = "sink_staging_error"
+
+
+class OwnerUnavailable(StoreError):
+    """A broker that owns queues of a batch is down or does not answer (cluster mode).
+
+    Before the decision nothing is decided; after it the decision stands and the next commit
+    (or the coordinator's recovery) resumes once the broker is back."""
+
+    code = "queue_unavailable"
+    retriable = True
+
+    def __init__(self, message: str, *, broker: str) -> None:
+        super().__init__(message)
+        self.broker = broker
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    """A target topic's route as a decision records it (cluster mode).
+
+    ``owners[q]`` is the broker name owning queue ``q``; ``spread`` the queues that rows with
+    neither ``queue_id`` nor ``sharding_key`` are spread over (those whose owner was alive)."""
+
+    owners: tuple[str, ...]
+    spread: tuple[int, ...]
+
+    @staticmethod
+    def of(owners: Sequence[str], live: Iterable[str]) -> TopicRoute:
+        alive = set(live)
+        return TopicRoute(tuple(owners), tuple(q for q, owner in enumerate(owners) if owner in alive))
+
+    def to_json(self) -> dict[str, object]:
+        return {"owners": list(self.owners), "spread": list(self.spread)}
+
+    @staticmethod
+    def from_json(doc: dict[str, object]) -> TopicRoute:
+        owners = doc["owners"]
+        spread = doc["spread"]
+        if not isinstance(owners, list) or not isinstance(spread, list):
+            raise SinkStagingError(f"a decision's route must hold lists, got {doc!r}")
+        return TopicRoute(tuple(str(o) for o in owners), tuple(int(q) for q in spread))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,29 +192,47 @@ def _check_part_schema(schema: pa.Schema, where: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
+    """The decision of one batch (``COMMIT.json``)::
+
+        {"sink_id": "s", "batch_id": 3, "chunk_rows": 65536,
+         "parts": [{"part_id": "p00000-a0-0-...", "rows": 10}, ...],
+         "routes": {"out": {"owners": ["b1", "b2"], "spread": [0, 1]}}}
+
+    ``routes`` is present only when the batch was decided across brokers (a cluster): it fixes
+    every row's queue (:mod:`store.publish.sink_plan`); without it the store picks queues as on
+    a lone broker. Golden bytes in ``tests/streaming/test_sink_plan.py``."""
+
     sink_id: str
     batch_id: int
     parts: tuple[StagedPart, ...]
     chunk_rows: int
+    routes: Mapping[str, TopicRoute] | None = None
 
     @property
     def rows(self) -> int:
         return sum(p.rows for p in self.parts)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "sink_id": self.sink_id,
             "batch_id": self.batch_id,
             "chunk_rows": self.chunk_rows,
             "parts": [{"part_id": p.part_id, "rows": p.rows} for p in self.parts],
         }
+        if self.routes is not None:
+            doc["routes"] = {topic: self.routes[topic].to_json() for topic in sorted(self.routes)}
+        return doc
 
     @staticmethod
     def load(path: Path) -> Manifest:
         doc = json.loads(path.read_text(encoding="utf-8"))
+        routes = doc.get("routes")
         return Manifest(
             sink_id=str(doc["sink_id"]),
             batch_id=int(doc["batch_id"]),
             parts=tuple(StagedPart(str(p["part_id"]), int(p["rows"])) for p in doc["parts"]),
             chunk_rows=int(doc["chunk_rows"]),
+            routes=None
+            if routes is None
+            else {str(topic): TopicRoute.from_json(route) for topic, route in routes.items()},
         )

@@ -22,6 +22,11 @@ process by the Spark driver in ``path`` mode and by the HTTP broker in ``endpoin
 4. **Mark and collect.** ``STATE.json`` records the batch as published (atomically), then the
    batch's staging directory and every older one are deleted.
 
+Across brokers (a cluster) the same protocol runs on the *coordinator* (the broker the sink
+talks to), the decision also records the target topics' routes, and the chunks are stored by
+the brokers owning their queues (:mod:`store.publish.sink_routed`; docs/exactly_once.md,
+"Across brokers"): pass a :class:`~store.publish.sink_routed.SinkRouter` to :meth:`SinkStaging.commit`.
+
 Per sink the durable state is one small file plus the directories of batches decided but not
 yet published (at most one, unless publishing keeps failing). Dedupe of a resumed publish
 relies on the key index, so it reaches back as far as retention keeps the batch's messages.
@@ -33,25 +38,19 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError
-from store.format.ids import ascii_rows, hex_of_ints
 from store.io.atomic_file import write_json_atomically
 from store.message_store import MessageStore
-from store.names import (
-    SCHEDULE_TOPIC,
-    TIMER_TOPIC,
-    validate_topic,
-)
+from store.names import validate_topic
+from store.publish.sink_chunks import ChunkWriter, chunk_uniq_keys
 from store.publish.sink_parts import (
     _ID_PATTERN,
     COMMIT_FILE,
@@ -68,9 +67,12 @@ from store.publish.sink_parts import (
     staging_root,
     write_part_bytes,
 )
-from store.write.columns import ProduceColumns
-from store.write.idempotence import ProducerRef, prefix_end, request_uniq_keys
+from store.publish.sink_plan import scheduled_rows, topic_chunks
+from store.publish.sink_routed import SinkRouter, check_routed, part_topics, publish_routed
+from store.write.idempotence import ProducerRef
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
+
+__all__ = ["SinkStaging", "chunk_uniq_keys"]
 
 log = logging.getLogger("sparkmq.sink")
 
@@ -92,11 +94,14 @@ class SinkStaging:
         on_event: Callable[[str], None] | None = None,
     ) -> None:
         """``on_event(name)`` is called at each step of a commit (``decided``, ``chunk-<k>``
-        after chunk k is stored, ``published``): a seam for fault-injection tests."""
+        after chunk k is stored, ``published``) and, across brokers, after this broker stored
+        a chunk it owns (``stored-<k>``): a seam for fault-injection tests."""
         if chunk_rows < 1:
             raise InvalidArgument("chunk_rows must be >= 1")
         self._on_event = on_event
         self.store = store
+        #: Stores chunks exactly once: this broker's own, and (as an owner) those a coordinator sends.
+        self.writer = ChunkWriter(store, on_event=on_event)
         self.root = staging_root(store.config.store_dir)
         self.chunk_rows = chunk_rows
         self._guard = threading.Lock()
@@ -142,14 +147,22 @@ class SinkStaging:
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _ID_PATTERN.match(p.name))
 
     # commit / abort / recover --------------------------------------------------------------
-    def commit(self, sink_id: str, batch_id: int, parts: Sequence[StagedPart]) -> CommitOutcome:
+    def commit(
+        self,
+        sink_id: str,
+        batch_id: int,
+        parts: Sequence[StagedPart],
+        router: SinkRouter | None = None,
+    ) -> CommitOutcome:
         """Decide (once) which parts make batch ``batch_id`` of ``sink_id``, then publish them.
 
         Idempotent: a replay of a published batch does nothing; a replay of a decided but
         unpublished batch publishes the *earlier* decision and ignores ``parts``. Earlier
         decided batches of the sink are published first. Raises when a part is missing or
         unpublishable (nothing decided then) or when the store refuses a write (the decision
-        stands; the next call resumes).
+        stands; the next call resumes). With ``router`` (a cluster) the decision records the
+        target topics' routes and each row is stored by the broker owning its queue; an owner
+        that is down raises :class:`~store.publish.sink_parts.OwnerUnavailable`.
         """
         check_id("sink id", sink_id)
         with self._sink_lock(sink_id):
@@ -159,12 +172,11 @@ class SinkStaging:
                 return CommitOutcome(sink_id, batch_id, 0, already_published=True, decided_now=False)
             for earlier in self.pending(sink_id):
                 if earlier < batch_id:
-                    self._publish_decided(sink_id, earlier)
+                    self._publish_decided(sink_id, earlier, router)
             manifest_path = batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE
             decided_now = False
             if not manifest_path.exists():
-                manifest = Manifest(sink_id, batch_id, tuple(parts), self.chunk_rows)
-                self._check_publishable(manifest)
+                manifest = self._decision(sink_id, batch_id, parts, router)
                 manifest_path.parent.mkdir(parents=True, exist_ok=True)
                 decided_now = write_json_atomically(manifest_path, manifest.to_json(), exclusive=True)
             manifest = Manifest.load(manifest_path)
@@ -174,10 +186,23 @@ class SinkStaging:
                     sink_id, batch_id, len(manifest.parts),
                 )  # fmt: skip
             self._event("decided")
-            self._publish(manifest, resume=not decided_now)
+            self._publish(manifest, resume=not decided_now, router=router)
             self._event("published")
             self._mark_published(sink_id, batch_id)
             return CommitOutcome(sink_id, batch_id, manifest.rows, decided_now=decided_now)
+
+    def _decision(
+        self, sink_id: str, batch_id: int, parts: Sequence[StagedPart], router: SinkRouter | None
+    ) -> Manifest:
+        """The manifest to decide, after checking the store(s) would accept every row."""
+        manifest = Manifest(sink_id, batch_id, tuple(parts), self.chunk_rows)
+        tables = self._check_parts(manifest)
+        if router is None:
+            self._check_local_queues(tables)
+            return manifest
+        routes = dict(router.routes(part_topics(tables)))
+        check_routed(tables, routes, batch_id)
+        return Manifest(sink_id, batch_id, tuple(parts), self.chunk_rows, routes)
 
     def abort(self, sink_id: str, batch_id: int, part_ids: Iterable[str]) -> int:
         """Delete staged parts of a failed attempt (never those a decision names). Best effort."""
@@ -196,27 +221,35 @@ class SinkStaging:
                         removed += 1
             return removed
 
-    def recover(self) -> list[CommitOutcome]:
+    def recover(self, router: SinkRouter | None = None) -> list[CommitOutcome]:
         """Publish every decided-but-unpublished batch of every sink and collect garbage.
 
         Run at broker start (and harmless at any time). A sink whose publish fails is logged
-        and left for its next commit; the others proceed.
+        and left for its next commit; the others proceed. Without ``router`` a sink whose next
+        batch was decided across brokers is left for later (its commit, or a recovery with one).
         """
         outcomes: list[CommitOutcome] = []
         for sink_id in self.sinks():
             with self._sink_lock(sink_id):
                 try:
                     for batch_id in self.pending(sink_id):
-                        outcomes.append(self._publish_decided(sink_id, batch_id))
+                        if router is None and self._is_routed(sink_id, batch_id):
+                            log.info("sink %s batch %d: decided across brokers; left for the cluster",
+                                     sink_id, batch_id)  # fmt: skip
+                            break
+                        outcomes.append(self._publish_decided(sink_id, batch_id, router))
                     self._collect(sink_id, self.last_published(sink_id))
                 except (StoreError, OSError) as exc:
                     log.error("sink %s: could not resume publishing: %s", sink_id, exc)
         return outcomes
 
-    def _publish_decided(self, sink_id: str, batch_id: int) -> CommitOutcome:
+    def _is_routed(self, sink_id: str, batch_id: int) -> bool:
+        return Manifest.load(batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE).routes is not None
+
+    def _publish_decided(self, sink_id: str, batch_id: int, router: SinkRouter | None) -> CommitOutcome:
         manifest = Manifest.load(batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE)
         log.info("sink %s: resuming publish of decided batch %d (%d rows)", sink_id, batch_id, manifest.rows)
-        self._publish(manifest, resume=True)
+        self._publish(manifest, resume=True, router=router)
         self._mark_published(sink_id, batch_id)
         return CommitOutcome(sink_id, batch_id, manifest.rows, decided_now=False)
 
@@ -236,11 +269,14 @@ class SinkStaging:
             stray.unlink(missing_ok=True)
 
     # validation and publishing ---------------------------------------------------------------
-    def _check_publishable(self, manifest: Manifest) -> None:
-        """Refuse a decision whose rows the store would refuse: nothing is decided then."""
+    def _check_parts(self, manifest: Manifest) -> list[pa.Table]:
+        """Refuse a decision whose rows the store would refuse: nothing is decided then.
+        Returns the parts' rows (memory-mapped) in manifest order."""
         max_body = self.store.config.max_message_size_bytes
+        tables = []
         for part in manifest.parts:
             table = read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
+            tables.append(table)
             if table.num_rows != part.rows:
                 raise SinkStagingError(
                     f"staged part {part.part_id} has {table.num_rows} rows, the writer reported {part.rows}"
@@ -251,10 +287,18 @@ class SinkStaging:
             if longest is not None and longest > max_body:
                 raise MessageTooLarge(f"a body is {longest} bytes; the limit is {max_body}")
             self._check_timers(table)
+            for topic in pc.unique(table.column("topic")).to_pylist():
+                validate_topic(topic)
+        return tables
+
+    def _check_local_queues(self, tables: Sequence[pa.Table]) -> None:
+        """Lone broker: the topics exist (auto-created here) and explicit queue ids are in range."""
+        for table in tables:
+            if table.num_rows == 0:
+                continue
             topics = pc.unique(table.column("topic")).to_pylist()
             queue_ids = table.column("queue_id")
             for topic in topics:
-                validate_topic(topic)
                 count = self.store.ensure_topic(topic)
                 if queue_ids.null_count == len(queue_ids):
                     continue
@@ -269,7 +313,7 @@ class SinkStaging:
     def _check_timers(self, table: pa.Table) -> None:
         """Refuse a timer beyond the maximum delay now, before deciding (a delay only shrinks
         until the publish, so the store accepts it then)."""
-        scheduled = _scheduled_rows(table)
+        scheduled = scheduled_rows(table)
         if not scheduled.any():
             return
         rules = TimerRules(self.store.config.timer_max_delay_ms, self.store.config.timer_precision_ms)
@@ -279,92 +323,29 @@ class SinkStaging:
             if any(name in properties for name in TIMER_REQUEST_PROPERTIES):
                 admit_timer(properties, now, rules)
 
-    def _publish(self, manifest: Manifest, *, resume: bool) -> None:
-        if resume and not self.store.wait_indexed(60.0):
-            raise StoreError("the key index did not catch up in 60 s; cannot check what is published")
+    def _publish(self, manifest: Manifest, *, resume: bool, router: SinkRouter | None) -> None:
+        tables = [
+            read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
+            for part in manifest.parts
+        ]
+        if manifest.routes is not None:
+            if router is None:
+                raise SinkStagingError(
+                    f"sink {manifest.sink_id} batch {manifest.batch_id} was decided across brokers: "
+                    "only a broker in the cluster can publish it"
+                )
+            publish_routed(manifest, tables, router, self.writer, fresh=not resume, on_event=self._event)
+            return
+        if resume:
+            self.writer.wait_indexed()
         producer_id = f"sink:{manifest.sink_id}:{manifest.batch_id}"
         sequence = 0
-        for part in manifest.parts:
-            table = read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
-            for topic, chunk, delayed in _chunks(table, manifest.chunk_rows):
+        for table in tables:
+            for topic, chunk, delayed in topic_chunks(table, manifest.chunk_rows):
                 ref = ProducerRef(producer_id, sequence)
                 sequence += 1
-                resume = self._put_chunk(topic, chunk, delayed, ref, resume=resume)
+                stored = self.writer.put(topic, chunk, ref, check=resume, delayed=delayed)
+                # Chunks are appended in order, each all-or-nothing: a chunk not (fully) stored
+                # means no later chunk is stored either, so the rest writes straight through.
+                resume = resume and stored == chunk.num_rows
                 self._event(f"chunk-{ref.sequence}")
-
-    def _put_chunk(
-        self, topic: str, chunk: pa.Table, delayed: bool, ref: ProducerRef, *, resume: bool
-    ) -> bool:
-        """Append the part of ``chunk`` not yet stored; returns whether later chunks may be stored."""
-        n = chunk.num_rows
-        uniq = chunk_uniq_keys(ref, n)
-        start = 0
-        if resume:
-            # A scheduled row is parked (level or timer) or, a timer due already, in its topic.
-            lookup = (SCHEDULE_TOPIC, TIMER_TOPIC, topic) if delayed else (topic,)
-            start = self._stored_prefix(lookup, uniq)
-            if start == n:
-                return True
-            # Chunks are appended in order, each all-or-nothing: a chunk not (fully) stored means
-            # no later chunk is stored either, so the rest of the batch writes straight through.
-            resume = False
-        columns = ProduceColumns.from_arrow(chunk.slice(start))
-        self.store.put_columns(topic, replace(columns, uniq_keys=uniq[start:]))
-        return resume
-
-    def _stored_prefix(self, lookup_topics: tuple[str, ...], uniq: Sequence[str]) -> int:
-        """How many leading messages of a chunk are stored (found through the key index)."""
-
-        def stored(i: int) -> bool:
-            return any(self.store.get_by_uniq_key(t, uniq[i]) is not None for t in lookup_topics)
-
-        return prefix_end(len(uniq), stored)
-
-
-# -- column helpers ----------------------------------------------------------------------------
-
-
-def chunk_uniq_keys(ref: ProducerRef, count: int) -> list[str]:
-    """``request_uniq_keys(ref, count)``, vectorised (the per-key Python work was a third of
-    publishing): the 24-hex-char request prefix then message index ``i`` as 8 hex chars."""
-    prefix = request_uniq_keys(ref, 1)[0][:24].encode("ascii")
-    text = np.empty((count, 32), dtype=np.uint8)
-    text[:, :24] = np.frombuffer(prefix, dtype=np.uint8)
-    text[:, 24:] = hex_of_ints(np.arange(count, dtype=np.uint32), 4)
-    return ascii_rows(text)
-
-
-def _scheduled_rows(rows: pa.Table) -> npt.NDArray[np.bool_]:
-    """Rows with a delay level > 0 or a timer property (stored one by one: the store parks them)."""
-    delay = rows.column("delay_level")
-    out = np.zeros(rows.num_rows, dtype=np.bool_)
-    if delay.null_count < len(delay):
-        out |= np.asarray(pc.fill_null(pc.greater(delay, 0), False).to_numpy(zero_copy_only=False))
-    props = rows.column("properties")
-    if props.null_count < len(props):
-        merged = props.combine_chunks() if props.num_chunks != 1 else props.chunk(0)
-        hit = pc.is_in(merged.keys, value_set=pa.array(TIMER_REQUEST_PROPERTIES)).to_numpy(
-            zero_copy_only=False
-        )
-        seen = np.concatenate([[0], np.cumsum(hit, dtype=np.int64)])
-        offsets = np.asarray(merged.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-        out |= (seen[offsets[1:]] - seen[offsets[:-1]]) > 0
-    return out
-
-
-def _chunks(table: pa.Table, chunk_rows: int) -> Iterator[tuple[str, pa.Table, bool]]:
-    """(topic, rows, delayed) in a deterministic order: topics sorted, plain rows then delayed."""
-    if table.num_rows == 0:
-        return
-    topics = sorted(pc.unique(table.column("topic")).to_pylist())
-    for topic in topics:
-        rows = table if len(topics) == 1 else table.filter(pc.equal(table.column("topic"), topic))
-        scheduled = _scheduled_rows(rows)
-        if not scheduled.any():
-            groups = [(rows, False)]
-        else:
-            is_delayed = pa.array(scheduled)
-            groups = [(rows.filter(pc.invert(is_delayed)), False), (rows.filter(is_delayed), True)]
-        for group, delayed in groups:
-            for start in range(0, group.num_rows, chunk_rows):
-                yield topic, group.slice(start, chunk_rows), delayed

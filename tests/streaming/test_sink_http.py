@@ -98,7 +98,7 @@ def test_broker_start_resumes_a_decided_batch(store_dir: Path) -> None:
     store = MessageStore.open(small_config(store_dir, background_services=False))
     staging = SinkStaging(store)
     staged = [staging.stage_part(SINK, 4, "a", _ipc_file(part_batch(_bodies(0, 20))))]
-    staging._publish = lambda manifest, resume: None  # type: ignore[method-assign]
+    staging._publish = lambda manifest, resume, **_: None  # type: ignore[method-assign]
     staging._mark_published = lambda sink, batch: None  # type: ignore[method-assign]
     staging.commit(SINK, 4, [StagedPart(p.part_id, p.rows) for p in staged])
     assert (batch_dir(staging.root, SINK, 4) / COMMIT_FILE).exists()

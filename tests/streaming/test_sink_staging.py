@@ -113,7 +113,7 @@ def test_crash_between_decision_and_publish(store_dir: Path) -> None:
     staging = SinkStaging(ms)
     parts = _stage(store_dir, 0, [_bodies(0, 50), _bodies(50, 100)])
     manifest_dir = batch_dir(staging.root, SINK, 0)
-    staging._publish = lambda manifest, resume: (_ for _ in ()).throw(SystemExit("kill -9"))  # type: ignore[method-assign]
+    staging._publish = lambda manifest, resume, **_: (_ for _ in ()).throw(SystemExit("kill -9"))  # type: ignore[method-assign]
     with pytest.raises(SystemExit):
         staging.commit(SINK, 0, parts)
     assert (manifest_dir / COMMIT_FILE).exists()
@@ -135,7 +135,7 @@ def test_publish_torn_by_a_crash_inside_a_chunk(store_dir: Path) -> None:
     ms = _open(store_dir)
     staging = SinkStaging(ms, chunk_rows=10)
     parts = _stage(store_dir, 5, [_bodies(0, 35)])
-    staging._publish = lambda manifest, resume: None  # type: ignore[method-assign]
+    staging._publish = lambda manifest, resume, **_: None  # type: ignore[method-assign]
     staging._mark_published = lambda sink, batch: None  # type: ignore[method-assign]
     staging.commit(SINK, 5, parts)  # decision only
     producer = f"sink:{SINK}:5"
@@ -181,7 +181,7 @@ def test_earlier_decided_batch_is_published_first_and_orphans_collected(
     staging.commit(SINK, 0, _stage(store_dir, 0, [_bodies(0, 5)]))
     orphan = _stage(store_dir, 1, [_bodies(900, 905)])  # a failed attempt's leftovers, never decided
     decided = _stage(store_dir, 2, [_bodies(5, 10)])
-    staging._publish = lambda manifest, resume: None  # type: ignore[method-assign]
+    staging._publish = lambda manifest, resume, **_: None  # type: ignore[method-assign]
     staging._mark_published = lambda sink, batch: None  # type: ignore[method-assign]
     staging.commit(SINK, 2, decided)  # decided, not published
     staging = SinkStaging(store)
@@ -196,7 +196,7 @@ def test_earlier_decided_batch_is_published_first_and_orphans_collected(
 def test_abort_keeps_decided_parts(store: MessageStore, store_dir: Path) -> None:
     staging = SinkStaging(store)
     decided = _stage(store_dir, 0, [_bodies(0, 5)])
-    staging._publish = lambda manifest, resume: (_ for _ in ()).throw(StoreNotWritable("x"))  # type: ignore[method-assign]
+    staging._publish = lambda manifest, resume, **_: (_ for _ in ()).throw(StoreNotWritable("x"))  # type: ignore[method-assign]
     with pytest.raises(StoreNotWritable):
         staging.commit(SINK, 0, decided)
     failed = _stage(store_dir, 0, [_bodies(0, 5)])

@@ -12,34 +12,61 @@ docs/exactly_once.md). Every route is idempotent, so clients retry freely across
 * ``POST /sinks/{sink_id}/batches/{batch_id}:abort`` — ``{"part_ids": [...]}``: drop a failed
   attempt's parts (never decided ones).
 * ``GET  /sinks/{sink_id}`` — ``{"last_published_batch", "pending"}``.
+* ``PUT  /sinks/{sink_id}/batches/{batch_id}/chunks/{seq}?fresh=&flush=`` — cluster only, broker
+  to broker (header ``x-sparkmq-forwarded``): the coordinator of a batch decided across brokers
+  sends chunk ``seq`` (an Arrow IPC stream of ``PART_SCHEMA`` rows of one topic, every
+  ``queue_id`` set) to the broker owning those queues, which stores it exactly once through its
+  own key index (:class:`store.publish.ChunkWriter`); answer ``{"seq", "rows", "stored_before"}``.
+
+In a cluster the broker receiving the commit is the batch's *coordinator*: its decision records
+the target topics' routes, and each chunk goes to the owner of its queues
+(:class:`ingest_api.http.sink_peers.PeerSinkRouter`; docs/exactly_once.md, "Across brokers").
 
 Batches decided but not yet published when the broker stopped are published again at start
 by :func:`resume_sink_publishing` (call it from the app's lifespan) or, at the latest, by the
-sink's next commit.
+sink's next commit; in a cluster those decided across brokers are resumed in the background
+once the broker has joined.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path as FilePath
 from typing import Annotated
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_produce import local_ready
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.params import ID_PATH_PATTERN
+from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut
+from ingest_api.http.sink_peers import PeerSinkRouter
 from store import InvalidArgument, MessageStore
-from store.publish import CommitOutcome, SinkStaging, SinkStagingError, StagedPart
+from store.publish import (
+    PART_SCHEMA,
+    ChunkRef,
+    CommitOutcome,
+    SinkRouter,
+    SinkStaging,
+    SinkStagingError,
+    StagedPart,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +78,7 @@ _ID = ID_PATH_PATTERN
 SinkPath = Annotated[str, Path(pattern=_ID, description="Sink id (the Spark query id by default).")]
 BatchPath = Annotated[int, Path(ge=0, description="Micro-batch id.")]
 PartPath = Annotated[str, Path(pattern=_ID, description="Staged part id (unique per task attempt).")]
+ChunkPath = Annotated[int, Path(ge=0, description="Chunk number within the batch.")]
 
 
 class PartIn(BaseModel):
@@ -85,6 +113,13 @@ class SinkOut(BaseModel):
     pending: list[int]
 
 
+class ChunkOut(BaseModel):
+    seq: int
+    rows: int
+    #: Rows of the chunk found already stored (a resumed or repeated request).
+    stored_before: int
+
+
 _staging_lock = threading.Lock()
 
 
@@ -93,13 +128,39 @@ def staging_for(broker: Broker) -> SinkStaging:
     with _staging_lock:
         staging = getattr(broker, "_sink_staging", None)
         if not isinstance(staging, SinkStaging) or staging.store is not broker.store:
-            staging = SinkStaging(broker.store)
+            staging = SinkStaging(broker.store, on_event=fault_hook(broker.config.sink_fault))
             broker._sink_staging = staging  # type: ignore[attr-defined]
         return staging
 
 
+def fault_hook(spec: str | None) -> Callable[[str], None] | None:
+    """Test only (``SPARKMQ_TEST_SINK_FAULT``): ``<event>:<kill|pause>:<marker>``, once per marker.
+
+    ``kill`` SIGKILLs this broker at the event; ``pause`` blocks the publishing thread there
+    until ``<marker>.release`` exists (at most 300 s). A trailing ``*`` in the event matches a
+    prefix (``stored-*``: the first chunk this broker stores as an owner)."""
+    if not spec:
+        return None
+    point, action, marker = spec.split(":", 2)
+
+    def hit(event: str) -> None:
+        matches = event.startswith(point[:-1]) if point.endswith("*") else event == point
+        if not matches or os.path.exists(marker):
+            return
+        FilePath(marker).write_text(f"{os.getpid()} {event}\n")
+        log.warning("test fault: %s at sink event %s", action, event)
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(f"{marker}.release") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    return hit
+
+
 def resume_sink_publishing(store: MessageStore) -> list[CommitOutcome]:
-    """Publish every batch decided before the last stop (blocking; run in a thread at start)."""
+    """Publish every batch decided before the last stop (blocking; run in a thread at start).
+    Batches decided across brokers are left for :func:`sink_recovery`'s cluster pass."""
     outcomes = SinkStaging(store).recover()
     for outcome in outcomes:
         log.info("sink %s: published batch %d (%d rows) left decided by the last run",
@@ -107,11 +168,28 @@ def resume_sink_publishing(store: MessageStore) -> list[CommitOutcome]:
     return outcomes
 
 
+def _router(broker: Broker, headers: dict[str, str]) -> SinkRouter | None:
+    """A cluster router for one commit (``None`` on a lone broker)."""
+    if broker.cluster is None:
+        return None
+    return PeerSinkRouter(broker, asyncio.get_running_loop(), headers)
+
+
 @asynccontextmanager
 async def sink_recovery(broker: Broker) -> AsyncIterator[None]:
-    """A companion (``create_app(..., companions=[sink_recovery])``) that runs the resume at start."""
+    """A companion (``create_app(..., companions=[sink_recovery])``) that runs the resume at start:
+    local decisions before serving; in a cluster, decisions across brokers in the background
+    (their owners may still be starting; a failure is logged and left for the next commit)."""
     await run_in_threadpool(resume_sink_publishing, broker.store)
-    yield
+    task: asyncio.Task[list[CommitOutcome]] | None = None
+    router = _router(broker, {})
+    if router is not None:
+        task = asyncio.create_task(run_in_threadpool(staging_for(broker).recover, router))
+    try:
+        yield
+    finally:
+        if task is not None and not task.done():
+            task.cancel()
 
 
 def _part_topics(payload: bytes) -> list[str]:
@@ -140,13 +218,20 @@ async def stage_part(
 
 @router.post("/{sink_id}/batches/{batch_id}:commit", response_model=CommitOut, dependencies=[JsonBody])
 async def commit_batch(
-    sink_id: SinkPath, batch_id: BatchPath, spec: CommitIn, broker: BrokerDep, principal: PrincipalDep
+    sink_id: SinkPath,
+    batch_id: BatchPath,
+    spec: CommitIn,
+    request: Request,
+    broker: BrokerDep,
+    principal: PrincipalDep,
 ) -> CommitOut:
     """Decide the batch (first decision wins) and publish it; answers once it is readable."""
     del principal  # parts were authorised at upload; a commit only names them
     parts = [StagedPart(p.part_id, p.rows) for p in spec.parts]
+    auth = request.headers.get("authorization")
+    router = _router(broker, {"authorization": auth} if auth else {})
     try:
-        outcome = await run_in_threadpool(staging_for(broker).commit, sink_id, batch_id, parts)
+        outcome = await run_in_threadpool(staging_for(broker).commit, sink_id, batch_id, parts, router)
     except SinkStagingError as exc:
         raise ApiError(409, "sink_staging_error", str(exc)) from exc
     broker.metrics.sink_committed(outcome.rows, outcome.decided_now, outcome.already_published)
@@ -177,3 +262,60 @@ async def describe_sink(sink_id: SinkPath, broker: BrokerDep, principal: Princip
     last = await run_in_threadpool(staging.last_published, sink_id)
     pending = await run_in_threadpool(staging.pending, sink_id)
     return SinkOut(sink_id=sink_id, last_published_batch=last, pending=pending)
+
+
+def _chunk_rows(payload: bytes) -> pa.Table:
+    """A chunk's rows: an Arrow IPC stream in ``PART_SCHEMA``, one topic, every queue id set."""
+    try:
+        rows = pa.ipc.open_stream(pa.BufferReader(payload)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidArgument(f"a sink chunk must be an Arrow IPC stream: {exc}") from exc
+    if not rows.schema.equals(PART_SCHEMA):
+        raise InvalidArgument(f"a sink chunk must have the sink part schema, got {rows.schema}")
+    if rows.column("queue_id").null_count:
+        raise InvalidArgument("every row of a sink chunk has its queue_id resolved")
+    return rows
+
+
+@router.put("/{sink_id}/batches/{batch_id}/chunks/{seq}", response_model=ChunkOut, dependencies=[])
+async def store_chunk(
+    sink_id: SinkPath,
+    batch_id: BatchPath,
+    seq: ChunkPath,
+    request: Request,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+    fresh: Annotated[bool, Query(description="Sent by the call that decided the batch.")] = False,
+    flush: Annotated[bool, Query(description="Flush the store before answering.")] = False,
+) -> ChunkOut:
+    """Store chunk ``seq`` of a batch decided across brokers, exactly once (owner side)."""
+    node = broker.cluster
+    if node is None:
+        raise ApiError(400, "not_a_cluster", "sink chunks are sent between brokers of a cluster")
+    if FORWARDED_HEADER not in request.headers:
+        problem = f"sink chunks come from the broker that decided the batch ({FORWARDED_HEADER})"
+        raise ApiError(400, "not_forwarded", problem)
+    rows = await run_in_threadpool(_chunk_rows, await request.body())
+    topics = [t for t in pc.unique(rows.column("topic")).to_pylist() if t is not None]
+    if len(topics) != 1:
+        raise InvalidArgument(f"a sink chunk holds the rows of one topic, got {sorted(topics)}")
+    topic = str(topics[0])
+    authorize(principal, Right.PRODUCE, topic)
+    placement = node.view.placement(topic)
+    if placement is None:
+        raise ApiError(503, "route_unknown", f"topic {topic!r} has no route on {node.name} yet; retry")
+    queue_ids = np.unique(np.asarray(rows.column("queue_id").to_numpy(zero_copy_only=False)))
+    if queue_ids.size and (int(queue_ids[0]) < 0 or int(queue_ids[-1]) >= placement.queue_count):
+        raise InvalidArgument(f"queue ids {queue_ids.tolist()} are outside topic {topic!r}'s queues")
+    foreign = [int(q) for q in queue_ids if placement.owners[int(q)] != node.name]
+    if foreign:
+        raise ApiError(
+            421,
+            "misdirected",
+            f"queue {foreign[0]} of {topic!r} is owned by {placement.owners[foreign[0]]}, not {node.name}",
+        )
+    await local_ready(broker, {topic: placement})
+    writer = staging_for(broker).writer
+    ref = ChunkRef(sink_id, batch_id, seq)
+    outcome = await run_in_threadpool(writer.store_chunk, ref, rows, fresh=fresh, flush=flush)
+    return ChunkOut(seq=seq, rows=outcome.rows, stored_before=outcome.stored_before)
