@@ -12,16 +12,18 @@ Half messages are produced with ``"transaction": {"producer_group": ...}`` on
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Principal, Right, authorize
 from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TOPIC_PATTERN
+from ingest_api.http.peers import passed_headers
 from ingest_api.http.schemas import (
     EndTransactionIn,
     EndTransactionOut,
@@ -83,16 +85,42 @@ def _out(tx: Transaction, now_ms: int) -> TransactionOut:
     )
 
 
+async def _elsewhere(broker: Broker, transaction_id: str, request: Request) -> tuple[str, dict[str, Any]]:
+    """In a cluster: the broker that holds an unknown-here transaction (it lives where its
+    halves were stored); 404 when no broker knows it."""
+    if is_local_request(broker, request.headers):
+        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+    found = await ask_others(broker, f"/transactions/{transaction_id}", request.headers)
+    if not found:
+        raise UnknownTransaction(f"no transaction {transaction_id!r} on any broker")
+    return next(iter(found.items()))
+
+
 @router.post("/transactions/{transaction_id}", response_model=EndTransactionOut)
 async def end_transaction(
-    transaction_id: TransactionPath, body: EndTransactionIn, broker: BrokerDep, principal: PrincipalDep
-) -> EndTransactionOut:
+    transaction_id: TransactionPath,
+    body: EndTransactionIn,
+    request: Request,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+) -> Response | EndTransactionOut:
     """Commit or roll back a transaction. Idempotent: a second end (a retry, or an end racing a
-    check-back answer) changes nothing and reports the first outcome."""
+    check-back answer) changes nothing and reports the first outcome. In a cluster any broker
+    may be asked: the end goes to the broker that holds the transaction."""
     board = board_of(broker)
     tx = board.service.get(transaction_id)
     if tx is None:
-        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+        holder, _ = await _elsewhere(broker, transaction_id, request)
+        assert broker.cluster is not None
+        answer = await broker.peers.request(
+            broker.cluster.view.master_of(holder),
+            holder,
+            "POST",
+            f"/transactions/{transaction_id}",
+            headers={**passed_headers(request.headers), "content-type": "application/json"},
+            content=body.model_dump_json().encode(),
+        )
+        return Response(answer.content, status_code=answer.status_code, media_type="application/json")
     _authorize_topics(principal, tx)
     if tx.producer_group.startswith(KAFKA_PRODUCER_GROUP_PREFIX):
         raise ApiError(
@@ -138,11 +166,13 @@ async def list_transactions(
 
 @router.get("/transactions/{transaction_id}", response_model=TransactionOut)
 async def get_transaction(
-    transaction_id: TransactionPath, broker: BrokerDep, principal: PrincipalDep
+    transaction_id: TransactionPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> TransactionOut:
+    """One transaction: state, topics, age and check-backs (in a cluster: from any broker)."""
     tx = board_of(broker).service.get(transaction_id)
     if tx is None:
-        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+        _, found = await _elsewhere(broker, transaction_id, request)
+        return TransactionOut.model_validate(found)
     _authorize_topics(principal, tx)
     return _out(tx, broker.store.now_ms())
 
