@@ -1,7 +1,7 @@
-"""Where the Spark source gets its data: a store directory or a broker over HTTP.
+"""Where the Spark source gets its data: a store directory, a broker, or every broker of a cluster.
 
 :class:`Backend` is the small seam the source needs — queue heads, offset-for-timestamp, an
-Arrow read of a queue range and the group-offset commit. Two implementations return
+Arrow read of a queue range and the group-offset commit. Three implementations return
 identical rows:
 
 * :class:`PathBackend` reads a store directory with the lock-free :class:`store.read.store_reader.StoreReader`
@@ -12,6 +12,9 @@ identical rows:
   :class:`ArrowPuller` (the stdlib's ``http.client``, one keep-alive connection per thread),
   which reads a known-length body in one C-level loop: 1.6x the rows/s of httpx for 50k-row
   pages on this machine (bench/http_bench.py); the small JSON calls use httpx.
+* :class:`streaming.cluster_backend.ClusterBackend` takes any broker as its entry point, finds
+  each queue's owner from the route and reads it there, through one :class:`EndpointBackend`
+  per broker (a lone broker is a cluster of one). It is what ``endpoint`` mode uses.
 
 Backends are cached per process (:func:`backend_for`): Spark reuses its Python workers, so
 executor tasks keep their open StoreReaders / HTTP connection pools across batches.
@@ -54,6 +57,18 @@ class BackendError(StoreError):
 
     code = "backend_error"
     retriable = True
+
+
+class BrokerUnreachable(BackendError):
+    """A broker did not answer (connection refused or reset, timeout) or answered 503."""
+
+    code = "broker_unreachable"
+
+
+class QueueElsewhere(BackendError):
+    """A broker answered 307: the queue lives on another broker (a stale route)."""
+
+    code = "queue_elsewhere"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +202,10 @@ class ArrowPuller:
                 return response.status, response.headers, response.read()
             except (http.client.HTTPException, ConnectionError) as exc:
                 if attempt:
-                    raise BackendError(f"GET {target} failed: {exc!r}") from exc
+                    raise BrokerUnreachable(f"GET {target} failed: {exc!r}") from exc
             except OSError as exc:  # a timeout, an unreachable host: not worth a retry
                 conn.close()
-                raise BackendError(f"GET {target} failed: {exc!r}") from exc
+                raise BrokerUnreachable(f"GET {target} failed: {exc!r}") from exc
         raise AssertionError("unreachable")
 
 
@@ -214,24 +229,29 @@ class EndpointBackend:
                 self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers)
             return self._client
 
-    def _get(self, url: str, **kwargs: Any) -> Any:
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        """``GET url`` (a path) with the pooled client; :class:`BrokerUnreachable` when the broker
+        does not answer or answers 503."""
         try:
-            return self._http().get(url, **kwargs)
+            resp = self._http().get(url, **kwargs)
         except httpx.HTTPError as exc:
-            raise BackendError(f"GET {self.base_url}{url} failed: {exc!r}") from exc
+            raise BrokerUnreachable(f"GET {self.base_url}{url} failed: {exc!r}") from exc
+        if resp.status_code == 503:
+            raise BrokerUnreachable(f"GET {self.base_url}{url} -> HTTP 503: {resp.text[:300]}")
+        return resp
 
     def refresh(self) -> None:
         """Nothing cached: every call asks the broker."""
 
     def queue_heads(self, topic: str) -> QueueHeads:
-        resp = self._get(f"/topics/{topic}")
+        resp = self.get(f"/topics/{topic}")
         if resp.status_code == 404:
             return {}
         _raise_for_status(resp)
         return _parse_queue_heads(resp.json())
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        resp = self._get(
+        resp = self.get(
             f"/topics/{topic}/queues/{queue_id}/offset",
             params={"timestamp_ms": timestamp_ms, "boundary": "lower"},
         )
@@ -249,6 +269,10 @@ class EndpointBackend:
         status_code, headers, body = self._puller.get(path, params)
         if status_code == 404:
             return ReadChunk(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, 0, 0, _empty_batch())
+        if status_code == 307:
+            raise QueueElsewhere(f"{self.base_url}{path}: {topic}/{queue_id} lives on another broker")
+        if status_code == 503:
+            raise BrokerUnreachable(f"GET {self.base_url}{path} -> HTTP 503: {body[:300]!r}")
         if status_code >= 400:
             raise BackendError(f"GET {self.base_url}{path} -> HTTP {status_code}: {body[:300]!r}")
         status = GetStatus(headers.get("X-Status", GetStatus.FOUND.value))
@@ -268,7 +292,7 @@ class EndpointBackend:
         try:
             resp = self._http().put(f"/groups/{group}/offsets", json=body)
         except httpx.HTTPError as exc:
-            raise BackendError(f"PUT {self.base_url}/groups/{group}/offsets failed: {exc!r}") from exc
+            raise BrokerUnreachable(f"PUT {self.base_url}/groups/{group}/offsets failed: {exc!r}") from exc
         _raise_for_status(resp)
 
 
@@ -302,20 +326,36 @@ def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
 
 # -- per-process cache -------------------------------------------------------------------------
 
-_BACKENDS: dict[tuple[str, str, float, str | None], Backend] = {}
+_BACKENDS: dict[tuple[str, str, float, str | None, bool], Backend] = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
-def backend_for(mode: str, location: str, timeout_s: float = 30.0, auth_token: str | None = None) -> Backend:
-    """The process-wide backend for a store directory (``mode="path"``) or broker URL."""
-    key = (mode, location, timeout_s, auth_token)
+def backend_for(
+    mode: str,
+    location: str,
+    timeout_s: float = 30.0,
+    auth_token: str | None = None,
+    *,
+    wait_for_brokers: bool = False,
+) -> Backend:
+    """The process-wide backend for a store directory (``mode="path"``), a cluster reached
+    through any of its brokers (``"endpoint"``: :class:`streaming.cluster_backend.ClusterBackend`)
+    or one broker only (``"broker"``: :class:`EndpointBackend`). ``wait_for_brokers``: a cluster
+    backend waits for a broker that is down instead of failing (``failOnDataLoss=false``)."""
+    key = (mode, location, timeout_s, auth_token, wait_for_brokers and mode == "endpoint")
     with _BACKENDS_LOCK:
         backend = _BACKENDS.get(key)
         if backend is None:
             if mode == "path":
                 backend = PathBackend(location)
-            else:
+            elif mode == "broker":
                 backend = EndpointBackend(location, timeout_s, auth_token)
+            elif mode == "endpoint":
+                from streaming.cluster_backend import ClusterBackend  # it builds on this module
+
+                backend = ClusterBackend(location, timeout_s, auth_token, wait_for_brokers=wait_for_brokers)
+            else:
+                raise ValueError(f"unknown backend mode {mode!r}")
             _BACKENDS[key] = backend
         return backend
 

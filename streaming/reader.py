@@ -118,13 +118,26 @@ def _backend(options: SourceOptions) -> Backend:
     if options.path is not None:
         return backend_for("path", options.path)
     assert options.endpoint is not None
-    return backend_for("endpoint", options.endpoint, options.request_timeout_s, options.auth_token)
+    return _cluster_backend(options)
+
+
+def _cluster_backend(options: SourceOptions) -> Backend:
+    """Every broker of the cluster ``endpoint`` belongs to (a lone broker: a cluster of one);
+    a broker that is down fails the query, or is waited for when failOnDataLoss=false."""
+    assert options.endpoint is not None
+    return backend_for(
+        "endpoint",
+        options.endpoint,
+        options.request_timeout_s,
+        options.auth_token,
+        wait_for_brokers=not options.fail_on_data_loss,
+    )
 
 
 def _mirror_backend(options: SourceOptions) -> Backend:
-    """Group offsets go to the broker when one is named, else to the store directory's owner."""
+    """Group offsets go to the broker(s) when one is named, else to the store directory's owner."""
     if options.endpoint is not None:
-        return backend_for("endpoint", options.endpoint, options.request_timeout_s, options.auth_token)
+        return _cluster_backend(options)
     return _backend(options)
 
 

@@ -1,6 +1,8 @@
-"""One contract, two backends: the store directory (PathBackend) and the broker (EndpointBackend).
+"""One contract, three backends: the store directory (PathBackend), the broker (EndpointBackend)
+and the cluster reached through a broker (ClusterBackend; here a lone broker, a cluster of one:
+tests/streaming/test_cluster_backend.py has three).
 
-No Spark here: these pin down that both data planes answer every question identically.
+No Spark here: these pin down that the data planes answer every question identically.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.types import GetStatus
 from streaming.backends import Backend, BackendError, EndpointBackend, PathBackend
+from streaming.cluster_backend import ClusterBackend
 from tests.streaming.conftest import Broker, open_store, produce
 from tests.support.waiting import wait_until
 
@@ -36,11 +39,13 @@ def served_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     broker.stop()
 
 
-@pytest.fixture(params=["path", "endpoint"])
+@pytest.fixture(params=["path", "endpoint", "cluster"])
 def backend(request: pytest.FixtureRequest, served_store: tuple[Path, Broker, list[Any]]) -> Backend:
     store_dir, broker, _ = served_store
     if request.param == "path":
         return PathBackend(str(store_dir))
+    if request.param == "cluster":
+        return ClusterBackend(broker.url, timeout_s=30)
     return EndpointBackend(broker.url, timeout_s=30)
 
 
