@@ -188,6 +188,12 @@ class IndexFile:
         )
         self._entries_base = INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE
         self.header = IndexHeader.decode(self._mm)
+        if not read_only and self.header.index_count < 1:
+            # Created (sized) but killed before its header was written: a valid header counts
+            # entry #0 (unused), and a file adopted with a count of 0 would put its first
+            # entry at #0, where a slot pointing to it reads as empty (a key never found).
+            log.warning("%s: index file torn while being created (no header): starting it empty", path)
+            fresh = True
         if fresh:
             self._write_header(IndexHeader())
         self.dirty = False

@@ -321,6 +321,22 @@ def test_retention_and_abnormal_recovery(service: IndexService) -> None:
     assert service.dispatch(make_batch(rows[:2])) == 2
 
 
+def test_a_file_torn_at_creation_is_started_empty(tmp_path: Path) -> None:
+    """kill -9 while the index thread creates a file (sized, fsynced, header not yet written):
+    the next writer must not adopt its all-zero header, or its first entry lands at #0, which a
+    slot cannot point to, and that key is never found (a sink's resume then writes it twice)."""
+    directory = tmp_path / "index"
+    directory.mkdir()
+    torn = directory / file_name_for(T0)
+    torn.write_bytes(bytes(index_file_size(3, 5)))
+    service = IndexService(directory, slot_count=3, max_entries=5, clock_ms=FixedClock(T0))
+    assert service.last_indexed_offset() == -1
+    service.dispatch(make_batch([("t", 0, T0, "U0", None, 0), ("t", 100, T0, "U1", None, 0)]))
+    assert service.query("t", "U0") == [0]
+    assert service.query("t", "U1") == [100]
+    assert service.files[0].header.index_count == 3
+
+
 def test_read_only_follower(tmp_path: Path) -> None:
     writer = IndexService(tmp_path / "index", slot_count=3, max_entries=5, clock_ms=FixedClock(T0))
     writer.dispatch(make_batch([("t", 0, T0, None, "k", 0)]))
