@@ -163,7 +163,8 @@ def start_pipeline(spark: Any, spec: dict[str, Any]) -> Any:
     """Start the pipeline ``spec`` describes; returns the StreamingQuery.
 
     spec: ``source`` (options of the sparkmq source), ``sink`` ("sparkmq" or "parquet"),
-    ``sink_options``, ``checkpoint``, ``output`` (parquet dir), ``fail_marker`` + ``poison``
+    ``sink_options``, ``sink_select`` (SQL expressions over ``body`` and ``uniq_key``; default
+    the body and the source's UNIQ_KEY as KEYS), ``checkpoint``, ``output`` (parquet dir), ``fail_marker`` + ``poison``
     (a task fails once on that body), ``shuffle`` (repartition: replays may partition rows
     differently), ``trigger`` ("availableNow" or "processingTime").
     """
@@ -179,7 +180,8 @@ def start_pipeline(spark: Any, spec: dict[str, Any]) -> Any:
     if spec.get("shuffle"):
         df = df.repartition(3)
     if spec["sink"] == "sparkmq":
-        writer = df.selectExpr("body", "uniq_key AS keys").writeStream.format("sparkmq")
+        columns = spec.get("sink_select", ["body", "uniq_key AS keys"])
+        writer = df.selectExpr(*columns).writeStream.format("sparkmq")
         for key, value in spec["sink_options"].items():
             writer = writer.option(key, value)
     else:
