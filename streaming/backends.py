@@ -100,6 +100,10 @@ class Backend(Protocol):
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Store ``offsets`` (next offset to consume per queue) as ``topic@group``."""
 
+    def owner_of(self, topic: str, queue_id: int) -> str:
+        """The broker serving the queue (``""`` when one place serves every queue): planning
+        groups a task's ranges by it."""
+
 
 # -- path mode ---------------------------------------------------------------------------------
 
@@ -149,6 +153,9 @@ class PathBackend:
         """Open the directory as its owner for one commit (raises ``StoreLocked`` if owned)."""
         with MessageStore.open(owner_config(self.store_dir)) as owner:
             owner.commit_offsets(group, topic, dict(offsets))
+
+    def owner_of(self, topic: str, queue_id: int) -> str:
+        return ""
 
 
 def owner_config(store_dir: str) -> StoreConfig:
@@ -294,6 +301,9 @@ class EndpointBackend:
         except httpx.HTTPError as exc:
             raise BrokerUnreachable(f"PUT {self.base_url}/groups/{group}/offsets failed: {exc!r}") from exc
         _raise_for_status(resp)
+
+    def owner_of(self, topic: str, queue_id: int) -> str:
+        return ""
 
 
 def _raise_for_status(resp: Any) -> None:

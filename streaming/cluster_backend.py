@@ -307,6 +307,10 @@ class ClusterBackend:
             return ReadChunk(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, 0, 0, empty)
         return chunk
 
+    def owner_of(self, topic: str, queue_id: int) -> str:
+        owner = self._owner(topic, queue_id)
+        return owner.broker if owner is not None else ""
+
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Each queue's offset at its owner; raises after trying every owner if any failed."""
         owners = self._route(topic)

@@ -192,8 +192,13 @@ def resolve_end(backend: Backend, options: SourceOptions, heads: Mapping[str, tu
 def plan_partitions(
     options: SourceOptions, start: Mapping[str, int], end: Mapping[str, int]
 ) -> list[QueueRangesPartition]:
+    """The non-empty ranges packed into about ``minPartitions`` tasks, grouped by the broker that
+    serves them (a stable sort: key order within a broker), so that in a cluster each task reads
+    from as few brokers as possible and the brokers serve the tasks in parallel."""
     target = options.min_partitions or _usable_cpus()
-    return [QueueRangesPartition(group) for group in group_ranges(ranges_between(start, end), target)]
+    backend = _backend(options)
+    ranges = sorted(ranges_between(start, end), key=lambda r: backend.owner_of(r.topic, r.queue_id))
+    return [QueueRangesPartition(group) for group in group_ranges(ranges, target)]
 
 
 def _usable_cpus() -> int:
