@@ -175,6 +175,18 @@ def _router(broker: Broker, headers: dict[str, str]) -> SinkRouter | None:
     return PeerSinkRouter(broker, asyncio.get_running_loop(), headers)
 
 
+def _log_recovery(task: asyncio.Task[list[CommitOutcome]]) -> None:
+    if task.cancelled():
+        return
+    failure = task.exception()
+    if failure is not None:
+        log.error("sink recovery across brokers failed (the next commit resumes): %r", failure)
+        return
+    for outcome in task.result():
+        log.info("sink %s: published batch %d (%d rows) decided across brokers before the last stop",
+                 outcome.sink_id, outcome.batch_id, outcome.rows)  # fmt: skip
+
+
 @asynccontextmanager
 async def sink_recovery(broker: Broker) -> AsyncIterator[None]:
     """A companion (``create_app(..., companions=[sink_recovery])``) that runs the resume at start:
@@ -185,6 +197,7 @@ async def sink_recovery(broker: Broker) -> AsyncIterator[None]:
     router = _router(broker, {})
     if router is not None:
         task = asyncio.create_task(run_in_threadpool(staging_for(broker).recover, router))
+        task.add_done_callback(_log_recovery)
     try:
         yield
     finally:
