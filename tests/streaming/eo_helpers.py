@@ -164,9 +164,9 @@ def start_pipeline(spark: Any, spec: dict[str, Any]) -> Any:
 
     spec: ``source`` (options of the sparkmq source), ``sink`` ("sparkmq" or "parquet"),
     ``sink_options``, ``sink_select`` (SQL expressions over ``body`` and ``uniq_key``; default
-    the body and the source's UNIQ_KEY as KEYS), ``checkpoint``, ``output`` (parquet dir), ``fail_marker`` + ``poison``
-    (a task fails once on that body), ``shuffle`` (repartition: replays may partition rows
-    differently), ``trigger`` ("availableNow" or "processingTime").
+    the body and the source's UNIQ_KEY as KEYS), ``checkpoint``, ``output`` (parquet dir),
+    ``fail_marker`` + ``poison`` (a task fails once on that body), ``shuffle`` (repartition:
+    replays may partition rows differently), ``trigger`` ("availableNow" or "processingTime").
     """
     from pyspark.sql.functions import col, udf
 

@@ -100,8 +100,9 @@ def check_output(cluster: ProcessCluster, bodies: list[bytes]) -> None:
     rows = topic_rows(cluster.brokers["b2"].url, "out")
     seen: dict[bytes, list[tuple[int, int, str]]] = {}
     for row in rows:
-        seen.setdefault(bytes(row["body"]), []).append((row["queue_id"], row["queue_offset"], row["uniq_key"]))
-    twice = {body: where for body, where in seen.items() if len(where) > 1}
+        where = (row["queue_id"], row["queue_offset"], row["uniq_key"])
+        seen.setdefault(bytes(row["body"]), []).append(where)
+    twice = {body: places for body, places in seen.items() if len(places) > 1}
     assert not twice, f"{len(twice)} rows stored twice (queue, offset, UNIQ_KEY): {sorted(twice.items())[:5]}"
     assert_exactly_once([bytes(r["body"]) for r in rows], bodies)
     uniq = [r["uniq_key"] for r in rows]
@@ -141,7 +142,9 @@ def test_driver_kill9_while_the_coordinator_publishes_across_brokers(
         assert _per_broker(cluster) == {"b1", "b2", "b3"}
 
 
-def test_owner_kill9_mid_publish_then_restart(sink_spark: Any, tmp_path: Path, zookeeper: LocalZooKeeper) -> None:  # noqa: F811
+def test_owner_kill9_mid_publish_then_restart(
+    sink_spark: Any, tmp_path: Path, zookeeper: LocalZooKeeper  # noqa: F811 (fixture)
+) -> None:
     store_dir = tmp_path / "source"
     bodies = fill_source(store_dir, "in", ROWS)
     marker = tmp_path / "b2-killed"
