@@ -124,7 +124,9 @@ def _per_broker(cluster: ProcessCluster) -> set[str]:
 
 
 def test_driver_kill9_while_the_coordinator_publishes_across_brokers(
-    sink_spark: Any, tmp_path: Path, zookeeper: LocalZooKeeper  # noqa: F811 (fixture)
+    sink_spark: Any,
+    tmp_path: Path,
+    zookeeper: LocalZooKeeper,  # noqa: F811 (fixture)
 ) -> None:
     store_dir = tmp_path / "source"
     bodies = fill_source(store_dir, "in", ROWS)
@@ -143,7 +145,9 @@ def test_driver_kill9_while_the_coordinator_publishes_across_brokers(
 
 
 def test_owner_kill9_mid_publish_then_restart(
-    sink_spark: Any, tmp_path: Path, zookeeper: LocalZooKeeper  # noqa: F811 (fixture)
+    sink_spark: Any,
+    tmp_path: Path,
+    zookeeper: LocalZooKeeper,  # noqa: F811 (fixture)
 ) -> None:
     store_dir = tmp_path / "source"
     bodies = fill_source(store_dir, "in", ROWS)
@@ -163,7 +167,9 @@ def test_owner_kill9_mid_publish_then_restart(
 
 
 def test_coordinator_kill9_mid_publish_then_restart(
-    sink_spark: Any, tmp_path: Path, zookeeper: LocalZooKeeper  # noqa: F811 (fixture)
+    sink_spark: Any,
+    tmp_path: Path,
+    zookeeper: LocalZooKeeper,  # noqa: F811 (fixture)
 ) -> None:
     store_dir = tmp_path / "source"
     bodies = fill_source(store_dir, "in", ROWS)
