@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store import sharding_queue
 from store.errors import InvalidArgument, UnknownTopic
@@ -157,3 +159,66 @@ def test_one_owner_numbers_chunks_as_a_lone_broker_does() -> None:
         for topic, rows, delayed in topic_chunks(table, 2)
     ]
     assert routed == lone
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    parts=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["out", "other"]),
+                st.one_of(st.none(), st.integers(0, 5)),
+                st.one_of(st.none(), st.text("abc", min_size=1, max_size=3)),
+                st.one_of(st.none(), st.just(3)),
+            ),
+            max_size=12,
+        ),
+        max_size=4,
+    ),
+    owners=st.lists(st.sampled_from(["b1", "b2", "b3"]), min_size=6, max_size=6),
+    batch_id=st.integers(0, 50),
+    chunk_rows=st.integers(1, 5),
+)
+def test_routed_chunks_cover_every_row_once(
+    parts: list[list[tuple[str, int | None, str | None, int | None]]],
+    owners: list[str],
+    batch_id: int,
+    chunk_rows: int,
+) -> None:
+    """Any parts, any route: every row in exactly one chunk, on the owner of its resolved queue
+    (explicit, else its key's, else a spread one), chunks numbered 0..K-1, at most chunk_rows of
+    one topic and one owner each, and the same chunks when planned again."""
+    route = TopicRoute.of(owners, set(owners))
+    routes = {"out": route, "other": route}
+    tables = []
+    expected = {}
+    for p, rows in enumerate(parts):
+        bodies = [b"%d-%d" % (p, i) for i in range(len(rows))]
+        tables.append(
+            _table(
+                pa.RecordBatch.from_pylist(
+                    [
+                        {"topic": t, "body": b, "queue_id": q, "sharding_key": k, "delay_level": d}
+                        for (t, q, k, d), b in zip(rows, bodies, strict=True)
+                    ],
+                    schema=part_batch([]).schema,
+                )
+            )
+        )
+        for (topic, queue, key, _), body in zip(rows, bodies, strict=True):
+            expected[body] = (topic, queue if queue is not None else sharding_queue(key, 6) if key else None)
+    chunks = list(routed_chunks(tables, routes, batch_id, chunk_rows))
+    assert [c.seq for c in chunks] == list(range(len(chunks)))
+    seen = []
+    for chunk in chunks:
+        assert 0 < chunk.rows.num_rows <= chunk_rows
+        for row in chunk.rows.to_pylist():
+            topic, queue = expected[row["body"]]
+            assert row["topic"] == chunk.topic == topic
+            assert owners[row["queue_id"]] == chunk.owner
+            assert queue is None or row["queue_id"] == queue
+            assert (row["delay_level"] is not None) == chunk.delayed
+            seen.append(row["body"])
+    assert sorted(seen) == sorted(expected)
+    again = list(routed_chunks(tables, routes, batch_id, chunk_rows))
+    assert [c.rows.to_pylist() for c in again] == [c.rows.to_pylist() for c in chunks]
