@@ -93,16 +93,13 @@ def replication(mode: str) -> ReplicationMode:
 
 
 def commitlog_bytes(store: MessageStore, start: int, end: int) -> bytes:
-    """The stored bytes of ``[start, end)``, file by file."""
-    size = store.config.commitlog_file_size_bytes
+    """The stored bytes of ``[start, end)`` as a master would send them (file ends included)."""
+    log = store.replica_log()
     out = bytearray()
-    position = start
-    while position < end:
-        length = min(end, position - position % size + size) - position
-        chunk = store.read_bytes(position, length)
-        assert chunk is not None, f"no bytes at {position}"
-        out += chunk
-        position += length
+    while start + len(out) < end:
+        with log.transfer_view(start + len(out), end - start - len(out)) as view:
+            assert len(view), f"no bytes at {start + len(out)}"
+            out += view
     return bytes(out)
 
 
@@ -194,14 +191,16 @@ class FakeMaster:
             _, last_file, learner, broker_id = SLAVE_HANDSHAKE.unpack(raw)
             self.slave = SlaveHandshake(broker_id, last_file == 1, learner == 1)
             conn.sendall(self.handshake)
-            self.acks.append(SLAVE_ACK.unpack(conn.recv(SLAVE_ACK.size, socket.MSG_WAITALL))[1])
-            for frame in self.frames:
-                conn.sendall(frame)
+            sent = False
             while True:
                 got = conn.recv(SLAVE_ACK.size, socket.MSG_WAITALL)
                 if len(got) < SLAVE_ACK.size:
                     break
                 self.acks.append(SLAVE_ACK.unpack(got)[1])
+                if not sent:
+                    for frame in self.frames:
+                        conn.sendall(frame)
+                    sent = True
         except OSError:
             pass
         self.closed_by_slave.set()
