@@ -395,7 +395,7 @@ class ConsumeQueue:
                 reason,
             )
         for f in self._files[len(keep) :]:
-            f.path.unlink(missing_ok=True)
+            self._fs.remove(f.path)  # through the seam: a simulated crash must know it is gone
         self._files = keep
         if keep:
             f = keep[-1]

@@ -331,7 +331,10 @@ class IndexService:
     def _drop(self, doomed: list[IndexFile], reason: str) -> int:
         for f in doomed:
             log.warning("%s: deleting index file %s (%s)", self.directory, f.path.name, reason)
-            f.path.unlink(missing_ok=True)
+            if self._fs is not None:  # through the seam: a simulated crash must know it is gone
+                self._fs.remove(f.path)
+            else:
+                f.path.unlink(missing_ok=True)
         gone = {id(f) for f in doomed}
         self._files = [f for f in self._files if id(f) not in gone]
         return len(doomed)
