@@ -30,8 +30,11 @@ POLL_S = 0.2
 
 
 def more_waiting(sock: socket.socket) -> bool:
-    """Bytes are ready to read right now (no waiting)."""
-    readable, _, _ = select.select([sock], [], [], 0)
+    """Bytes are ready to read right now (no waiting); False once the socket is closed."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed under us (stop): the next read says so
+        return False
     return bool(readable)
 
 

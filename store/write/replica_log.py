@@ -186,16 +186,16 @@ class ReplicaLog:
         """Topics first seen in replicated records get a config on this replica (queue count:
         the highest queue id seen + 1, grown later; the master's full config reaches slaves
         through the cluster layer's metadata sync)."""
-        changed = False
+        highest = int(batch.queue_ids.max())
+        known = [self._topics.get(topic) for topic in batch.topics]
+        if all(config is not None and config.queues > highest for config in known):
+            return  # the common case: one comparison per batch
         for code, topic in enumerate(batch.topics):
-            rows = batch.topic_codes == code
-            queues = int(batch.queue_ids[rows].max()) + 1
-            current = self._topics.get(topic)
+            queues = int(batch.queue_ids[batch.topic_codes == code].max()) + 1
+            current = known[code]
             if current is None or current.queues < queues:
                 self._topics.create_or_grow(topic, queues, allow_system=True)
-                changed = True
-        if changed:
-            self._topics.persist()
+        self._topics.persist()
 
     def _tags_codes(
         self, topics: tuple[str, ...], codes: I32, queue_ids: I32, store_ts: I64, hashes: I64
