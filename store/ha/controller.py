@@ -34,7 +34,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
-from store.errors import IndexBehind, InvalidArgument, NotMaster, ReplicaFenced
+from store.errors import IndexBehind, InvalidArgument, NotMaster, ReplicaFenced, ReplicatedDataCorrupt
 from store.ha.config import HAConfig
 from store.ha.epoch_file import EpochEntry, EpochFile
 from store.ha.errors import StaleEpoch
@@ -91,6 +91,7 @@ class ReplicaController:
         self._closing = threading.Event()
         self.truncations = 0
         self.truncated_bytes = 0
+        self.stale_frames_rejected = 0
         self.last_error = ""
 
     # --- the HA service ---------------------------------------------------------------------
@@ -147,6 +148,10 @@ class ReplicaController:
             self._gate.refuse(lambda: NotMaster(f"not the master yet: becoming master of epoch {epoch}"))
             self._stop_roles(f"becoming master of epoch {epoch}")
             replica = self._replica
+            try:
+                replica.dispatch_appended()  # what the slave's last frames left undispatched
+            except ReplicatedDataCorrupt as exc:  # the bad bytes are cut already: the tail goes
+                self._record(f"becoming master: {exc}")
             if replica.dispatched_to < replica.max_offset:
                 self._truncate(replica.dispatched_to, "an incomplete record at the end (truncateInvalidMsg)")
             if epoch > last:
@@ -195,6 +200,7 @@ class ReplicaController:
                 master_epoch,
                 truncate=self._truncate,
                 report=self._record,
+                rejected=self._count_stale_frame,
             )
             self._client, self._role = client, Role.SLAVE
             client.start()
@@ -216,8 +222,8 @@ class ReplicaController:
         if session is not None:
             session.stop(reason)
         client, self._client = self._client, None
-        if client is not None:
-            client.stop()
+        if client is not None and not client.stop():
+            self._record(f"the replication thread from {client.master_address} did not stop ({reason})")
         self._role = Role.STANDBY
 
     def _truncate(self, point: int, reason: str) -> TruncationReport:
@@ -225,6 +231,9 @@ class ReplicaController:
         self.truncations += 1
         self.truncated_bytes += report.dropped_bytes
         return report
+
+    def _count_stale_frame(self) -> None:
+        self.stale_frames_rejected += 1
 
     def _record(self, message: str) -> None:
         log.warning("replication: %s", message)
@@ -281,7 +290,7 @@ class ReplicaController:
             connected=client.connected if client is not None else False,
             truncations=self.truncations,
             truncated_bytes=self.truncated_bytes,
-            stale_frames_rejected=client.stale_frames_rejected if client is not None else 0,
+            stale_frames_rejected=self.stale_frames_rejected,
             sync_state_refusals=refusals,
             last_error=self.last_error,
         )

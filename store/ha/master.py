@@ -80,6 +80,7 @@ class MasterSession:
     def start(self) -> None:
         with self._cond:
             self._recompute()
+        self._publish()
         self._sync_thread.start()
 
     def stop(self, reason: str) -> None:
@@ -126,6 +127,7 @@ class MasterSession:
                 self._tracker.disconnected(connection.broker_id)
                 log.info("slave %d (%s) disconnected: %s", connection.broker_id, connection.address, reason)
             self._recompute()
+        self._publish()
         self._wake_sync.set()
 
     def on_ack(self, connection: SlaveConnection, ack_offset: int) -> None:
@@ -135,6 +137,7 @@ class MasterSession:
             self._tracker.acked(connection.broker_id, ack_offset, self.log.max_offset, self._clock())
             self._recompute()
             maybe_expand = connection.broker_id not in self._tracker.state.members
+        self._publish()
         if maybe_expand:
             self._wake_sync.set()
 
@@ -154,15 +157,21 @@ class MasterSession:
         return self._confirm
 
     def _recompute(self) -> None:
-        """(Lock held.) Move the confirm offset as the in-sync set's acks allow."""
+        """(Lock held.) Move the confirm offset as the in-sync set's acks allow; waiters and
+        writers wake now, readers once :meth:`_publish` runs (outside every lock)."""
         if self._stopped is not None:
             return  # a fenced master's confirm offset stays where it was (#6662)
         confirm = self._tracker.confirm_offset(self.log.max_offset, self._confirm)
         if confirm > self._confirm:
             self._confirm = confirm
-            self.log.advance_confirm(confirm)
             self.generation += 1
             self._cond.notify_all()
+
+    def _publish(self) -> None:
+        """Show readers the confirm offset (releases held arrival notices: never called with
+        the put lock or this session's lock held, so listeners run outside them)."""
+        if self._stopped is None:
+            self.log.advance_confirm(self._confirm)
 
     def wait_for_change(self, generation: int, timeout_s: float) -> None:
         """Block until an append or a confirm move after ``generation`` (or the timeout)."""
@@ -182,12 +191,15 @@ class MasterSession:
             )
 
     def appended(self, end_offset: int) -> None:
+        """(Put lock held.) Wake the writers; readers learn a moved confirm offset in
+        :meth:`acknowledge`, after the put lock."""
         with self._cond:
             self.generation += 1
             self._recompute()
             self._cond.notify_all()
 
     def acknowledge(self, end_offset: int) -> None:
+        self._publish()
         if self.config.replication is ReplicationMode.ASYNC:
             if self._stopped is not None:
                 raise ReplicaFenced(f"not acknowledged: {self._stopped}")
@@ -251,6 +263,7 @@ class MasterSession:
                     self.sync_state_refusals += 1
                 self._recompute()
                 self._cond.notify_all()
+            self._publish()
             if not approved:
                 self._wake_sync.clear()
                 time.sleep(interval_s)  # do not hammer an authority that refuses
@@ -265,7 +278,7 @@ class MasterSession:
             if members == self._tracker.state.members:
                 return None
             self._tracker.pending = members
-            self._recompute()
+            self._recompute()  # over both sets now
             return members, self._tracker.state
 
     # --- status -----------------------------------------------------------------------------

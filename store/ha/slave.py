@@ -14,11 +14,15 @@
 4. read transfer frames (``HAClientReader``, lines 537-574): the frame must start at the
    local end (``master pushed offset not equal the max phy offset in slave``); a frame of an
    epoch older than the newest one seen is rejected (:class:`StaleEpochFrame`); a newer epoch
-   is appended to the epoch file before its bytes; bytes go through
-   :meth:`ReplicaLog.append_replicated`; the confirm offset becomes
-   ``min(frame's confirmOffset, local end)``;
-5. ack the local end (12 bytes) once the frames that have arrived are appended, after an fsync
-   under SYNC_FLUSH; at least every heartbeat interval (``isTimeToReportOffset``).
+   is appended to the epoch file before its bytes; bytes are appended raw
+   (:meth:`ReplicaLog.append_raw`);
+5. once the frames that have arrived are appended: ack the local end (12 bytes; after an fsync
+   under SYNC_FLUSH), at least every heartbeat interval (``isTimeToReportOffset``), *then*
+   dispatch the records (:meth:`ReplicaLog.dispatch_appended`, RocketMQ's reput after the
+   append) and move the confirm offset to ``min(frame's confirmOffset, valid end)``; so a SYNC
+   acknowledgement waits for the bytes, not for the ConsumeQueue and index work. A record that
+   fails its check after the ack is removed, the connection dropped and the next handshake
+   reports the lower end.
 
 Any failure closes the connection; the client reconnects with a doubling back-off and records
 the failure (never only logs it).
@@ -81,6 +85,7 @@ class HAClient:
         *,
         truncate: Truncate,
         report: Callable[[str], None],
+        rejected: Callable[[], None],
     ) -> None:
         self.log = replica
         self.config = config
@@ -89,28 +94,32 @@ class HAClient:
         self._epochs = epochs
         self._truncate = truncate
         self._report = report
+        self._rejected = rejected
         self._stopping = threading.Event()
         self._sock: socket.socket | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"sparkmq-ha-client-{master_address}", daemon=True
         )
         self.connected = False
-        self.stale_frames_rejected = 0
         self._reported = -1
+        #: The newest confirm offset the master sent.
+        self._master_confirm = 0
         self._last_ack_s = 0.0
         self._unacked_bytes = 0
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Close the connection and end the thread (waits for it)."""
+    def stop(self, wait_s: float = 60.0) -> bool:
+        """Close the connection and end the thread; False when it is still running after
+        ``wait_s`` (stuck in a long truncation or a blocked write)."""
         self._stopping.set()
         sock = self._sock
         if sock is not None:
             close_quietly(sock)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(10.0)
+            self._thread.join(wait_s)
+        return not self._thread.is_alive()
 
     # --- the loop -----------------------------------------------------------------------
     def _run(self) -> None:
@@ -145,6 +154,7 @@ class HAClient:
                 f"{self.master_address} answered with epoch {handshake.epoch}, below the master epoch "
                 f"{self.master_epoch} this replica follows: a deposed master"
             )
+        self.log.dispatch_appended()  # what a dropped connection left undispatched
         first_ack = self._truncate_to_consistent_point(handshake)
         self.connected = True
         self._ack(sock, force=True, offset=first_ack)
@@ -158,8 +168,10 @@ class HAClient:
             body = memoryview(body_buf)[: header.body_size]
             self._recv(sock, body)
             self._apply(header, body)
-            if not more_waiting(sock) or self._unacked_bytes >= ACK_EVERY_BYTES:
+            if not more_waiting(sock) or self._unacked_bytes >= ACK_EVERY_BYTES or self._heartbeat_due():
                 self._ack(sock)
+                self.log.dispatch_appended()
+                self.log.advance_confirm(min(self._master_confirm, self.log.max_offset))
 
     def _handshake(self) -> SlaveHandshake:
         return SlaveHandshake(
@@ -222,14 +234,14 @@ class HAClient:
             )
         self._check_epoch(header)
         if header.body_size:
-            self.log.append_replicated(header.offset, body)
+            self.log.append_raw(header.offset, body)
             self._unacked_bytes += header.body_size
-        self.log.advance_confirm(min(header.confirm_offset, self.log.max_offset))
+        self._master_confirm = max(self._master_confirm, header.confirm_offset)
 
     def _check_epoch(self, header: TransferHeader) -> None:
         last = self._epochs.last_entry
         if last is not None and header.epoch < last.epoch:
-            self.stale_frames_rejected += 1
+            self._rejected()
             raise StaleEpochFrame(
                 f"a frame of epoch {header.epoch} at offset {header.offset}, but this replica has "
                 f"seen epoch {last.epoch}: rejected"
@@ -243,10 +255,14 @@ class HAClient:
             )
         self._epochs.append(EpochEntry(header.epoch, header.epoch_start_offset))
 
+    def _heartbeat_due(self) -> bool:
+        return time.monotonic() - self._last_ack_s >= self.config.heartbeat_interval_ms / 1000
+
     def _ack(self, sock: socket.socket, *, force: bool = False, offset: int | None = None) -> None:
+        """Report the local end (after an fsync under SYNC_FLUSH) when it moved, at least every
+        heartbeat interval even while frames keep coming (the master's housekeeping)."""
         end = self.log.max_offset if offset is None else offset
-        due = time.monotonic() - self._last_ack_s >= self.config.heartbeat_interval_ms / 1000
-        if not force and end == self._reported and not due:
+        if not force and end == self._reported and not self._heartbeat_due():
             return
         if self.log.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.log.flush()

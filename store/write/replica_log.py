@@ -1,11 +1,13 @@
 """``ReplicaLog``: the store as the replication layer (:mod:`store.ha`) works it.
 
 A master reads raw CommitLog bytes to send (:meth:`ReplicaLog.transfer_view`); a slave appends
-the bytes it receives exactly where its log ends (:meth:`ReplicaLog.append_replicated`) and
-dispatches the records in them through the normal dispatch, so every replica builds the same
-ConsumeQueues (the queue offsets are the master's, stored in the records) and index. Bytes may
-end inside a record: it is dispatched when the rest arrives. Both move the confirm offset that
-bounds readers (:mod:`store.write.visibility`).
+the bytes it receives exactly where its log ends (:meth:`ReplicaLog.append_raw`, cheap: it can
+acknowledge right after, as RocketMQ's slave does) and then dispatches the records in them
+through the normal dispatch (:meth:`ReplicaLog.dispatch_appended`: checks them, CRCs included,
+and fills the ConsumeQueues, whose queue offsets are the master's, stored in the records, and
+the index), so every replica builds the same files. Bytes may end inside a record: it is
+dispatched when the rest arrives. :meth:`ReplicaLog.append_replicated` does both. Both sides
+move the confirm offset that bounds readers (:mod:`store.write.visibility`).
 
 The steps of a truncation are here too, each one durable before it returns; the procedure
 that runs them in order is :func:`store.ha.truncation.truncate_replica`, the only caller.
@@ -70,9 +72,10 @@ class ReplicaLog:
         self._appender = appender
         self._visibility = visibility
         self._delay_levels = delay_levels
-        #: Where an incomplete record received from the master starts (None: the log ends
-        #: with a complete record, as recovery and the put path always leave it).
-        self._partial_from: int | None = None
+        #: Where bytes appended from the master and not dispatched yet start (None: every
+        #: record is dispatched and the log ends with a complete one, as recovery and the put
+        #: path always leave it).
+        self._pending_from: int | None = None
 
     # --- offsets ------------------------------------------------------------------------
     @property
@@ -90,9 +93,10 @@ class ReplicaLog:
 
     @property
     def dispatched_to(self) -> int:
-        """End of the last complete record (the valid end of the log)."""
-        partial = self._partial_from
-        return self._commitlog.max_offset if partial is None else partial
+        """End of the last record dispatched: the valid end of the log once
+        :meth:`dispatch_appended` has run."""
+        pending = self._pending_from
+        return self._commitlog.max_offset if pending is None else pending
 
     @property
     def confirm_offset(self) -> int:
@@ -116,26 +120,41 @@ class ReplicaLog:
 
     # --- a slave's writes ---------------------------------------------------------------
     def append_replicated(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """:meth:`append_raw`, then :meth:`dispatch_appended`; returns the new max offset."""
+        new_max = self.append_raw(offset, data)
+        self.dispatch_appended()
+        return new_max
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` (bytes of the master's CommitLog starting at its ``offset``) exactly
-        at the local max offset and dispatch every record it completes; returns the new max
-        offset. Raises :class:`~store.errors.ReplicationGap` (nothing written) when ``offset``
-        is not the local end or the bytes cross a file end, and
-        :class:`~store.errors.ReplicatedDataCorrupt` when they do not hold valid records (the
-        bad bytes are removed again; valid records before them stay dispatched)."""
+        at the local max offset, without dispatching; returns the new max offset. Raises
+        :class:`~store.errors.ReplicationGap` (nothing written) when ``offset`` is not the
+        local end or the bytes cross a file end."""
+        with self._appender.lock:
+            before = self._commitlog.max_offset
+            new_max = self._commitlog.append_raw(offset, data)
+            if self._pending_from is None and new_max > before:
+                self._pending_from = offset
+            return new_max
+
+    def dispatch_appended(self) -> int:
+        """Check and dispatch every record the appended bytes complete; returns the valid end.
+        Raises :class:`~store.errors.ReplicatedDataCorrupt` when they do not hold valid records
+        (the bad bytes are removed again; valid records before them stay dispatched)."""
         grown: list[Grown] = []
         with self._appender.lock:
-            new_max = self._commitlog.append_raw(offset, data)
-            end = self._dispatch_new(offset, grown)
+            if self._pending_from is None:
+                return self._commitlog.max_offset
+            end = self._dispatch_new(self._pending_from, grown)
         self._visibility.published(end, grown)
-        return new_max
+        return end
 
     def flush(self) -> int:
         """fsync the CommitLog; returns the flushed offset. Raises OSError."""
         return self._commitlog.flush()
 
-    def _dispatch_new(self, appended_at: int, grown: list[Grown]) -> int:
-        """Dispatch the records completed by bytes appended at ``appended_at``."""
-        start = self._partial_from if self._partial_from is not None else appended_at
+    def _dispatch_new(self, start: int, grown: list[Grown]) -> int:
+        """Dispatch the records from ``start`` on (lock held)."""
         stop = ScanStop(start)
         for batch in self._commitlog.scan(
             start,
@@ -146,7 +165,7 @@ class ReplicaLog:
         ):
             self._dispatch(batch, grown)
         valid_end, corrupt = self._settle(stop.offset)
-        self._partial_from = valid_end if valid_end < self._commitlog.max_offset else None
+        self._pending_from = valid_end if valid_end < self._commitlog.max_offset else None
         if corrupt:
             bad_end = self._commitlog.max_offset
             self._commitlog.truncate(valid_end)
@@ -276,7 +295,7 @@ class ReplicaLog:
         results of idempotent requests dropped, the valid end moved to ``point``."""
         self._appender.reset_queue_offsets()
         self._appender.forget_recent_results()
-        self._partial_from = None
+        self._pending_from = None
 
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Every record dispatched to the ConsumeQueues (always) and the index (waits)."""

@@ -94,8 +94,10 @@ def test_a_record_cut_by_a_frame_is_dispatched_when_it_completes(
     log = replica.replica_log()
     assert (log.max_offset, log.dispatched_to) == (100, 0)
     assert replica.replica_log().queue_max_offsets() == {}
-    replica.append_replicated(100, data[100:])
-    assert log.dispatched_to == first_size  # the first record is whole now, the second is not
+    log.append_raw(100, data[100:])  # a slave acks here, before dispatching
+    assert (log.max_offset, log.dispatched_to) == (len(data), 0)
+    assert replica.replica_log().queue_max_offsets() == {}
+    assert log.dispatch_appended() == first_size  # the first record is whole now, the second is not
     assert replica.replica_log().queue_max_offsets() == {("orders", 0): 1}
 
 
