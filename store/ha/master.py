@@ -21,6 +21,8 @@ refuses and releases every waiter at once and closes every connection.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import socket
 import threading
@@ -59,7 +61,12 @@ class MasterSession:
         self._authority = authority
         self._clock = clock_ms
         self._report = report
+        #: Guards everything below; writers (one per slave) wait on it for appends and moves.
         self._cond = threading.Condition()
+        #: Acknowledgement waiters, a heap of (offset, arrival, event): a confirm move wakes
+        #: exactly the ones it satisfies, not every waiting producer.
+        self._waiters: list[tuple[int, int, threading.Event]] = []
+        self._arrival = itertools.count()
         self._tracker = InSyncTracker(config.broker_id, sync_state, config.max_time_slave_not_catchup_ms)
         self._connections: dict[int, SlaveConnection] = {}
         self._all: set[SlaveConnection] = set()
@@ -92,6 +99,7 @@ class MasterSession:
             self._stopped = reason
             connections = list(self._all)
             self._cond.notify_all()
+            self._wake_all_waiters()
         self._wake_sync.set()
         for connection in connections:
             connection.close(f"master stopped: {reason}")
@@ -166,6 +174,14 @@ class MasterSession:
             self._confirm = confirm
             self.generation += 1
             self._cond.notify_all()
+            while self._waiters and self._waiters[0][0] <= confirm:
+                heapq.heappop(self._waiters)[2].set()
+
+    def _wake_all_waiters(self) -> None:
+        """(Lock held.) The in-sync set or the role changed: every waiter looks again."""
+        for _, _, event in self._waiters:
+            event.set()
+        self._waiters.clear()
 
     def _publish(self) -> None:
         """Show readers the confirm offset (releases held arrival notices: never called with
@@ -224,18 +240,28 @@ class MasterSession:
     def wait_replicated(self, offset: int, timeout_s: float) -> ReplicationStatus:
         """Wait until every in-sync member holds the CommitLog up to ``offset``."""
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                if self._stopped is not None:
-                    return ReplicationStatus.SERVICE_NOT_AVAILABLE
-                if self._tracker.in_sync_count() < self.config.min_insync:
-                    return ReplicationStatus.SLAVE_NOT_AVAILABLE
-                if self._confirm >= offset:
-                    return ReplicationStatus.PUT_OK
+        event = threading.Event()
+        while True:
+            with self._cond:
+                settled = self._settled(offset)
+                if settled is not None:
+                    return settled
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return ReplicationStatus.FLUSH_SLAVE_TIMEOUT
-                self._cond.wait(remaining)
+                event.clear()
+                heapq.heappush(self._waiters, (offset, next(self._arrival), event))
+            event.wait(remaining)  # a timed-out entry stays in the heap until a move pops it
+
+    def _settled(self, offset: int) -> ReplicationStatus | None:
+        """(Lock held.) The outcome for ``offset`` if there is one already."""
+        if self._stopped is not None:
+            return ReplicationStatus.SERVICE_NOT_AVAILABLE
+        if self._tracker.in_sync_count() < self.config.min_insync:
+            return ReplicationStatus.SLAVE_NOT_AVAILABLE
+        if self._confirm >= offset:
+            return ReplicationStatus.PUT_OK
+        return None
 
     # --- the in-sync set ------------------------------------------------------------------
     def _sync_loop(self) -> None:
@@ -262,7 +288,7 @@ class MasterSession:
                     self._tracker.refuse()
                     self.sync_state_refusals += 1
                 self._recompute()
-                self._cond.notify_all()
+                self._wake_all_waiters()
             self._publish()
             if not approved:
                 self._wake_sync.clear()

@@ -17,12 +17,13 @@
    is appended to the epoch file before its bytes; bytes are appended raw
    (:meth:`ReplicaLog.append_raw`);
 5. once the frames that have arrived are appended: ack the local end (12 bytes; after an fsync
-   under SYNC_FLUSH), at least every heartbeat interval (``isTimeToReportOffset``), *then*
-   dispatch the records (:meth:`ReplicaLog.dispatch_appended`, RocketMQ's reput after the
-   append) and move the confirm offset to ``min(frame's confirmOffset, valid end)``; so a SYNC
-   acknowledgement waits for the bytes, not for the ConsumeQueue and index work. A record that
-   fails its check after the ack is removed, the connection dropped and the next handshake
-   reports the lower end.
+   under SYNC_FLUSH), at least every heartbeat interval (``isTimeToReportOffset``);
+6. dispatch the records (:meth:`ReplicaLog.dispatch_appended`, RocketMQ's reput after the
+   append) when no frame follows within :data:`DISPATCH_IDLE_S` or :data:`DISPATCH_EVERY_BYTES`
+   are waiting for it, and move the confirm offset to ``min(frame's confirmOffset, valid end)``.
+   So a SYNC acknowledgement waits for the bytes, not for the ConsumeQueue and index work, and a
+   stream of small frames is dispatched in large batches. A record that fails its check after
+   the ack is removed, the connection dropped and the next handshake reports the lower end.
 
 Any failure closes the connection; the client reconnects with a doubling back-off and records
 the failure (never only logs it).
@@ -60,6 +61,10 @@ log = logging.getLogger("sparkmq.ha")
 
 #: Without a pause in the stream, ack at least after this many bytes (confirm keeps moving).
 ACK_EVERY_BYTES = 16 << 20
+#: Dispatch appended records once the stream pauses this long (seconds) ...
+DISPATCH_IDLE_S = 0.002
+#: ... or once this many appended bytes wait for dispatch.
+DISPATCH_EVERY_BYTES = 4 << 20
 
 Truncate = Callable[[int, str], object]
 
@@ -170,8 +175,11 @@ class HAClient:
             self._apply(header, body)
             if not more_waiting(sock) or self._unacked_bytes >= ACK_EVERY_BYTES or self._heartbeat_due():
                 self._ack(sock)
-                self.log.dispatch_appended()
+            backlog = self.log.max_offset - self.log.dispatched_to
+            if not backlog:
                 self.log.advance_confirm(min(self._master_confirm, self.log.max_offset))
+            elif backlog >= DISPATCH_EVERY_BYTES or not more_waiting(sock, DISPATCH_IDLE_S):
+                self._dispatch()
 
     def _handshake(self) -> SlaveHandshake:
         return SlaveHandshake(
@@ -254,6 +262,10 @@ class HAClient:
                 f"after the frame at {header.offset}"
             )
         self._epochs.append(EpochEntry(header.epoch, header.epoch_start_offset))
+
+    def _dispatch(self) -> None:
+        self.log.dispatch_appended()
+        self.log.advance_confirm(min(self._master_confirm, self.log.max_offset))
 
     def _heartbeat_due(self) -> bool:
         return time.monotonic() - self._last_ack_s >= self.config.heartbeat_interval_ms / 1000

@@ -29,10 +29,11 @@ class ConnectionClosed(HAError):
 POLL_S = 0.2
 
 
-def more_waiting(sock: socket.socket) -> bool:
-    """Bytes are ready to read right now (no waiting); False once the socket is closed."""
+def more_waiting(sock: socket.socket, within_s: float = 0.0) -> bool:
+    """Bytes are ready to read now, or arrive within ``within_s``; False once the socket is
+    closed."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        readable, _, _ = select.select([sock], [], [], within_s)
     except (OSError, ValueError):  # closed under us (stop): the next read says so
         return False
     return bool(readable)

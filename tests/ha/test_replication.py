@@ -305,3 +305,32 @@ def test_lagging_slave_and_returning_old_master_converge(group: Group) -> None:
         wait_until(lambda n=node: caught_up(n, c), what=f"broker {node.broker_id} caught up with C")
         assert commitlog_files(node.directory) == commitlog_files(c.directory)
         assert_prefix(node, c)
+
+
+def test_concurrent_sync_producers_are_each_acknowledged_once_replicated(group: Group) -> None:
+    master = group.node(1, replication=SYNC, min_insync=2)
+    slave = group.node(2)
+    group.elect(master, 1)
+    follow(slave, master, 1)
+    wait_until(lambda: master.ha.status().in_sync == {1, 2}, what="slave in sync")
+    failures: list[BaseException] = []
+    late: list[int] = []
+
+    def produce(worker: int) -> None:
+        try:
+            for i in range(40):
+                result = master.store.put_message(Message(topic="t", body=b"%d-%d" % (worker, i)))
+                end = result.commitlog_offset + result.size_bytes
+                if slave.store.commitlog_max_offset < end:
+                    late.append(end)
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=produce, args=(w,)) for w in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert failures == [] and late == []
+    wait_until(lambda: caught_up(slave, master), what="slave caught up")
+    assert sum(hi for _, hi in slave.store.queue_offsets("t").values()) == 320
