@@ -11,9 +11,11 @@ replication goes over TCP on 127.0.0.1, every store on disk. In one run:
     MB/s until it holds and has dispatched everything (ConsumeQueues), then until its key index
     caught up, and the ratio to the disk ceiling;
   * produce against a lone store, in the same run: batched (``put_batch`` of 100 x 1 KiB) and
-    single (``put_message`` of 1 KiB) msg/s for a lone store, a master with an ASYNC slave and a
-    master with a SYNC slave (``min_insync`` 2: every put waits for the slave's ack); ratios
-    against the lone store, measured in interleaved rounds (the machine is shared).
+    single (``put_message`` of 1 KiB) msg/s, from one producer thread and from
+    ``--producers`` threads at once (as a broker's doors call the store), for a lone store, a
+    master with an ASYNC slave and a master with a SYNC slave (``min_insync`` 2: every put
+    waits for the slave's ack); ratios against the lone store, measured in interleaved rounds
+    (the machine is shared).
 
 Goals (issue 22): catch-up >= 200 MB/s; async batched >= 0.9x, sync batched >= 0.7x, single
 sync >= 0.5x a lone broker. Benchmarks are not tests: nothing here asserts.
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -102,15 +105,25 @@ def _setup(root: Path, name: str) -> Iterator[MessageStore]:
             shutil.rmtree(root / "slave", ignore_errors=True)
 
 
-def _rate(seconds: float, put: Callable[[], int]) -> float:
-    """Messages per second of ``put`` (returns messages per call) over ``seconds``."""
-    done, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        done += put()
-    return done / elapsed
+def _rate(seconds: float, put: Callable[[], int], threads: int = 1) -> float:
+    """Messages per second of ``put`` (returns messages per call) over ``seconds``, called
+    from ``threads`` threads at once."""
+    counts = [0] * threads
+    start = time.perf_counter()
+
+    def run(slot: int) -> None:
+        while time.perf_counter() - start < seconds:
+            counts[slot] += put()
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.perf_counter() - start)
 
 
-def bench_produce(root: Path, seconds: float, rounds: int) -> dict[str, dict[str, float]]:
+def bench_produce(root: Path, seconds: float, rounds: int, producers: int) -> dict[str, dict[str, float]]:
     bodies = [bytes([65 + i % 26]) * BODY for i in range(BATCH)]
     single = Message(topic="bench", body=bodies[0])
     samples: dict[str, dict[str, list[float]]] = {}
@@ -127,9 +140,13 @@ def bench_produce(root: Path, seconds: float, rounds: int) -> dict[str, dict[str
                     s.put_message(single)
                     return 1
 
-                entry = samples.setdefault(name, {"batched": [], "single": []})
+                entry = samples.setdefault(
+                    name, {"batched": [], "single": [], "batched xN": [], "single xN": []}
+                )
                 entry["batched"].append(_rate(seconds, batched))
                 entry["single"].append(_rate(seconds, one))
+                entry["batched xN"].append(_rate(seconds, batched, producers))
+                entry["single xN"].append(_rate(seconds, one, producers))
     return {name: {k: statistics.median(v) for k, v in rates.items()} for name, rates in samples.items()}
 
 
@@ -177,6 +194,7 @@ def main() -> None:
     parser.add_argument("--catchup-mb", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "sparkmq-ha-bench")
     args = parser.parse_args()
     root = _fresh(args.dir)
@@ -190,19 +208,18 @@ def main() -> None:
             f"({held / ceiling:.2f}x the disk ceiling), {indexed:.0f} MB/s with the key index"
             "   (goal >= 200 MB/s)"
         )
-        rates = bench_produce(root, args.seconds, args.rounds)
+        rates = bench_produce(root, args.seconds, args.rounds, args.producers)
         lone = rates["lone"]
-        print(f"{'produce, 1 KiB':<26}{'batched msg/s':>15}{'ratio':>8}{'single msg/s':>15}{'ratio':>8}")
+        columns = ("batched", "single", "batched xN", "single xN")
+        print(f"produce, 1 KiB, msg/s (ratio to the lone store); xN: {args.producers} producer threads")
+        print(f"{'':<24}" + "".join(f"{c:>22}" for c in columns))
         for name, label in (
             ("lone", "lone store"),
             ("async", "master + async slave"),
             ("sync", "master + sync slave"),
         ):
-            rate = rates[name]
-            print(
-                f"{label:<26}{rate['batched']:>15,.0f}{rate['batched'] / lone['batched']:>8.2f}"
-                f"{rate['single']:>15,.0f}{rate['single'] / lone['single']:>8.2f}"
-            )
+            cells = "".join(f"{rates[name][c]:>14,.0f} ({rates[name][c] / lone[c]:.2f})" for c in columns)
+            print(f"{label:<24}{cells}")
         print("goals: async batched >= 0.9x, sync batched >= 0.7x, single sync >= 0.5x a lone broker")
     finally:
         shutil.rmtree(root, ignore_errors=True)

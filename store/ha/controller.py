@@ -158,6 +158,7 @@ class ReplicaController:
                 self._epochs.truncate_suffix_by_offset(replica.max_offset)  # epochs that wrote nothing
                 start = replica.max_offset if self._epochs.entries else replica.min_offset
                 self._epochs.append(EpochEntry(epoch, start))
+            self._led_epoch = epoch  # its entry is written: resuming it later is allowed
             if not replica.wait_dispatched(DISPATCH_WAIT_S):
                 raise IndexBehind(f"the index did not catch up within {DISPATCH_WAIT_S:.0f} s")
             replica.forget_beyond(replica.max_offset)
@@ -174,7 +175,7 @@ class ReplicaController:
             if fences != self._fences:
                 raise ReplicaFenced(f"fenced while becoming master of epoch {epoch}")
             session.start()
-            self._master, self._led_epoch, self._role = session, epoch, Role.MASTER
+            self._master, self._role = session, Role.MASTER
             self._gate.open_for(session)
             log.info("master of epoch %d from offset %d", epoch, replica.max_offset)
 
