@@ -5,7 +5,7 @@ membership and election) decides roles and calls::
 
     controller = ReplicaController(store, HAConfig(broker_id=1, listen_port=10912), authority)
     controller.start()                       # the HA service listens; returns "host:port"
-    controller.become_master(epoch, sync_state_epoch)
+    controller.become_master(epoch, sync_state_epoch, in_sync)
     controller.become_slave("10.0.0.2:10912", master_epoch)
     controller.fence("zookeeper SUSPENDED")  # at once: no write, no acknowledgement
     controller.status()                      # ReplicaStatus for GET /cluster and /metrics
@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from store.errors import IndexBehind, InvalidArgument, NotMaster, ReplicaFenced, ReplicatedDataCorrupt
@@ -137,9 +138,28 @@ class ReplicaController:
     def role(self) -> Role:
         return self._role
 
-    def become_master(self, epoch: int, sync_state_epoch: int = 0) -> None:
-        """Take writes as the master of ``epoch`` (see the module docstring). Raises
-        :class:`StaleEpoch`, ``IndexBehind`` or ``ReplicaFenced`` (a fence came meanwhile)."""
+    @property
+    def last_epoch(self) -> int:
+        """The newest epoch in the epoch file (-1: none): an election's first key."""
+        return self._epochs.last_epoch
+
+    @property
+    def max_offset(self) -> int:
+        """The CommitLog's max offset: an election's second key."""
+        return self._replica.max_offset
+
+    def become_master(
+        self, epoch: int, sync_state_epoch: int = 0, in_sync: Iterable[int] | None = None
+    ) -> None:
+        """Take writes as the master of ``epoch`` (see the module docstring), with the in-sync
+        set the cluster layer holds at version ``sync_state_epoch``: ``{broker_id}`` after an
+        election (the default), the set as it stands when resuming an epoch after a fence (its
+        other members hold the confirm offset back until they ack again or the set shrinks).
+        Raises :class:`StaleEpoch`, ``IndexBehind``, ``ReplicaFenced`` (a fence came
+        meanwhile) or ``InvalidArgument`` (a set without this broker)."""
+        members = frozenset({self.config.broker_id} if in_sync is None else in_sync)
+        if self.config.broker_id not in members:
+            raise InvalidArgument(f"the in-sync set {sorted(members)} must hold this broker")
         with self._role_lock:
             fences = self._fences
             last = self._epochs.last_epoch
@@ -162,7 +182,7 @@ class ReplicaController:
             if not replica.wait_dispatched(DISPATCH_WAIT_S):
                 raise IndexBehind(f"the index did not catch up within {DISPATCH_WAIT_S:.0f} s")
             replica.forget_beyond(replica.max_offset)
-            state = SyncState(frozenset({self.config.broker_id}), epoch, sync_state_epoch)
+            state = SyncState(members, epoch, sync_state_epoch)
             session = MasterSession(
                 replica,
                 self._epochs,

@@ -334,3 +334,26 @@ def test_concurrent_sync_producers_are_each_acknowledged_once_replicated(group: 
     assert failures == [] and late == []
     wait_until(lambda: caught_up(slave, master), what="slave caught up")
     assert sum(hi for _, hi in slave.store.queue_offsets("t").values()) == 320
+
+
+def test_resuming_an_epoch_keeps_the_in_sync_set_the_cluster_holds(group: Group, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    master = group.node(1, replication=SYNC, min_insync=1, ack_timeout_ms=300)
+    slave = group.node(2)
+    group.elect(master, 1)
+    follow(slave, master, 1)
+    wait_until(lambda: master.ha.status().in_sync == {1, 2}, what="slave in sync")
+    master.ha.fence("zookeeper SUSPENDED")
+    slave.ha.fence("partitioned from the master")
+    state = group.authority.state
+    assert state is not None and state.members == {1, 2}
+    approve = group.authority.propose
+    monkeypatch.setattr(group.authority, "propose", lambda *args: False)  # ZooKeeper refuses for now
+    master.ha.become_master(1, state.set_epoch, state.members)  # RECONNECTED, the epoch still ours
+    with pytest.raises(FlushSlaveTimeout):  # the set still holds the silent slave: no acknowledgement
+        master.store.put_message(Message(topic="t", body=b"x"))
+    assert master.store.confirm_offset < master.store.commitlog_max_offset
+    assert master.ha.status().sync_state_refusals >= 1
+    monkeypatch.setattr(group.authority, "propose", approve)
+    wait_until(lambda: master.ha.status().in_sync == {1}, what="the set shrinking without it")
+    wait_until(lambda: master.store.confirm_offset == master.store.commitlog_max_offset, what="confirm")
+    assert (master.ha.last_epoch, master.ha.max_offset) == (1, master.store.commitlog_max_offset)
