@@ -22,6 +22,7 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.membership import PRODUCER_GROUPS
 from ingest_api.http.params import TOPIC_PATTERN
 from ingest_api.http.peers import passed_headers
 from ingest_api.http.schemas import (
@@ -197,6 +198,10 @@ async def put_producer_group(
     """Register where the broker sends check-backs for this producer group (201 when new)."""
     _may_register(principal)
     groups = board_of(broker).groups
+    if broker.cluster is not None:  # every broker may hold this group's halves: a cluster setting
+        await run_in_threadpool(
+            broker.cluster.put_setting, PRODUCER_GROUPS, group, {"check_url": body.check_url}
+        )
     created = await run_in_threadpool(groups.put, group, body.check_url)
     response.status_code = 201 if created else 200
     return _group_out(group, groups.get(group) or {})
@@ -222,5 +227,7 @@ async def get_producer_group(
 @router.delete("/producer-groups/{group}", status_code=204, response_class=Response)
 async def delete_producer_group(group: GroupPath, broker: BrokerDep, principal: PrincipalDep) -> None:
     _may_register(principal)
+    if broker.cluster is not None:
+        await run_in_threadpool(broker.cluster.delete_setting, PRODUCER_GROUPS, group)
     if not await run_in_threadpool(board_of(broker).groups.delete, group):
         raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")
