@@ -123,10 +123,10 @@ async def produce_single(
         return 201, with_broker(answer, cluster.name)
     body = placed.model_dump_json(exclude_none=True, exclude_defaults=True).encode()
     if idempotency_key is None and entry.transaction is None and broker.forwarder is not None:
-        forwarded: tuple[int, bytes] = await broker.forwarder.produce(
+        coalesced: tuple[int, bytes] = await broker.forwarder.produce(
             cluster.view, owner, topic, body, headers
         )
-        return forwarded
+        return coalesced
     response = await broker.peers.request(
         cluster.view.master_of(owner),
         owner,
