@@ -29,7 +29,7 @@ test: venv
 # The quick loop while editing (no Spark, no Kafka clients, no end-to-end kill tests);
 # `make test` stays the full suite that CI runs.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not spark and not kafka"
+	$(BIN)/python -m pytest -q -m "not slow and not spark and not kafka and not cluster"
 
 lint: venv
 	$(BIN)/ruff check .
