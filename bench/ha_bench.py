@@ -187,11 +187,23 @@ def bench_catchup(root: Path, megabytes: int) -> tuple[float, float, float, int]
         return total / MIB / held, total / MIB / indexed, appended, total
 
 
+def _print_catchup(root: Path, megabytes: int) -> None:
+    ceiling = disk_ceiling(root, megabytes * MIB)
+    held, indexed, appended, total = bench_catchup(root, megabytes)
+    print(f"disk ceiling (1 MiB pwrite, {megabytes} MiB): {ceiling:.0f} MB/s")
+    print(f"master batched append (1 KiB records): {appended:.0f} MB/s")
+    print(
+        f"slave catch-up, {total / MIB:.0f} MiB behind: {held:.0f} MB/s held and dispatched "
+        f"({held / ceiling:.2f}x the disk ceiling), {indexed:.0f} MB/s with the key index"
+        "   (goal >= 200 MB/s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--catchup-mb", type=int, default=1024)
+    parser.add_argument("--catchup-mb", type=int, default=1024, help="0: skip the catch-up")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--producers", type=int, default=8)
@@ -199,15 +211,8 @@ def main() -> None:
     args = parser.parse_args()
     root = _fresh(args.dir)
     try:
-        ceiling = disk_ceiling(root, args.catchup_mb * MIB)
-        held, indexed, appended, total = bench_catchup(root, args.catchup_mb)
-        print(f"disk ceiling (1 MiB pwrite, {args.catchup_mb} MiB): {ceiling:.0f} MB/s")
-        print(f"master batched append (1 KiB records): {appended:.0f} MB/s")
-        print(
-            f"slave catch-up, {total / MIB:.0f} MiB behind: {held:.0f} MB/s held and dispatched "
-            f"({held / ceiling:.2f}x the disk ceiling), {indexed:.0f} MB/s with the key index"
-            "   (goal >= 200 MB/s)"
-        )
+        if args.catchup_mb:
+            _print_catchup(root, args.catchup_mb)
         rates = bench_produce(root, args.seconds, args.rounds, args.producers)
         lone = rates["lone"]
         columns = ("batched", "single", "batched xN", "single xN")

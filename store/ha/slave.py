@@ -16,8 +16,10 @@
    epoch older than the newest one seen is rejected (:class:`StaleEpochFrame`); a newer epoch
    is appended to the epoch file before its bytes; bytes are appended raw
    (:meth:`ReplicaLog.append_raw`);
-5. once the frames that have arrived are appended: ack the local end (12 bytes; after an fsync
-   under SYNC_FLUSH), at least every heartbeat interval (``isTimeToReportOffset``);
+5. ack the local end (12 bytes; after an fsync under SYNC_FLUSH) once the frames that have
+   arrived are appended, and without waiting for a pause at most :data:`ACK_MAX_DELAY_S` or
+   :data:`ACK_EVERY_BYTES` after the first unacknowledged frame (SYNC producers wait for it);
+   at least every heartbeat interval (``isTimeToReportOffset``);
 6. dispatch the records (:meth:`ReplicaLog.dispatch_appended`, RocketMQ's reput after the
    append) when no frame follows within :data:`DISPATCH_IDLE_S` or :data:`DISPATCH_EVERY_BYTES`
    are waiting for it, and move the confirm offset to ``min(frame's confirmOffset, valid end)``.
@@ -59,8 +61,10 @@ from store.write.replica_log import ReplicaLog
 
 log = logging.getLogger("sparkmq.ha")
 
-#: Without a pause in the stream, ack at least after this many bytes (confirm keeps moving).
-ACK_EVERY_BYTES = 16 << 20
+#: Without a pause in the stream, ack at least after this many bytes or this long after the
+#: first unacknowledged frame: SYNC producers wait for these acks.
+ACK_EVERY_BYTES = 1 << 20
+ACK_MAX_DELAY_S = 0.001
 #: Dispatch appended records once the stream pauses this long (seconds) ...
 DISPATCH_IDLE_S = 0.002
 #: ... or once this many appended bytes wait for dispatch.
@@ -111,6 +115,7 @@ class HAClient:
         self._master_confirm = 0
         self._last_ack_s = 0.0
         self._unacked_bytes = 0
+        self._first_unacked_s = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -173,7 +178,7 @@ class HAClient:
             body = memoryview(body_buf)[: header.body_size]
             self._recv(sock, body)
             self._apply(header, body)
-            if not more_waiting(sock) or self._unacked_bytes >= ACK_EVERY_BYTES or self._heartbeat_due():
+            if self._ack_due(sock):
                 self._ack(sock)
             backlog = self.log.max_offset - self.log.dispatched_to
             if not backlog:
@@ -243,6 +248,8 @@ class HAClient:
         self._check_epoch(header)
         if header.body_size:
             self.log.append_raw(header.offset, body)
+            if not self._unacked_bytes:
+                self._first_unacked_s = time.monotonic()
             self._unacked_bytes += header.body_size
         self._master_confirm = max(self._master_confirm, header.confirm_offset)
 
@@ -266,6 +273,12 @@ class HAClient:
     def _dispatch(self) -> None:
         self.log.dispatch_appended()
         self.log.advance_confirm(min(self._master_confirm, self.log.max_offset))
+
+    def _ack_due(self, sock: socket.socket) -> bool:
+        """The stream paused, or enough bytes or time went by since the first unacked frame."""
+        if self._unacked_bytes and time.monotonic() - self._first_unacked_s >= ACK_MAX_DELAY_S:
+            return True
+        return self._unacked_bytes >= ACK_EVERY_BYTES or self._heartbeat_due() or not more_waiting(sock)
 
     def _heartbeat_due(self) -> bool:
         return time.monotonic() - self._last_ack_s >= self.config.heartbeat_interval_ms / 1000
