@@ -121,6 +121,11 @@ class Appender:
         if self._closed:
             raise StoreClosed(f"store {self.config.store_dir} is closed")
 
+    def ensure_open(self) -> None:
+        """Raise :class:`~store.errors.StoreClosed` once the store is closed (call with
+        :attr:`lock` held to keep it open meanwhile)."""
+        self._ensure_open()
+
     def _ensure_writable(self) -> None:
         """Open, and (a replica) allowed to write now; raises otherwise, nothing written."""
         self._ensure_open()

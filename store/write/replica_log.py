@@ -131,6 +131,7 @@ class ReplicaLog:
         :class:`~store.errors.ReplicationGap` (nothing written) when ``offset`` is not the
         local end or the bytes cross a file end."""
         with self._appender.lock:
+            self._appender.ensure_open()
             before = self._commitlog.max_offset
             new_max = self._commitlog.append_raw(offset, data)
             if self._pending_from is None and new_max > before:
@@ -143,6 +144,7 @@ class ReplicaLog:
         (the bad bytes are removed again; valid records before them stay dispatched)."""
         grown: list[Grown] = []
         with self._appender.lock:
+            self._appender.ensure_open()
             if self._pending_from is None:
                 return self._commitlog.max_offset
             end = self._dispatch_new(self._pending_from, grown)
@@ -227,6 +229,7 @@ class ReplicaLog:
         """Hold the put lock with the index thread idle (everything queued indexed); raises
         :class:`~store.errors.IndexBehind` when it does not get there in ``index_wait_s``."""
         with self._appender.lock:
+            self._appender.ensure_open()
             if self._dispatcher is not None and not self._dispatcher.wait_indexed(
                 self.dispatched_to, index_wait_s
             ):
