@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from store import GetStatus, Message, StoreReader
+from store import GetStatus, Message, ProducerRef, StoreReader
 from store.errors import FlushSlaveTimeout, NotMaster, ReplicaFenced, SlaveNotAvailable
 from store.ha import EpochEntry, ReplicationMode, ReplicationStatus, Role, StaleEpoch
 from store.ha.frames import TransferHeader
@@ -357,3 +357,35 @@ def test_resuming_an_epoch_keeps_the_in_sync_set_the_cluster_holds(group: Group,
     wait_until(lambda: master.ha.status().in_sync == {1}, what="the set shrinking without it")
     wait_until(lambda: master.store.confirm_offset == master.store.commitlog_max_offset, what="confirm")
     assert (master.ha.last_epoch, master.ha.max_offset) == (1, master.store.commitlog_max_offset)
+
+
+def test_an_idempotent_retry_is_not_a_success_until_replicated(group: Group) -> None:
+    master = group.node(
+        1,
+        replication=SYNC,
+        min_insync=2,
+        ack_timeout_ms=300,
+        max_time_slave_not_catchup_ms=60_000,
+        housekeeping_interval_ms=60_000,
+    )
+    group.elect(master, 1)
+    fake = FakeSlave(master.ha.ha_address, broker_id=9)
+    fake.ack(0)
+    wait_until(lambda: master.ha.status().in_sync == {1, 9}, what="the fake slave in sync")
+    fake.start_reading()
+    ref = ProducerRef("producer-1", 7)
+    messages = [Message(topic="t", body=b"once", queue_id=0), Message(topic="t", body=b"twice", queue_id=0)]
+    try:
+        with pytest.raises(FlushSlaveTimeout):
+            master.store.put_messages(messages, producer=ref)
+        end = master.store.commitlog_max_offset
+        with pytest.raises(FlushSlaveTimeout):  # stored, found by the retry, still not replicated
+            master.store.put_messages(messages, producer=ref)
+        assert master.store.commitlog_max_offset == end  # and not written twice
+        wait_until(lambda: fake.received_end() == end, what="the frames reached the fake slave")
+        fake.ack(end)
+        results = master.store.put_messages(messages, producer=ref)
+        assert [r.queue_offset for r in results] == [0, 1]
+        assert master.store.commitlog_max_offset == end
+    finally:
+        fake.close()
