@@ -1,6 +1,6 @@
 """Replicas in their own processes, as brokers run: a slave killed with ``kill -9`` in the middle of
 catching up (a record cut by a frame on its disk) restarts, recovers, shakes hands again and
-converges byte for byte; a slave under SYNC_FLUSH acknowledges only what it has fsynced."""
+converges byte for byte."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from store import FlushDiskType, Message
-from store.ha import ReplicationMode
+from store import Message
 from tests.support.replicas import Group, commitlog_files
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # starts broker processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,14 +92,3 @@ def test_a_slave_killed_while_catching_up_recovers_and_converges(group: Group, s
     child.stdin.close()
     assert child.wait(30) == 0
     assert commitlog_files(directory) == commitlog_files(master.directory)
-
-
-def test_a_sync_flush_slave_acknowledges_only_what_it_fsynced(group: Group) -> None:
-    master = group.node(1, replication=ReplicationMode.SYNC, min_insync=2)
-    slave = group.node(2, store={"flush_disk_type": FlushDiskType.SYNC_FLUSH})
-    group.elect(master, 1)
-    slave.ha.become_slave(master.ha.ha_address, 1)
-    wait_until(lambda: master.ha.status().in_sync == {1, 2}, what="the slave in sync")
-    for i in range(50):
-        result = master.store.put_message(Message(topic="t", body=b"y" * (100 + i)))
-        assert slave.store.stats().commitlog_flushed_offset >= result.commitlog_offset + result.size_bytes

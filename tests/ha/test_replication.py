@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from store import GetStatus, Message, ProducerRef, StoreReader
+from store import FlushDiskType, GetStatus, Message, ProducerRef, StoreReader
 from store.errors import FlushSlaveTimeout, NotMaster, ReplicaFenced, SlaveNotAvailable
 from store.ha import EpochEntry, ReplicationMode, ReplicationStatus, Role, StaleEpoch
 from store.ha.frames import TransferHeader
@@ -389,3 +389,14 @@ def test_an_idempotent_retry_is_not_a_success_until_replicated(group: Group) -> 
         assert master.store.commitlog_max_offset == end
     finally:
         fake.close()
+
+
+def test_a_sync_flush_slave_acknowledges_only_what_it_fsynced(group: Group) -> None:
+    master = group.node(1, replication=SYNC, min_insync=2)
+    slave = group.node(2, store={"flush_disk_type": FlushDiskType.SYNC_FLUSH})
+    group.elect(master, 1)
+    slave.ha.become_slave(master.ha.ha_address, 1)
+    wait_until(lambda: master.ha.status().in_sync == {1, 2}, what="the slave in sync")
+    for i in range(50):
+        result = master.store.put_message(Message(topic="t", body=b"y" * (100 + i)))
+        assert slave.store.stats().commitlog_flushed_offset >= result.commitlog_offset + result.size_bytes

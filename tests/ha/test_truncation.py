@@ -141,6 +141,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("steps", ["all", "first"])
 def test_kill_9_right_after_truncation_does_not_resurrect_the_tail(tmp_path: Path, steps: str) -> None:
     directory = tmp_path / "store"
