@@ -18,10 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
 from ingest_api.kafka.framing import MAX_REQUEST_BYTES
 from ingest_api.kafka.names import KafkaNamedStore
-from ingest_api.kafka.producer_state import PRODUCER_IDS_FILE, ProducerIdAllocator, ProducerStateTable
+from ingest_api.kafka.producer_state import (
+    PRODUCER_ID_BLOCK_BITS,
+    PRODUCER_IDS_FILE,
+    ProducerIdAllocator,
+    ProducerStateTable,
+)
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.txn_coordinator import TxnConfig, TxnCoordinator
 from ingest_api.kafka.txn_state import TRANSACTIONAL_IDS_FILE, TransactionalIds
@@ -161,6 +167,8 @@ class GatewayContext:
     arrivals: ArrivalNotifier | None = None
     #: ``None`` when standalone (nothing to count into).
     metrics: DoorMetrics | None = None
+    #: The cluster this broker serves in (``None``: a lone broker, every partition's leader).
+    cluster: ClusterLink | None = None
 
     @classmethod
     def create(
@@ -169,6 +177,7 @@ class GatewayContext:
         config: GatewayConfig,
         loop: asyncio.AbstractEventLoop,
         transactions: TransactionService,
+        cluster: ClusterLink | None = None,
     ) -> GatewayContext:
         coordinator = GroupCoordinator(
             monotonic_ms,
@@ -179,17 +188,19 @@ class GatewayContext:
             ),
         )
         config_dir = Path(store.config.store_dir) / "config"
+        id_base = config.node_id << PRODUCER_ID_BLOCK_BITS if cluster is not None else 0
         return cls(
             store=KafkaNamedStore(store),
             config=config,
             loop=loop,
             executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),
             coordinator=coordinator,
-            producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE),
+            producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE, id_base),
             transactions=transactions,
             txn=TxnCoordinator(store.now_ms, TxnConfig(max_timeout_ms=config.max_transaction_timeout_ms)),
             transactional_ids=TransactionalIds(config_dir / TRANSACTIONAL_IDS_FILE),
             arrivals=ArrivalNotifier(loop),
+            cluster=cluster,
         )
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:

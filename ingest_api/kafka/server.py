@@ -28,6 +28,7 @@ import time
 from types import TracebackType
 from typing import cast
 
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.codec import decode_request, encode_api_versions_fallback, needs_api_versions_fallback
 from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext
 from ingest_api.kafka.errors import KafkaGatewayError
@@ -204,6 +205,7 @@ async def start_kafka_gateway(
     config: GatewayConfig | None = None,
     metrics: DoorMetrics | None = None,
     transactions: TransactionService | None = None,
+    cluster: ClusterLink | None = None,
 ) -> KafkaGateway:
     """Start listening on the running loop; returns once the socket is bound.
 
@@ -213,6 +215,7 @@ async def start_kafka_gateway(
     (produce, fetch, request durations), labelled ``door="kafka"``. ``transactions`` is the
     store's transaction service when another door shares it (the HTTP broker's); without
     it the gateway opens its own. Kafka transactions are recovered before the socket binds.
+    ``cluster``: the cluster this broker serves in (docs/kafka_gateway.md#cluster).
     """
     if config is None:
         config = GatewayConfig(host=host, port=port, advertised_host=advertised_host)
@@ -220,7 +223,7 @@ async def start_kafka_gateway(
     loop = asyncio.get_running_loop()
     if transactions is None:
         transactions = await loop.run_in_executor(None, TransactionService.open, cast(MessageStore, store))
-    ctx = GatewayContext.create(store, config, loop, transactions)
+    ctx = GatewayContext.create(store, config, loop, transactions, cluster)
     await ctx.run_blocking(recover_transactions, ctx)
     ctx.metrics = metrics
     gateway = KafkaGateway(ctx)

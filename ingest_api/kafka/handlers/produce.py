@@ -34,7 +34,7 @@ from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
 from ingest_api.kafka.handlers.base import Connection
-from ingest_api.kafka.handlers.topics import partition_error
+from ingest_api.kafka.handlers.topics import served_partition_error
 from ingest_api.kafka.handlers.transactions import half_of, init_transactional
 from ingest_api.kafka.mapping import batch_to_columns, record_to_message
 from ingest_api.kafka.names import to_store
@@ -87,7 +87,7 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
         for partition_data in topic_data.partition_data:
             item = _PartitionWork(topic_data.name, partition_data.index)
             work.append(item)
-            item.error = partition_error(ctx.store, item.topic, item.partition)
+            item.error = served_partition_error(ctx, item.topic, item.partition)
             if item.error != ErrorCode.NONE:
                 continue
             try:
