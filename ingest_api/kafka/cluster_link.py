@@ -24,6 +24,7 @@ import msgspec
 
 from cluster import ClusterNode, ClusterView, QueueUnavailable, TopicPlacement
 from ingest_api.kafka.names import to_store
+from ingest_api.kafka.peer_messages import ANSWERS, peer_path
 from ingest_api.kafka.topology import CoordinatorChoice, CoordinatorKind, KafkaNode, coordinator, leader
 
 
@@ -126,6 +127,12 @@ class ClusterLink:
                 error=_error_code(answer.content),
             )
         return msgspec.json.decode(answer.content) if answer.content else None
+
+    async def peer(self, broker: str, op: str, message: msgspec.Struct) -> Any:
+        """One ``/kafka/peer/{op}`` call (:mod:`ingest_api.kafka.peer_messages`); its answer."""
+        raw = await self.call(broker, "POST", peer_path(op), body=message)
+        answer_type = ANSWERS[op]
+        return None if answer_type is None else msgspec.convert(raw, answer_type)
 
 
 def _error_code(content: bytes) -> str:

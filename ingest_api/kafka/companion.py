@@ -8,6 +8,7 @@ registers :func:`serve_companions`, which turns ``--kafka-port`` (off when absen
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
@@ -19,7 +20,10 @@ from ingest_api.kafka.context import GatewayConfig
 from ingest_api.kafka.server import KafkaGateway, start_kafka_gateway
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.topology import cluster_id
+from ingest_api.kafka.txn_peers import PeerService
 from store import InvalidArgument
+
+log = logging.getLogger(__name__)
 
 
 class _HasStore(Protocol):
@@ -61,9 +65,18 @@ class KafkaCompanion:
         self.gateway = gateway
         if hasattr(broker, "kafka_groups"):  # the console lists the coordinator's groups
             setattr(broker, "kafka_groups", gateway.context.coordinator.groups)  # noqa: B010
+        if link is not None:  # the other brokers' gateways call this one (POST /kafka/peer/{op})
+            setattr(broker, "kafka_peer", PeerService(gateway.context))  # noqa: B010
+            if getattr(broker, "tokens", None) is not None:
+                log.warning(
+                    "kafka gateway: with --auth-file the other brokers refuse this gateway's calls "
+                    "(it sends no token): offsets and transactions of queues on other brokers fail"
+                )
         try:
             yield gateway
         finally:
+            if link is not None:
+                setattr(broker, "kafka_peer", None)  # noqa: B010
             if hasattr(broker, "kafka_groups"):
                 setattr(broker, "kafka_groups", None)  # noqa: B010
             self.gateway = None

@@ -30,6 +30,8 @@ from ingest_api.kafka.producer_state import (
 )
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.txn_coordinator import TxnConfig, TxnCoordinator
+from ingest_api.kafka.txn_ledger import TXN_PARTICIPANTS_FILE, TxnLedger
+from ingest_api.kafka.txn_participants import TxnParticipants
 from ingest_api.kafka.txn_state import TRANSACTIONAL_IDS_FILE, TransactionalIds
 from store import InvalidArgument
 from store.publish import TransactionService
@@ -169,6 +171,12 @@ class GatewayContext:
     metrics: DoorMetrics | None = None
     #: The cluster this broker serves in (``None``: a lone broker, every partition's leader).
     cluster: ClusterLink | None = None
+    #: Transactions coordinated elsewhere that this broker holds halves of (cluster mode).
+    participants: TxnParticipants = field(default_factory=TxnParticipants)
+    #: Participants and decisions of this coordinator's transactions that span brokers.
+    ledger: TxnLedger | None = None
+    #: Ends still to be delivered to participants, by sparkmq transaction id (retried until done).
+    pending_ends: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -201,6 +209,7 @@ class GatewayContext:
             transactional_ids=TransactionalIds(config_dir / TRANSACTIONAL_IDS_FILE),
             arrivals=ArrivalNotifier(loop),
             cluster=cluster,
+            ledger=TxnLedger.open(config_dir / TXN_PARTICIPANTS_FILE) if cluster is not None else None,
         )
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:

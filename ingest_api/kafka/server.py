@@ -36,6 +36,7 @@ from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_
 from ingest_api.kafka.handlers import HANDLERS, Connection
 from ingest_api.kafka.handlers.transactions import abort_expired, recover_transactions
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.txn_cluster import start_retries
 from store import MessageStore
 from store.publish import TransactionService
 
@@ -177,9 +178,11 @@ class KafkaGateway:
             self._server.close()
         if self._tick_task is not None:
             self._tick_task.cancel()
-        for expiring in list(self._expiring.values()):
-            expiring.cancel()
-        await asyncio.gather(*self._expiring.values(), return_exceptions=True)
+        for task in [*self._expiring.values(), *self._ctx.pending_ends.values()]:
+            task.cancel()  # an undelivered end stays decided in the ledger: delivered after a restart
+        await asyncio.gather(
+            *self._expiring.values(), *self._ctx.pending_ends.values(), return_exceptions=True
+        )
         self._ctx.coordinator.close()
         for task in list(self._connections):
             task.cancel()
@@ -224,10 +227,12 @@ async def start_kafka_gateway(
     if transactions is None:
         transactions = await loop.run_in_executor(None, TransactionService.open, cast(MessageStore, store))
     ctx = GatewayContext.create(store, config, loop, transactions, cluster)
-    await ctx.run_blocking(recover_transactions, ctx)
+    pending = await ctx.run_blocking(recover_transactions, ctx)
     ctx.metrics = metrics
     gateway = KafkaGateway(ctx)
     await gateway._start()
+    for end in pending:  # decided before the restart: delivered again to every participant
+        start_retries(ctx, end.transactional_id, end.transaction_id, end.commit, set(end.brokers), [])
     return gateway
 
 

@@ -29,7 +29,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest_api.kafka import codec
+from ingest_api.kafka import codec, txn_cluster
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
@@ -41,7 +41,9 @@ from ingest_api.kafka.names import to_store
 from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next_sequence
 from ingest_api.kafka.records import ProducedBatch, decode_batches
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.topology import CoordinatorKind
 from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH
+from ingest_api.kafka.txn_peers import participant_join
 from ingest_api.kafka.versions import ApiKey
 from store import (
     MAX_PRODUCER_ID_CHARS,
@@ -133,18 +135,26 @@ def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
         previous = batch
 
 
-def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _PartitionWork) -> None:
-    """Step 2 for transactional batches: the producer's transaction takes them as halves."""
+async def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _PartitionWork) -> None:
+    """Step 2 for transactional batches: the producer's transaction takes them as halves (in a
+    cluster, on a broker that is not the transaction's coordinator: the transaction the
+    coordinator announced here, :func:`ingest_api.kafka.txn_peers.participant_join`)."""
     batch = item.batches[0]
-    error, sparkmq_id = ctx.txn.join(
-        transactional_id, batch.producer_id, batch.producer_epoch, partition=(item.topic, item.partition)
-    )
+    if ctx.cluster is not None and not ctx.cluster.coordinates(transactional_id, CoordinatorKind.TRANSACTION):
+        error, mirror = await participant_join(ctx, transactional_id, batch.producer_id, batch.producer_epoch)
+        if mirror is not None:
+            item.half = txn_cluster.half_of(
+                transactional_id, mirror.transaction_id, mirror.timeout_ms, participant=True
+            )
+    else:
+        error, sparkmq_id = ctx.txn.join(
+            transactional_id, batch.producer_id, batch.producer_epoch, partition=(item.topic, item.partition)
+        )
+        entry = ctx.txn.get(transactional_id)
+        if error == ErrorCode.NONE and entry is not None:
+            item.half = half_of(entry, sparkmq_id)
     if error != ErrorCode.NONE:
         item.error = ErrorCode.INVALID_PRODUCER_EPOCH if error == ErrorCode.PRODUCER_FENCED else error
-        return
-    entry = ctx.txn.get(transactional_id)
-    assert entry is not None
-    item.half = half_of(entry, sparkmq_id)
 
 
 def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
@@ -362,7 +372,7 @@ async def _append_idempotent(
             await locks.enter_async_context(ctx.producer_lock(producer_id))
         for item in work:
             if item.error == ErrorCode.NONE and item.transactional and transactional_id is not None:
-                _join_transaction(ctx, transactional_id, item)
+                await _join_transaction(ctx, transactional_id, item)
             if item.error == ErrorCode.NONE:
                 _check_sequences(ctx, item)
         await ctx.run_blocking(_append, ctx, work)
