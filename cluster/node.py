@@ -24,6 +24,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
+
+import msgspec
 from functools import partial
 from pathlib import Path
 
@@ -45,12 +48,17 @@ log = logging.getLogger("sparkmq.cluster")
 
 BROKERS = "/brokers"
 TOPICS = "/topics"
+#: Cluster-wide settings kept outside any store (producer groups' check URLs, consumer groups'
+#: retry settings): ``/settings/<kind>/<name>`` = a JSON document, mirrored by every broker.
+SETTINGS = "/settings"
 #: Attempts of a topic change that lost a version race before giving up.
 MAX_CAS_ATTEMPTS = 20
 #: How long a write of ours may take to show in our own view before we stop waiting.
 OWN_WRITE_VISIBLE_S = 5.0
 
 ViewListener = Callable[[ClusterView], None]
+#: ``(name, document or None when deleted)``, on the node's worker thread.
+SettingListener = Callable[[str, "dict[str, Any] | None"], None]
 
 
 def member_path(name: str, member_id: int) -> str:
@@ -370,6 +378,59 @@ class ClusterNode:
             return False
         self._coordination.delete(f"{TOPICS}/{topic}", node.version)
         return True
+
+    def own_queues(self, topic: str, count: int) -> tuple[int, ...]:
+        """This broker's queue ids of ``topic``, first placing ``count`` new ones here when it
+        has none (a broker's own retry and dead-letter queues, as RocketMQ keeps one per broker).
+        Blocking."""
+        placement = self.view.placement(topic)
+        mine = placement.queues_of(self.name) if placement else ()
+        if mine:
+            return mine
+        current = placement.queue_count if placement else 0
+        grown = self.create_or_grow_topic(topic, current + count, [self.name])
+        return grown.queues_of(self.name)
+
+    # -- cluster-wide settings ------------------------------------------------------------
+
+    def put_setting(self, kind: str, name: str, document: dict[str, Any]) -> None:
+        """Write a cluster-wide setting; every broker's :meth:`watch_settings` sees it."""
+        self._require_connected(f"changing {kind} {name!r}")
+        path = f"{SETTINGS}/{kind}/{name}"
+        data = msgspec.json.encode(document)
+        try:
+            self._coordination.create(path, data)
+        except NodeExists:
+            self._coordination.set(path, data, -1)
+
+    def delete_setting(self, kind: str, name: str) -> None:
+        self._require_connected(f"deleting {kind} {name!r}")
+        self._coordination.delete(f"{SETTINGS}/{kind}/{name}")
+
+    def watch_settings(self, kind: str, listener: SettingListener) -> None:
+        """``listener(name, document)`` now for every setting of ``kind`` and at every change
+        (``None`` once deleted), on the node's worker thread."""
+        watched: set[str] = set()
+
+        def on_value(name: str, node: NodeData | None) -> bool | None:
+            document = None
+            if node is not None and node.data:
+                try:
+                    document = msgspec.json.decode(node.data)
+                except msgspec.DecodeError:
+                    self._warn(f"setting {kind}/{name} is not JSON: ignored")
+                    return None
+            self._submit(lambda: listener(name, document))
+            return None
+
+        def on_names(names: list[str]) -> bool | None:
+            for name in names:
+                if name not in watched:
+                    watched.add(name)
+                    self._coordination.watch_data(f"{SETTINGS}/{kind}/{name}", partial(on_value, name))
+            return None
+
+        self._coordination.watch_children(f"{SETTINGS}/{kind}", on_names)
 
 
 def _decode_member(node: NodeData | None) -> MemberInfo | None:
