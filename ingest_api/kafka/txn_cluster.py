@@ -205,7 +205,12 @@ async def end_everywhere(
 
 
 async def _deliver(
-    ctx: GatewayContext, transactional_id: str, transaction_id: str, commit: bool, brokers: set[str]
+    ctx: GatewayContext,
+    transactional_id: str,
+    transaction_id: str,
+    commit: bool,
+    brokers: set[str],
+    attempt: int = 1,
 ) -> tuple[set[str], list[str | None]]:
     """One attempt at every broker; the brokers still to do and the outcomes received."""
     link = ctx.cluster
@@ -227,9 +232,19 @@ async def _deliver(
     outcomes: list[str | None] = []
     for broker, result in zip(names, results, strict=True):
         if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result  # cancelled: the decision stays in the ledger
             if not isinstance(result, (QueueUnavailable, SparkMQError)):
-                raise result
-            log.warning("transaction %s: end at %s not delivered yet: %s", transaction_id, broker, result)
+                log.error("transaction %s: end at %s failed", transaction_id, broker, exc_info=result)
+            level = logging.WARNING if attempt == 1 or attempt % 60 == 0 else logging.DEBUG
+            log.log(
+                level,
+                "transaction %s: end at %s not delivered (attempt %d): %s",
+                transaction_id,
+                broker,
+                attempt,
+                result,
+            )
             remaining.add(broker)
         else:
             outcomes.append(result)
@@ -275,10 +290,12 @@ async def _retry(
     after: After | None,
 ) -> None:
     delay = RETRY_FIRST_S
+    attempt = 1
     while remaining:
         await asyncio.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_S)
-        remaining, more = await _deliver(ctx, transactional_id, transaction_id, commit, remaining)
+        attempt += 1
+        remaining, more = await _deliver(ctx, transactional_id, transaction_id, commit, remaining, attempt)
         outcomes.extend(more)
     assert ctx.ledger is not None
     await ctx.run_blocking(ctx.ledger.forget, transaction_id)

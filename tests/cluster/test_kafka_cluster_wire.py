@@ -74,12 +74,18 @@ def metadata(client: RawClient, topics: list[str] | None, version: int = 12) -> 
     )
 
 
-def produce(client: RawClient, partition: int, value: bytes) -> tuple[int, int]:
+def produce(client: RawClient, partition: int, value: bytes, version: int = 9) -> tuple[int, int]:
+    response = produce_response(client, partition, value, version)
+    (part,) = response.responses[0].partition_responses
+    return part.error_code, part.base_offset
+
+
+def produce_response(client: RawClient, partition: int, value: bytes, version: int) -> Any:
     data = ProduceRequest.TopicProduceData
-    response = client.call(
+    return client.call(
         ProduceRequest,
         ProduceResponse,
-        9,
+        version,
         transactional_id=None,
         acks=-1,
         timeout_ms=5000,
@@ -90,8 +96,6 @@ def produce(client: RawClient, partition: int, value: bytes) -> tuple[int, int]:
             )
         ],
     )
-    (part,) = response.responses[0].partition_responses
-    return part.error_code, part.base_offset
 
 
 def fetch(client: RawClient, partition: int) -> Any:
@@ -200,6 +204,24 @@ def test_a_partition_owned_elsewhere_is_not_leader_or_follower(trio: KafkaCluste
         client.close()
     assert pulled(trio, "wire", 0) == ["to-0"] and pulled(trio, "wire", 3) == ["to-3"]
     assert all(pulled(trio, "wire", q) == [] for q in (1, 2, 4, 5))
+
+
+def test_produce_v10_names_the_leader_and_its_endpoint_kip_951(trio: KafkaCluster) -> None:
+    ids = member_ids(trio)
+    client = raw(trio, "b2")
+    try:
+        response = produce_response(client, 2, b"elsewhere", 10)
+        (part,) = response.responses[0].partition_responses
+        assert (part.error_code, part.current_leader.leader_id) == (6, ids["b3"])
+        assert [(e.node_id, e.host, e.port) for e in response.node_endpoints] == [
+            (ids["b3"], "127.0.0.1", trio.kafka_port("b3"))
+        ]
+        owned = produce_response(client, 1, b"here", 10)
+        (part,) = owned.responses[0].partition_responses
+        assert (part.error_code, part.base_offset, owned.node_endpoints) == (0, 0, [])
+    finally:
+        client.close()
+    assert pulled(trio, "wire", 1) == ["here"] and pulled(trio, "wire", 2) == []
 
 
 def test_find_coordinator_by_stable_hash_and_not_coordinator_elsewhere(trio: KafkaCluster) -> None:

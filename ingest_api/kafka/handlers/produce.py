@@ -64,6 +64,9 @@ from store.publish import HalfOf
 
 log = logging.getLogger(__name__)
 
+#: Produce answers name a partition's current leader and its endpoint from this version on (KIP-951).
+CURRENT_LEADER_VERSION = 10
+
 
 @dataclass(slots=True)
 class _PartitionWork:
@@ -360,6 +363,11 @@ async def handle_produce(ctx: GatewayContext, conn: Connection, request: KafkaRe
     _count_produced(ctx, work, time.perf_counter() - started)
     if not codec.expects_response(request):
         return None
+    if request.api_version >= CURRENT_LEADER_VERSION:
+        responses, endpoints = _responses_with_leaders(ctx, work)
+        return codec.encode_response(
+            request, throttle_time_ms=0, responses=responses, node_endpoints=endpoints
+        )
     return codec.encode_response(request, throttle_time_ms=0, responses=_responses(work))
 
 
@@ -380,10 +388,34 @@ async def _append_idempotent(
             _record_sequences(ctx, item)
 
 
-def _responses(work: list[_PartitionWork]) -> list[Any]:
+def _responses_with_leaders(ctx: GatewayContext, work: list[_PartitionWork]) -> tuple[list[Any], list[Any]]:
+    """v10+ (KIP-951): a NOT_LEADER_OR_FOLLOWER partition names its leader, and the leaders'
+    endpoints come along, so librdkafka retries there without a Metadata round trip."""
+    cls = codec.response_class(ApiKey.PRODUCE)
+    partition_cls = cls.TopicProduceResponse.PartitionProduceResponse
+    leaders: dict[tuple[str, int], Any] = {}
+    endpoints: dict[int, Any] = {}
+    for item in work:
+        if item.error != ErrorCode.NOT_LEADER_OR_FOLLOWER or ctx.cluster is None:
+            continue
+        node = ctx.cluster.leader(item.topic, item.partition)
+        leaders[(item.topic, item.partition)] = partition_cls.LeaderIdAndEpoch(
+            leader_id=node.node_id if node else -1, leader_epoch=0
+        )
+        if node is not None:
+            endpoints[node.node_id] = cls.NodeEndpoint(
+                node_id=node.node_id, host=node.host, port=node.port, rack=None
+            )
+    return _responses(work, leaders), list(endpoints.values())
+
+
+def _responses(work: list[_PartitionWork], leaders: dict[tuple[str, int], Any] | None = None) -> list[Any]:
     cls = codec.response_class(ApiKey.PRODUCE)
     by_topic: dict[str, list[Any]] = {}
     for item in work:
+        extra: dict[str, Any] = {}
+        if leaders and (leader := leaders.get((item.topic, item.partition))) is not None:
+            extra["current_leader"] = leader
         by_topic.setdefault(item.topic, []).append(
             cls.TopicProduceResponse.PartitionProduceResponse(
                 index=item.partition,
@@ -393,6 +425,7 @@ def _responses(work: list[_PartitionWork]) -> list[Any]:
                 log_start_offset=item.log_start_offset,
                 record_errors=[],
                 error_message=None,
+                **extra,
             )
         )
     return [
