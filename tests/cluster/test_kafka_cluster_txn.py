@@ -176,3 +176,23 @@ def test_an_aiokafka_transaction_across_brokers_with_offsets(trio: KafkaCluster)
     asyncio.run(asyncio.wait_for(scenario(), 90))
     assert committed_over_http(trio, "aio-ctp", "aio-tx-in") == {q: q + 1 for q in range(6)}
     assert [pulled(trio, "aio-tx-out", q) for q in range(6)] == [[f"c{q}"] for q in range(6)]
+
+
+def test_an_open_transaction_survives_a_restart_of_its_coordinator(trio: KafkaCluster) -> None:
+    create_topic(trio, "tx-coord")
+    tid = coordinated_by("b2", "tx-coord")  # b2 owns queues 1 and 4; the rest are elsewhere
+    producer = tx_producer(trio.bootstrap("b1"), tid)
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    for q in range(6):
+        producer.produce("tx-coord", value=f"before-{q}".encode(), partition=q)
+    assert producer.flush(20) == 0
+    trio.stop("b2")  # the coordinator, with the transaction open on three brokers
+    trio.start("b2")
+    trio.wait_converged(3)
+    for q in range(6):
+        producer.produce("tx-coord", value=f"after-{q}".encode(), partition=q)
+    assert producer.flush(30) == 0
+    producer.commit_transaction(60)  # the restarted coordinator knew it from its ledger
+    for q in range(6):
+        assert sorted(pulled(trio, "tx-coord", q)) == [f"after-{q}", f"before-{q}"]
