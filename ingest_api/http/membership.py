@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from cluster import ClusterNode, connect
 from cluster.local_sync import LocalTopicSync
 from ingest_api.http.broker import Broker
+from ingest_api.http.forwarding import ForwardCoalescer
 from ingest_api.http.peers import PeerClient
 from ingest_api.http.routing import QueuePlanner
 
@@ -67,6 +68,7 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
         broker.cluster = node
         broker.planner = QueuePlanner(node.name)
         broker.peers = peers
+        broker.forwarder = ForwardCoalescer(peers)
         broker.local_topics = sync
         await run_in_threadpool(_mirror_settings, broker, node)
         yield

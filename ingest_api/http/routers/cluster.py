@@ -87,14 +87,15 @@ async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalD
     if route is None and is_system_topic(topic) and broker.store.has_topic(topic):
         # a broker's own system topic (parked, half, send-back records): every queue is here
         me = node.member
+        http, kafka = (me.http, me.kafka) if me else (_self_url(broker), None)
+        count = broker.store.queue_count(topic)
         return {
             "topic": topic,
             "queues": [
-                {"queue_id": q, "broker": node.name, "alive": True, "http": me.http if me else _self_url(broker),
-                 "kafka": me.kafka if me else None}
-                for q in range(broker.store.queue_count(topic))
+                {"queue_id": q, "broker": node.name, "alive": True, "http": http, "kafka": kafka}
+                for q in queues
             ],
-        }  # fmt: skip
+        }
     if route is None:
         raise ApiError(404, "unknown_topic", f"topic {topic!r} does not exist in the cluster")
     return {
