@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 class UnknownPeerOp(InvalidArgument):
-    code = "unknown_peer_op"
+    """A ``/kafka/peer/{op}`` this version does not know (400 ``invalid_argument``)."""
 
 
 # --- a participant writing halves ------------------------------------------------------------------

@@ -28,10 +28,13 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from ingest_api.http.config import ServerConfig
 from store import java_string_hash
 from tests.cluster.kafka_cluster import KafkaCluster
 from tests.cluster.test_kafka_cluster import NAMES, OWNERS, create_topic, pulled
+from tests.ingest.conftest import start_broker
 from tests.kafka.rawclient import RawClient, record_batch
+from tests.support.stores import light_config
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
@@ -301,3 +304,20 @@ def test_a_dead_broker_leaves_its_partitions_without_leader_and_its_coordinators
         assert answer.topics[0].partitions[0].error_code == 14  # queue 2's owner (b3) is down: retry
     finally:
         client.close()
+
+
+def test_peer_calls_refuse_unknown_calls_and_malformed_bodies(trio: KafkaCluster, tmp_path: Path) -> None:
+    with trio.http("b1") as http:
+        unknown = http.post("/kafka/peer/txn-rewind", content=b"{}")
+        assert unknown.status_code == 400 and "txn-rewind" in unknown.json()["message"]
+        malformed = http.post("/kafka/peer/txn-end", content=b'{"transactional_id": "a"}')
+        assert malformed.status_code == 400 and "txn-end" in malformed.json()["message"]
+        answered = http.post("/kafka/peer/txn-state", content=b'{"transactional_id": "none", "asker": "b2"}')
+        assert answered.status_code == 200 and answered.json() == {"mirror": None}
+    lone = start_broker(ServerConfig(store=light_config(tmp_path / "lone")))  # no Kafka gateway
+    try:
+        with lone.client() as http:
+            refused = http.post("/kafka/peer/txn-state", content=b"{}")
+            assert refused.status_code == 503 and refused.json()["error"] == "kafka_unavailable"
+    finally:
+        lone.stop()

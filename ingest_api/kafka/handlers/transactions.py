@@ -1,6 +1,6 @@
 """Kafka transactions: InitProducerId with a transactional id, AddPartitionsToTxn,
-AddOffsetsToTxn, TxnOffsetCommit, EndTxn, DescribeTransactions, ListTransactions; the broker's
-abort of timed-out transactions; and the recovery at start.
+AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions; the broker's abort of timed-out
+transactions; and the recovery at start (TxnOffsetCommit: :mod:`ingest_api.kafka.handlers.txn_offsets`).
 
 A Kafka transaction is a sparkmq transaction (docs/transactions.md, "Kafka transactions"): its
 records are halves (:mod:`ingest_api.kafka.handlers.produce`), its TxnOffsetCommits one
