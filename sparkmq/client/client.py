@@ -74,9 +74,12 @@ class Client:
 
     # -- any broker -------------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def request(self, method: str, path: str, *, at: str | None = None, **kwargs: Any) -> Any:
         """Any request that every broker answers alike (``params``, ``json``, ``content``,
-        ``headers``), sent to the first broker that answers; the decoded JSON answer."""
+        ``headers``), sent to the first broker that answers, or to the broker at base URL
+        ``at`` only (a question about that broker: ``/healthz``, ``/stats``); the decoded JSON."""
+        if at is not None:
+            return self._transport.call(at, method, path, **kwargs)
         answer, _ = self.directory.ask_any(method, path, **kwargs)
         return answer
 
@@ -142,8 +145,14 @@ class Client:
     def producer(self) -> Producer:
         return self._producer
 
-    def send(self, topic: str, message: Message | str | bytes, *, idempotency_key: str | None = None,
-             **fields: Any) -> SendResult:  # fmt: skip
+    def send(
+        self,
+        topic: str,
+        message: Message | Mapping[str, Any] | str | bytes,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> SendResult:
         """Store one message at its queue's owner (see :meth:`Producer.send`)."""
         return self._producer.send(topic, message, idempotency_key=idempotency_key, **fields)
 

@@ -113,15 +113,26 @@ class Producer:
 
     # -- the public calls -------------------------------------------------------------------------
 
-    def send(self, topic: str, message: Message | str | bytes, *, idempotency_key: str | None = None,
-             **fields: Any) -> SendResult:  # fmt: skip
-        """Store one message; ``fields`` are :class:`Message` fields when ``message`` is a body.
+    def send(
+        self,
+        topic: str,
+        message: Message | Mapping[str, Any] | str | bytes,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> SendResult:
+        """Store one message: a :class:`Message`, a produce entry of the HTTP API (a dict), or
+        a body with :class:`Message` fields as keyword arguments.
 
         Raises a :class:`~sparkmq.client.errors.ClientError` after retries (``retriable`` says
         whether calling again, with the same ``idempotency_key``, may succeed)."""
-        if not isinstance(message, Message):
-            message = Message(message, **fields)
-        call = _Call(topic, [message.to_entry()], idempotency_key or new_idempotency_key(),
+        if isinstance(message, Message):
+            entry = message.to_entry()
+        elif isinstance(message, Mapping):
+            entry = dict(message)
+        else:
+            entry = Message(message, **fields).to_entry()
+        call = _Call(topic, [entry], idempotency_key or new_idempotency_key(),
                      idempotency_key is not None, single=True)  # fmt: skip
         return self._run(call)[0]
 
