@@ -67,13 +67,15 @@ def cluster_status(
         typer.echo(table(route["queues"], ROUTE_COLUMNS))
 
 
-def stop_on_sigterm() -> None:
-    """SIGTERM ends the foreground commands as Ctrl-C does."""
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM end the foreground commands with ``KeyboardInterrupt`` (also when the
+    command was started in the background, where the shell leaves SIGINT ignored)."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @cluster_app.command("zookeeper")
@@ -87,7 +89,7 @@ def cluster_zookeeper(
     foreground on 127.0.0.1 until Ctrl-C; for trying ``sparkmq serve --cluster``, not for
     production."""
     server = LocalZooKeeper(data_dir.resolve(), port)
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         server.start()
         typer.echo(

@@ -29,7 +29,7 @@ import typer
 
 from cluster.errors import ClusterError
 from cluster.local_zookeeper import LocalZooKeeper, ZooKeeperMissing
-from sparkmq.cli.cluster import stop_on_sigterm
+from sparkmq.cli.cluster import stop_on_signals
 from sparkmq.cli.common import Exit, fail
 from sparkmq.cli.root import cluster_app
 
@@ -181,7 +181,7 @@ def cluster_local(
     except ValueError as exc:
         fail(str(exc), Exit.USAGE)
     supervisor = Supervisor(plan)
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         supervisor.start()
         _announce(plan)
