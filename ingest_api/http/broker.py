@@ -63,6 +63,8 @@ class Broker:
     cluster: ClusterNode | None = None
     #: Pooled HTTP clients to the other brokers (forwarding and fan-out), in cluster mode.
     peers: Any = None
+    #: Forwarded single produces, batched per owner (:class:`ingest_api.http.forwarding.ForwardCoalescer`).
+    forwarder: Any = None
     #: Where produced messages go in a cluster (:class:`ingest_api.http.routing.QueuePlanner`).
     planner: Any = None
     #: Keeps local topics in step with the routes (:class:`cluster.local_sync.LocalTopicSync`).

@@ -122,6 +122,11 @@ async def produce_single(
         answer = await produce_one_json(broker, topic, placed, producer)
         return 201, with_broker(answer, cluster.name)
     body = placed.model_dump_json(exclude_none=True, exclude_defaults=True).encode()
+    if idempotency_key is None and entry.transaction is None and broker.forwarder is not None:
+        coalesced: tuple[int, bytes] = await broker.forwarder.produce(
+            cluster.view, owner, topic, body, headers
+        )
+        return coalesced
     response = await broker.peers.request(
         cluster.view.master_of(owner),
         owner,

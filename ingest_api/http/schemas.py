@@ -384,6 +384,9 @@ class GroupOffsetsOut(BaseModel):
     group: str
     topic: str
     offsets: dict[int, int] = Field(description="Queue id -> committed next offset (-1: none).")
+    unavailable: list[str] | None = Field(
+        None, description="Cluster mode: brokers that could not be asked (their queues show -1)."
+    )
 
 
 class GroupResetIn(BaseModel):
@@ -450,6 +453,9 @@ class GroupDescribeOut(BaseModel):
     members: list[KafkaMemberOut]
     queues: list[GroupQueueOut]
     total_lag: int
+    unavailable: list[str] | None = Field(
+        None, description="Cluster mode: brokers that could not be asked (their queues are left out)."
+    )
 
 
 class StatsOut(BaseModel):
@@ -478,14 +484,27 @@ class GroupLagOut(BaseModel):
     topic: str
     queues: list[QueueLagOut]
     total_lag: int
+    unavailable: list[str] | None = Field(
+        None, description="Cluster mode: brokers that could not be asked (their queues are left out)."
+    )
 
 
 class GroupListOut(BaseModel):
     groups: dict[str, list[str]] = Field(description="Group -> topics it has offsets for.")
 
 
+class ClusterHealthOut(BaseModel):
+    broker: str
+    session: str = Field(description="ZooKeeper session: connected, suspended or lost.")
+    registered: bool = Field(description="Whether this broker's member node is registered.")
+    warnings: list[str]
+
+
 class HealthOut(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(
+        description="degraded: serving, but cut off from ZooKeeper or with cluster warnings (see cluster)."
+    )
+    cluster: ClusterHealthOut | None = Field(None, description="Cluster mode only.")
 
 
 class ErrorOut(BaseModel):

@@ -125,3 +125,111 @@ def test_idempotent_retry_through_another_broker_is_deduplicated(trio: InProcess
     with trio.http("b1") as http:
         described = http.get("/topics/idem").json()
     assert sum(q["max_offset"] for q in described["queue_offsets"]) == 1
+
+
+def test_pull_of_a_queue_elsewhere_redirects_to_its_owner(trio: InProcessCluster) -> None:
+    with trio.http("b1") as http:
+        http.put("/topics/pulled", json={"queues": 3})
+        http.post("/topics/pulled/messages", json={"body": "on b3", "queue_id": 2})
+        moved = http.get("/topics/pulled/queues/2/messages", params={"offset": 0, "wait_ms": 10})
+        assert moved.status_code == 307
+        assert (
+            moved.headers["location"]
+            == f"{trio.brokers['b3'].url}/topics/pulled/queues/2/messages?offset=0&wait_ms=10"
+        )
+        assert moved.json()["error"] == "queue_elsewhere" and moved.json()["broker"] == "b3"
+    with trio.brokers["b1"].client(follow_redirects=True) as following:
+        pulled = following.get("/topics/pulled/queues/2/messages", params={"offset": 0})
+        assert [m["body"] for m in pulled.json()["messages"]] == ["on b3"]
+        offset = following.get("/topics/pulled/queues/2/offset", params={"timestamp_ms": 0})
+        assert offset.status_code == 200 and offset.json()["offset"] == 0
+
+
+def test_lookups_and_groups_answer_for_the_whole_cluster(trio: InProcessCluster) -> None:
+    with trio.http("b1") as http:
+        http.put("/topics/looked", json={"queues": 3})
+        stored = [
+            http.post(
+                "/topics/looked/messages", json={"body": f"q{q}", "queue_id": q, "keys": ["shared"]}
+            ).json()
+            for q in range(3)
+        ]
+    with trio.http("b2") as http:
+        by_key = http.get("/topics/looked/messages", params={"key": "shared"}).json()["messages"]
+        assert sorted(m["body"] for m in by_key) == ["q0", "q1", "q2"]
+        for answer in stored:  # by offsetMsgId and by UNIQ_KEY, whichever broker stored it
+            assert http.get(f"/messages/{answer['msg_id']}").json()["uniq_key"] == answer["uniq_key"]
+            assert http.get(f"/messages/{answer['uniq_key']}").json()["body"] == f"q{answer['queue_id']}"
+        assert http.get("/messages/00000000000000000000000000000000").status_code == 404
+        committed = http.put("/groups/g1/offsets", json={"topic": "looked", "offsets": {"0": 1, "2": 1}})
+        assert committed.status_code == 200, committed.text
+        assert committed.json()["offsets"] == {"0": 1, "1": -1, "2": 1}
+    with trio.http("b3") as http:
+        assert http.get("/groups/g1/offsets", params={"topic": "looked"}).json()["offsets"] == {
+            "0": 1,
+            "1": -1,
+            "2": 1,
+        }
+        lag = http.get("/groups/g1/lag", params={"topic": "looked"}).json()
+        assert [(q["queue_id"], q["lag"]) for q in lag["queues"]] == [(0, 0), (1, 1), (2, 0)]
+        described = http.get("/groups/g1").json()
+        assert [(q["topic"], q["queue_id"], q["committed_offset"]) for q in described["queues"]] == [
+            ("looked", 0, 1), ("looked", 1, -1), ("looked", 2, 1),
+        ]  # fmt: skip
+        assert described["total_lag"] == 1
+        assert http.get("/groups").json()["groups"]["g1"] == ["looked"]
+        reset = http.post("/groups/g1/reset", json={"topic": "looked", "to": "earliest"}).json()
+        assert reset["offsets"] == {"0": 0, "1": 0, "2": 0}
+    with trio.http("b1") as http:
+        assert http.get("/groups/g1/offsets", params={"topic": "looked"}).json()["offsets"] == {
+            "0": 0,
+            "1": 0,
+            "2": 0,
+        }
+        described = http.get("/topics/looked").json()
+        assert [(q["queue_id"], q["max_offset"], q["broker"]) for q in described["queue_offsets"]] == [
+            (0, 1, "b1"), (1, 1, "b2"), (2, 1, "b3"),
+        ]  # fmt: skip
+
+
+def test_a_transaction_lives_on_one_broker_and_ends_from_any(trio: InProcessCluster) -> None:
+    with trio.http("b1") as http:
+        http.put("/topics/tx", json={"queues": 3})
+        half = http.post(
+            "/topics/tx/messages",
+            json={"body": "paid", "queue_id": 1, "transaction": {"producer_group": "billing"}},
+        )
+        assert half.status_code == 201, half.text
+        assert half.json()["broker"] == "b2"
+        txid = half.json()["transaction_id"]
+        spanning = http.post(
+            "/topics/tx/messages:batch",
+            json={
+                "messages": [{"body": "a", "queue_id": 0}, {"body": "b", "queue_id": 1}],
+                "transaction": {"producer_group": "billing"},
+            },
+        )
+        assert spanning.status_code == 400 and spanning.json()["error"] == "transaction_spans_brokers"
+    with trio.http("b3") as http:
+        assert http.get(f"/transactions/{txid}").json()["state"] == "prepared"
+        ended = http.post(f"/transactions/{txid}", json={"action": "commit", "producer_group": "billing"})
+        assert ended.status_code == 200, ended.text
+        assert ended.json()["state"] == "committed"
+        assert (
+            http.post(
+                "/transactions/0123456789ABCDEF0123456789ABCDEF",
+                json={"action": "commit", "producer_group": "billing"},
+            ).status_code
+            == 404
+        )
+    with trio.http("b2") as http:
+        pulled = http.get("/topics/tx/queues/1/messages", params={"offset": 0}).json()
+        assert [m["body"] for m in pulled["messages"]] == ["paid"]
+
+
+def test_healthz_reports_the_cluster_session(trio: InProcessCluster) -> None:
+    with trio.http("b2") as http:
+        assert http.get("/healthz").json() == {
+            "status": "ok",
+            "cluster": {"broker": "b2", "session": "connected", "registered": True, "warnings": []},
+        }

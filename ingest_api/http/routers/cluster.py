@@ -17,7 +17,7 @@ from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
 from ingest_api.http.schemas import ClusterOut, ErrorOut, TopicRouteOut
-from store import UnknownTopic, validate_topic
+from store import UnknownTopic, is_system_topic, validate_topic
 
 router = APIRouter(tags=["cluster"])
 
@@ -68,7 +68,8 @@ async def describe_cluster(broker: BrokerDep, principal: PrincipalDep) -> dict[s
 @router.get("/topics/{topic}/route", response_model=TopicRouteOut, responses={404: {"model": ErrorOut}})
 async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every queue id of the topic with its broker name, whether that broker is alive, and its
-    HTTP and Kafka addresses (a dead broker shows its last known addresses)."""
+    HTTP and Kafka addresses (a dead broker shows its last known addresses). A system topic
+    (parked, half and send-back records) is each broker's own: its route is the asked broker."""
     if principal is not None and not principal.may_any(topic):
         authorize(principal, Right.CONSUME, topic)
     validate_topic(topic, allow_system=True)
@@ -83,6 +84,18 @@ async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalD
         ]
         return {"topic": topic, "queues": queues}
     route = node.view.route(topic)
+    if route is None and is_system_topic(topic) and broker.store.has_topic(topic):
+        # a broker's own system topic (parked, half, send-back records): every queue is here
+        me = node.member
+        http, kafka = (me.http, me.kafka) if me else (_self_url(broker), None)
+        count = broker.store.queue_count(topic)
+        return {
+            "topic": topic,
+            "queues": [
+                {"queue_id": q, "broker": node.name, "alive": True, "http": http, "kafka": kafka}
+                for q in queues
+            ],
+        }
     if route is None:
         raise ApiError(404, "unknown_topic", f"topic {topic!r} does not exist in the cluster")
     return {

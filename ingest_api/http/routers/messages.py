@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import batches, cluster_produce, json_batch, producing, render
+from ingest_api.http import batches, cluster_produce, cluster_reads, json_batch, producing, render
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
@@ -320,6 +321,7 @@ def _query_by_key(
 async def query_by_key(
     *,
     topic: TopicPath,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     key: Annotated[str, Query(min_length=1, max_length=1024, description="A key given at produce time.")],
@@ -327,11 +329,23 @@ async def query_by_key(
     end_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time upper bound (ms).")] = 2**62,
     max_results: Annotated[int, Query(alias="max", ge=1, le=1000)] = 64,
 ) -> QueryOut:
-    """Messages with ``key`` stored between ``begin_ms`` and ``end_ms``, newest first."""
+    """Messages with ``key`` stored between ``begin_ms`` and ``end_ms``, newest first. In a
+    cluster every broker is asked."""
     authorize(principal, Right.CONSUME, topic)
-    return await run_in_threadpool(
+    query = partial(
         _query_by_key, broker.store, topic, key, begin_ms=begin_ms, end_ms=end_ms, limit=max_results
     )
+    if cluster_reads.is_local_request(broker, request.headers):
+        return await run_in_threadpool(query)
+    assert broker.cluster is not None
+    if broker.cluster.view.placement(topic) is None:
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    params = {"key": key, "begin_ms": begin_ms, "end_ms": end_ms, "max": max_results}
+    others = await cluster_reads.ask_others(broker, f"/topics/{topic}/messages", request.headers, params)
+    found = [m for answer in others.values() for m in answer["messages"]]
+    if broker.store.has_topic(topic):
+        found += [m.model_dump() for m in (await run_in_threadpool(query)).messages]
+    return QueryOut.model_validate({"messages": cluster_reads.newest_first(found, max_results)})
 
 
 def _real_topic(view: MessageView) -> str:
@@ -366,6 +380,7 @@ def _find_message(store: MessageStore, msg_id: str, topic: str | None) -> Messag
 @router.get("/messages/{msg_id}", response_model=MessageOut, responses={404: {"model": ErrorOut}})
 async def get_message(
     msg_id: Annotated[str, Path(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")],
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     topic: Annotated[
@@ -373,8 +388,19 @@ async def get_message(
     ] = None,
 ) -> MessageOut:
     """One message by offsetMsgId (32 hex chars) or by UNIQ_KEY (searched in ``topic``, or in
-    every topic when omitted)."""
-    view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
+    every topic when omitted). In a cluster every broker is asked."""
+    try:
+        view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
+    except ApiError as missing:
+        if cluster_reads.is_local_request(broker, request.headers) or missing.status != 404:
+            raise
+        params = {"topic": topic} if topic is not None else None
+        others = await cluster_reads.ask_others(broker, f"/messages/{msg_id}", request.headers, params)
+        if not others:
+            raise
+        found = MessageOut.model_validate(next(iter(others.values())))
+        authorize(principal, Right.CONSUME, found.properties.get("REAL_TOPIC", found.topic))
+        return found
     authorize(principal, Right.CONSUME, _real_topic(view))
     out = MessageOut.of(view)
     broker.metrics.consumed(view.topic, 1, len(view.body))
