@@ -1,9 +1,9 @@
-"""Requests that only a queue's owner can answer: pulls, queue bounds, group offsets.
+"""Requests that go to a queue's owner: pulls, queue bounds, group offsets and commits.
 
-In a cluster every broker's store has every routed topic with its full queue count, but the
-queues owned elsewhere stay empty there, so these questions go to the owner (per the route).
-Per-owner questions (bounds, committed offsets, commits) send one request per owning broker
-and report a broker that cannot be reached as a value, so the other brokers' answers still count.
+A queue's messages and its groups' committed offsets live at its owner. Any broker would answer
+these too, by asking the owners itself (or with a 307 for pulls); the client asks the owners
+directly, one request per owning broker, marked as already routed so each answers from its own
+store. A broker that cannot be reached is reported as a value, so the others' answers still count.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sparkmq.client.directory import RouteDirectory
 from sparkmq.client.errors import ClientError, UnknownTopic
 from sparkmq.client.messages import PullResult, QueueOffsets
 from sparkmq.client.routes import TopicRoute
-from sparkmq.client.transport import Transport, segment
+from sparkmq.client.transport import ROUTED, Transport, segment
 
 
 class Owners:
@@ -32,9 +32,13 @@ class Owners:
             raise UnknownTopic(f"topic {topic!r} does not exist", status=404, code="unknown_topic")
         return route
 
-    def _ask(self, route: TopicRoute, broker: str, method: str, path: str, **kwargs: Any) -> Any:
+    def _ask(
+        self, route: TopicRoute, broker: str, method: str, path: str, *, local: bool = False, **kwargs: Any
+    ) -> Any:
+        """``local``: the owner answers from its own store (not for the whole cluster)."""
         url = self.directory.address(broker, route)
-        return self.transport.call(url, method, path, broker=broker, **kwargs)
+        headers = ROUTED if local else None
+        return self.transport.call(url, method, path, broker=broker, headers=headers, **kwargs)
 
     def per_owner(
         self, route: TopicRoute, method: str, path: str, **kwargs: Any
@@ -44,7 +48,7 @@ class Owners:
         answers: dict[str, Any | ClientError] = {}
         for broker in route.brokers():
             try:
-                answers[broker] = self._ask(route, broker, method, path, **kwargs)
+                answers[broker] = self._ask(route, broker, method, path, local=True, **kwargs)
             except ClientError as exc:
                 if not exc.retriable:
                     raise
@@ -116,7 +120,7 @@ class Owners:
         failed = {}
         for broker, part in by_owner.items():
             try:
-                self._ask(route, broker, "PUT", f"/groups/{segment(group)}/offsets",
+                self._ask(route, broker, "PUT", f"/groups/{segment(group)}/offsets", local=True,
                           json={"topic": route.topic, "offsets": part})  # fmt: skip
             except ClientError as exc:
                 if not exc.retriable:

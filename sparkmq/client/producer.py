@@ -1,22 +1,26 @@
 """Producing straight to each queue's owner, with retries that cannot duplicate.
 
-A call is planned once (:func:`sparkmq.client.routes.plan`): every entry gets its broker, and
-the entries of one broker travel as one request (a *part*). Each part carries the call's
-``Idempotency-Key`` (the caller's, or one generated per call); when a call spans brokers each
-part also carries ``X-Sparkmq-Idempotency-Scope: <its broker>``, the scope a broker gives the
-parts it forwards itself, so a part is deduplicated exactly as if one broker had split the
-request. A part is retried as it was first sent (same entries, queue ids, key and scope):
+A call is planned (:func:`sparkmq.client.routes.plan`): every entry gets its broker, and the
+entries of one broker travel as one request (a *part*) marked as already routed
+(``X-Sparkmq-Forwarded``, as the brokers mark what they forward): the owner stores it, or
+refuses it with ``421 misdirected`` when the route changed, never forwarding it. Each part
+carries the call's ``Idempotency-Key`` (the caller's, or one generated per call); when a call
+spans brokers each part also carries ``X-Sparkmq-Idempotency-Scope``, as a broker scopes the
+parts it forwards itself, so parts are deduplicated one by one.
 
-* on a retriable fault (no answer, ``503``, a route miss) the routes are refetched and the part
-  is sent again after a backoff, until the call's deadline;
-* a part of round-robin messages whose attempt was certainly not stored (the connection never
-  opened, ``421``, ``queue_unavailable``) moves to another live broker's queues; any other part
-  stays where it is, so a retry reaches the broker that may hold the first attempt;
-* a part whose owner the refreshed routes show dead fails at once with
-  :class:`~sparkmq.client.errors.QueueUnavailable` naming the broker.
+After a retriable fault the routes are refetched, then, after a backoff and until the call's
+deadline:
 
-An answer from a broker other than the one planned (the topic grew and a sharding key now maps
-elsewhere, so the owner forwarded it) is a success that marks the route stale.
+* a part whose attempt certainly stored nothing (the connection never opened, ``421``,
+  ``queue_unavailable``, ``route_unknown``) is planned again on the fresh route: sharding keys
+  map over the topic's current queue count, round-robin messages move to another live broker;
+  parts that appear then get scopes of their own;
+* any other part (no answer after sending, a 503 of the store) is sent again as it was (same
+  broker, queue ids, key and scope), since that broker may hold the first attempt;
+* a part whose broker the fresh route shows dead fails with
+  :class:`~sparkmq.client.errors.QueueUnavailable` naming it.
+
+A topic without a route yet is sent unrouted to any broker, which creates and plans it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import io
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,11 +50,8 @@ from sparkmq.client.errors import (
 )
 from sparkmq.client.messages import Message, SendResult
 from sparkmq.client.routes import LOCAL_BROKER, QueuePicker, Target, TopicRoute, plan
-from sparkmq.client.transport import Transport, segment
+from sparkmq.client.transport import ROUTED, SCOPE_HEADER, Transport, segment
 
-#: Request header scoping the Idempotency-Key of one broker's part of a request (the brokers'
-#: own ``ingest_api.http.routing.SCOPE_HEADER``).
-SCOPE_HEADER = "x-sparkmq-idempotency-scope"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 JSON = "application/json"
 
@@ -67,7 +69,6 @@ class _Part:
     indexes: list[int]
     targets: list[Target]
     scope: str | None = None
-    picked: bool = False
     results: dict[int, SendResult] = field(default_factory=dict)
 
 
@@ -177,47 +178,136 @@ class Producer:
 
     # -- planning ---------------------------------------------------------------------------------
 
-    def _targets(self, call: _Call, route: TopicRoute | None) -> list[Target]:
-        entries = call.entries
-        if any(e.get("topic") not in (None, call.topic) for e in entries):
-            return [Target(None, None)] * len(entries)  # a batch across topics: a broker plans it
-        transactional = call.transaction is not None or any(e.get("transaction") for e in entries)
-        return plan(
-            route,
-            [e.get("queue_id") for e in entries],
-            [e.get("sharding_key") for e in entries],
-            anchor=call.key if call.caller_key else None,
-            picker=self._picker,
-            avoid=self._directory.avoided(),
-            one_broker=transactional,
-        )
-
-    def _parts(self, call: _Call) -> list[_Part]:
+    def _route(self, call: _Call) -> TopicRoute | None:
         route = self._directory.route(call.topic)
         if route is not None and any((e.get("queue_id") or 0) >= route.queue_count for e in call.entries):
             route = self._directory.route(call.topic, refresh=True)  # the topic may have grown
-        targets = self._targets(call, route)
+        return route
+
+    def _parts(self, call: _Call, route: TopicRoute | None, indexes: Sequence[int]) -> list[_Part]:
+        """The entries ``indexes`` planned on ``route``, grouped by broker (no scopes yet)."""
+        entries = [call.entries[i] for i in indexes]
+        if any(e.get("topic") not in (None, call.topic) for e in entries):
+            targets = [Target(None, None)] * len(entries)  # a batch across topics: a broker plans it
+        else:
+            transactional = call.transaction is not None or any(e.get("transaction") for e in entries)
+            targets = plan(
+                route,
+                [e.get("queue_id") for e in entries],
+                [e.get("sharding_key") for e in entries],
+                anchor=call.key if call.caller_key else None,
+                picker=self._picker,
+                avoid=self._directory.avoided(),
+                one_broker=transactional,
+            )
         parts: dict[str | None, _Part] = {}
-        for index, target in enumerate(targets):
+        for index, target in zip(indexes, targets, strict=True):
             part = parts.setdefault(target.broker, _Part(target.broker, [], []))
             part.indexes.append(index)
             part.targets.append(target)
-            part.picked = part.picked or target.picked
-        spans = len(parts) > 1
-        for part in parts.values():
-            part.scope = part.broker if spans else None
         return list(parts.values())
 
     # -- sending ----------------------------------------------------------------------------------
 
     def _run(self, call: _Call) -> list[SendResult]:
+        """Send every part until stored, retrying and re-planning within the deadline."""
         started = self._clock()
-        parts = self._parts(call)
+        todo = deque(self._parts(call, self._route(call), range(len(call.entries))))
+        if len(todo) > 1:
+            for part in todo:
+                part.scope = part.broker
+        done: list[_Part] = []
         errors: dict[int, ClientError] = {}
-        for part in parts:
-            failed = self._send_part(call, part, started)
-            if failed is not None:
-                errors.update({i: failed for i in part.indexes if i not in part.results})
+        attempt = 0
+        while todo:
+            part = todo.popleft()
+            try:
+                self._attempt(call, part)
+                done.append(part)
+                continue
+            except ClientError as exc:
+                failure = exc
+            attempt += 1
+            pause = self._retry.backoff_s(attempt)
+            if not failure.retriable or self._clock() + pause - started > self._retry.deadline_ms / 1000:
+                done.append(part)
+                errors.update({i: failure for i in part.indexes if i not in part.results})
+                continue
+            todo.extendleft(reversed(self._recover(call, part, failure, attempt, done, errors)))
+            self._sleep(pause)
+        return self._results(call, done, errors)
+
+    def _recover(
+        self,
+        call: _Call,
+        part: _Part,
+        failure: ClientError,
+        generation: int,
+        done: list[_Part],
+        errors: dict[int, ClientError],
+    ) -> list[_Part]:
+        """After a retriable fault: refetch the route, then the parts to send next. A part whose
+        attempt certainly stored nothing is planned again; any other goes back to the same
+        broker with the same key and scope (it may hold the first attempt), unless the fresh
+        route shows that broker dead."""
+        if isinstance(failure, BrokerUnreachable) and not failure.maybe_sent:
+            self._directory.suspect(part.broker)
+        self._directory.invalidate(call.topic)
+        try:
+            route = self._directory.route(call.topic, refresh=True)
+        except ClientError:
+            return [part]  # no broker answers: the same again after the pause
+        if not _not_stored(failure):
+            if self._dead(call, part, route, errors):
+                done.append(part)
+                return []
+            return [part]
+        done.append(part)
+        try:
+            return self._replanned(call, part, route, generation, errors)
+        except ClientError as exc:  # e.g. no live broker left for round robin
+            errors.update({i: exc for i in part.indexes if i not in part.results})
+            return []
+
+    def _replanned(
+        self,
+        call: _Call,
+        part: _Part,
+        route: TopicRoute | None,
+        generation: int,
+        errors: dict[int, ClientError],
+    ) -> list[_Part]:
+        """What ``part`` has not stored, planned again on the fresh ``route`` (an attempt that
+        certainly stored nothing: a route miss, a refused connection, a dead owner). New parts
+        get scopes of their own, unless one unscoped part simply moves."""
+        remaining = [i for i in part.indexes if i not in part.results]
+        parts = self._parts(call, route, remaining)
+        if not (part.scope is None and not part.results and len(parts) == 1):
+            for new in parts:
+                new.scope = f"{new.broker}~{generation}"
+        return [new for new in parts if not self._dead(call, new, route, errors)]
+
+    def _dead(
+        self, call: _Call, part: _Part, route: TopicRoute | None, errors: dict[int, ClientError]
+    ) -> bool:
+        """Whether the fresh route shows the part's owner dead; records the fault if so."""
+        if route is None or part.broker is None or part.broker not in route.brokers():
+            return False
+        if route.alive(part.broker):
+            return False
+        owned = sorted({t.queue_id for t in part.targets if t.queue_id is not None})
+        which = f"queue {owned[0]}" if len(owned) == 1 else "its queues"
+        fault = QueueUnavailable(
+            f"broker {part.broker}, which owns {which} of topic {call.topic!r}, is not alive",
+            broker=part.broker,
+            code="queue_unavailable",
+        )
+        errors.update({i: fault for i in part.indexes if i not in part.results})
+        return True
+
+    def _results(
+        self, call: _Call, parts: Sequence[_Part], errors: Mapping[int, ClientError]
+    ) -> list[SendResult]:
         results: list[SendResult | None] = [None] * len(call.entries)
         for part in parts:
             for index, result in part.results.items():
@@ -233,57 +323,6 @@ class Producer:
             )
         return [r for r in results if r is not None]
 
-    def _send_part(self, call: _Call, part: _Part, started: float) -> ClientError | None:
-        """Send one part until it is stored or the deadline passes; the last fault, if any."""
-        attempt = 0
-        while True:
-            try:
-                self._attempt(call, part)
-                return None
-            except ClientError as exc:
-                failure = exc
-            attempt += 1
-            pause = self._retry.backoff_s(attempt)
-            if not failure.retriable or self._clock() + pause - started > self._retry.deadline_ms / 1000:
-                return failure
-            if isinstance(failure, BrokerUnreachable) and not failure.maybe_sent:
-                self._directory.suspect(part.broker)
-            try:
-                dead = self._replan(call, part, failure)
-            except ClientError as exc:
-                return exc
-            if dead is not None:
-                return dead
-            self._sleep(pause)
-
-    def _replan(self, call: _Call, part: _Part, failure: ClientError) -> ClientError | None:
-        """Refetch the route after a failed attempt; move a round-robin part that stored nothing.
-        Returns the fault to give up with when the part's owner is known to be dead."""
-        self._directory.invalidate(call.topic)
-        route = self._directory.route(call.topic, refresh=True)
-        if route is None or part.broker is None:
-            return None
-        if part.picked and _not_stored(failure) and not part.results:
-            avoid = self._directory.avoided() | {part.broker}
-            if call.single:
-                queue = self._picker.next_queue(route, avoid)
-                broker, queues = route.owner(queue), [queue]
-            else:
-                broker = self._picker.next_broker(route, avoid)
-                queues = self._picker.spread(route, broker, len(part.indexes))
-            part.broker = broker
-            part.targets = [Target(broker, q, picked=True) for q in queues]
-            return None
-        if part.broker in route.brokers() and not route.alive(part.broker):
-            owned = sorted({t.queue_id for t in part.targets if t.queue_id is not None})
-            which = f"queue {owned[0]}" if len(owned) == 1 else "its queue"
-            return QueueUnavailable(
-                f"broker {part.broker}, which owns {which} of topic {call.topic!r}, is not alive",
-                broker=part.broker,
-                code="queue_unavailable",
-            )
-        return None
-
     def _attempt(self, call: _Call, part: _Part) -> None:
         """One request for the part; fills ``part.results`` or raises its fault."""
         url = (
@@ -294,6 +333,8 @@ class Producer:
         headers = {"Idempotency-Key": call.key}
         if part.scope is not None:
             headers[SCOPE_HEADER] = part.scope
+        if part.broker is not None:
+            headers.update(ROUTED)  # the owner stores it, or answers 421 if it moved
         if call.single:
             path, body = f"/topics/{segment(call.topic)}/messages", self._json_entries(call, part)[0]
             headers["content-type"] = JSON

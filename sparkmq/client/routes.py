@@ -10,7 +10,8 @@ sent straight to the owner lands where a broker would have put it:
 
 * ``queue_id`` given: that queue, at its owner;
 * ``sharding_key`` given: ``store.sharding_queue(key, N)`` over the topic's N queue ids, at its
-  owner (the key itself is sent, so an owner that knows a larger N decides and answers);
+  owner (the key itself is sent: an owner that knows a larger N by which the key maps elsewhere
+  refuses it with 421, and the client plans again on the fresh route);
 * neither, with the caller's ``Idempotency-Key``: the owner of the key's own queue
   (``sharding_queue(key, N)``) picks among its queues, as a broker does, so a retry sent through
   any door reaches the broker holding the first attempt;

@@ -18,18 +18,22 @@ from tests.cluster.inprocess import InProcessCluster
 from tests.support.waiting import wait_until
 
 _POSTS = re.compile(
-    r'^sparkmq_http_request_duration_seconds_count\{method="POST",route="([^"]+)",[^}]*\} (\d+)$'
+    r'^sparkmq_http_request_duration_seconds_count\{method="POST",route="([^"]+)",status="(\dxx)"\} (\d+)$'
 )
 
 
-def produce_requests(cluster: InProcessCluster) -> Counter[str]:
-    """Produce requests each broker has answered so far (single and batch)."""
+def produce_requests(cluster: InProcessCluster, status: str | None = None) -> Counter[str]:
+    """Produce requests each broker has answered so far (single and batch; of one status class)."""
     counts: Counter[str] = Counter()
     for name, running in cluster.brokers.items():
         for line in httpx.get(f"{running.url}/metrics", timeout=30).text.splitlines():
             found = _POSTS.match(line)
-            if found and found.group(1).startswith("/topics/{topic}/messages"):
-                counts[name] += int(found.group(2))
+            if (
+                found
+                and found.group(1).startswith("/topics/{topic}/messages")
+                and status in (None, found.group(2))
+            ):
+                counts[name] += int(found.group(3))
     return counts
 
 
@@ -93,11 +97,13 @@ def test_a_route_miss_after_the_topic_grows_is_refreshed(trio: InProcessCluster)
             owners = [q["broker"] for q in http.get("/topics/growing/route").json()["queues"]]
         key = next(k for k in (f"key-{i}" for i in range(1000))
                    if owners[sharding_queue(k, 3)] != owners[sharding_queue(k, 4)])  # fmt: skip
-        before = produce_requests(trio)
+        before, refused_before = produce_requests(trio), produce_requests(trio, "4xx")
         moved = client.send("growing", "after", sharding_key=key)  # planned on the stale route
         assert moved.queue_id == sharding_queue(key, 4), "the owner applies the current queue count"
         middle = produce_requests(trio)
-        assert sum((middle - before).values()) == 2, "the stale plan cost one forward"
+        assert sum((middle - before).values()) == 2, "the stale plan cost one attempt"
+        stale_owner = owners[sharding_queue(key, 3)]
+        assert produce_requests(trio, "4xx") - refused_before == Counter({stale_owner: 1}), "421 misdirected"
         direct = client.send("growing", "again", sharding_key=key)
         assert direct.queue_id == moved.queue_id and direct.broker == moved.broker
         assert produce_requests(trio) - middle == Counter({direct.broker: 1}), "the route was refreshed"
