@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkmq.client.config import DEFAULT_ENDPOINT, ClientConfig, parse_endpoints
+from sparkmq.client.config import ClientConfig, parse_endpoints
 from sparkmq.client.consumer import Consumer, Start
 from sparkmq.client.directory import RouteDirectory
 from sparkmq.client.messages import Message, PullResult, QueueOffsets, SendResult
@@ -35,13 +35,14 @@ from sparkmq.client.transport import Transport, segment
 class Client:
     """A route-aware client of a sparkmq broker or cluster. Thread-safe (consumers excepted).
 
-    ``endpoints``: one or more broker base URLs (a comma-separated string or a sequence); any
-    broker of a cluster is enough. ``clock``/``sleep`` are injectable for tests.
-    Raises :class:`~sparkmq.client.errors.InvalidArgument` for a malformed endpoint."""
+    ``endpoints``: one or more broker base URLs (a comma-separated string or a sequence; default
+    ``config.endpoints``, else ``http://127.0.0.1:8080``); any broker of a cluster is enough.
+    ``clock``/``sleep`` are injectable for tests. Raises
+    :class:`~sparkmq.client.errors.InvalidArgument` for a malformed endpoint."""
 
     def __init__(
         self,
-        endpoints: str | Sequence[str] = DEFAULT_ENDPOINT,
+        endpoints: str | Sequence[str] | None = None,
         *,
         token: str | None = None,
         config: ClientConfig | None = None,
@@ -49,8 +50,9 @@ class Client:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         base = config or ClientConfig()
+        seeds = parse_endpoints(endpoints) if endpoints is not None else base.endpoints
         self.config = replace(
-            base, endpoints=parse_endpoints(endpoints), token=token if token is not None else base.token
+            base, endpoints=seeds, token=token if token is not None else base.token
         ).validate()
         self._clock = clock
         self._sleep = sleep

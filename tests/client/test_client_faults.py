@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from sparkmq.cli import app
 from sparkmq.client import Client, ClientConfig, QueueUnavailable, ReceivedMessage, RetryPolicy
 from store import sharding_queue
 from tests.client.conftest import read_until
@@ -53,6 +55,10 @@ def test_a_killed_broker_is_routed_around_then_rejoins(tmp_path: Path) -> None:
             assert set(consumer.unavailable.values()) == {"b2"}
             assert consumer.caught_up, "a dead owner's queues do not hold the consumer up"
             consumer.commit()  # b1's and b3's parts only: b2 moved nothing
+            printed = CliRunner().invoke(app, ["consume", "orders", "--endpoint", cluster.brokers["b3"].url])
+            assert printed.exit_code == 4, printed.output  # what it could read, then the queues it could not
+            assert "queues not read (their broker is down): 1 (b2), 4 (b2)" in printed.output
+            assert printed.stdout.count('"body"') == len(early) - 2 + 13
 
             cluster.restart("b2")
             cluster.wait_live(3)
