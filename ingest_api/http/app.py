@@ -37,6 +37,7 @@ from ingest_api.http.retries import GroupConfigs
 from ingest_api.http.routers import (
     cluster,
     groups,
+    kafka_peers,
     messages,
     operators,
     ops,
@@ -171,6 +172,7 @@ def create_app(
         queues,
         retries,
         groups,
+        kafka_peers,
         sinks,
         operators,
         transactions,

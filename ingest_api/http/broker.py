@@ -69,6 +69,9 @@ class Broker:
     planner: Any = None
     #: Keeps local topics in step with the routes (:class:`cluster.local_sync.LocalTopicSync`).
     local_topics: Any = None
+    #: Set by a running Kafka gateway in a cluster: answers ``POST /kafka/peer/{op}``
+    #: (``handle(op, body) -> bytes``, :class:`ingest_api.kafka.txn_peers.PeerService`).
+    kafka_peer: Any = None
 
     @property
     def name(self) -> str | None:

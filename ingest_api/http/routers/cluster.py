@@ -88,7 +88,7 @@ async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalD
         # a broker's own system topic (parked, half, send-back records): every queue is here
         me = node.member
         http, kafka = (me.http, me.kafka) if me else (_self_url(broker), None)
-        count = broker.store.queue_count(topic)
+        broker.store.queue_count(topic)
         return {
             "topic": topic,
             "queues": [
