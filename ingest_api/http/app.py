@@ -33,6 +33,7 @@ from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.membership import cluster_membership
 from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
+from ingest_api.http.replica_sync import router as replica_router
 from ingest_api.http.retries import GroupConfigs
 from ingest_api.http.routers import (
     cluster,
@@ -180,6 +181,7 @@ def create_app(
         ops,
     ):
         app.include_router(module.router)
+    app.include_router(replica_router)
     install_console(app)
     app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included
     app.add_api_route("/", _to_console, include_in_schema=False)

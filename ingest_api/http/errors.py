@@ -47,6 +47,13 @@ STATUS_BY_CODE: dict[str, int] = {
     "broker_name_taken": 409,
     "store_belongs_elsewhere": 409,
     "corrupt_route": 500,
+    # replication (store.ha): refusals carry RocketMQ's status in the body
+    "not_master": 503,
+    "replica_fenced": 503,
+    "slave_not_available": 503,
+    "flush_slave_timeout": 503,
+    "replication_gap": 503,
+    "replicated_data_corrupt": 500,
 }
 
 #: Generic codes for statuses raised by the framework (404 route, 405 method, ...).

@@ -512,19 +512,33 @@ class ErrorOut(BaseModel):
     message: str
 
 
+class ReplicaMemberOut(BaseModel):
+    member_id: int
+    http: str
+    role: str = Field(description="master, slave, standby, fenced, or unknown (did not answer).")
+    epoch: int | None
+    replicated_offset: int | None = Field(description="Its CommitLog's max offset.")
+    confirm_offset: int | None = Field(description="What its readers see up to.")
+    lag_bytes: int | None = Field(description="Behind the master, in bytes (the master's view).")
+
+
 class BrokerOut(BaseModel):
     name: str = Field(description="Broker name (``--broker-name``); ``local`` for a lone broker.")
     alive: bool = Field(description="Whether its ZooKeeper session is alive (it serves its queues).")
     http: str | None = Field(description="Its HTTP base URL (the last known one when dead).")
     kafka: str | None = Field(description="Its Kafka address host:port, when it serves Kafka.")
-    member_id: int | None = Field(description="Member id (also its Kafka node id).")
+    member_id: int | None = Field(description="Member id (also its Kafka node id); a group's master.")
     queues: int = Field(description="Queue ids it owns, over every topic.")
+    epoch: int | None = Field(None, description="Replica group: the master epoch.")
+    in_sync: list[int] | None = Field(None, description="Replica group: the in-sync set's member ids.")
+    members: list[ReplicaMemberOut] | None = Field(None, description="Replica group: every live member.")
 
 
 class ClusterOut(BaseModel):
     mode: Literal["single", "cluster"]
     cluster: str | None = Field(None, description="The ZooKeeper address (``--cluster``).")
     self_name: str = Field(alias="self", description="The name of the broker that answered.")
+    self_member: int | None = Field(None, description="Its member id (cluster mode).")
     session: str | None = Field(description="Its ZooKeeper session: connected, suspended or lost.")
     brokers: list[BrokerOut]
     topics: int = Field(description="Topics in the cluster.")

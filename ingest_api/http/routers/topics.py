@@ -116,7 +116,7 @@ async def _describe_cluster(broker: Broker, topic: str, headers: dict[str, str])
     owners = sorted(set(placement.owners))
 
     async def offsets_of(owner: str) -> dict[int, tuple[int, int]] | None:
-        if owner == node.name:
+        if owner == node.name and node.serving:
             local = await run_in_threadpool(_describe, broker.store, topic)
             return {q.queue_id: (q.min_offset, q.max_offset) for q in local.queue_offsets or ()}
         try:
