@@ -196,7 +196,7 @@ def serve(
     unclean_failover: Annotated[
         bool,
         typer.Option(
-            help="Elect an out-of-sync member when no in-sync one is alive (loses what only the old master had).",
+            help="Elect an out-of-sync member when no in-sync one is alive (loses what only the master had).",
             rich_help_panel="Replication",
         ),
     ] = False,

@@ -28,8 +28,10 @@ def test_failover_keeps_every_acknowledged_message(tmp_path: Path) -> None:
         wait_until(lambda: "master" in _roles(cluster, "b1-a").values(), 30, "b1-a to lead")
         cluster.add("b1", ha=True, args=args, member="b1-b")
         wait_until(
-            lambda: sorted(_roles(cluster, "b1-a").values()) == ["master", "slave"]
-            and len(_group(cluster, "b1-a")["in_sync"]) == 2,
+            lambda: (
+                sorted(_roles(cluster, "b1-a").values()) == ["master", "slave"]
+                and len(_group(cluster, "b1-a")["in_sync"]) == 2
+            ),
             30,
             "b1-b in sync",
         )
@@ -53,8 +55,11 @@ def test_failover_keeps_every_acknowledged_message(tmp_path: Path) -> None:
             assert after.status_code == 201, after.text
             bodies = []
             for queue in (0, 1):
-                pulled = http.get(f"/topics/t/queues/{queue}/messages", params={"offset": 0, "max_messages": 100})
+                params = {"offset": 0, "max_messages": 100}
+                pulled = http.get(f"/topics/t/queues/{queue}/messages", params=params)
                 bodies += [m["body"] for m in pulled.json()["messages"]]
         assert sorted(bodies) == sorted([*acked, "after"])
         cluster.restart("b1-a")  # the old master comes back as a slave of the new epoch
-        wait_until(lambda: sorted(_roles(cluster, "b1-b").values()) == ["master", "slave"], 60, "b1-a to follow")
+        wait_until(
+            lambda: sorted(_roles(cluster, "b1-b").values()) == ["master", "slave"], 60, "b1-a to follow"
+        )
