@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -18,9 +18,17 @@ from ingest_api.http import producing
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import GroupPath
+from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
 from ingest_api.http.retries import GroupConfigs, as_dict, resend_dead_letter, send_back
-from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
+from ingest_api.http.schemas import (
+    JSON_INTEGER,
+    ErrorOut,
+    Int32,
+    MessageOut,
+    ProduceOut,
+    QueueCount,
+    TopicName,
+)
 from store import dlq_topic
 
 router = APIRouter(
@@ -28,13 +36,14 @@ router = APIRouter(
 )
 
 
+ReconsumeTimes = Annotated[int, Field(ge=0, le=10_000), JSON_INTEGER]
+
+
 class GroupConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_reconsume_times: int | None = Field(
-        None, ge=0, le=10_000, description="Send-backs before the DLQ (16)."
-    )
-    retry_queues: int | None = Field(None, ge=1, le=1024, description="Queues of %RETRY%group (1).")
+    max_reconsume_times: ReconsumeTimes | None = Field(None, description="Send-backs before the DLQ (16).")
+    retry_queues: QueueCount | None = Field(None, description="Queues of %RETRY%group (1).")
 
 
 class GroupConfigOut(BaseModel):
@@ -46,12 +55,14 @@ class GroupConfigOut(BaseModel):
 class SendBackIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    topic: str = Field(min_length=1, max_length=255)
+    topic: TopicName
     msg_id: str = Field(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")
-    delay_level: int = Field(
-        0, ge=-(2**31), lt=2**31, description="0 = the ladder (3 + reconsume times), -1 = the DLQ."
+    delay_level: Int32 = Field(
+        0,
+        json_schema_extra={"minimum": -1},  # below -1: 400 invalid_argument (retries.send_back)
+        description="0 = the ladder (3 + reconsume times), -1 = the DLQ.",
     )
-    max_reconsume_times: int | None = Field(None, ge=0, le=10_000)
+    max_reconsume_times: ReconsumeTimes | None = None
 
 
 class SendBackOut(BaseModel):
@@ -106,7 +117,7 @@ async def send_back_message(
     body: SendBackIn,
     broker: BrokerDep,
     principal: PrincipalDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> SendBackOut:
     """Send a message this group failed to consume back into the retry ladder (or the DLQ)."""
     authorize(principal, Right.CONSUME, body.topic)

@@ -7,7 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
-from ingest_api.http.params import TopicPath
+from ingest_api.http.params import AnyTopicPath, TopicPath
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
 from store import MessageStore, UnknownTopic, validate_topic
 
@@ -67,7 +67,7 @@ def _describe(store: MessageStore, topic: str) -> TopicOut:
 
 
 @router.get("/{topic}", response_model=TopicOut)
-async def describe_topic(topic: TopicPath, broker: BrokerDep, principal: PrincipalDep) -> TopicOut:
+async def describe_topic(topic: AnyTopicPath, broker: BrokerDep, principal: PrincipalDep) -> TopicOut:
     """The topic's queues with each queue's min and max offset (max = next offset to write)."""
     if principal is not None and not principal.may_any(topic):
         authorize(principal, Right.CONSUME, topic)

@@ -21,7 +21,7 @@ from ingest_api.http.auth import Principal, Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TOPIC_PATTERN
+from ingest_api.http.params import GROUP
 from ingest_api.http.schemas import (
     EndTransactionIn,
     EndTransactionOut,
@@ -33,17 +33,12 @@ from ingest_api.http.schemas import (
     TransactionOut,
 )
 from ingest_api.http.transactions import TransactionBoard
-from store import (
-    GROUP_MAX_LENGTH,
-    TxOutcome,
-)
+from store import TxOutcome
 from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, EndRequest, Transaction, UnknownTransaction
 
 router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
 
-GroupPath = Annotated[
-    str, Path(min_length=1, max_length=GROUP_MAX_LENGTH, pattern=TOPIC_PATTERN, description="Producer group.")
-]
+GroupPath = Annotated[str, Path(**GROUP, description="Producer group.")]
 TransactionPath = Annotated[
     str, Path(min_length=1, max_length=128, description="transaction_id of the produce.")
 ]
@@ -83,7 +78,11 @@ def _out(tx: Transaction, now_ms: int) -> TransactionOut:
     )
 
 
-@router.post("/transactions/{transaction_id}", response_model=EndTransactionOut)
+@router.post(
+    "/transactions/{transaction_id}",
+    response_model=EndTransactionOut,
+    responses={409: {"model": ErrorOut, "description": "producer_group_mismatch, kafka_transaction."}},
+)
 async def end_transaction(
     transaction_id: TransactionPath, body: EndTransactionIn, broker: BrokerDep, principal: PrincipalDep
 ) -> EndTransactionOut:
@@ -160,7 +159,11 @@ def _group_out(group: str, doc: dict[str, object]) -> ProducerGroupOut:
     )
 
 
-@router.put("/producer-groups/{group}", response_model=ProducerGroupOut)
+@router.put(
+    "/producer-groups/{group}",
+    response_model=ProducerGroupOut,
+    responses={201: {"model": ProducerGroupOut, "description": "Registered now (200: changed)."}},
+)
 async def put_producer_group(
     group: GroupPath, body: ProducerGroupIn, response: Response, broker: BrokerDep, principal: PrincipalDep
 ) -> ProducerGroupOut:
