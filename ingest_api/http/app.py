@@ -119,6 +119,10 @@ def operator_settings(config: ServerConfig) -> dict[str, Any]:
     }
 
 
+#: Bodies routes read by hand (their schemas are referenced from ``openapi_extra``).
+_HAND_READ_BODIES = (ProduceBatchIn,)
+
+
 def _openapi(app: FastAPI, config: ServerConfig) -> Callable[..., dict[str, Any]]:
     """``app.openapi``: the document for this broker's configuration, built once per variant
     (``internal=True`` keeps the operations the operator job and the Spark sink call)."""
@@ -126,10 +130,21 @@ def _openapi(app: FastAPI, config: ServerConfig) -> Callable[..., dict[str, Any]
 
     def openapi(internal: bool = False) -> dict[str, Any]:
         if internal not in built:
-            built[internal] = openapi_document(app, config, internal=internal, body_models=(ProduceBatchIn,))
+            built[internal] = openapi_document(app, config, internal=internal, body_models=_HAND_READ_BODIES)
         return built[internal]
 
     return openapi
+
+
+def broker_openapi(
+    config: ServerConfig, *, auth_required: bool | None = None, internal: bool = False
+) -> dict[str, Any]:
+    """The document a broker serves with ``config``, without starting one (``sparkmq openapi``).
+    ``auth_required`` stands for ``--auth-file`` (default: whether ``config`` names one)."""
+    app = create_app(config)
+    return openapi_document(
+        app, config, auth_required=auth_required, internal=internal, body_models=_HAND_READ_BODIES
+    )
 
 
 async def _to_console() -> RedirectResponse:

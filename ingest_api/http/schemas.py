@@ -41,6 +41,10 @@ SEPARATOR_CLASS = "".join(f"\\u{ord(sep):04x}" for sep in _SEPARATORS)
 WHITESPACE_CLASS = "".join(f"\\u{c:04x}" for c in range(sys.maxunicode + 1) if chr(c).isspace())
 #: Text the property encoding can carry (tags, keys, property names and values).
 _TEXT: dict[str, Any] = {"pattern": f"^[^{SEPARATOR_CLASS}]*$"}
+#: Tags: text without separators that does not start or end with whitespace (the store
+#: refuses ``tags.strip() != tags``).
+_TAG_EDGE = f"[^{WHITESPACE_CLASS}{SEPARATOR_CLASS}]"
+_TAGS_PATTERN = f"^{_TAG_EDGE}(?:[^{SEPARATOR_CLASS}]*{_TAG_EDGE})?$"
 #: Base64 as ``base64.b64decode(validate=True)`` accepts it: padded, no whitespace.
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
@@ -83,8 +87,9 @@ Tags = Annotated[
     Field(
         min_length=1,
         max_length=1024,
-        json_schema_extra={**_TEXT, "not": {"pattern": r"\|\|"}},
-        description="RocketMQ TAGS, used by tag filters on pull; no '||' and no \\x01 / \\x02.",
+        json_schema_extra={"pattern": _TAGS_PATTERN, "not": {"pattern": r"\|\|"}},
+        description="RocketMQ TAGS, used by tag filters on pull: no '||', no \\x01 / \\x02, no "
+        "whitespace at either end (the store refuses it: 400 invalid_argument).",
     ),
 ]
 Key = Annotated[

@@ -9,12 +9,12 @@ clients of a running broker (``--url``, ``--token``; environment ``SPARKMQ_URL``
 
 from __future__ import annotations
 
-from sparkmq.cli import groups, ladder, messages, status, store_tools, topics
+from sparkmq.cli import groups, ladder, messages, openapi, status, store_tools, topics
 from sparkmq.cli.root import app
 from sparkmq.cli.serve import SERVE_COMPANIONS, FlushMode, ServeOptions, serve
 
 __all__ = ["SERVE_COMPANIONS", "FlushMode", "ServeOptions", "app", "groups", "ladder", "main", "messages",
-           "serve", "status", "store_tools", "topics"]  # fmt: skip
+           "openapi", "serve", "status", "store_tools", "topics"]  # fmt: skip
 
 
 def main() -> None:
