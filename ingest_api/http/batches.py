@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from ingest_api.http.errors import ApiError
-from ingest_api.http.schemas import RESERVED_PROPERTIES, ProduceBatchIn, ProduceEntryIn
+from ingest_api.http.fields import RESERVED_PROPERTIES
+from ingest_api.http.schemas import ProduceBatchIn, ProduceEntryIn
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"

@@ -21,9 +21,10 @@ import pyarrow.compute as pc
 
 from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes, schedule_error
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import decode_body
 from ingest_api.http.json_batch import EntryFields
 from ingest_api.http.params import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS
-from ingest_api.http.schemas import ProduceIn, decode_body, entry_topic
+from ingest_api.http.schemas import ProduceIn, entry_topic
 from store import (
     MAX_PRODUCER_ID_CHARS,
     PROPERTY_PGROUP,

@@ -15,6 +15,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import config_limit
 from ingest_api.http.params import USER_TOPIC, IdempotencyKeyHeader, TopicPath
 from ingest_api.http.render import produce_batch_json, produce_results_stream
 from ingest_api.http.schemas import (
@@ -26,7 +27,6 @@ from ingest_api.http.schemas import (
     QueryOut,
     TransactionalBatchOut,
     TransactionalProduceOut,
-    config_limit,
 )
 from store import (
     InvalidArgument,

@@ -18,17 +18,10 @@ from ingest_api.http import producing
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
 from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
 from ingest_api.http.retries import GroupConfigs, as_dict, resend_dead_letter, send_back
-from ingest_api.http.schemas import (
-    JSON_INTEGER,
-    ErrorOut,
-    Int32,
-    MessageOut,
-    ProduceOut,
-    QueueCount,
-    TopicName,
-)
+from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
 from store import dlq_topic
 
 router = APIRouter(

@@ -36,9 +36,10 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import Count
 from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.params import ID_PATH_PATTERN
-from ingest_api.http.schemas import Count, ErrorOut
+from ingest_api.http.schemas import ErrorOut
 from store import InvalidArgument, MessageStore
 from store.publish import CommitOutcome, SinkStaging, SinkStagingError, StagedPart
 
