@@ -12,12 +12,15 @@ a case the hooks touch stays as valid (or invalid) as it was.
   of the request: a valid case gets a time within that window.
 * A batch is one transaction: entries that name one name the same. A valid batch whose
   entries name several gets the first one's on all of them.
-* ``%`` followed by two hex digits in a path value (topic and group names may hold ``%``):
-  schemathesis decodes a path value before it encodes it, so ``%RETRY%00`` would travel as
-  ``%RETRY`` + NUL + ``0``, another request than the one drawn. A valid case whose path
-  values no longer fit their patterns once decoded is left out, and in the names a valid body
-  gives (topics, producer groups) such a sequence becomes ``%g0`` (still valid, same length),
-  so no topic or group the stateful phase could put in a path has one.
+* ``%`` followed by two hex digits in a name (topic and group names may hold ``%``):
+  schemathesis decodes a path value before it encodes it, and a stateful step puts a name it
+  read from a listing into a path that way too, so ``%RETRY%00`` would travel as ``%RETRY`` +
+  NUL + ``0``, another request than the one drawn. So valid cases never create such a name:
+  in the names they give (paths, and the topics and producer groups of bodies) such a
+  sequence becomes ``%g0`` (still valid, same length), and a group name does not start with
+  two hex digits (its retry topic ``%RETRY%<group>`` would have one). The coverage phase hands
+  path values over already encoded: its valid cases whose values no longer fit their patterns
+  once decoded are left out.
 * ``wait_ms`` (long-poll) above :data:`MAX_WAIT_MS` is cut, so the run does not spend minutes
   waiting on empty queues (a value that was valid stays valid).
 """
@@ -123,18 +126,36 @@ def _valid_requests_only(case: schemathesis.Case) -> None:
 
 
 _ESCAPE_LIKE = re.compile("%[0-9A-Fa-f]([0-9A-Fa-f])")
-#: Body fields that name a topic or a group.
+_HEX_PAIR = re.compile("[0-9A-Fa-f]{2}")
+#: Body fields that name a topic or a producer group.
 _NAME_FIELDS = ("topic", "producer_group")
 
 
-def _names_without_escapes(body: Any) -> None:
-    pending = [body]
+def _is_coverage(case: schemathesis.Case) -> bool:
+    return case.meta is not None and case.meta.phase.name == "coverage"
+
+
+def _plain_name(value: str, *, group: bool) -> str:
+    """``value`` with no ``%`` + two hex digits, and (a group) no two hex digits first."""
+    value = _ESCAPE_LIKE.sub(r"%g\1", value)
+    return "g" + value[1:] if group and _HEX_PAIR.match(value) else value
+
+
+def _plain_names(case: schemathesis.Case) -> None:
+    parameters = case.path_parameters if isinstance(case.path_parameters, dict) else {}
+    for name, value in parameters.items():
+        if isinstance(value, str) and name in ("topic", "group"):
+            if _is_coverage(case):  # already encoded: only the leading pair, which has no '%'
+                parameters[name] = "g" + value[1:] if name == "group" and _HEX_PAIR.match(value) else value
+            else:
+                parameters[name] = _plain_name(value, group=name == "group")
+    pending = [case.body]
     while pending:
         node = pending.pop()
         if isinstance(node, dict):
-            for name in _NAME_FIELDS:
-                if isinstance(node.get(name), str):
-                    node[name] = _ESCAPE_LIKE.sub(r"%g\1", node[name])
+            for field in _NAME_FIELDS:
+                if isinstance(node.get(field), str):
+                    node[field] = _plain_name(node[field], group=False)
             pending.extend(node.values())
         elif isinstance(node, list):
             pending.extend(node)
@@ -153,13 +174,13 @@ def _sent_as_drawn(case: schemathesis.Case) -> bool:
 
 @schemathesis.hook
 def filter_case(context: schemathesis.HookContext, case: schemathesis.Case) -> bool:
-    return not _is_valid(case) or _sent_as_drawn(case)
+    return not (_is_valid(case) and _is_coverage(case)) or _sent_as_drawn(case)
 
 
 @schemathesis.hook
 def map_case(context: schemathesis.HookContext, case: schemathesis.Case) -> schemathesis.Case:
     _cut_wait(case)
     if _is_valid(case):
-        _names_without_escapes(case.body)
+        _plain_names(case)
         _valid_requests_only(case)
     return case
