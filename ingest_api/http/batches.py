@@ -203,10 +203,15 @@ def _validate_arrow_batch(batch: ArrowBatch) -> None:
     if batch.tags is not None:
         _check_text_column(batch.tags, "tags")
         bad = _first_true(
-            pc.or_(pc.match_substring(batch.tags, "||"), pc.equal(pc.utf8_length(batch.tags), 0))
+            pc.or_(
+                pc.or_(pc.match_substring(batch.tags, "||"), pc.equal(pc.utf8_length(batch.tags), 0)),
+                pc.not_equal(pc.utf8_trim_whitespace(batch.tags), batch.tags),
+            )
         )
         if bad is not None:
-            raise _invalid_entry(bad, "tags must be non-empty and must not contain '||'")
+            raise _invalid_entry(
+                bad, "tags must be non-empty, must not contain '||' and must not start or end with whitespace"
+            )
     if batch.keys is not None:
         flat = batch.keys.flatten()
         bad_flat = _first_true(

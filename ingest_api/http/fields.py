@@ -82,7 +82,7 @@ Tags = Annotated[
         max_length=1024,
         json_schema_extra={"pattern": _TAGS_PATTERN, "not": {"pattern": r"\|\|"}},
         description="RocketMQ TAGS, used by tag filters on pull: no '||', no \\x01 / \\x02, no "
-        "whitespace at either end (the store refuses it: 400 invalid_argument).",
+        "whitespace at either end (a tag expression strips its tags, so it would never match).",
     ),
 ]
 Key = Annotated[
@@ -116,6 +116,8 @@ def check_message_fields(tags: str | None, keys: list[str], properties: dict[str
         _check_text("tags", tags)
         if "||" in tags:
             raise ValueError("tags must not contain '||' (the tag expression separator)")
+        if tags != tags.strip():  # a tag expression strips its tags: such a tag never matches
+            raise ValueError("tags must not start or end with whitespace")
     for key in keys:
         _check_text("keys", key)
         if any(ch.isspace() for ch in key):

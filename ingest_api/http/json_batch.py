@@ -155,7 +155,7 @@ def _texts_ok(texts: str) -> bool:
 
 def _tags_ok(tags: list[str]) -> bool:
     joined = "\x00".join(tags)  # NUL separates: '||' cannot span two tags
-    return "||" not in joined and _texts_ok(joined)
+    return "||" not in joined and _texts_ok(joined) and all(tag == tag.strip() for tag in tags)
 
 
 def _keys_ok(keys: list[str]) -> bool:

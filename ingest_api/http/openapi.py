@@ -168,7 +168,8 @@ def _complete_operation(route: Any, operation: dict[str, Any], auth: bool, confi
     responses: dict[str, Any] = operation.setdefault("responses", {})
     declared = {int(status) for status in responses if status.isdigit() and int(status) >= 400}
     for status in sorted(declared | _generic_statuses(route, operation, auth)):
-        responses[str(status)] = _error_response(status)
+        described = responses.get(str(status), {}).get("description")
+        responses[str(status)] = _error_response(status, described)
     operation["responses"] = dict(sorted(responses.items()))
     body = operation.get("requestBody")
     if body is not None:
@@ -180,9 +181,17 @@ def _complete_operation(route: Any, operation: dict[str, Any], auth: bool, confi
         operation["tags"] = [*operation.get("tags", []), "internal"]
 
 
-def _error_response(status: int) -> dict[str, Any]:
+#: Descriptions FastAPI writes by itself (a route's own description is kept).
+_FASTAPI_DESCRIPTIONS = frozenset({"Validation Error", "Successful Response"})
+
+
+def _error_response(status: int, described: str | None = None) -> dict[str, Any]:
+    """The error answer ``status`` with the one error body; a route's own description of it is
+    kept, else the status's meaning."""
+    phrase = http.HTTPStatus(status).phrase
+    own = described if described and described != phrase and described not in _FASTAPI_DESCRIPTIONS else None
     response: dict[str, Any] = {
-        "description": _MEANING.get(status, http.HTTPStatus(status).phrase),
+        "description": own or _MEANING.get(status, phrase),
         "content": {"application/json": {"schema": _ERROR_REF}},
     }
     if status in _HEADERS:

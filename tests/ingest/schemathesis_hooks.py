@@ -13,14 +13,14 @@ a case the hooks touch stays as valid (or invalid) as it was.
 * A batch is one transaction: entries that name one name the same. A valid batch whose
   entries name several gets the first one's on all of them.
 * ``%`` followed by two hex digits in a name (topic and group names may hold ``%``):
-  schemathesis decodes a path value before it encodes it, and a stateful step puts a name it
-  read from a listing into a path that way too, so ``%RETRY%00`` would travel as ``%RETRY`` +
-  NUL + ``0``, another request than the one drawn. So valid cases never create such a name:
-  in the names they give (paths, and the topics and producer groups of bodies) such a
-  sequence becomes ``%g0`` (still valid, same length), and a group name does not start with
-  two hex digits (its retry topic ``%RETRY%<group>`` would have one). The coverage phase hands
-  path values over already encoded: its valid cases whose values no longer fit their patterns
-  once decoded are left out.
+  schemathesis cannot put such a name into a path as it is. It decodes a path value before it
+  encodes it (and hands some values over already encoded), so ``%RETRY%00`` would travel as
+  ``%RETRY`` + NUL + ``0``; and a stateful step puts a name it read from a listing into a path
+  the same way. So valid cases never use or create such a name: a valid case whose path
+  values, decoded as the broker reads them, do not fit their patterns or hold such a sequence
+  is left out; in the names of bodies (topics, producer groups) the sequence becomes ``%g0``
+  (still valid, same length); and a group name does not start with two hex digits (its retry
+  topic ``%RETRY%<group>`` would hold one).
 * ``wait_ms`` (long-poll) above :data:`MAX_WAIT_MS` is cut, so the run does not spend minutes
   waiting on empty queues (a value that was valid stays valid).
 """
@@ -131,50 +131,41 @@ _HEX_PAIR = re.compile("[0-9A-Fa-f]{2}")
 _NAME_FIELDS = ("topic", "producer_group")
 
 
-def _is_coverage(case: schemathesis.Case) -> bool:
-    return case.meta is not None and case.meta.phase.name == "coverage"
-
-
-def _plain_name(value: str, *, group: bool) -> str:
-    """``value`` with no ``%`` + two hex digits, and (a group) no two hex digits first."""
-    value = _ESCAPE_LIKE.sub(r"%g\1", value)
-    return "g" + value[1:] if group and _HEX_PAIR.match(value) else value
-
-
 def _plain_names(case: schemathesis.Case) -> None:
     parameters = case.path_parameters if isinstance(case.path_parameters, dict) else {}
-    for name, value in parameters.items():
-        if isinstance(value, str) and name in ("topic", "group"):
-            if _is_coverage(case):  # already encoded: only the leading pair, which has no '%'
-                parameters[name] = "g" + value[1:] if name == "group" and _HEX_PAIR.match(value) else value
-            else:
-                parameters[name] = _plain_name(value, group=name == "group")
+    group = parameters.get("group")
+    if isinstance(group, str) and _HEX_PAIR.match(group):  # no '%' involved: encoded or not alike
+        parameters["group"] = "g" + group[1:]
     pending = [case.body]
     while pending:
         node = pending.pop()
         if isinstance(node, dict):
             for field in _NAME_FIELDS:
                 if isinstance(node.get(field), str):
-                    node[field] = _plain_name(node[field], group=False)
+                    node[field] = _ESCAPE_LIKE.sub(r"%g\1", node[field])
             pending.extend(node.values())
         elif isinstance(node, list):
             pending.extend(node)
 
 
 def _sent_as_drawn(case: schemathesis.Case) -> bool:
-    """Whether every path value still fits its pattern once decoded (as the broker reads it)."""
+    """Whether every path value, decoded as the broker reads it, fits its pattern (and a name
+    holds no ``%`` + two hex digits)."""
     values = case.path_parameters if isinstance(case.path_parameters, dict) else {}
     for parameter in case.operation.path_parameters:
         pattern = parameter.definition.get("schema", {}).get("pattern")
         value = values.get(parameter.name)
-        if pattern and isinstance(value, str) and re.search(pattern, unquote(value)) is None:
+        if not pattern or not isinstance(value, str):
+            continue
+        decoded = unquote(value)
+        if re.search(pattern, decoded) is None or _ESCAPE_LIKE.search(decoded):
             return False
     return True
 
 
 @schemathesis.hook
 def filter_case(context: schemathesis.HookContext, case: schemathesis.Case) -> bool:
-    return not (_is_valid(case) and _is_coverage(case)) or _sent_as_drawn(case)
+    return not _is_valid(case) or _sent_as_drawn(case)
 
 
 @schemathesis.hook
