@@ -60,8 +60,10 @@ def _schemathesis(broker: RunningBroker, report_dir: Path, *headers: str) -> sub
         "SCHEMATHESIS_HOOKS": "tests.ingest.schemathesis_hooks",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
+    # Run in the report directory: schemathesis keeps a cache of past findings where it runs.
+    report_dir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
-        command, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        command, check=False, cwd=report_dir, env=env, capture_output=True, text=True, timeout=900
     )
 
 
