@@ -73,19 +73,33 @@ def _assert_no_findings(result: subprocess.CompletedProcess[str]) -> None:
     assert "Tested:" in summary and "passed" in summary, result.stdout[-5_000:]
 
 
-def test_the_server_keeps_the_contract_with_auth_off(shared_broker: RunningBroker, tmp_path: Path) -> None:
-    with shared_broker.client() as http:
-        _seed(http)
-        assert http.get("/openapi.json").json()["security"] == [{}, {"bearerAuth": []}]
-    _assert_no_findings(_schemathesis(shared_broker, tmp_path))
+def _broker(tmp_path: Path, auth_file: Path | None = None) -> RunningBroker:
+    """A broker whose limits keep the coverage phase's boundary cases small (a batch of
+    ``maxItems`` entries, a body of ``maxLength`` characters); the document states them."""
+    store = light_config(tmp_path / "store", max_message_size_bytes=64 << 10)
+    return start_broker(ServerConfig(store=store, auth_file=auth_file, max_batch_messages=200))
+
+
+def test_the_server_keeps_the_contract_with_auth_off(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    try:
+        with broker.client() as http:
+            _seed(http)
+            document = http.get("/openapi.json").json()
+        assert document["security"] == [{}, {"bearerAuth": []}]
+        assert (
+            document["components"]["schemas"]["ProduceBatchIn"]["properties"]["messages"]["maxItems"] == 200
+        )
+        _assert_no_findings(_schemathesis(broker, tmp_path / "report"))
+    finally:
+        broker.stop()
 
 
 def test_the_server_keeps_the_contract_with_auth_on(tmp_path: Path) -> None:
     auth_file = tmp_path / "tokens.json"
     grants = {"admin": ["*"], "produce": ["*"], "consume": ["*"]}
     auth_file.write_text(json.dumps({"tokens": [{"name": "admin", "token": ADMIN_TOKEN, **grants}]}))
-    config = ServerConfig(store=light_config(tmp_path / "store"), auth_file=auth_file)
-    broker = start_broker(config)
+    broker = _broker(tmp_path, auth_file)
     try:
         with broker.client(token=ADMIN_TOKEN) as http:
             _seed(http)
