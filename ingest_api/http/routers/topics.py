@@ -17,7 +17,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TopicPath
+from ingest_api.http.params import AnyTopicPath, TopicPath
 from ingest_api.http.peers import PeerUnavailable, passed_headers
 from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
@@ -95,7 +95,7 @@ def _describe(store: MessageStore, topic: str) -> TopicOut:
 
 @router.get("/{topic}", response_model=TopicOut, response_model_exclude_none=True)
 async def describe_topic(
-    topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+    topic: AnyTopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> TopicOut:
     """The topic's queues with each queue's min and max offset (max = next offset to write).
     In a cluster each queue's offsets come from its owner, named in ``broker``."""
