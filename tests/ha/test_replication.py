@@ -130,7 +130,8 @@ def test_a_stalled_in_sync_slave_times_the_write_out_and_hides_it(group: Group) 
             wait_until(lambda: fake.received_end() == end, what="the frame reached the fake slave")
             fake.ack(end)  # it catches up: now every in-sync member holds the write
             wait_until(lambda: master.store.max_offset("t", 0) == 1, what="the record visible")
-            assert follower.read_batch("t", 0, 0, 10).num_messages == 1
+            # a follower in another process learns the move from the checkpoint, written just after
+            wait_until(lambda: follower.read_batch("t", 0, 0, 10).num_messages == 1, what="the follower")
         assert heard == [("t", 0, 1)]
         assert master.ha.wait_replicated(end, 0.0) is ReplicationStatus.PUT_OK
     finally:
