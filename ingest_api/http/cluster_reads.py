@@ -21,7 +21,7 @@ from cluster import QueueUnavailable
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import QueuePath, TopicPath
+from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.peers import PeerUnavailable, passed_headers
 from ingest_api.http.routing import FORWARDED_HEADER
 
@@ -32,7 +32,7 @@ def is_local_request(broker: Broker, headers: Mapping[str, str]) -> bool:
 
 
 async def redirect_to_owner(
-    topic: TopicPath, queue_id: QueuePath, request: Request, broker: BrokerDep
+    topic: AnyTopicPath, queue_id: QueuePath, request: Request, broker: BrokerDep
 ) -> None:
     """Router dependency of the per-queue routes: 307 to the owner when it is another broker."""
     node = broker.cluster
