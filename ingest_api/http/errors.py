@@ -43,7 +43,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "cluster_unavailable": 503,
     "queue_unavailable": 503,
     "no_live_broker": 503,
-    "invalid_placement": 400,
+    "invalid_placement": 409,  # well formed, but not placeable on the cluster as it is
     "invalid_broker_name": 400,
     "broker_name_taken": 409,
     "store_belongs_elsewhere": 409,

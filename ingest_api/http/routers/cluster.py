@@ -17,7 +17,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TopicPath
+from ingest_api.http.params import AnyTopicPath
 from ingest_api.http.peers import PeerUnavailable
 from ingest_api.http.replica_sync import replica_status
 from ingest_api.http.schemas import ClusterOut, ErrorOut, TopicRouteOut
@@ -116,7 +116,7 @@ async def _add_replicas(broker: Broker, brokers: list[dict[str, Any]]) -> None:
 
 
 @router.get("/topics/{topic}/route", response_model=TopicRouteOut, responses={404: {"model": ErrorOut}})
-async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
+async def topic_route(topic: AnyTopicPath, broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every queue id of the topic with its broker name, whether that broker is alive, and its
     HTTP and Kafka addresses (a dead broker shows its last known addresses). A system topic
     (parked, half and send-back records) is each broker's own: its route is the asked broker."""

@@ -37,7 +37,13 @@ def _create_or_grow(store: MessageStore, topic: str, queues: int) -> tuple[bool,
     response_model=TopicOut,
     dependencies=[JsonBody],
     status_code=201,
-    responses={200: {"model": TopicOut, "description": "The topic existed (and may have grown)."}},
+    responses={
+        200: {"model": TopicOut, "description": "The topic existed (and may have grown)."},
+        409: {
+            "model": ErrorOut,
+            "description": "'brokers' names brokers that cannot take queues (unknown, down, or no cluster).",
+        },
+    },
 )
 async def create_or_grow_topic(
     topic: TopicPath, spec: TopicIn, broker: BrokerDep, principal: PrincipalDep, response: Response
@@ -49,7 +55,7 @@ async def create_or_grow_topic(
     if node is None:
         if spec.brokers is not None:
             raise ApiError(
-                400, "not_a_cluster", "'brokers' places queues in a cluster; this broker runs alone"
+                409, "not_a_cluster", "'brokers' places queues in a cluster; this broker runs alone"
             )
         existed, queues = await run_in_threadpool(_create_or_grow, broker.store, topic, spec.queues)
     else:
