@@ -430,6 +430,9 @@ class ClusterNode:
         if node is None:
             return False
         self._coordination.delete(f"{TOPICS}/{topic}", node.version)
+        deadline = time.monotonic() + OWN_WRITE_VISIBLE_S
+        while self.view.placement(topic) is not None and time.monotonic() < deadline:
+            time.sleep(0.005)  # answered once our own routes no longer have it
         return True
 
     def own_queues(self, topic: str, count: int) -> tuple[int, ...]:

@@ -135,7 +135,7 @@ class QueuePlanner:
             if queue is not None:
                 if queue >= count:
                     raise ApiError(
-                        400,
+                        409,
                         "unknown_queue",
                         f"messages[{i}]: queue_id {queue} is outside topic {topic!r}'s {count} queues",
                         index=i,

@@ -109,3 +109,26 @@ def test_the_server_keeps_the_contract_with_auth_on(tmp_path: Path) -> None:
         )
     finally:
         broker.stop()
+
+
+@pytest.mark.cluster
+def test_a_cluster_broker_keeps_the_contract(tmp_path: Path) -> None:
+    """The same run against b1 of a two-broker cluster: produce forwarded to b2, pulls of b2's
+    queues redirected (307), lookups and groups asked of both brokers."""
+    from cluster.local_zookeeper import LocalZooKeeper
+    from tests.cluster.inprocess import InProcessCluster
+    from tests.support.network import free_port
+
+    zookeeper = LocalZooKeeper(tmp_path / "zk", free_port()).start()
+    cluster = InProcessCluster(zookeeper.url("/contract"), tmp_path)
+    try:
+        limits = {"max_batch_messages": 200}
+        b1 = cluster.start("b1", **limits)
+        cluster.start("b2", **limits)
+        cluster.wait_converged(2)
+        with b1.client() as http:
+            _seed(http)
+        _assert_no_findings(_schemathesis(b1, tmp_path / "report"))
+    finally:
+        cluster.stop_all()
+        zookeeper.stop()

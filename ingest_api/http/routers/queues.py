@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Right, authorize
@@ -37,8 +37,6 @@ from store import (
 router = APIRouter(
     prefix="/topics/{topic}/queues/{queue_id}",
     tags=["queues"],
-    # In a cluster a queue is read at its owner: 307 there (ingest_api.http.cluster_reads).
-    dependencies=[Depends(redirect_to_owner)],
     responses={
         307: {
             "model": ErrorOut,
@@ -202,6 +200,7 @@ async def pull(
     """Messages from ``offset`` on, plus ``next_offset``. With ``Accept:
     application/vnd.apache.arrow.stream`` the answer is an Arrow IPC stream (the Spark path)."""
     authorize(principal, Right.CONSUME, topic)
+    await redirect_to_owner(topic, queue_id, request, broker)  # in a cluster: 307 to the owner
     arrow = _wants_arrow(request)
     spec = _PullSpec(topic=topic, queue_id=queue_id, offset=offset, limit=max_messages, tags=tags or "*")
     pulled = await _pull_with_wait(broker, spec, wait_ms, arrow)
@@ -229,6 +228,7 @@ async def offset_for_timestamp(
     *,
     topic: AnyTopicPath,
     queue_id: QueuePath,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     timestamp_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time in ms.")],
@@ -239,6 +239,7 @@ async def offset_for_timestamp(
 ) -> OffsetOut:
     """The queue offset matching a store timestamp (RocketMQ ``searchOffset``)."""
     authorize(principal, Right.CONSUME, topic)
+    await redirect_to_owner(topic, queue_id, request, broker)  # in a cluster: 307 to the owner
     offset = await run_in_threadpool(
         _offset_for_timestamp,
         broker.store,
