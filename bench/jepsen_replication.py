@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     kills = sorted(took for kind, took in verdict.failovers if kind == "kill-master")
     pauses = sorted(took for kind, took in verdict.failovers if kind == "pause-master")
     print(
-        f"\n{args.cycles} cycles in {time.monotonic() - started:.0f} s; {verdict.acknowledged:,} acknowledged messages"
+        f"\n{args.cycles} cycles in {time.monotonic() - started:.0f} s; "
+        f"{verdict.acknowledged:,} acknowledged messages"
     )
     if kills:
         p99 = kills[min(len(kills) - 1, round(0.99 * (len(kills) - 1)))]
