@@ -48,10 +48,13 @@ from ingest_api.kafka.versions import ApiKey
 from store import (
     MAX_PRODUCER_ID_CHARS,
     TRANS_HALF_TOPIC,
+    FlushSlaveTimeout,
     InvalidArgument,
     MessageTooLarge,
+    NotMaster,
     ProducerRef,
     PutResult,
+    SlaveNotAvailable,
     StoreClosed,
     StoreError,
     StoreNotWritable,
@@ -184,10 +187,25 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
             item.error = ErrorCode.INVALID_RECORD
         except (StoreNotWritable, StoreClosed) as exc:
             log.warning("produce %s-%d: store not writable: %s", item.topic, item.partition, exc)
-            item.error = ErrorCode.KAFKA_STORAGE_ERROR
+            item.error = replication_error(exc)
         except StoreError:
             log.exception("produce %s-%d failed", item.topic, item.partition)
             item.error = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def replication_error(exc: Exception) -> ErrorCode:
+    """The Kafka error of a refused write (docs/replication.md): fewer in sync than
+    ``--min-insync`` before appending is NOT_ENOUGH_REPLICAS, after appending
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND; an in-sync set that did not ack in time REQUEST_TIMED_OUT;
+    a replica that is not (or no longer) the master NOT_LEADER_OR_FOLLOWER (clients refresh
+    their metadata and go to the new master). Every one is retriable."""
+    if isinstance(exc, SlaveNotAvailable):
+        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if exc.appended else ErrorCode.NOT_ENOUGH_REPLICAS
+    if isinstance(exc, FlushSlaveTimeout):
+        return ErrorCode.REQUEST_TIMED_OUT
+    if isinstance(exc, NotMaster):  # ReplicaFenced included
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return ErrorCode.KAFKA_STORAGE_ERROR
 
 
 def _put(
