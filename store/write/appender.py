@@ -38,6 +38,7 @@ from store.format.vocabulary import (
     PROPERTY_REAL_QID,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TIMER_REQUEST_PROPERTIES,
 )
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
@@ -57,7 +58,7 @@ from store.write.message_builder import (
 from store.write.queue_offsets import QueuePlacement, last_per_queue
 from store.write.relocate import Relocated
 from store.write.results import BatchPutResult, batch_result_of, put_result_of
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules
+from store.write.timers import TimerRules
 from store.write.transactions import HalfOf, half_properties
 
 UniqKeyLookup = Callable[[str, str], MessageView | None]
