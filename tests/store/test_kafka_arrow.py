@@ -195,3 +195,15 @@ def test_a_record_written_by_the_rules_reads_back_exactly(tmp_path: Path) -> Non
     assert [None if h is None else [(x["key"], x["value"]) for x in h] for h in view.headers.to_pylist()] == (
         expected_headers
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.lists(token, max_size=1)), max_size=10),
+    offset=st.integers(0, 3),
+)
+def test_one_key_per_message_takes_the_tokens_as_they_are(keys: list[Any], offset: int) -> None:
+    column = pa.array([["pad"]] * offset + keys, KEYS_TYPE).slice(offset)
+    view = kafka_view(column, pa.array([b""] * len(keys)), pa.nulls(len(keys), PROPS_TYPE), with_headers=False)
+    view.key.validate(full=True)
+    assert view.key.to_pylist() == [k[0].encode() if k else None for k in keys]
