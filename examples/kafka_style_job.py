@@ -55,7 +55,9 @@ def start(spark: Any, fmt: str, bootstrap: str, input_topic: str, output_topic: 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--format", default="sparkmq", choices=("sparkmq", "kafka"))
     parser.add_argument("--bootstrap", required=True, help="sparkmq: the broker's HTTP host:port")
     parser.add_argument("--input", required=True)

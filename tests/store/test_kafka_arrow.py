@@ -204,6 +204,7 @@ def test_a_record_written_by_the_rules_reads_back_exactly(tmp_path: Path) -> Non
 )
 def test_one_key_per_message_takes_the_tokens_as_they_are(keys: list[Any], offset: int) -> None:
     column = pa.array([["pad"]] * offset + keys, KEYS_TYPE).slice(offset)
-    view = kafka_view(column, pa.array([b""] * len(keys)), pa.nulls(len(keys), PROPS_TYPE), with_headers=False)
+    no_props = pa.nulls(len(keys), PROPS_TYPE)
+    view = kafka_view(column, pa.array([b""] * len(keys)), no_props, with_headers=False)
     view.key.validate(full=True)
     assert view.key.to_pylist() == [k[0].encode() if k else None for k in keys]

@@ -226,7 +226,9 @@ def _reported_head(query: Any) -> int:
     return sum(json.loads(latest).values()) if latest else 0
 
 
-def test_min_offsets_per_trigger_waits_for_enough_offsets(spark: Any, tmp_path: Path, checkpoint: str) -> None:
+def test_min_offsets_per_trigger_waits_for_enough_offsets(
+    spark: Any, tmp_path: Path, checkpoint: str
+) -> None:
     store_dir = tmp_path / "store"
     sink = Batches()
     with open_store(store_dir) as store:
@@ -275,7 +277,7 @@ def test_max_trigger_delay_lets_a_short_batch_through(spark: Any, tmp_path: Path
             # 10 < 1000 offsets: only the delay running out can deliver them
             wait_until(lambda: len(sink.rows()) >= 10, QUERY_TIMEOUT_S, "the delayed batch", poll_s=0.3)
             produce(store, "orders", 7, queues=2, start=200)
-            wait_until(lambda: len(sink.rows()) >= 17, QUERY_TIMEOUT_S, "the second delayed batch", poll_s=0.3)
+            wait_until(lambda: len(sink.rows()) >= 17, QUERY_TIMEOUT_S, "the next delayed batch", poll_s=0.3)
         finally:
             query.stop()
     assert [len(batch) for batch in sink.batches] == [10, 7]
@@ -369,7 +371,8 @@ def test_sink_writes_kafka_rows_like_the_kafka_door(spark: Any, tmp_path: Path) 
     with MessageStore.open(small_config(store_dir)) as ms:
         rows = topic_rows(ms, "out")
     batch = pa.RecordBatch.from_pylist(rows, schema=MESSAGE_SCHEMA)
-    view = kafka_view(batch.column("keys"), batch.column("body"), batch.column("properties"), with_headers=True)
+    columns = batch.column("keys"), batch.column("body"), batch.column("properties")
+    view = kafka_view(*columns, with_headers=True)
     assert view.headers is not None
     got = sorted(
         zip(

@@ -23,7 +23,12 @@ from pyspark.sql.types import (
 
 from streaming.admission import MinTriggerGate
 from streaming.options import EndKind, InvalidSourceOption, RowShape, StartKind, parse_options
-from streaming.sink_columns import InvalidSinkColumn, InvalidSinkOption, check_input_schema, parse_sink_options
+from streaming.sink_columns import (
+    InvalidSinkColumn,
+    InvalidSinkOption,
+    check_input_schema,
+    parse_sink_options,
+)
 from streaming.subscription import Kind
 
 BASE = {"endpoint": "http://h:1"}
@@ -59,7 +64,8 @@ def test_rate_options() -> None:
     opts = parse_options({**BASE, "topic": "t", "minOffsetsPerTrigger": "100", "maxTriggerDelay": "30s"})
     assert (opts.min_messages_per_trigger, opts.max_trigger_delay_s) == (100, 30.0)
     assert parse_options({**BASE, "topic": "t", "minOffsetsPerTrigger": "5"}).max_trigger_delay_s == 900.0
-    assert parse_options({**BASE, "topic": "t", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "1500"}).max_trigger_delay_s == 1.5  # fmt: skip
+    millis = parse_options({**BASE, "topic": "t", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "1500"})
+    assert millis.max_trigger_delay_s == 1.5
     both = parse_options({**BASE, "topic": "t", "minOffsetsPerTrigger": "5", "maxOffsetsPerTrigger": "5"})
     assert (both.min_messages_per_trigger, both.max_messages_per_trigger) == (5, 5)
 
@@ -120,14 +126,38 @@ T = {**BASE, "topic": "t"}
         ({**BASE, "topic": "a", "subscribe": "b"}, "subscribe", "set only one of topic, subscribe"),
         ({**BASE, "subscribe": "a", "subscribePattern": "b.*"}, "subscribePattern", "set only one"),
         ({**BASE, "subscribe": "a", "assign": '{"a": [0]}'}, "assign", "set only one"),
-        ({"endpoint": "http://h:1", "kafka.bootstrap.servers": "h:1", "topic": "t"}, "kafka.bootstrap.servers", "synonym"),  # fmt: skip
-        ({**T, "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger", "higher than"),
+        (
+            {"endpoint": "http://h:1", "kafka.bootstrap.servers": "h:1", "topic": "t"},
+            "kafka.bootstrap.servers",
+            "synonym",
+        ),
+        (
+            {**T, "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"},
+            "minOffsetsPerTrigger",
+            "higher than",
+        ),
         ({**T, "maxTriggerDelay": "5m"}, "maxTriggerDelay", "without minOffsetsPerTrigger"),
-        ({**T, "endingOffsets": "latest", "endingOffsetsByTimestamp": '{"t": {"0": 1}}'}, "endingOffsets", "only one"),  # fmt: skip
-        ({**T, "endingTimestamp": "5", "endingOffsetsByTimestamp": '{"t": {"0": 1}}'}, "endingOffsets", "only one"),  # fmt: skip
-        ({**T, "requestTimeoutMs": "5", "kafkaConsumer.pollTimeoutMs": "5"}, "kafkaConsumer.pollTimeoutMs", "only one"),  # fmt: skip
+        (
+            {**T, "endingOffsets": "latest", "endingOffsetsByTimestamp": '{"t": {"0": 1}}'},
+            "endingOffsets",
+            "only one",
+        ),
+        (
+            {**T, "endingTimestamp": "5", "endingOffsetsByTimestamp": '{"t": {"0": 1}}'},
+            "endingOffsets",
+            "only one",
+        ),
+        (
+            {**T, "requestTimeoutMs": "5", "kafkaConsumer.pollTimeoutMs": "5"},
+            "kafkaConsumer.pollTimeoutMs",
+            "only one",
+        ),
         ({**T, "includeHeaders": "true"}, "includeHeaders", "schema', 'kafka'"),
-        ({**T, "startingOffsetsByTimestampStrategy": "error"}, "startingOffsetsByTimestampStrategy", "applies only"),  # fmt: skip
+        (
+            {**T, "startingOffsetsByTimestampStrategy": "error"},
+            "startingOffsetsByTimestampStrategy",
+            "applies only",
+        ),
         ({"endpoint": "http://h:1", "assign": '{"t": [0]}', "includeRetry": "g"}, "includeRetry", "assign"),
         # malformed
         ({**BASE, "subscribe": " , "}, "subscribe", "names no topic"),
@@ -137,8 +167,16 @@ T = {**BASE, "topic": "t"}
         ({**BASE, "assign": '{"orders": []}'}, "assign", "non-empty list"),
         ({**BASE, "assign": '{"orders": [-1]}'}, "assign", "integers >= 0"),
         ({**BASE, "assign": '{"bad topic": [0]}'}, "assign", "topic"),
-        ({**BASE, "assign": '{"t": [0]}', "startingOffsets": '{"t": {"1": 5}}'}, "startingOffsets", "not among the assigned"),  # fmt: skip
-        ({**BASE, "subscribePattern": "o.*", "startingOffsets": '{"x": {"0": 5}}'}, "startingOffsets", "not among"),  # fmt: skip
+        (
+            {**BASE, "assign": '{"t": [0]}', "startingOffsets": '{"t": {"1": 5}}'},
+            "startingOffsets",
+            "not among the assigned",
+        ),
+        (
+            {**BASE, "subscribePattern": "o.*", "startingOffsets": '{"x": {"0": 5}}'},
+            "startingOffsets",
+            "not among",
+        ),
         ({**T, "endingOffsetsByTimestamp": '{"t": {"0": -1}}'}, "endingOffsetsByTimestamp", ">= 0"),
         ({**T, "minOffsetsPerTrigger": "0"}, "minOffsetsPerTrigger", "positive integer"),
         ({**T, "minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, "maxTriggerDelay", "bad duration"),
@@ -146,8 +184,16 @@ T = {**BASE, "topic": "t"}
         ({**T, "fetchOffset.numRetries": "x"}, "fetchOffset.numRetries", "non-negative integer"),
         ({**T, "schema": "avro"}, "schema", "'rocketmq' (the default) or 'kafka'"),
         ({**T, "schema": "kafka", "includeHeaders": "yes"}, "includeHeaders", "'true' or 'false'"),
-        ({**T, "startingTimestamp": "5", "startingOffsetsByTimestampStrategy": "fail"}, "startingOffsetsByTimestampStrategy", "'error' or 'latest'"),  # fmt: skip
-        ({"kafka.bootstrap.servers": "a:1,b:2", "topic": "t"}, "kafka.bootstrap.servers", "several addresses"),
+        (
+            {**T, "startingTimestamp": "5", "startingOffsetsByTimestampStrategy": "fail"},
+            "startingOffsetsByTimestampStrategy",
+            "'error' or 'latest'",
+        ),
+        (
+            {"kafka.bootstrap.servers": "a:1,b:2", "topic": "t"},
+            "kafka.bootstrap.servers",
+            "several addresses",
+        ),
         ({"kafka.bootstrap.servers": "localhost", "topic": "t"}, "kafka.bootstrap.servers", "host:port"),
         # unknown
         ({**T, "subscribePatern": "x"}, "subscribepatern", "unknown option"),
@@ -197,7 +243,9 @@ def test_min_trigger_gate_follows_kafkas_rule() -> None:
 
 
 def test_sink_accepts_kafkas_address_and_refuses_producer_settings(tmp_path: Path) -> None:
-    parsed = parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:8080", "topic": "t", "includeHeaders": "true"})
+    parsed = parse_sink_options(
+        {"kafka.bootstrap.servers": "127.0.0.1:8080", "topic": "t", "includeHeaders": "true"}
+    )
     assert (parsed.endpoint, parsed.endpoint_from_bootstrap) == ("http://127.0.0.1:8080", True)
     for name, why in (
         ("kafka.key.serializer", "as given"),
@@ -207,9 +255,10 @@ def test_sink_accepts_kafkas_address_and_refuses_producer_settings(tmp_path: Pat
         ("kafka.sasl.jaas.config", "authToken"),
         ("kafka.linger.ms", "runs none"),
     ):
-        with pytest.raises(InvalidSinkOption, match=f"sink option '{name}': cannot apply to sparkmq: .*{why}"):
+        expected = f"sink option '{name}': cannot apply to sparkmq: .*{why}"
+        with pytest.raises(InvalidSinkOption, match=expected):
             parse_sink_options({"endpoint": "http://h:1", name: "x"})
-    with pytest.raises(InvalidSinkOption, match="'kafka.bootstrap.servers'.*synonym"):
+    with pytest.raises(InvalidSinkOption, match=r"'kafka\.bootstrap\.servers'.*synonym"):
         parse_sink_options({"endpoint": "http://h:1", "kafka.bootstrap.servers": "h:1"})
 
 
@@ -240,13 +289,21 @@ def test_sink_shapes() -> None:
 @pytest.mark.parametrize(
     ("ddl", "column", "message"),
     [
-        ("key STRING, value STRING, tags STRING", "tags", "mixes Kafka-shaped columns (key, value) with RocketMQ-shaped columns (tags)"),  # fmt: skip
-        ("body STRING, partition INT", "body", "mixes Kafka-shaped columns (partition) with RocketMQ-shaped columns (body)"),  # fmt: skip
+        (
+            "key STRING, value STRING, tags STRING",
+            "tags",
+            "mixes Kafka-shaped columns (key, value) with RocketMQ-shaped columns (tags)",
+        ),
+        (
+            "body STRING, partition INT",
+            "body",
+            "mixes Kafka-shaped columns (partition) with RocketMQ-shaped columns (body)",
+        ),
         ("key STRING", "value", "is required in Kafka-shaped rows"),
         ("value STRING, key INT", "key", "has type int; expected binary or string"),
         ("value STRING, headers MAP", "headers", "has type map<string,string>"),
         ("value STRING, partition STRING", "partition", "has type string"),
-        ("value STRING, timestamp TIMESTAMP", "timestamp", "not a column the sink knows in kafka-shaped rows"),
+        ("value STRING, timestamp TIMESTAMP", "timestamp", "not a column the sink knows in kafka-shaped"),
     ],
 )
 def test_sink_refuses_mixed_or_wrong_kafka_columns(ddl: str, column: str, message: str) -> None:
