@@ -409,3 +409,23 @@ def test_mixed_shapes_fail_at_start_naming_the_columns(spark: Any, tmp_path: Pat
     )  # fmt: skip
     with pytest.raises(Exception, match=r"column 'keys': mixes Kafka-shaped columns \(value\) with RocketMQ"):
         query.awaitTermination(QUERY_TIMEOUT_S)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": "t", "kafka.group.id": "g"}, "option 'kafka.group.id': cannot apply to sparkmq"),
+        ({"subscribe": "t", "kafka.security.protocol": "SSL"}, "option 'kafka.security.protocol'"),
+        ({"subscribe": "t", "topic": "t"}, "option 'subscribe': set only one of topic, subscribe"),
+        ({"subscribe": "t", "maxTriggerDelay": "1m"}, "option 'maxtriggerdelay'|option 'maxTriggerDelay'"),
+        ({"subscribe": "t", "subscribepatern": "x"}, "option 'subscribepatern': unknown option"),
+    ],
+)
+def test_kafka_option_refusals_surface_at_load(
+    spark: Any, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    reader = spark.readStream.format("sparkmq").option("path", str(tmp_path))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception, match=message):
+        reader.load()
