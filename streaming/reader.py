@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 
 from store import RETRY_TOPIC_PREFIX, DataLost, GetStatus, SparkMQError, present_retry
 from streaming.admission import MinTriggerGate
-from streaming.backends import Backend, BackendError, QueueHeads, backend_for, is_backend_fault
+from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
 from streaming.offsets import (
     Offsets,
     QueueRange,
@@ -116,8 +116,7 @@ def _heads_once(backend: Backend, options: SourceOptions) -> dict[str, tuple[int
     subscription = options.subscription
     heads: dict[str, tuple[int, int]] = {}
     for topic in subscription.topics_now(backend.topics):
-        queues: QueueHeads = backend.queue_heads(topic)
-        for queue_id, bounds in queues.items():
+        for queue_id, bounds in backend.queue_heads(topic).items():
             if subscription.admits(topic, queue_id):
                 heads[queue_key(topic, queue_id)] = bounds
     return {key: heads[key] for key in normalize(dict.fromkeys(heads, 0))}
