@@ -58,6 +58,7 @@ from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
 from store.message_store import MessageStore
 from store.metadata.file_sizes import existing_config
+from store.metadata.topic_config import MAX_QUEUES_PER_TOPIC
 from store.names import (
     DLQ_TOPIC_PREFIX,
     GROUP_MAX_LENGTH,
@@ -123,6 +124,7 @@ __all__ = [
     "LADDER_BASE_LEVEL",
     "MAX_PRODUCER_ID_CHARS",
     "MAX_PROPERTY_COLUMNS",
+    "MAX_QUEUES_PER_TOPIC",
     "MESSAGE_SCHEMA",
     "MIB",
     "NAME_CHARS",

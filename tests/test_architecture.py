@@ -1,8 +1,10 @@
 """The layout's rules, checked on the import statements of every module (``ast``, no imports run).
 
-* Layers: ``store`` imports none of ``ingest_api`` / ``streaming`` / ``sparkmq``; the doors
-  (``ingest_api``) and Spark (``streaming``) do not import each other or the CLI; only
-  ``sparkmq.cli`` sits on top (``import sparkmq`` for its ``__version__`` is allowed).
+* Layers: ``store`` imports none of the others; ``cluster`` (membership, routes, the
+  ZooKeeper session) sits on ``store``; the doors (``ingest_api``) and Spark (``streaming``)
+  sit on both and do not import each other or the CLI; only ``sparkmq.cli`` sits on top
+  (``import sparkmq`` for its ``__version__`` is allowed).
+* Only ``cluster.zk`` talks to ZooKeeper: nothing else imports kazoo.
 * Inside ``store``: the structures below the facade (``format``, ``io``, ``commitlog``,
   ``consumequeue``, ``index``, ``metadata``) never import the put/read/recovery layers, the
   facade or ``publish``; nothing but ``publish`` imports ``publish``.
@@ -18,13 +20,14 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("store", "ingest_api", "streaming", "sparkmq")
+TOP = ("store", "cluster", "ingest_api", "streaming", "sparkmq")
 STRUCTURES = ("format", "io", "commitlog", "consumequeue", "index", "metadata")
 ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "message_store")
 
 
-def module_imports() -> dict[str, set[str]]:
-    """Dotted module name -> absolute module names it imports (only this project's)."""
+def module_imports(third_party: bool = False) -> dict[str, set[str]]:
+    """Dotted module name -> absolute module names it imports (only this project's, unless
+    ``third_party``)."""
     out: dict[str, set[str]] = {}
     for top in TOP:
         for path in (ROOT / top).rglob("*.py"):
@@ -35,8 +38,18 @@ def module_imports() -> dict[str, set[str]]:
                     found.update(alias.name for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                     found.add(node.module)
-            out[name] = {m for m in found if m.split(".")[0] in TOP}
+            out[name] = found if third_party else {m for m in found if m.split(".")[0] in TOP}
     return out
+
+
+def test_only_the_zookeeper_adapter_imports_kazoo() -> None:
+    bad = [
+        f"{module} imports {imported}"
+        for module, imports in module_imports(third_party=True).items()
+        for imported in imports
+        if imported.split(".")[0] == "kazoo" and module != "cluster.zk"
+    ]
+    assert bad == [], "\n".join(sorted(bad))
 
 
 def test_layers_never_import_upwards() -> None:
@@ -49,9 +62,10 @@ def test_layers_never_import_upwards() -> None:
                 continue
             allowed = {
                 "store": (),
-                "ingest_api": ("store",),
-                "streaming": ("store",),
-                "sparkmq": ("store", "ingest_api", "streaming"),
+                "cluster": ("store",),
+                "ingest_api": ("store", "cluster"),
+                "streaming": ("store", "cluster"),
+                "sparkmq": ("store", "cluster", "ingest_api", "streaming"),
             }[top]
             if target not in allowed:
                 bad.append(f"{module} imports {imported}")

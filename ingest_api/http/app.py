@@ -30,11 +30,14 @@ from ingest_api.http.config import ServerConfig
 from ingest_api.http.errors import install_error_handlers
 from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
+from ingest_api.http.membership import cluster_membership
 from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.operators import OperatorBoard
 from ingest_api.http.retries import GroupConfigs
 from ingest_api.http.routers import (
+    cluster,
     groups,
+    kafka_peers,
     messages,
     operators,
     ops,
@@ -86,6 +89,8 @@ def _lifespan(
             app.state.broker = broker
             try:
                 async with AsyncExitStack() as stack:
+                    # Joined first, left last: the broker is a member exactly while it serves.
+                    await stack.enter_async_context(cluster_membership(broker))
                     # Sink batches decided before the last stop are published before serving.
                     await stack.enter_async_context(sinks.sink_recovery(broker))
                     # So are relocation batches of the operators (delayed messages).
@@ -160,7 +165,20 @@ def create_app(
     if server_config.fast_lane:  # in front of every middleware below (it does their part itself)
         fastlane.install(app, server_config.max_request_bytes)
     app.add_middleware(RequestSizeLimit, max_bytes=server_config.max_request_bytes)
-    for module in (topics, messages, queues, retries, groups, sinks, operators, transactions, stats, ops):
+    for module in (
+        cluster,
+        topics,
+        messages,
+        queues,
+        retries,
+        groups,
+        kafka_peers,
+        sinks,
+        operators,
+        transactions,
+        stats,
+        ops,
+    ):
         app.include_router(module.router)
     install_console(app)
     app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included

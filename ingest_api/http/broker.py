@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cluster import ClusterNode
 from ingest_api.http.auth import TokenTable
 from ingest_api.http.coalescer import ProduceCoalescer
 from ingest_api.http.config import ServerConfig
@@ -58,3 +59,21 @@ class Broker:
     kafka_groups: Callable[[], Sequence[KafkaGroupView]] | None = None
     #: The console's chart sampler (:class:`ingest_api.console.samples.Sampler`) once running.
     samples: Any = None
+    #: This broker's membership when it runs in a cluster (``sparkmq serve --cluster``).
+    cluster: ClusterNode | None = None
+    #: Pooled HTTP clients to the other brokers (forwarding and fan-out), in cluster mode.
+    peers: Any = None
+    #: Forwarded single produces, batched per owner (:class:`ingest_api.http.forwarding.ForwardCoalescer`).
+    forwarder: Any = None
+    #: Where produced messages go in a cluster (:class:`ingest_api.http.routing.QueuePlanner`).
+    planner: Any = None
+    #: Keeps local topics in step with the routes (:class:`cluster.local_sync.LocalTopicSync`).
+    local_topics: Any = None
+    #: Set by a running Kafka gateway in a cluster: answers ``POST /kafka/peer/{op}``
+    #: (``handle(op, body) -> bytes``, :class:`ingest_api.kafka.txn_peers.PeerService`).
+    kafka_peer: Any = None
+
+    @property
+    def name(self) -> str | None:
+        """The broker name in cluster mode, else ``None``."""
+        return self.cluster.name if self.cluster is not None else None

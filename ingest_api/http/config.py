@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cluster import ClusterConfig
 from store import MIB, InvalidArgument, StoreConfig
 
 #: Hard ceiling on ``max_messages`` for one pull (JSON or Arrow).
@@ -59,6 +60,10 @@ class ServerConfig:
     tx_immunity_ms: int = 6000
     tx_check_interval_ms: int = 30_000
     tx_check_max: int = 15
+    #: Cluster membership (``sparkmq serve --cluster``); ``None``: a lone broker, no ZooKeeper.
+    cluster: ClusterConfig | None = None
+    #: Seconds a forwarded request (produce to another broker's queue, a fan-out query) may take.
+    forward_timeout_s: float = 30.0
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -76,7 +81,10 @@ class ServerConfig:
             (self.tx_check_interval_ms >= 100, "tx_check_interval_ms must be >= 100"),
             (self.tx_check_max >= 1, "tx_check_max must be >= 1"),
             (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
+            (self.forward_timeout_s > 0, "forward_timeout_s must be > 0"),
         ]
+        if self.cluster is not None:
+            self.cluster.validate()
         for ok, message in checks:
             if not ok:
                 raise InvalidArgument(f"invalid ServerConfig: {message}")

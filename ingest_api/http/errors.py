@@ -38,6 +38,15 @@ STATUS_BY_CODE: dict[str, int] = {
     "store_locked": 503,
     "data_lost": 410,
     "corrupt_store": 500,
+    # the cluster layer (cluster.errors)
+    "cluster_unavailable": 503,
+    "queue_unavailable": 503,
+    "no_live_broker": 503,
+    "invalid_placement": 400,
+    "invalid_broker_name": 400,
+    "broker_name_taken": 409,
+    "store_belongs_elsewhere": 409,
+    "corrupt_route": 500,
 }
 
 #: Generic codes for statuses raised by the framework (404 route, 405 method, ...).
@@ -81,7 +90,8 @@ class ApiError(Exception):
 def error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
+    fields = {name: value for name, value in extra.items() if value is not None}
+    return JSONResponse({"error": code, "message": message, **fields}, status_code=status, headers=headers)
 
 
 def _api_error(_: Request, exc: Exception) -> JSONResponse:
@@ -95,7 +105,10 @@ def _store_error(_: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         log.error("store fault answered with %d: %s", status, exc, exc_info=status == 500)
     headers = {"Retry-After": "1"} if exc.retriable else None
-    return error_response(status, exc.code, str(exc) or exc.code, headers, retriable=exc.retriable)
+    broker = getattr(exc, "broker", None)  # a cluster fault names the broker it is about
+    return error_response(
+        status, exc.code, str(exc) or exc.code, headers, retriable=exc.retriable, broker=broker
+    )
 
 
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:

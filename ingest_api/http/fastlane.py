@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ingest_api.http import cluster_produce
 from ingest_api.http.auth import Right, authenticate, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.errors import ApiError, response_for
@@ -75,6 +76,7 @@ class FastLane:
         started = time.perf_counter()
         content_type = authorization = None
         declared = 0
+        cluster_headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             if name == b"content-type":
                 if content_type is None:
@@ -86,6 +88,8 @@ class FastLane:
             elif name == b"idempotency-key":  # idempotent produces take the documented route
                 await self.app(scope, receive, send)
                 return
+            elif name.startswith(b"x-sparkmq-"):  # a forwarded produce (cluster mode)
+                cluster_headers[name.decode("latin-1")] = value.decode("latin-1")
         if content_type != b"application/json" or declared > self.max_bytes:
             await self.app(scope, receive, send)
             return
@@ -112,15 +116,22 @@ class FastLane:
         status = 500
         try:
             try:
-                answer = await produce_one_json(broker, topic, entry)
+                if broker.cluster is None:
+                    answer, answered = await produce_one_json(broker, topic, entry), 201
+                else:
+                    if authorization is not None:
+                        cluster_headers["authorization"] = authorization
+                    answered, answer = await cluster_produce.produce_single(
+                        broker, topic, entry, cluster_headers, None
+                    )
             except (ApiError, SparkMQError) as exc:
                 response = response_for(exc)
                 status = response.status_code
                 await response(scope, receive, send)
                 return
-            status = 201
+            status = answered
             headers = [(b"content-length", str(len(answer)).encode()), _JSON_CONTENT_TYPE]
-            await send({"type": "http.response.start", "status": 201, "headers": headers})
+            await send({"type": "http.response.start", "status": answered, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         except Exception:
             if status == 500:  # nothing sent yet: Starlette's ServerErrorMiddleware answer

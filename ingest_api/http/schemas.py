@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cluster import BROKER_NAME_PATTERN
 from store import (
     GROUP_MAX_LENGTH,
     NAME_PATTERN,
@@ -276,12 +277,22 @@ class TopicIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     queues: int = Field(ge=1, le=1024, description="Queue count; an existing topic only grows.")
+    brokers: list[Annotated[str, Field(pattern=f"^{BROKER_NAME_PATTERN}$")]] | None = Field(
+        None,
+        min_length=1,
+        description="Cluster mode: place the new queue ids on these brokers (default: round robin over "
+        "the live brokers). Existing queues never move.",
+    )
 
 
 class QueueOffsetsOut(BaseModel):
     queue_id: int
     min_offset: int
     max_offset: int = Field(description="Next offset to be written.")
+    broker: str | None = Field(None, description="Cluster mode: the broker that owns the queue.")
+    available: bool | None = Field(
+        None, description="Cluster mode: false when the owner is down (its offsets are then unknown: 0)."
+    )
 
 
 class TopicOut(BaseModel):
@@ -373,6 +384,9 @@ class GroupOffsetsOut(BaseModel):
     group: str
     topic: str
     offsets: dict[int, int] = Field(description="Queue id -> committed next offset (-1: none).")
+    unavailable: list[str] | None = Field(
+        None, description="Cluster mode: brokers that could not be asked (their queues show -1)."
+    )
 
 
 class GroupResetIn(BaseModel):
@@ -439,6 +453,9 @@ class GroupDescribeOut(BaseModel):
     members: list[KafkaMemberOut]
     queues: list[GroupQueueOut]
     total_lag: int
+    unavailable: list[str] | None = Field(
+        None, description="Cluster mode: brokers that could not be asked (their queues are left out)."
+    )
 
 
 class StatsOut(BaseModel):
@@ -467,16 +484,63 @@ class GroupLagOut(BaseModel):
     topic: str
     queues: list[QueueLagOut]
     total_lag: int
+    unavailable: list[str] | None = Field(
+        None, description="Cluster mode: brokers that could not be asked (their queues are left out)."
+    )
 
 
 class GroupListOut(BaseModel):
     groups: dict[str, list[str]] = Field(description="Group -> topics it has offsets for.")
 
 
+class ClusterHealthOut(BaseModel):
+    broker: str
+    session: str = Field(description="ZooKeeper session: connected, suspended or lost.")
+    registered: bool = Field(description="Whether this broker's member node is registered.")
+    warnings: list[str]
+
+
 class HealthOut(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(
+        description="degraded: serving, but cut off from ZooKeeper or with cluster warnings (see cluster)."
+    )
+    cluster: ClusterHealthOut | None = Field(None, description="Cluster mode only.")
 
 
 class ErrorOut(BaseModel):
     error: str = Field(description="Stable machine-readable code.")
     message: str
+
+
+class BrokerOut(BaseModel):
+    name: str = Field(description="Broker name (``--broker-name``); ``local`` for a lone broker.")
+    alive: bool = Field(description="Whether its ZooKeeper session is alive (it serves its queues).")
+    http: str | None = Field(description="Its HTTP base URL (the last known one when dead).")
+    kafka: str | None = Field(description="Its Kafka address host:port, when it serves Kafka.")
+    member_id: int | None = Field(description="Member id (also its Kafka node id).")
+    queues: int = Field(description="Queue ids it owns, over every topic.")
+
+
+class ClusterOut(BaseModel):
+    mode: Literal["single", "cluster"]
+    cluster: str | None = Field(None, description="The ZooKeeper address (``--cluster``).")
+    self_name: str = Field(alias="self", description="The name of the broker that answered.")
+    session: str | None = Field(description="Its ZooKeeper session: connected, suspended or lost.")
+    brokers: list[BrokerOut]
+    topics: int = Field(description="Topics in the cluster.")
+    warnings: list[str] = Field(
+        description="Problems that need an operator (e.g. data on an unrouted queue)."
+    )
+
+
+class QueueRouteOut(BaseModel):
+    queue_id: int
+    broker: str
+    alive: bool
+    http: str | None
+    kafka: str | None
+
+
+class TopicRouteOut(BaseModel):
+    topic: str
+    queues: list[QueueRouteOut]

@@ -7,15 +7,17 @@ the HTTP API on the same event loop (see :mod:`ingest_api.http.app`).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
+from cluster import ClusterConfig, InvalidBrokerName, InvalidClusterAddress, parse_cluster_address
 from ingest_api.http.app import Companion
 from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import serve as run_server
@@ -146,8 +148,45 @@ def serve(
             help="Check-backs before a half goes to TRANS_CHECK_MAX_TIME_TOPIC (transactionCheckMax)."
         ),
     ] = 15,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Join a cluster: zk://HOST:PORT[,HOST:PORT][/chroot] (ZooKeeper); off when absent.",
+            rich_help_panel="Cluster",
+        ),
+    ] = None,
+    broker_name: Annotated[
+        str | None,
+        typer.Option(help="This broker's name in the cluster (needs --cluster).", rich_help_panel="Cluster"),
+    ] = None,
+    advertise_host: Annotated[
+        str | None,
+        typer.Option(
+            help="Host other brokers and clients use to reach this one (default: --host, or 127.0.0.1 "
+            "when --host is a wildcard).",
+            rich_help_panel="Cluster",
+        ),
+    ] = None,
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            help="ZooKeeper session timeout: a killed broker is seen dead (queues unavailable) after it.",
+            rich_help_panel="Cluster",
+        ),
+    ] = 6000,
 ) -> None:
     """Run the broker: open the store and serve the HTTP API until SIGTERM or Ctrl-C."""
+    membership = _cluster_config(
+        cluster,
+        broker_name,
+        advertise_host,
+        host,
+        port,
+        kafka_port,
+        session_timeout_ms,
+        default_queues,
+        auto_create_topics,
+    )
     store_dir.mkdir(parents=True, exist_ok=True)
     try:
         store_config = StoreConfig(
@@ -157,8 +196,10 @@ def serve(
             flush_disk_type=FlushDiskType.SYNC_FLUSH
             if flush is FlushMode.sync
             else FlushDiskType.ASYNC_FLUSH,
-            auto_create_topics=auto_create_topics,
+            # In a cluster topics are created through ZooKeeper, never by the store alone.
+            auto_create_topics=auto_create_topics and membership is None,
             default_queues_per_topic=default_queues,
+            **_store_address(membership),
         ).validate()
         config = ServerConfig(
             store=store_config,
@@ -175,6 +216,7 @@ def serve(
             tx_check_max=tx_check_max,
             relocation_fault=os.environ.get("SPARKMQ_TEST_RELOCATION_FAULT"),
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
+            cluster=membership,
         ).validate()
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)
@@ -197,6 +239,57 @@ def serve(
     if not run_server(config, companions):
         typer.echo("sparkmq serve: the broker failed to start (see the log above)", err=True)
         raise typer.Exit(1)
+
+
+def _cluster_config(
+    cluster: str | None,
+    broker_name: str | None,
+    advertise_host: str | None,
+    host: str,
+    port: int,
+    kafka_port: int | None,
+    session_timeout_ms: int,
+    default_queues: int,
+    auto_create_topics: bool,
+) -> ClusterConfig | None:
+    """The membership the cluster flags ask for; exits 2 with what is wrong."""
+    if cluster is None:
+        if broker_name is not None:
+            _refuse("--broker-name needs --cluster zk://HOST:PORT[/chroot]")
+        return None
+    if broker_name is None:
+        _refuse("--cluster needs --broker-name NAME (this broker's name in the cluster)")
+    advertised = advertise_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+    try:
+        return ClusterConfig(
+            address=parse_cluster_address(cluster),
+            broker_name=str(broker_name),
+            advertise_host=advertised,
+            http_port=port,
+            kafka_port=kafka_port,
+            session_timeout_ms=session_timeout_ms,
+            default_queues=default_queues,
+            auto_create_topics=auto_create_topics,
+        ).validate()
+    except (InvalidClusterAddress, InvalidBrokerName, InvalidArgument) as exc:
+        _refuse(str(exc))
+    raise AssertionError("unreachable")
+
+
+def _store_address(membership: ClusterConfig | None) -> dict[str, Any]:
+    """In a cluster, msg ids name the broker that stored the message: its address and HTTP port."""
+    if membership is None:
+        return {}
+    try:
+        ipaddress.IPv4Address(membership.advertise_host)
+    except ValueError:
+        return {"store_port": membership.http_port}
+    return {"store_host": membership.advertise_host, "store_port": membership.http_port}
+
+
+def _refuse(message: str) -> NoReturn:
+    typer.echo(f"sparkmq serve: {message}", err=True)
+    raise typer.Exit(2)
 
 
 @app.command(

@@ -109,6 +109,10 @@ PROPERTY_SENDBACK_ATTEMPT: Final = "SENDBACK_ATTEMPT"
 PROPERTY_SENDBACK_DELAY_LEVEL: Final = "SENDBACK_DELAY_LEVEL"
 PROPERTY_SENDBACK_MAX_RECONSUME: Final = "SENDBACK_MAX_RECONSUME"
 PROPERTY_SENDBACK_RETRY_QUEUES: Final = "SENDBACK_RETRY_QUEUES"
+#: In a cluster, the first of the receiving broker's own queue ids of %RETRY%group (absent: 0)
+#: and its own queue id of %DLQ%group (absent: 0): the retry lands on this broker's queues.
+PROPERTY_SENDBACK_RETRY_BASE: Final = "SENDBACK_RETRY_BASE"
+PROPERTY_SENDBACK_DLQ_QUEUE: Final = "SENDBACK_DLQ_QUEUE"
 #: On a transaction's op record: how it ended (commit, rollback, discard).
 PROPERTY_TX_END: Final = "SPARKMQ_TX_END"
 

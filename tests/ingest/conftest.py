@@ -54,10 +54,12 @@ def start_broker(
     open_store: StoreOpener = MessageStore.open,
     companions: Sequence[Companion] = (),
     freeze_heap: bool = False,
+    fixed_port: int = 0,
 ) -> RunningBroker:
+    """Serve ``config`` from a thread on 127.0.0.1 (``fixed_port``, or a free one)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", fixed_port))
     port = sock.getsockname()[1]
     server = build_server(
         config.with_changes(port=port, log_level="warning"),

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from ingest_api.http import cluster_groups
 from ingest_api.http.auth import Right, authorize, authorize_global_admin
+from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_reads import is_local_request
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.lag import GroupQueueRow, group_topic_rows
 from ingest_api.http.params import TOPIC_PATTERN, GroupPath
 from ingest_api.http.resets import apply_reset, plan_reset
+from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import (
     ErrorOut,
     GroupDescribeOut,
@@ -57,23 +63,45 @@ def _offsets(store: MessageStore, group: str, topic: str) -> GroupOffsetsOut:
     queues = _queue_count(store, group, topic)
     committed = store.committed_offsets(group, topic)
     offsets = {queue_id: committed.get(queue_id, -1) for queue_id in range(queues)}
-    return GroupOffsetsOut(group=group, topic=topic, offsets=offsets)
+    return GroupOffsetsOut(group=group, topic=topic, offsets=offsets, unavailable=None)
 
 
 @router.get("", response_model=GroupListOut)
-async def list_groups(broker: BrokerDep, principal: PrincipalDep) -> GroupListOut:
-    """Every group with committed offsets, and the topics it has them for."""
+async def list_groups(request: Request, broker: BrokerDep, principal: PrincipalDep) -> GroupListOut:
+    """Every group with committed offsets, and the topics it has them for (in a cluster: on any
+    broker)."""
     authorize_global_admin(principal)
-    return GroupListOut(groups=await run_in_threadpool(broker.store.groups))
+    local = await run_in_threadpool(broker.store.groups)
+    if is_local_request(broker, request.headers):
+        return GroupListOut(groups=local)
+    return GroupListOut(groups=await cluster_groups.group_lists(broker, request.headers, local))
 
 
 @router.get("/{group}/offsets", response_model=GroupOffsetsOut)
 async def get_offsets(
-    group: GroupPath, topic: TopicQuery, broker: BrokerDep, principal: PrincipalDep
+    group: GroupPath, topic: TopicQuery, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupOffsetsOut:
-    """The group's committed (next-to-consume) offset per queue; -1 where it never committed."""
+    """The group's committed (next-to-consume) offset per queue; -1 where it never committed.
+    In a cluster each queue's offset comes from its owner."""
     authorize(principal, Right.CONSUME, topic)
-    return await run_in_threadpool(_offsets, broker.store, group, topic)
+    if is_local_request(broker, request.headers):
+        return await run_in_threadpool(_offsets, broker.store, group, topic)
+    return await _cluster_offsets(broker, group, topic, request)
+
+
+async def _cluster_offsets(broker: Broker, group: str, topic: str, request: Request) -> GroupOffsetsOut:
+    assert broker.cluster is not None
+    validate_group(group)
+    owners = cluster_groups.placement_owners(broker.cluster.view, topic)
+    local = None
+    if broker.store.has_topic(topic):
+        local = (await run_in_threadpool(_offsets, broker.store, group, topic)).offsets
+    answers, unavailable = await cluster_groups.gather_topic(
+        broker, topic, f"/groups/{group}/offsets", request.headers, {"topic": topic}, local,
+        lambda body: {int(q): o for q, o in body["offsets"].items()},
+    )  # fmt: skip
+    offsets = cluster_groups.pick(owners, answers, -1)
+    return GroupOffsetsOut(group=group, topic=topic, offsets=offsets, unavailable=unavailable or None)
 
 
 def _commit(store: MessageStore, group: str, topic: str, offsets: dict[int, int]) -> GroupOffsetsOut:
@@ -96,14 +124,23 @@ def _commit(store: MessageStore, group: str, topic: str, offsets: dict[int, int]
 
 @router.put("/{group}/offsets", response_model=GroupOffsetsOut, dependencies=[JsonBody])
 async def put_offsets(
-    group: GroupPath, spec: GroupOffsetsIn, broker: BrokerDep, principal: PrincipalDep
+    group: GroupPath, spec: GroupOffsetsIn, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupOffsetsOut:
-    """Commit next-to-consume offsets, e.g. ``{"topic": "orders", "offsets": {"0": 12}}``."""
+    """Commit next-to-consume offsets, e.g. ``{"topic": "orders", "offsets": {"0": 12}}``. In a
+    cluster each queue's offset is committed at the queue's owner."""
     authorize(principal, Right.CONSUME, spec.topic)
-    return await run_in_threadpool(_commit, broker.store, group, spec.topic, dict(spec.offsets))
+    if is_local_request(broker, request.headers):
+        return await run_in_threadpool(_commit, broker.store, group, spec.topic, dict(spec.offsets))
+    validate_group(group)
+    mine = await cluster_groups.split_commit(broker, group, spec.topic, dict(spec.offsets), request.headers)
+    if mine:
+        await run_in_threadpool(_commit, broker.store, group, spec.topic, mine)
+    return await _cluster_offsets(broker, group, spec.topic, request)
 
 
-def _reset(store: MessageStore, group: str, spec: GroupResetIn) -> GroupResetOut:
+def _reset(
+    store: MessageStore, group: str, spec: GroupResetIn, owns: Callable[[int], bool] = lambda _: True
+) -> GroupResetOut:
     rows = plan_reset(
         store,
         group,
@@ -113,6 +150,7 @@ def _reset(store: MessageStore, group: str, spec: GroupResetIn) -> GroupResetOut
         shift_by=spec.shift_by,
         queue_id=spec.queue_id,
     )
+    rows = [row for row in rows if owns(row.queue_id)]
     if not spec.dry_run:
         apply_reset(store, group, spec.topic, rows)
     return GroupResetOut(
@@ -132,13 +170,24 @@ def _reset(store: MessageStore, group: str, spec: GroupResetIn) -> GroupResetOut
 
 @router.post("/{group}/reset", response_model=GroupResetOut, dependencies=[JsonBody])
 async def reset_offsets(
-    group: GroupPath, spec: GroupResetIn, broker: BrokerDep, principal: PrincipalDep
+    group: GroupPath, spec: GroupResetIn, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupResetOut:
     """Move every queue's offset (or ``queue_id``'s) to the first message stored at/after
     ``timestamp_ms``, to the ``earliest`` / ``latest`` offset, or ``shift`` it by ``shift_by``.
     With ``dry_run`` nothing is committed: the answer is the per-queue plan (current, target)."""
     authorize(principal, Right.CONSUME, spec.topic)
-    return await run_in_threadpool(_reset, broker.store, group, spec)
+    if broker.cluster is None:
+        return await run_in_threadpool(_reset, broker.store, group, spec)
+    validate_group(group)
+    owns = partial(cluster_groups.owned, broker, spec.topic)
+    local = None
+    if broker.store.has_topic(spec.topic):
+        local = await run_in_threadpool(_reset, broker.store, group, spec, owns)
+    if FORWARDED_HEADER in request.headers:
+        return local or GroupResetOut(
+            group=group, topic=spec.topic, dry_run=spec.dry_run, offsets={}, queues=[]
+        )
+    return await cluster_groups.gather_resets(broker, group, spec, request.headers, local)
 
 
 def _describe(store: MessageStore, group: str, topics: list[str] | None) -> list[GroupQueueRow]:
@@ -156,6 +205,7 @@ def _describe(store: MessageStore, group: str, topics: list[str] | None) -> list
 @router.get("/{group}", response_model=GroupDescribeOut)
 async def describe_group(
     group: GroupPath,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     topic: Annotated[str | None, Query(max_length=RETRY_TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN)] = None,
@@ -170,16 +220,27 @@ async def describe_group(
         next((g for g in broker.kafka_groups() if g.group_id == group), None) if broker.kafka_groups else None
     )
     rows = await run_in_threadpool(_describe, broker.store, group, [topic] if topic else None)
-    if not rows and kafka is None:
+    unavailable: list[str] = []
+    kafka_state = kafka.state.name if kafka is not None else None
+    members = [
+        KafkaMemberOut(member_id=m.member_id, client_id=m.client_id, client_host=m.client_host)
+        for m in (kafka.members if kafka is not None else ())
+    ]
+    if not is_local_request(broker, request.headers):
+        rows, unavailable, remote = await cluster_groups.gather_describe(
+            broker, group, topic, request.headers, rows
+        )
+        if kafka is None and remote is not None:
+            kafka_state = remote["kafka_state"]
+            members = [KafkaMemberOut.model_validate(m) for m in remote["members"]]
+    is_kafka = kafka is not None or kafka_state is not None
+    if not rows and not is_kafka:
         raise ApiError(404, "group_not_found", f"group {group!r} has no committed offsets and no members")
     return GroupDescribeOut(
         group=group,
-        kind="kafka" if kafka is not None else "offset table",
-        kafka_state=kafka.state.name if kafka is not None else None,
-        members=[
-            KafkaMemberOut(member_id=m.member_id, client_id=m.client_id, client_host=m.client_host)
-            for m in (kafka.members if kafka is not None else ())
-        ],
+        kind="kafka" if is_kafka else "offset table",
+        kafka_state=kafka_state,
+        members=members,
         queues=[
             GroupQueueOut(
                 topic=row.topic, queue_id=row.queue_id, committed_offset=row.committed,
@@ -188,6 +249,7 @@ async def describe_group(
             for row in rows
         ],
         total_lag=sum(row.lag for row in rows),
+        unavailable=unavailable or None,
     )  # fmt: skip
 
 
@@ -204,14 +266,38 @@ def _lag(store: MessageStore, group: str, topic: str) -> GroupLagOut:
         )
         for queue_id in range(queues)
     ]
-    return GroupLagOut(group=group, topic=topic, queues=rows, total_lag=sum(row.lag for row in rows))
+    return GroupLagOut(
+        group=group, topic=topic, queues=rows, total_lag=sum(row.lag for row in rows), unavailable=None
+    )
 
 
 @router.get("/{group}/lag", response_model=GroupLagOut)
 async def get_lag(
-    group: GroupPath, topic: TopicQuery, broker: BrokerDep, principal: PrincipalDep
+    group: GroupPath, topic: TopicQuery, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupLagOut:
     """Per queue: max offset - committed offset (a queue never committed counts from its min
-    offset), and the total."""
+    offset), and the total. In a cluster each queue's row comes from its owner."""
     authorize(principal, Right.CONSUME, topic)
-    return await run_in_threadpool(_lag, broker.store, group, topic)
+    if is_local_request(broker, request.headers):
+        return await run_in_threadpool(_lag, broker.store, group, topic)
+    assert broker.cluster is not None
+    validate_group(group)
+    owners = cluster_groups.placement_owners(broker.cluster.view, topic)
+    local = None
+    if broker.store.has_topic(topic):
+        local = {
+            row.queue_id: row for row in (await run_in_threadpool(_lag, broker.store, group, topic)).queues
+        }
+    answers, unavailable = await cluster_groups.gather_topic(
+        broker, topic, f"/groups/{group}/lag", request.headers, {"topic": topic}, local,
+        lambda body: {row["queue_id"]: QueueLagOut.model_validate(row) for row in body["queues"]},
+    )  # fmt: skip
+    picked = cluster_groups.pick(owners, answers, None)
+    rows = [row for _, row in sorted(picked.items()) if row is not None]
+    return GroupLagOut(
+        group=group,
+        topic=topic,
+        queues=rows,
+        total_lag=sum(r.lag for r in rows),
+        unavailable=unavailable or None,
+    )

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import batches, json_batch, producing, render
+from ingest_api.http import batches, cluster_produce, cluster_reads, json_batch, producing, render
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
@@ -84,15 +85,24 @@ _BATCH_BODY: dict[str, Any] = {
 async def produce(
     topic: TopicPath,
     entry: ProduceIn,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> Response:
     """Produce one message. 201 means stored (and fsynced when the broker runs SYNC_FLUSH).
     With an ``Idempotency-Key`` header a retry returns the original result (201) instead of
-    storing the message again, also across broker restarts."""
+    storing the message again, also across broker restarts. In a cluster the message is stored
+    by the broker that owns its queue (forwarded when that is another one), and the answer
+    names it (``broker``)."""
     authorize(principal, Right.PRODUCE, topic)
-    return await produce_one(broker, topic, entry, producing.idempotency_ref(topic, idempotency_key))
+    producer = producing.idempotency_ref(topic, idempotency_key)
+    if broker.cluster is not None:
+        status, body = await cluster_produce.produce_single(
+            broker, topic, entry, request.headers, idempotency_key
+        )
+        return Response(body, status_code=status, media_type="application/json")
+    return await produce_one(broker, topic, entry, producer)
 
 
 async def produce_one(
@@ -248,6 +258,10 @@ async def produce_batch(
     raw = await request.body()
     started = time.perf_counter()
     arrow_results = batches.ARROW_STREAM in request.headers.get("accept", "")
+    if broker.cluster is not None:
+        return await _produce_batch_clustered(
+            broker, topic, content_type, raw, request, idempotency_key, arrow_results, principal, started
+        )
     batch_request = _BatchRequest(
         topic,
         content_type,
@@ -260,6 +274,37 @@ async def produce_batch(
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
     media = batches.ARROW_STREAM if arrow_results else "application/json"
     return Response(payload, status_code=201, media_type=media)
+
+
+async def _produce_batch_clustered(
+    broker: Broker,
+    topic: str,
+    content_type: str,
+    raw: bytes,
+    request: Request,
+    idempotency_key: str | None,
+    arrow_results: bool,
+    principal: Any,
+    started: float,
+) -> Response:
+    """A batch in a cluster: each message stored by its queue's owner (docs/http_api.md#cluster)."""
+    if content_type == batches.ARROW_STREAM:
+        status, payload, media, count = await cluster_produce.produce_arrow_batch(
+            broker, topic, raw, request.headers, idempotency_key, arrow_results
+        )
+    else:
+        status, payload, media, count = await cluster_produce.produce_json_batch(
+            broker,
+            topic,
+            content_type,
+            raw,
+            request.headers,
+            idempotency_key,
+            arrow_results,
+            lambda other: authorize(principal, Right.PRODUCE, other),
+        )
+    broker.metrics.produced(topic, count, 0, "batch", time.perf_counter() - started)
+    return Response(payload, status_code=status, media_type=media)
 
 
 def _query_by_key(
@@ -276,6 +321,7 @@ def _query_by_key(
 async def query_by_key(
     *,
     topic: TopicPath,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     key: Annotated[str, Query(min_length=1, max_length=1024, description="A key given at produce time.")],
@@ -283,11 +329,23 @@ async def query_by_key(
     end_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time upper bound (ms).")] = 2**62,
     max_results: Annotated[int, Query(alias="max", ge=1, le=1000)] = 64,
 ) -> QueryOut:
-    """Messages with ``key`` stored between ``begin_ms`` and ``end_ms``, newest first."""
+    """Messages with ``key`` stored between ``begin_ms`` and ``end_ms``, newest first. In a
+    cluster every broker is asked."""
     authorize(principal, Right.CONSUME, topic)
-    return await run_in_threadpool(
+    query = partial(
         _query_by_key, broker.store, topic, key, begin_ms=begin_ms, end_ms=end_ms, limit=max_results
     )
+    if cluster_reads.is_local_request(broker, request.headers):
+        return await run_in_threadpool(query)
+    assert broker.cluster is not None
+    if broker.cluster.view.placement(topic) is None:
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    params = {"key": key, "begin_ms": begin_ms, "end_ms": end_ms, "max": max_results}
+    others = await cluster_reads.ask_others(broker, f"/topics/{topic}/messages", request.headers, params)
+    found = [m for answer in others.values() for m in answer["messages"]]
+    if broker.store.has_topic(topic):
+        found += [m.model_dump() for m in (await run_in_threadpool(query)).messages]
+    return QueryOut.model_validate({"messages": cluster_reads.newest_first(found, max_results)})
 
 
 def _real_topic(view: MessageView) -> str:
@@ -322,6 +380,7 @@ def _find_message(store: MessageStore, msg_id: str, topic: str | None) -> Messag
 @router.get("/messages/{msg_id}", response_model=MessageOut, responses={404: {"model": ErrorOut}})
 async def get_message(
     msg_id: Annotated[str, Path(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")],
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     topic: Annotated[
@@ -329,8 +388,19 @@ async def get_message(
     ] = None,
 ) -> MessageOut:
     """One message by offsetMsgId (32 hex chars) or by UNIQ_KEY (searched in ``topic``, or in
-    every topic when omitted)."""
-    view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
+    every topic when omitted). In a cluster every broker is asked."""
+    try:
+        view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
+    except ApiError as missing:
+        if cluster_reads.is_local_request(broker, request.headers) or missing.status != 404:
+            raise
+        params = {"topic": topic} if topic is not None else None
+        others = await cluster_reads.ask_others(broker, f"/messages/{msg_id}", request.headers, params)
+        if not others:
+            raise
+        found = MessageOut.model_validate(next(iter(others.values())))
+        authorize(principal, Right.CONSUME, found.properties.get("REAL_TOPIC", found.topic))
+        return found
     authorize(principal, Right.CONSUME, _real_topic(view))
     out = MessageOut.of(view)
     broker.metrics.consumed(view.topic, 1, len(view.body))

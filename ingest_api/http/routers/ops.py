@@ -7,23 +7,30 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from cluster import SessionState
 from ingest_api.http.auth import authorize_global_admin
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.gauges import collect_store_gauges
+from ingest_api.http.gauges import cluster_gauges, collect_store_gauges, owned_by
 from ingest_api.http.metrics import render
-from ingest_api.http.schemas import ErrorOut, HealthOut
+from ingest_api.http.schemas import ClusterHealthOut, ErrorOut, HealthOut
 
 router = APIRouter(tags=["ops"])
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-@router.get("/healthz", response_model=HealthOut, responses={503: {"model": ErrorOut}})
+@router.get(
+    "/healthz",
+    response_model=HealthOut,
+    response_model_exclude_none=True,
+    responses={503: {"model": ErrorOut}},
+)
 async def healthz(broker: BrokerDep) -> HealthOut:
     """200 while the store is open and every background service of the store (index thread,
     flushes, offset persistence, retention, group commit) works; 503 naming the failing ones
-    otherwise. Never needs a token."""
+    otherwise. Never needs a token. In a cluster it also reports the ZooKeeper session: a broker
+    cut off from ZooKeeper still serves the queues it owns, and answers 200 ``degraded``."""
     if broker.store.closed:
         raise ApiError(503, "store_closed", "the store is closed")
     health = broker.store.health()
@@ -36,16 +43,29 @@ async def healthz(broker: BrokerDep) -> HealthOut:
             + "; ".join(f"{s.name} ({s.failures} failures, last: {s.last_error})" for s in failing),
             services=[s.name for s in failing],
         )
-    return HealthOut(status="ok")
+    node = broker.cluster
+    if node is None:
+        return HealthOut(status="ok", cluster=None)
+    cluster = node.health()
+    state = ClusterHealthOut(
+        broker=node.name,
+        session=str(cluster.session),
+        registered=cluster.registered,
+        warnings=list(cluster.warnings),
+    )
+    ok = cluster.session is SessionState.CONNECTED and cluster.registered and not cluster.warnings
+    return HealthOut(status="ok" if ok else "degraded", cluster=state)
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
 async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
-    """Prometheus text: traffic per door, sizes, latencies, queue offsets, group lag (messages
-    and seconds) and storage figures (docs/metrics.md)."""
+    """Prometheus text: the broker's name and cluster, traffic per door, sizes, latencies, queue
+    offsets, group lag (messages and seconds) and storage figures (docs/metrics.md)."""
     authorize_global_admin(principal)
-    gauges = await run_in_threadpool(collect_store_gauges, broker.store)
-    text = render(broker.metrics, gauges)
+    node = broker.cluster
+    owns = owned_by(node.view, node.name) if node is not None else None
+    gauges = await run_in_threadpool(collect_store_gauges, broker.store, owns)
+    text = render(broker.metrics, gauges, cluster_gauges(node, broker.store))
     if broker.operators is not None:
         text += await run_in_threadpool(broker.operators.metrics_text)
     return Response(text, media_type=PROMETHEUS_TEXT)

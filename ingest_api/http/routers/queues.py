@@ -10,12 +10,13 @@ from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.batches import ARROW_STREAM
 from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_reads import redirect_to_owner
 from ingest_api.http.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.params import QueuePath, TopicPath
@@ -33,7 +34,19 @@ from store import (
     validate_topic,
 )
 
-router = APIRouter(prefix="/topics/{topic}/queues/{queue_id}", tags=["queues"])
+router = APIRouter(
+    prefix="/topics/{topic}/queues/{queue_id}",
+    tags=["queues"],
+    # In a cluster a queue is read at its owner: 307 there (ingest_api.http.cluster_reads).
+    dependencies=[Depends(redirect_to_owner)],
+    responses={
+        307: {
+            "model": ErrorOut,
+            "description": "Cluster mode: the queue lives on another broker "
+            "(Location: the same request there).",
+        }
+    },
+)
 
 #: Statuses after which waiting for new messages makes sense.
 _WAITABLE = {GetStatus.NO_NEW_MESSAGE, GetStatus.NO_MATCHED_MESSAGE, GetStatus.NO_MESSAGE_IN_QUEUE}

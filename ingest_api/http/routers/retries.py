@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http import producing
 from ingest_api.http.auth import Right, authorize
+from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.membership import CONSUMER_GROUPS
 from ingest_api.http.params import GroupPath
-from ingest_api.http.retries import GroupConfigs, as_dict, resend_dead_letter, send_back
+from ingest_api.http.peers import passed_headers
+from ingest_api.http.retries import GroupConfigs, UnknownMessage, as_dict, resend_dead_letter, send_back
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
-from store import dlq_topic
+from store import UnknownTopic, dlq_topic
 
 router = APIRouter(
     prefix="/groups", tags=["retry"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
@@ -90,6 +94,8 @@ async def put_group_config(
     """Create or change a consumer group's retry settings (RocketMQ subscription group config)."""
     authorize(principal, Right.CONSUME, f"%RETRY%{group}")
     doc = await run_in_threadpool(configs_of(broker).put, group, body.max_reconsume_times, body.retry_queues)
+    if broker.cluster is not None:  # whichever broker receives a send-back of this group applies it
+        await run_in_threadpool(broker.cluster.put_setting, CONSUMER_GROUPS, group, dict(doc))
     return GroupConfigOut(group=group, **doc)
 
 
@@ -104,25 +110,63 @@ async def get_group_config(group: GroupPath, broker: BrokerDep, principal: Princ
 async def send_back_message(
     group: GroupPath,
     body: SendBackIn,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> SendBackOut:
-    """Send a message this group failed to consume back into the retry ladder (or the DLQ)."""
+) -> Response | SendBackOut:
+    """Send a message this group failed to consume back into the retry ladder (or the DLQ). In
+    a cluster the request goes to the broker that stores the message, and the retry lands on
+    that broker's own queues of ``%RETRY%group``."""
     authorize(principal, Right.CONSUME, body.topic)
     producer = producing.idempotency_ref(f"sendback:{group}", idempotency_key)
-    result = await run_in_threadpool(
-        send_back,
-        broker.store,
-        configs_of(broker),
-        group,
-        body.topic,
-        body.msg_id,
-        delay_level=body.delay_level,
-        max_reconsume_times=body.max_reconsume_times,
-        producer=producer,
-    )
+    own_queues = None
+    node = broker.cluster
+    if node is not None:
+
+        def own_queues(topic: str, count: int) -> tuple[int, ...]:
+            mine = node.own_queues(topic, count)
+            placement = node.view.placement(topic)
+            broker.local_topics.ensure_local(topic, placement.queue_count if placement else max(mine) + 1)
+            return mine
+
+    try:
+        result = await run_in_threadpool(
+            send_back,
+            broker.store,
+            configs_of(broker),
+            group,
+            body.topic,
+            body.msg_id,
+            delay_level=body.delay_level,
+            max_reconsume_times=body.max_reconsume_times,
+            producer=producer,
+            own_queues=own_queues,
+        )
+    except (UnknownMessage, UnknownTopic):
+        if is_local_request(broker, request.headers):
+            raise
+        return await _send_back_at_holder(broker, group, body, request)
     return SendBackOut(**as_dict(result))
+
+
+async def _send_back_at_holder(broker: Broker, group: str, body: SendBackIn, request: Request) -> Response:
+    """Forward a send-back to the broker that stores the message (404 when none does)."""
+    node = broker.cluster
+    assert node is not None
+    found = await ask_others(broker, f"/messages/{body.msg_id}", request.headers, {"topic": body.topic})
+    if not found:
+        raise UnknownMessage(f"no message {body.msg_id!r} in topic {body.topic!r} on any broker")
+    holder = next(iter(found))
+    answer = await broker.peers.request(
+        node.view.master_of(holder),
+        holder,
+        "POST",
+        f"/groups/{group}/messages:sendBack",
+        headers={**passed_headers(request.headers), "content-type": "application/json"},
+        content=body.model_dump_json(exclude_none=True).encode(),
+    )
+    return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
 
 @router.get("/{group}/dlq", response_model=DeadLettersOut)

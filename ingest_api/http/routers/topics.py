@@ -1,13 +1,25 @@
-"""``/topics``: create or grow, list, describe, delete."""
+"""``/topics``: create or grow, list, describe, delete.
+
+In a cluster a topic is one queue-id space over the brokers: creating or growing it writes its
+placement to ZooKeeper (any broker may be asked), describing it asks each queue's owner for its
+offsets, deleting it removes its route (each owner then drops its queues).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Right, authorize
+from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
+from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
+from ingest_api.http.peers import PeerUnavailable, passed_headers
+from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
 from store import MessageStore, UnknownTopic, validate_topic
 
@@ -30,9 +42,21 @@ def _create_or_grow(store: MessageStore, topic: str, queues: int) -> tuple[bool,
 async def create_or_grow_topic(
     topic: TopicPath, spec: TopicIn, broker: BrokerDep, principal: PrincipalDep, response: Response
 ) -> TopicOut:
-    """Create a topic with ``queues`` queues, or grow an existing one (queues never shrink)."""
+    """Create a topic with ``queues`` queues, or grow an existing one (queues never shrink).
+    In a cluster the new queue ids go round robin over the live brokers, or to ``brokers``."""
     authorize(principal, Right.ADMIN, topic)
-    existed, queues = await run_in_threadpool(_create_or_grow, broker.store, topic, spec.queues)
+    node = broker.cluster
+    if node is None:
+        if spec.brokers is not None:
+            raise ApiError(
+                400, "not_a_cluster", "'brokers' places queues in a cluster; this broker runs alone"
+            )
+        existed, queues = await run_in_threadpool(_create_or_grow, broker.store, topic, spec.queues)
+    else:
+        validate_topic(topic)
+        existed = node.view.placement(topic) is not None
+        placement = await run_in_threadpool(node.create_or_grow_topic, topic, spec.queues, spec.brokers)
+        queues = placement.queue_count
     if existed:
         response.status_code = 200
     return TopicOut(topic=topic, queues=queues)
@@ -41,7 +65,10 @@ async def create_or_grow_topic(
 @router.get("", response_model=TopicListOut)
 async def list_topics(broker: BrokerDep, principal: PrincipalDep) -> TopicListOut:
     """User topics and their queue counts (with auth on: those the token has a right on)."""
-    topics = await run_in_threadpool(broker.store.topics)
+    if broker.cluster is not None:
+        topics = {name: p.queue_count for name, p in broker.cluster.view.topics.items()}
+    else:
+        topics = await run_in_threadpool(broker.store.topics)
     return TopicListOut(
         topics=[
             TopicOut(topic=name, queues=queues)
@@ -60,18 +87,60 @@ def _describe(store: MessageStore, topic: str) -> TopicOut:
         topic=topic,
         queues=len(offsets),
         queue_offsets=[
-            QueueOffsetsOut(queue_id=queue_id, min_offset=low, max_offset=high)
+            QueueOffsetsOut(queue_id=queue_id, min_offset=low, max_offset=high, broker=None, available=None)
             for queue_id, (low, high) in sorted(offsets.items())
         ],
     )
 
 
-@router.get("/{topic}", response_model=TopicOut)
-async def describe_topic(topic: TopicPath, broker: BrokerDep, principal: PrincipalDep) -> TopicOut:
-    """The topic's queues with each queue's min and max offset (max = next offset to write)."""
+@router.get("/{topic}", response_model=TopicOut, response_model_exclude_none=True)
+async def describe_topic(
+    topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+) -> TopicOut:
+    """The topic's queues with each queue's min and max offset (max = next offset to write).
+    In a cluster each queue's offsets come from its owner, named in ``broker``."""
     if principal is not None and not principal.may_any(topic):
         authorize(principal, Right.CONSUME, topic)
-    return await run_in_threadpool(_describe, broker.store, topic)
+    if broker.cluster is None or FORWARDED_HEADER in request.headers:
+        return await run_in_threadpool(_describe, broker.store, topic)
+    return await _describe_cluster(broker, topic, passed_headers(request.headers))
+
+
+async def _describe_cluster(broker: Broker, topic: str, headers: dict[str, str]) -> TopicOut:
+    node = broker.cluster
+    assert node is not None
+    validate_topic(topic, allow_system=True)
+    placement = node.view.placement(topic)
+    if placement is None:
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    owners = sorted(set(placement.owners))
+
+    async def offsets_of(owner: str) -> dict[int, tuple[int, int]] | None:
+        if owner == node.name:
+            local = await run_in_threadpool(_describe, broker.store, topic)
+            return {q.queue_id: (q.min_offset, q.max_offset) for q in local.queue_offsets or ()}
+        try:
+            answer = await broker.peers.request(
+                node.view.master_of(owner), owner, "GET", f"/topics/{topic}", headers=headers
+            )
+        except PeerUnavailable:
+            return None
+        if answer.status_code != 200:
+            return None
+        body: dict[str, Any] = answer.json()
+        return {q["queue_id"]: (q["min_offset"], q["max_offset"]) for q in body.get("queue_offsets") or ()}
+
+    found = dict(zip(owners, await asyncio.gather(*(offsets_of(o) for o in owners)), strict=True))
+    rows = []
+    for queue_id, owner in enumerate(placement.owners):
+        known = found[owner]
+        low, high = (known or {}).get(queue_id, (0, 0))
+        rows.append(
+            QueueOffsetsOut(
+                queue_id=queue_id, min_offset=low, max_offset=high, broker=owner, available=known is not None
+            )
+        )
+    return TopicOut(topic=topic, queues=placement.queue_count, queue_offsets=rows)
 
 
 def _delete(store: MessageStore, topic: str) -> None:
@@ -82,6 +151,12 @@ def _delete(store: MessageStore, topic: str) -> None:
 
 @router.delete("/{topic}", status_code=204, response_class=Response)
 async def delete_topic(topic: TopicPath, broker: BrokerDep, principal: PrincipalDep) -> None:
-    """Delete the topic, its queues and group offsets (CommitLog bytes age out by retention)."""
+    """Delete the topic, its queues and group offsets (CommitLog bytes age out by retention).
+    In a cluster the route goes, and every owner deletes its queues when it sees that."""
     authorize(principal, Right.ADMIN, topic)
-    await run_in_threadpool(_delete, broker.store, topic)
+    if broker.cluster is None:
+        await run_in_threadpool(_delete, broker.store, topic)
+        return
+    validate_topic(topic)
+    if not await run_in_threadpool(broker.cluster.delete_topic, topic):
+        raise UnknownTopic(f"topic {topic!r} does not exist")

@@ -12,16 +12,19 @@ Half messages are produced with ``"transaction": {"producer_group": ...}`` on
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Principal, Right, authorize
 from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.membership import PRODUCER_GROUPS
 from ingest_api.http.params import TOPIC_PATTERN
+from ingest_api.http.peers import passed_headers
 from ingest_api.http.schemas import (
     EndTransactionIn,
     EndTransactionOut,
@@ -83,16 +86,42 @@ def _out(tx: Transaction, now_ms: int) -> TransactionOut:
     )
 
 
+async def _elsewhere(broker: Broker, transaction_id: str, request: Request) -> tuple[str, dict[str, Any]]:
+    """In a cluster: the broker that holds an unknown-here transaction (it lives where its
+    halves were stored); 404 when no broker knows it."""
+    if is_local_request(broker, request.headers):
+        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+    found = await ask_others(broker, f"/transactions/{transaction_id}", request.headers)
+    if not found:
+        raise UnknownTransaction(f"no transaction {transaction_id!r} on any broker")
+    return next(iter(found.items()))
+
+
 @router.post("/transactions/{transaction_id}", response_model=EndTransactionOut)
 async def end_transaction(
-    transaction_id: TransactionPath, body: EndTransactionIn, broker: BrokerDep, principal: PrincipalDep
-) -> EndTransactionOut:
+    transaction_id: TransactionPath,
+    body: EndTransactionIn,
+    request: Request,
+    broker: BrokerDep,
+    principal: PrincipalDep,
+) -> Response | EndTransactionOut:
     """Commit or roll back a transaction. Idempotent: a second end (a retry, or an end racing a
-    check-back answer) changes nothing and reports the first outcome."""
+    check-back answer) changes nothing and reports the first outcome. In a cluster any broker
+    may be asked: the end goes to the broker that holds the transaction."""
     board = board_of(broker)
     tx = board.service.get(transaction_id)
     if tx is None:
-        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+        holder, _ = await _elsewhere(broker, transaction_id, request)
+        assert broker.cluster is not None
+        answer = await broker.peers.request(
+            broker.cluster.view.master_of(holder),
+            holder,
+            "POST",
+            f"/transactions/{transaction_id}",
+            headers={**passed_headers(request.headers), "content-type": "application/json"},
+            content=body.model_dump_json().encode(),
+        )
+        return Response(answer.content, status_code=answer.status_code, media_type="application/json")
     _authorize_topics(principal, tx)
     if tx.producer_group.startswith(KAFKA_PRODUCER_GROUP_PREFIX):
         raise ApiError(
@@ -138,11 +167,13 @@ async def list_transactions(
 
 @router.get("/transactions/{transaction_id}", response_model=TransactionOut)
 async def get_transaction(
-    transaction_id: TransactionPath, broker: BrokerDep, principal: PrincipalDep
+    transaction_id: TransactionPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> TransactionOut:
+    """One transaction: state, topics, age and check-backs (in a cluster: from any broker)."""
     tx = board_of(broker).service.get(transaction_id)
     if tx is None:
-        raise UnknownTransaction(f"no transaction {transaction_id!r}")
+        _, found = await _elsewhere(broker, transaction_id, request)
+        return TransactionOut.model_validate(found)
     _authorize_topics(principal, tx)
     return _out(tx, broker.store.now_ms())
 
@@ -167,6 +198,10 @@ async def put_producer_group(
     """Register where the broker sends check-backs for this producer group (201 when new)."""
     _may_register(principal)
     groups = board_of(broker).groups
+    if broker.cluster is not None:  # every broker may hold this group's halves: a cluster setting
+        await run_in_threadpool(
+            broker.cluster.put_setting, PRODUCER_GROUPS, group, {"check_url": body.check_url}
+        )
     created = await run_in_threadpool(groups.put, group, body.check_url)
     response.status_code = 201 if created else 200
     return _group_out(group, groups.get(group) or {})
@@ -192,5 +227,7 @@ async def get_producer_group(
 @router.delete("/producer-groups/{group}", status_code=204, response_class=Response)
 async def delete_producer_group(group: GroupPath, broker: BrokerDep, principal: PrincipalDep) -> None:
     _may_register(principal)
+    if broker.cluster is not None:
+        await run_in_threadpool(broker.cluster.delete_setting, PRODUCER_GROUPS, group)
     if not await run_in_threadpool(board_of(broker).groups.delete, group):
         raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")

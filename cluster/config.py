@@ -1,0 +1,69 @@
+"""How a broker joins a cluster: one frozen, validated dataclass (read from flags in the CLI only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cluster.address import ZkAddress
+from cluster.model import validate_broker_name
+from store import InvalidArgument
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A broker's place in a cluster.
+
+    Addresses given to others are built from ``advertise_host`` and the ports; the broker binds
+    wherever ``sparkmq serve --host`` says."""
+
+    address: ZkAddress
+    broker_name: str
+    advertise_host: str
+    http_port: int
+    kafka_port: int | None = None
+    #: The replication listener (issue 22); ``None``: this broker takes no replicas, and a
+    #: second live broker with the same name is refused.
+    ha_port: int | None = None
+    #: ZooKeeper session timeout asked for: a broker killed with ``kill -9`` is seen as dead
+    #: (its queues unavailable) this long after its last heartbeat.
+    session_timeout_ms: int = 6000
+    #: Bound on each ZooKeeper call; past it a route change answers 503.
+    op_timeout_ms: int = 3000
+    #: How long ``sparkmq serve --cluster`` waits for ZooKeeper at start before giving up.
+    connect_timeout_ms: int = 30_000
+    #: Queues of a topic auto-created by a produce (spread over the live brokers).
+    default_queues: int = 8
+    #: Create an unknown topic (``default_queues`` over the live brokers) on first produce.
+    auto_create_topics: bool = True
+
+    def validate(self) -> ClusterConfig:
+        validate_broker_name(self.broker_name)
+        checks = [
+            (bool(self.advertise_host), "advertise_host must not be empty"),
+            (0 < self.http_port < 65536, "http_port must be in 1..65535"),
+            (self.kafka_port is None or 0 < self.kafka_port < 65536, "kafka_port must be in 1..65535"),
+            (self.ha_port is None or 0 < self.ha_port < 65536, "ha_port must be in 1..65535"),
+            (1000 <= self.session_timeout_ms <= 60_000, "session_timeout_ms must be in [1000, 60000]"),
+            (100 <= self.op_timeout_ms <= 60_000, "op_timeout_ms must be in [100, 60000]"),
+            (self.connect_timeout_ms >= 100, "connect_timeout_ms must be >= 100"),
+            (self.default_queues >= 1, "default_queues must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidArgument(f"invalid ClusterConfig: {message}")
+        return self
+
+    def with_changes(self, **changes: object) -> ClusterConfig:
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.advertise_host}:{self.http_port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else f"{self.advertise_host}:{self.kafka_port}"
+
+    @property
+    def ha_address(self) -> str | None:
+        return None if self.ha_port is None else f"{self.advertise_host}:{self.ha_port}"

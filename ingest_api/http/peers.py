@@ -1,0 +1,93 @@
+"""Requests from this broker to the others: forwarding produce, fan-out queries.
+
+One pooled ``httpx.AsyncClient`` (keep-alive connections per peer) on the broker's event loop.
+A peer that cannot be reached is :class:`PeerUnavailable`, answered 503 naming the broker; a
+peer's own answer (any status) is passed back as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from cluster import ClusterView, MemberInfo, QueueUnavailable
+from ingest_api.http.routing import FORWARDED_HEADER
+
+#: Request headers passed on when forwarding (everything else is the forwarder's to set).
+PASSED_HEADERS = ("authorization", "idempotency-key", "accept", "content-type")
+
+
+class PeerUnavailable(QueueUnavailable):
+    """The broker that owns a queue is down or does not answer."""
+
+
+class PeerClient:
+    """Pooled HTTP client to the other brokers; ``me`` marks what it forwards."""
+
+    def __init__(self, me: str, timeout_s: float) -> None:
+        self.me = me
+        self._client = httpx.AsyncClient(
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def request(
+        self,
+        member: MemberInfo | None,
+        broker: str,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        content: bytes | None = None,
+    ) -> httpx.Response:
+        """Send to ``member`` (the live master of ``broker``); :class:`PeerUnavailable` when
+        there is none or it cannot be reached."""
+        if member is None:
+            raise PeerUnavailable(f"broker {broker} is not alive (its queues are unavailable)", broker=broker)
+        sent = dict((headers or {}).items())
+        sent[FORWARDED_HEADER] = self.me
+        try:
+            return await self._client.request(
+                method, member.http + path, headers=sent, params=params, content=content
+            )
+        except httpx.TransportError as exc:
+            raise PeerUnavailable(
+                f"broker {broker} at {member.http} did not answer ({type(exc).__name__})", broker=broker
+            ) from None
+
+    async def fan_out(
+        self,
+        view: ClusterView,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        skip: Sequence[str] = (),
+    ) -> dict[str, httpx.Response | PeerUnavailable]:
+        """The same request to every live broker but ``skip``; each broker's answer or failure."""
+        names = [name for name in view.live_brokers() if name not in skip]
+
+        async def one(name: str) -> httpx.Response | PeerUnavailable:
+            try:
+                return await self.request(
+                    view.master_of(name), name, method, path, headers=headers, params=params
+                )
+            except PeerUnavailable as exc:
+                return exc
+
+        answers = await asyncio.gather(*(one(name) for name in names))
+        return dict(zip(names, answers, strict=True))
+
+
+def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request headers a forwarded copy keeps."""
+    return {name: value for name in PASSED_HEADERS if (value := headers.get(name)) is not None}

@@ -1,0 +1,160 @@
+"""Where each produced message goes in a cluster: a queue id, and the broker that owns it.
+
+Pure planning over a :class:`cluster.ClusterView`, shared by every produce path (single, JSON,
+NDJSON and Arrow batches) so they route the same way:
+
+* an explicit ``queue_id`` goes to that queue's owner (400 when it is outside the topic);
+* a ``sharding_key`` goes to ``abs(javaHash(key)) % N`` over the whole topic's N queue ids,
+  whichever broker received it (RocketMQ's ``SelectMessageQueueByHash``, :func:`store.sharding_queue`);
+* a message with neither stays on the receiving broker, round robin over its own queues of the
+  topic (no forwarding); a broker that owns none sends it to a live owner, which picks;
+* with an ``Idempotency-Key`` those messages go instead to the owner of the key's own queue
+  (``sharding_queue(key, N)``), so a retry sent to any broker reaches the broker that holds the
+  first attempt and is deduplicated there.
+
+A forwarded request (``X-Sparkmq-Forwarded``) is planned with ``forwarded=True``: everything in
+it must be local, or the route moved under it and it is refused (421) rather than forwarded again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from cluster import ClusterView, NoLiveBroker
+from ingest_api.http.errors import ApiError
+from store import UNPLACED, sharding_queue, sharding_queues
+
+#: Request header of a request one broker forwards to another (value: the sender's name).
+FORWARDED_HEADER = "x-sparkmq-forwarded"
+#: Header naming the idempotency scope of a forwarded part of a request that spans brokers.
+SCOPE_HEADER = "x-sparkmq-idempotency-scope"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per entry: the broker name it goes to and its queue id (``UNPLACED``: the owner picks
+    among its own queues)."""
+
+    owners: list[str]
+    queue_ids: npt.NDArray[np.int32]
+
+    def groups(self) -> dict[str, list[int]]:
+        """Entry indexes per broker, brokers in order of first appearance."""
+        out: dict[str, list[int]] = {}
+        for index, owner in enumerate(self.owners):
+            out.setdefault(owner, []).append(index)
+        return out
+
+
+class QueuePlanner:
+    """This broker's planner; keeps the round-robin position per topic."""
+
+    def __init__(self, me: str) -> None:
+        self.me = me
+        self._turns: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _next(self, topic: str, count: int) -> npt.NDArray[np.int64]:
+        """The next ``count`` round-robin turns of ``topic`` (reserved under a lock: batches are
+        planned on worker threads)."""
+        with self._lock:
+            start = self._turns.get(topic, 0)
+            self._turns[topic] = start + count
+        return start + np.arange(count, dtype=np.int64)
+
+    def plan(
+        self,
+        view: ClusterView,
+        topics: Sequence[str],
+        explicit: Sequence[int | None],
+        sharding: Sequence[str | None],
+        *,
+        anchor: str | None = None,
+        forwarded: bool = False,
+    ) -> Plan:
+        """The plan of one request's entries (``topics[i]`` is entry i's topic, each routed).
+
+        Raises :class:`ApiError` 400 for a queue id outside its topic, 421 for a forwarded
+        request that is not all local, :class:`NoLiveBroker` when no broker can take a message."""
+        n = len(topics)
+        owners: list[str] = [""] * n
+        queue_ids = np.full(n, UNPLACED, dtype=np.int32)
+        by_topic: dict[str, list[int]] = {}
+        for index, topic in enumerate(topics):
+            by_topic.setdefault(topic, []).append(index)
+        for topic, rows in by_topic.items():
+            placement = view.placement(topic)
+            if placement is None:
+                raise ApiError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
+            self._plan_topic(
+                view, placement.owners, topic, rows, explicit, sharding, anchor, owners, queue_ids
+            )
+        if forwarded:
+            foreign = [i for i, owner in enumerate(owners) if owner != self.me]
+            if foreign:
+                i = foreign[0]
+                raise ApiError(
+                    421,
+                    "misdirected",
+                    f"messages[{i}]: queue {int(queue_ids[i])} of {topics[i]!r} is owned by {owners[i]}, "
+                    f"not {self.me}: the route changed while the request was forwarded; retry",
+                    index=i,
+                )
+        return Plan(owners, queue_ids)
+
+    def _plan_topic(
+        self,
+        view: ClusterView,
+        placement: tuple[str, ...],
+        topic: str,
+        rows: list[int],
+        explicit: Sequence[int | None],
+        sharding: Sequence[str | None],
+        anchor: str | None,
+        owners: list[str],
+        queue_ids: npt.NDArray[np.int32],
+    ) -> None:
+        count = len(placement)
+        unkeyed: list[int] = []
+        keyed_rows = [i for i in rows if sharding[i] is not None]
+        if keyed_rows:
+            hashed = sharding_queues([sharding[i] for i in keyed_rows], count)  # type: ignore[misc]
+            queue_ids[keyed_rows] = hashed
+        for i in rows:
+            queue = explicit[i]
+            if queue is not None:
+                if queue >= count:
+                    raise ApiError(
+                        400,
+                        "unknown_queue",
+                        f"messages[{i}]: queue_id {queue} is outside topic {topic!r}'s {count} queues",
+                        index=i,
+                    )
+                queue_ids[i] = queue
+            elif sharding[i] is None:
+                unkeyed.append(i)
+                continue
+            owners[i] = placement[int(queue_ids[i])]
+        if not unkeyed:
+            return
+        mine = [q for q, owner in enumerate(placement) if owner == self.me]
+        if anchor is not None:
+            target = placement[sharding_queue(anchor, count)]
+        elif mine:
+            target = self.me
+        else:
+            live = set(view.live_brokers())
+            candidates = sorted({owner for owner in placement if owner in live})
+            if not candidates:
+                raise NoLiveBroker(f"no live broker owns a queue of topic {topic!r}")
+            target = candidates[int(self._next(f"\x00{topic}", 1)[0]) % len(candidates)]
+        for i in unkeyed:
+            owners[i] = target
+        if target == self.me and mine:
+            turns = self._next(topic, len(unkeyed))
+            queue_ids[unkeyed] = np.asarray(mine, dtype=np.int32)[turns % len(mine)]
