@@ -73,6 +73,7 @@ bench: bench-deps
 	$(BIN)/python -m bench.operators_bench --quick
 	$(BIN)/python -m bench.transactions_bench
 	$(BIN)/python -m bench.retry_bench
+	$(BIN)/python -m bench.ha_bench
 	$(BIN)/python -m bench.peers
 
 clean:

@@ -114,7 +114,7 @@ class ClusterNode:
         coordination = self._coordination
         coordination.start(self.config.connect_timeout_ms / 1000)
         try:
-            identity = load_or_allocate(self._config_dir, self.name, str(self.config.address), coordination)
+            identity = load_or_allocate(self._config_dir, self.name, self.config.address.chroot, coordination)
             self.member = MemberInfo(
                 broker_name=self.name,
                 member_id=identity.member_id,
@@ -230,6 +230,19 @@ class ClusterNode:
         self._warn(message)
 
     # -- the view -------------------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        """Whether this member serves its broker name's queues now: always without replication;
+        in a replica group, only while it is the group's live master. A slave forwards writes
+        (and redirects reads) to its master."""
+        member = self.member
+        if member is None:
+            return False
+        group = self._view.group(self.name)
+        if group.state is None:
+            return True
+        return group.master_id == member.member_id
 
     @property
     def view(self) -> ClusterView:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,7 +54,9 @@ class Replica(Protocol):
     def last_epoch(self) -> int: ...
     @property
     def max_offset(self) -> int: ...
-    def become_master(self, epoch: int, sync_state_epoch: int) -> None: ...
+    def become_master(
+        self, epoch: int, sync_state_epoch: int = 0, in_sync: Iterable[int] | None = None
+    ) -> None: ...
     def become_slave(self, master_ha_address: str, master_epoch: int) -> None: ...
     def fence(self, reason: str) -> None: ...
 
@@ -143,8 +146,8 @@ class ReplicaGroup:
         live = {m.member_id: m for m in self.node.view.group(self.node.name).members}
         if state.master == self.me:
             if self._led_epoch == state.epoch:
-                if self._fenced:  # connected again, the epoch is still ours: resume
-                    self._lead(state, "resumed after a fence")
+                if self._fenced:  # connected again, the epoch is still ours: resume with the set
+                    self._lead(state, "resumed after a fence", in_sync=state.sync_state_set)
                 return
             renewed = restart_as_master(state, self.me)
             if self.node.write_group_state(renewed, state):
@@ -198,9 +201,11 @@ class ReplicaGroup:
             self.counters.elections_won += 1
             self._lead(taken, f"took over (epoch {taken.epoch})")
 
-    def _lead(self, state: GroupState, why: str) -> None:
+    def _lead(self, state: GroupState, why: str, in_sync: frozenset[int] | None = None) -> None:
+        """Lead ``state``'s epoch: after an election the set is ``{me}``; resuming an epoch after
+        a fence keeps ZooKeeper's set (its members hold the confirm offset back until they ack)."""
         try:
-            self.replica.become_master(state.epoch, state.set_epoch)
+            self.replica.become_master(state.epoch, state.set_epoch, in_sync)
         except Exception as exc:
             self._failed(f"becoming master of epoch {state.epoch}: {type(exc).__name__}: {exc}")
             return

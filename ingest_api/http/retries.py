@@ -104,6 +104,8 @@ def _find(store: MessageStore, group: str, topic: str, msg_id: str) -> MessageVi
             view = store.get_by_msg_id(msg_id)
         except (InvalidArgument, ValueError):
             view = None
+        if view is not None and view.msg_id.upper() != msg_id.upper():
+            view = None  # that offset here holds another broker's message id (a cluster)
         if view is not None:
             if view.topic not in (topic, retry):
                 raise UnknownMessage(f"message {msg_id} is in topic {view.topic!r}, not {topic!r}")

@@ -85,7 +85,9 @@ class ClusterLink:
         return self.view.owner(to_store(topic), partition)
 
     def owns(self, topic: str, partition: int) -> bool:
-        return self.owner(topic, partition) == self.me
+        """Whether this broker leads the partition: it owns the queue and, in a replica group,
+        is the group's master (a slave answers NOT_LEADER_OR_FOLLOWER)."""
+        return self.owner(topic, partition) == self.me and self.node.serving
 
     def leader(self, topic: str, partition: int) -> KafkaNode | None:
         return leader(self.view, topic, partition)
@@ -95,7 +97,7 @@ class ClusterLink:
 
     def coordinates(self, key: str, kind: CoordinatorKind) -> bool:
         """Whether this broker is the live coordinator of ``key``."""
-        return self.coordinator(key, kind).broker_name == self.me
+        return self.coordinator(key, kind).broker_name == self.me and self.node.serving
 
     def ensure_local(self, topic: str, queues: int) -> None:
         """Blocking: the local store has Kafka topic ``topic`` with ``queues`` queues (a request

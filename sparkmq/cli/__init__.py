@@ -10,12 +10,25 @@ one (:mod:`sparkmq.cli.local_cluster`). See docs/cli.md.
 
 from __future__ import annotations
 
-from sparkmq.cli import cluster, consume, groups, ladder, local_cluster, messages, status, store_tools, topics
+from sparkmq.cli import (
+    cluster,
+    consume,
+    groups,
+    ladder,
+    local_cluster,
+    messages,
+    openapi,
+    status,
+    store_tools,
+    topics,
+)  # fmt: skip
 from sparkmq.cli.root import app
 from sparkmq.cli.serve import SERVE_COMPANIONS, FlushMode, ServeOptions, serve
 
-__all__ = ["SERVE_COMPANIONS", "FlushMode", "ServeOptions", "app", "cluster", "consume", "groups", "ladder",
-           "local_cluster", "main", "messages", "serve", "status", "store_tools", "topics"]  # fmt: skip
+__all__ = [
+    "SERVE_COMPANIONS", "FlushMode", "ServeOptions", "app", "cluster", "consume", "groups", "ladder",
+    "local_cluster", "main", "messages", "openapi", "serve", "status", "store_tools", "topics",
+]  # fmt: skip
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ under which epoch, and that every change is a versioned write."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +29,9 @@ class RecordingReplica:
     calls: list[tuple[str, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def become_master(self, epoch: int, sync_state_epoch: int) -> None:
+    def become_master(
+        self, epoch: int, sync_state_epoch: int = 0, in_sync: Iterable[int] | None = None
+    ) -> None:
         with self.lock:
             if epoch < self.last_epoch:
                 raise RuntimeError(f"stale epoch {epoch} < {self.last_epoch}")

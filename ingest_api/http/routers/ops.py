@@ -72,8 +72,10 @@ async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
 
 
 @router.get("/openapi.json", include_in_schema=False)
-async def openapi_spec(request: Request, _: PrincipalDep) -> JSONResponse:
-    return JSONResponse(request.app.openapi())
+async def openapi_spec(request: Request, _: PrincipalDep, internal: bool = False) -> JSONResponse:
+    """The OpenAPI document; ``?internal=true`` adds the operations the operator job and the
+    Spark sink call (``x-internal: true``)."""
+    return JSONResponse(request.app.openapi(internal=internal))
 
 
 @router.get("/docs", include_in_schema=False)

@@ -19,7 +19,7 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_reads import redirect_to_owner
 from ingest_api.http.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.params import QueuePath, TopicPath
+from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.render import message_stream, messages_from_batch
 from ingest_api.http.schemas import ErrorOut, OffsetOut, PullOut
 from store import (
@@ -150,15 +150,33 @@ async def _pull_with_wait(broker: Broker, spec: _PullSpec, wait_ms: int, arrow: 
     return pulled
 
 
+def _offset_header(description: str) -> dict[str, Any]:
+    return {
+        "required": False,
+        "description": description,
+        "schema": {"type": "string", "pattern": "^-?[0-9]+$"},
+    }
+
+
 _PULL_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
+        "headers": {
+            "X-Status": {
+                "required": False,
+                "description": "Arrow answers: the read status (as PullOut.status).",
+                "schema": {"type": "string"},
+            },
+            "X-Next-Offset": _offset_header("Arrow answers: the offset to pull from next."),
+            "X-Min-Offset": _offset_header("Arrow answers: the queue's min offset."),
+            "X-Max-Offset": _offset_header("Arrow answers: the queue's max offset."),
+        },
         "content": {
             ARROW_STREAM: {
                 "schema": {"type": "string", "format": "binary"},
                 "description": "Arrow IPC stream in store.format.arrow_schema.MESSAGE_SCHEMA; offsets in "
                 "the X-Status, X-Next-Offset, X-Min-Offset and X-Max-Offset headers.",
             }
-        }
+        },
     },
     404: {"model": ErrorOut},
 }
@@ -167,7 +185,7 @@ _PULL_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.get("/messages", response_model=PullOut, responses=_PULL_RESPONSES)
 async def pull(
     *,
-    topic: TopicPath,
+    topic: AnyTopicPath,
     queue_id: QueuePath,
     request: Request,
     broker: BrokerDep,
@@ -209,7 +227,7 @@ def _offset_for_timestamp(
 @router.get("/offset", response_model=OffsetOut, responses={404: {"model": ErrorOut}})
 async def offset_for_timestamp(
     *,
-    topic: TopicPath,
+    topic: AnyTopicPath,
     queue_id: QueuePath,
     broker: BrokerDep,
     principal: PrincipalDep,

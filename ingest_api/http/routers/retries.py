@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -20,8 +20,9 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
 from ingest_api.http.membership import CONSUMER_GROUPS
-from ingest_api.http.params import GroupPath
+from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
 from ingest_api.http.peers import passed_headers
 from ingest_api.http.retries import GroupConfigs, UnknownMessage, as_dict, resend_dead_letter, send_back
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
@@ -32,13 +33,14 @@ router = APIRouter(
 )
 
 
+ReconsumeTimes = Annotated[int, Field(ge=0, le=10_000), JSON_INTEGER]
+
+
 class GroupConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_reconsume_times: int | None = Field(
-        None, ge=0, le=10_000, description="Send-backs before the DLQ (16)."
-    )
-    retry_queues: int | None = Field(None, ge=1, le=1024, description="Queues of %RETRY%group (1).")
+    max_reconsume_times: ReconsumeTimes | None = Field(None, description="Send-backs before the DLQ (16).")
+    retry_queues: QueueCount | None = Field(None, description="Queues of %RETRY%group (1).")
 
 
 class GroupConfigOut(BaseModel):
@@ -50,12 +52,14 @@ class GroupConfigOut(BaseModel):
 class SendBackIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    topic: str = Field(min_length=1, max_length=255)
+    topic: TopicName
     msg_id: str = Field(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")
-    delay_level: int = Field(
-        0, ge=-(2**31), lt=2**31, description="0 = the ladder (3 + reconsume times), -1 = the DLQ."
+    delay_level: Int32 = Field(
+        0,
+        json_schema_extra={"minimum": -1},  # below -1: 400 invalid_argument (retries.send_back)
+        description="0 = the ladder (3 + reconsume times), -1 = the DLQ.",
     )
-    max_reconsume_times: int | None = Field(None, ge=0, le=10_000)
+    max_reconsume_times: ReconsumeTimes | None = None
 
 
 class SendBackOut(BaseModel):
@@ -113,7 +117,7 @@ async def send_back_message(
     request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> Response | SendBackOut:
     """Send a message this group failed to consume back into the retry ladder (or the DLQ). In
     a cluster the request goes to the broker that stores the message, and the retry lands on

@@ -36,6 +36,8 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import Count
+from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
 from store import InvalidArgument, MessageStore
@@ -55,7 +57,7 @@ PartPath = Annotated[str, Path(pattern=_ID, description="Staged part id (unique 
 
 class PartIn(BaseModel):
     part_id: str = Field(pattern=_ID)
-    rows: int = Field(ge=0)
+    rows: Count
 
 
 class CommitIn(BaseModel):
@@ -84,6 +86,8 @@ class SinkOut(BaseModel):
     last_published_batch: int
     pending: list[int]
 
+
+ARROW_FILE = "application/vnd.apache.arrow.file"
 
 _staging_lock = threading.Lock()
 
@@ -124,7 +128,30 @@ def _part_topics(payload: bytes) -> list[str]:
     return [t for t in pc.unique(table.column("topic")).to_pylist() if t is not None]
 
 
-@router.put("/{sink_id}/batches/{batch_id}/parts/{part_id}", response_model=PartOut, status_code=201)
+#: The staged part's body, as the sink sends it (streaming/sink_client.py).
+_PART_BODY = {
+    **INTERNAL,
+    "requestBody": {
+        "required": True,
+        "content": {
+            ARROW_FILE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Arrow IPC file in the sink's part schema (a 'topic' column per row).",
+                }
+            }
+        },
+    },
+}
+
+
+@router.put(
+    "/{sink_id}/batches/{batch_id}/parts/{part_id}",
+    response_model=PartOut,
+    status_code=201,
+    openapi_extra=_PART_BODY,
+)
 async def stage_part(
     sink_id: SinkPath, batch_id: BatchPath, part_id: PartPath, request: Request, broker: BrokerDep,
     principal: PrincipalDep,
@@ -138,7 +165,12 @@ async def stage_part(
     return PartOut(part_id=staged.part_id, rows=staged.rows)
 
 
-@router.post("/{sink_id}/batches/{batch_id}:commit", response_model=CommitOut, dependencies=[JsonBody])
+@router.post(
+    "/{sink_id}/batches/{batch_id}:commit",
+    response_model=CommitOut,
+    dependencies=[JsonBody],
+    openapi_extra=INTERNAL,
+)
 async def commit_batch(
     sink_id: SinkPath, batch_id: BatchPath, spec: CommitIn, broker: BrokerDep, principal: PrincipalDep
 ) -> CommitOut:
@@ -159,7 +191,7 @@ async def commit_batch(
     )
 
 
-@router.post("/{sink_id}/batches/{batch_id}:abort", dependencies=[JsonBody])
+@router.post("/{sink_id}/batches/{batch_id}:abort", dependencies=[JsonBody], openapi_extra=INTERNAL)
 async def abort_batch(
     sink_id: SinkPath, batch_id: BatchPath, spec: AbortIn, broker: BrokerDep, principal: PrincipalDep
 ) -> dict[str, int]:
@@ -169,7 +201,7 @@ async def abort_batch(
     return {"removed": removed}
 
 
-@router.get("/{sink_id}", response_model=SinkOut)
+@router.get("/{sink_id}", response_model=SinkOut, openapi_extra=INTERNAL)
 async def describe_sink(sink_id: SinkPath, broker: BrokerDep, principal: PrincipalDep) -> SinkOut:
     """The last published batch and the batches decided but not yet published."""
     del principal

@@ -17,7 +17,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TopicPath
+from ingest_api.http.params import AnyTopicPath, TopicPath
 from ingest_api.http.peers import PeerUnavailable, passed_headers
 from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
@@ -95,7 +95,7 @@ def _describe(store: MessageStore, topic: str) -> TopicOut:
 
 @router.get("/{topic}", response_model=TopicOut, response_model_exclude_none=True)
 async def describe_topic(
-    topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+    topic: AnyTopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> TopicOut:
     """The topic's queues with each queue's min and max offset (max = next offset to write).
     In a cluster each queue's offsets come from its owner, named in ``broker``."""
@@ -116,7 +116,7 @@ async def _describe_cluster(broker: Broker, topic: str, headers: dict[str, str])
     owners = sorted(set(placement.owners))
 
     async def offsets_of(owner: str) -> dict[int, tuple[int, int]] | None:
-        if owner == node.name:
+        if owner == node.name and node.serving:
             local = await run_in_threadpool(_describe, broker.store, topic)
             return {q.queue_id: (q.min_offset, q.max_offset) for q in local.queue_offsets or ()}
         try:
