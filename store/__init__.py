@@ -32,6 +32,22 @@ from store.errors import (
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.ids import ascii_rows, ascii_rows_array, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
+from store.format.kafka_arrow import HEADERS_TYPE as KAFKA_HEADERS_TYPE
+from store.format.kafka_arrow import KafkaView, kafka_to_message_columns, kafka_view
+from store.format.kafka_mapping import HEADERS_PROPERTY as KAFKA_HEADERS_PROPERTY
+from store.format.kafka_mapping import KEY_PROPERTY as KAFKA_KEY_PROPERTY
+from store.format.kafka_mapping import NULL_VALUE_PROPERTY as KAFKA_NULL_VALUE_PROPERTY
+from store.format.kafka_mapping import RESERVED_PROPERTIES as KAFKA_RESERVED_PROPERTIES
+from store.format.kafka_mapping import SCHEDULING_HEADERS as KAFKA_SCHEDULING_HEADERS
+from store.format.kafka_mapping import TIMESTAMP_TYPE_CREATE_TIME as KAFKA_TIMESTAMP_TYPE_CREATE_TIME
+from store.format.kafka_mapping import KafkaHeader
+from store.format.kafka_mapping import has_scheduling as kafka_has_scheduling
+from store.format.kafka_mapping import headers_to_properties as kafka_headers_to_properties
+from store.format.kafka_mapping import key_to_store as kafka_key_to_store
+from store.format.kafka_mapping import split_scheduling as kafka_split_scheduling
+from store.format.kafka_mapping import stored_headers as stored_kafka_headers
+from store.format.kafka_mapping import stored_key as stored_kafka_key
+from store.format.kafka_mapping import stored_value as stored_kafka_value
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -42,6 +58,7 @@ from store.format.vocabulary import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
     SYSTEM_PROPERTIES,
+    TIMER_REQUEST_PROPERTIES,
 )
 from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
@@ -99,7 +116,7 @@ from store.write.relocate import NotRelocatable, Relocation, RelocationKind
 from store.write.results import BatchPutResult
 from store.write.routing import sharding_queue, sharding_queues
 from store.write.sendback import DEFAULT_MAX_RECONSUME_TIMES, LADDER_BASE_LEVEL, sendback_request
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request
+from store.write.timers import TimerIllegal, is_timer_request
 from store.write.transactions import TxOutcome
 
 __all__ = [
@@ -109,6 +126,13 @@ __all__ = [
     "GROUP_MAX_LENGTH",
     "GROUP_NAME_PATTERN",
     "ID_PATTERN",
+    "KAFKA_HEADERS_PROPERTY",
+    "KAFKA_HEADERS_TYPE",
+    "KAFKA_KEY_PROPERTY",
+    "KAFKA_NULL_VALUE_PROPERTY",
+    "KAFKA_RESERVED_PROPERTIES",
+    "KAFKA_SCHEDULING_HEADERS",
+    "KAFKA_TIMESTAMP_TYPE_CREATE_TIME",
     "LADDER_BASE_LEVEL",
     "MAX_PRODUCER_ID_CHARS",
     "MAX_PROPERTY_COLUMNS",
@@ -153,6 +177,8 @@ __all__ = [
     "GetStatus",
     "IndexBehind",
     "InvalidArgument",
+    "KafkaHeader",
+    "KafkaView",
     "Message",
     "MessageStore",
     "MessageTooLarge",
@@ -194,6 +220,12 @@ __all__ = [
     "is_timer_request",
     "java_string_hash",
     "java_string_hashes",
+    "kafka_has_scheduling",
+    "kafka_headers_to_properties",
+    "kafka_key_to_store",
+    "kafka_split_scheduling",
+    "kafka_to_message_columns",
+    "kafka_view",
     "msg_id_chars",
     "parse_delay_levels",
     "parse_duration_ms",
@@ -205,6 +237,9 @@ __all__ = [
     "sendback_request",
     "sharding_queue",
     "sharding_queues",
+    "stored_kafka_headers",
+    "stored_kafka_key",
+    "stored_kafka_value",
     "validate_group",
     "validate_topic",
     "wall_clock_ms",

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError
 from store.format.ids import ascii_rows, hex_of_ints
+from store.format.vocabulary import TIMER_REQUEST_PROPERTIES
 from store.io.atomic_file import write_json_atomically
 from store.message_store import MessageStore
 from store.names import (
@@ -70,7 +71,7 @@ from store.publish.sink_parts import (
 )
 from store.write.columns import ProduceColumns
 from store.write.idempotence import ProducerRef, prefix_end, request_uniq_keys
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
+from store.write.timers import TimerRules, admit_timer
 
 log = logging.getLogger("sparkmq.sink")
 

@@ -39,6 +39,7 @@ from store.format.vocabulary import (
     PROPERTY_REAL_QID,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TIMER_REQUEST_PROPERTIES,
 )
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
@@ -58,7 +59,7 @@ from store.write.queue_offsets import QueuePlacement, last_per_queue
 from store.write.relocate import Relocated
 from store.write.replication import ReplicationHooks
 from store.write.results import BatchPutResult, batch_result_of, put_result_of
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules
+from store.write.timers import TimerRules
 from store.write.transactions import HalfOf, half_properties
 from store.write.visibility import Visibility
 
