@@ -12,6 +12,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md pyspark_sparkmq.py ./
 COPY store ./store
+COPY cluster ./cluster
 COPY ingest_api ./ingest_api
 COPY streaming ./streaming
 COPY sparkmq ./sparkmq

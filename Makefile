@@ -1,14 +1,25 @@
-# Two set-up commands, both self-contained on a fresh machine with Python 3.11 and Java 17:
-#   make run   - create .venv, install sparkmq, start the broker (sparkmq serve) on ./data
-#   make test  - create .venv, install sparkmq with test extras, run the whole suite
+# Set-up commands, each self-contained on a fresh machine with Python 3.11 and Java 17:
+#   make run     - create .venv, install sparkmq, start the broker (sparkmq serve) on ./data
+#   make cluster - the same for a cluster: ZooKeeper (installed with apt when missing) and three
+#                  brokers with their operator jobs on 127.0.0.1; Ctrl-C stops it all
+#   make test    - create .venv, install sparkmq with test extras, run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8080
+# make cluster: brokers b1..bN on HTTP ports CLUSTER_PORT.., ZooKeeper on ZK_PORT, all data and
+# logs under CLUSTER_DIR (kept between runs); OPERATORS=off runs the brokers without Spark jobs.
+CLUSTER_DIR ?= cluster-data
+CLUSTER_BROKERS ?= 3
+CLUSTER_PORT ?= 8081
+ZK_PORT ?= 2181
+OPERATORS ?= local
+ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast lint typecheck bench bench-deps clean venv
+.PHONY: run cluster zookeeper test test-fast lint typecheck bench bench-deps clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +33,16 @@ venv: $(VENV)/.installed
 
 run: venv
 	$(BIN)/sparkmq serve --store-dir $(STORE_DIR) --host $(HOST) --port $(PORT)
+
+# Debian's zookeeper package (ZooKeeper 3.8 on the Java Spark already needs), when missing.
+zookeeper:
+	@test -f $(ZOOKEEPER_JAR) || { \
+	  echo "ZooKeeper not found: installing Debian's zookeeper package" >&2; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; }
+
+cluster: venv zookeeper
+	$(BIN)/sparkmq cluster local --brokers $(CLUSTER_BROKERS) --port $(CLUSTER_PORT) --zk-port $(ZK_PORT) \
+	    --operators $(OPERATORS) --dir $(CLUSTER_DIR)
 
 test: venv
 	$(BIN)/python -m pytest -q
@@ -52,6 +73,7 @@ bench: bench-deps
 	$(BIN)/python -m bench.operators_bench --quick
 	$(BIN)/python -m bench.transactions_bench
 	$(BIN)/python -m bench.retry_bench
+	$(BIN)/python -m bench.ha_bench
 	$(BIN)/python -m bench.peers
 
 clean:

@@ -35,6 +35,16 @@ class ClusterConfig:
     default_queues: int = 8
     #: Create an unknown topic (``default_queues`` over the live brokers) on first produce.
     auto_create_topics: bool = True
+    #: Replication (with ``ha_port``): ``async`` answers a produce once the master has it,
+    #: ``sync`` once every member of the in-sync set holds it (docs/replication.md).
+    replication: str = "async"
+    #: Writes are refused (nothing appended) while fewer members are in sync, master included.
+    min_insync: int = 1
+    #: How long a sync produce waits for the in-sync set before FLUSH_SLAVE_TIMEOUT.
+    replication_timeout_ms: int = 3000
+    #: Elect a member outside the in-sync set when none inside is alive (loses what only the
+    #: old master had: acknowledged messages included).
+    unclean_failover: bool = False
 
     def validate(self) -> ClusterConfig:
         validate_broker_name(self.broker_name)
@@ -47,6 +57,13 @@ class ClusterConfig:
             (100 <= self.op_timeout_ms <= 60_000, "op_timeout_ms must be in [100, 60000]"),
             (self.connect_timeout_ms >= 100, "connect_timeout_ms must be >= 100"),
             (self.default_queues >= 1, "default_queues must be >= 1"),
+            (self.replication in ("async", "sync"), "replication must be async or sync"),
+            (self.min_insync >= 1, "min_insync must be >= 1 (the master counts)"),
+            (self.replication_timeout_ms >= 1, "replication_timeout_ms must be >= 1"),
+            (
+                self.ha_port is not None or (self.replication == "async" and self.min_insync == 1),
+                "replication settings need --ha-port",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -55,6 +72,11 @@ class ClusterConfig:
 
     def with_changes(self, **changes: object) -> ClusterConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+    @property
+    def replicated(self) -> bool:
+        """Whether this broker is a member of a replica group (it has an HA port)."""
+        return self.ha_port is not None
 
     @property
     def http_url(self) -> str:

@@ -5,7 +5,10 @@ the data it names, so a broker restarted on the same disk comes back as the same
 same Kafka node id, RocketMQ's ``brokerId`` in the HA handshake), and a disk is never served
 under another broker name or in another cluster by mistake::
 
-    {"broker_name": "b1", "cluster": "zk://127.0.0.1:2181/sparkmq", "member_id": 3}
+    {"broker_name": "b1", "cluster": "/sparkmq", "member_id": 3}
+
+The cluster is named by its chroot, not by its servers: a ZooKeeper ensemble may move or grow
+without disowning the stores.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from cluster.errors import ClusterError
+from cluster.group_state import GroupState
 
 #: Broker names become znode names and appear in JSON and URLs.
 BROKER_NAME_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
@@ -49,7 +50,7 @@ class CorruptRoute(ClusterError):
     code = "corrupt_route"
 
 
-class _MemberJson(msgspec.Struct, forbid_unknown_fields=False):
+class _MemberJson(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
     broker_name: str
     member_id: int
     http: str
@@ -57,6 +58,8 @@ class _MemberJson(msgspec.Struct, forbid_unknown_fields=False):
     started_ms: int
     kafka: str | None = None
     ha: str | None = None
+    last_epoch: int | None = None
+    max_offset: int | None = None
 
 
 class _PlacementJson(msgspec.Struct, forbid_unknown_fields=False):
@@ -78,6 +81,9 @@ class MemberInfo:
     started_ms: int
     kafka: str | None = None
     ha: str | None = None
+    #: A replica's last epoch and CommitLog max offset, published when an election is due.
+    last_epoch: int | None = None
+    max_offset: int | None = None
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(
@@ -89,6 +95,8 @@ class MemberInfo:
                 started_ms=self.started_ms,
                 kafka=self.kafka,
                 ha=self.ha,
+                last_epoch=self.last_epoch,
+                max_offset=self.max_offset,
             )
         )
 
@@ -106,6 +114,8 @@ class MemberInfo:
             started_ms=value.started_ms,
             kafka=value.kafka,
             ha=value.ha,
+            last_epoch=value.last_epoch,
+            max_offset=value.max_offset,
         )
 
     @property
@@ -128,6 +138,8 @@ class BrokerGroup:
     master_id: int | None = None
     epoch: int = 0
     last_known: MemberInfo | None = None
+    #: The replica group's state (``None`` for a broker that takes no replicas).
+    state: GroupState | None = None
 
     @property
     def master(self) -> MemberInfo | None:

@@ -23,9 +23,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from cluster.config import ClusterConfig
 from cluster.coordination import (
@@ -36,6 +39,7 @@ from cluster.coordination import (
     VersionConflict,
 )
 from cluster.errors import BrokerNameTaken, CoordinationUnavailable, InvalidPlacement
+from cluster.group_state import CorruptGroupState, GroupState
 from cluster.identity import load_or_allocate
 from cluster.model import BrokerGroup, ClusterView, CorruptRoute, MemberInfo, TopicPlacement
 from cluster.placement import check_pinned, grow_placement
@@ -45,12 +49,17 @@ log = logging.getLogger("sparkmq.cluster")
 
 BROKERS = "/brokers"
 TOPICS = "/topics"
+#: Cluster-wide settings kept outside any store (producer groups' check URLs, consumer groups'
+#: retry settings): ``/settings/<kind>/<name>`` = a JSON document, mirrored by every broker.
+SETTINGS = "/settings"
 #: Attempts of a topic change that lost a version race before giving up.
 MAX_CAS_ATTEMPTS = 20
 #: How long a write of ours may take to show in our own view before we stop waiting.
 OWN_WRITE_VISIBLE_S = 5.0
 
 ViewListener = Callable[[ClusterView], None]
+#: ``(name, document or None when deleted)``, on the node's worker thread.
+SettingListener = Callable[[str, "dict[str, Any] | None"], None]
 
 
 def member_path(name: str, member_id: int) -> str:
@@ -80,6 +89,7 @@ class ClusterNode:
         self._members: dict[str, dict[int, MemberInfo]] = {}
         self._last_known: dict[str, MemberInfo] = {}
         self._placements: dict[str, TopicPlacement] = {}
+        self._states: dict[str, GroupState] = {}
         self._watched_names: set[str] = set()
         self._watched_members: set[tuple[str, int]] = set()
         self._watched_topics: set[str] = set()
@@ -91,6 +101,9 @@ class ClusterNode:
         self._session_lost = False
         self._warnings: list[str] = []
         self.member: MemberInfo | None = None
+        self._session_listeners: list[Callable[[SessionState], None]] = []
+        #: The last transient failure (a role change that will be retried), for GET /cluster.
+        self.last_error = ""
 
     # -- joining --------------------------------------------------------------------------
 
@@ -101,7 +114,7 @@ class ClusterNode:
         coordination = self._coordination
         coordination.start(self.config.connect_timeout_ms / 1000)
         try:
-            identity = load_or_allocate(self._config_dir, self.name, str(self.config.address), coordination)
+            identity = load_or_allocate(self._config_dir, self.name, self.config.address.chroot, coordination)
             self.member = MemberInfo(
                 broker_name=self.name,
                 member_id=identity.member_id,
@@ -171,13 +184,19 @@ class ClusterNode:
     def session(self) -> SessionState:
         return self._coordination.state
 
+    def add_session_listener(self, listener: Callable[[SessionState], None]) -> None:
+        """``listener(state)`` on ZooKeeper's thread at every session change (must not block)."""
+        self._session_listeners.append(listener)
+
     def _on_session(self, state: SessionState) -> None:
         if state is SessionState.LOST:
             self._session_lost = True
             self._registered = False
         elif state is SessionState.CONNECTED and self._session_lost and not self._closed:
             self._session_lost = False
-            self._submit(self._reregister)
+            self._submit(self._reregister)  # queued before what the listeners queue
+        for listener in list(self._session_listeners):
+            listener(state)
 
     def _reregister(self) -> None:
         try:
@@ -197,11 +216,33 @@ class ClusterNode:
             if message not in self._warnings:
                 self._warnings.append(message)
 
+    def warn_transient(self, message: str) -> None:
+        """A failure that the next event retries: logged and kept as :attr:`last_error`."""
+        log.warning("cluster: %s", message)
+        self.last_error = message
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the node's worker thread (after what is queued)."""
+        self._submit(job)
+
     def warn(self, message: str) -> None:
         """Record a problem that needs an operator; shown by ``/healthz`` and ``GET /cluster``."""
         self._warn(message)
 
     # -- the view -------------------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        """Whether this member serves its broker name's queues now: always without replication;
+        in a replica group, only while it is the group's live master. A slave forwards writes
+        (and redirects reads) to its master."""
+        member = self.member
+        if member is None:
+            return False
+        group = self._view.group(self.name)
+        if group.state is None:
+            return True
+        return group.master_id == member.member_id
 
     @property
     def view(self) -> ClusterView:
@@ -224,8 +265,13 @@ class ClusterNode:
         groups = {}
         for name in set(self._members) | set(self._last_known):
             members = tuple(sorted(self._members.get(name, {}).values(), key=lambda m: m.member_id))
-            master = members[0].member_id if len(members) == 1 else None
-            groups[name] = BrokerGroup(name, members, master, 0, self._last_known.get(name))
+            state = self._states.get(name)
+            if state is None:  # a broker without replicas: its one member serves its queues
+                master, epoch = (members[0].member_id if len(members) == 1 else None), 0
+            else:  # a replica group: the elected master, while its session lives
+                live = {m.member_id for m in members}
+                master, epoch = (state.master if state.master in live else None), state.epoch
+            groups[name] = BrokerGroup(name, members, master, epoch, self._last_known.get(name), state)
         view = ClusterView(groups=groups, topics=dict(self._placements))
         self._view = view
         for listener in list(self._listeners):
@@ -238,6 +284,7 @@ class ClusterNode:
                     continue
                 self._watched_names.add(name)
             self._coordination.watch_data(f"{BROKERS}/{name}", partial(self._on_last_known, name))
+            self._coordination.watch_data(f"{BROKERS}/{name}/state", partial(self._on_state, name))
             self._coordination.watch_children(f"{BROKERS}/{name}/members", partial(self._on_member_ids, name))
 
     def _on_last_known(self, name: str, node: NodeData | None) -> None:
@@ -245,6 +292,20 @@ class ClusterNode:
         with self._lock:
             if member is not None:
                 self._last_known[name] = member
+            self._publish()
+
+    def _on_state(self, name: str, node: NodeData | None) -> None:
+        state = None
+        if node is not None and node.data:
+            try:
+                state = GroupState.from_json(node.data, node.version)
+            except CorruptGroupState as exc:
+                self._warn(str(exc))
+        with self._lock:
+            if state is None:
+                self._states.pop(name, None)
+            else:
+                self._states[name] = state
             self._publish()
 
     def _on_member_ids(self, name: str, ids: list[str]) -> None:
@@ -369,7 +430,92 @@ class ClusterNode:
         if node is None:
             return False
         self._coordination.delete(f"{TOPICS}/{topic}", node.version)
+        deadline = time.monotonic() + OWN_WRITE_VISIBLE_S
+        while self.view.placement(topic) is not None and time.monotonic() < deadline:
+            time.sleep(0.005)  # answered once our own routes no longer have it
         return True
+
+    def own_queues(self, topic: str, count: int) -> tuple[int, ...]:
+        """This broker's queue ids of ``topic``, first placing ``count`` new ones here when it
+        has none (a broker's own retry and dead-letter queues, as RocketMQ keeps one per broker).
+        Blocking."""
+        placement = self.view.placement(topic)
+        mine = placement.queues_of(self.name) if placement else ()
+        if mine:
+            return mine
+        current = placement.queue_count if placement else 0
+        grown = self.create_or_grow_topic(topic, current + count, [self.name])
+        return grown.queues_of(self.name)
+
+    # -- replica groups -------------------------------------------------------------------
+
+    def read_group_state(self) -> GroupState | None:
+        """This broker's group state as ZooKeeper has it now (not the cached view). Blocking."""
+        node = self._coordination.get(f"{BROKERS}/{self.name}/state")
+        return None if node is None else GroupState.from_json(node.data, node.version)
+
+    def write_group_state(self, state: GroupState, expected: GroupState | None) -> bool:
+        """Replace ``expected`` (``None``: no state yet) by ``state`` in one versioned write;
+        False when another writer got there first (nothing changed). Blocking."""
+        self._require_connected(f"changing the state of group {self.name!r}")
+        path = f"{BROKERS}/{self.name}/state"
+        try:
+            if expected is None:
+                self._coordination.create(path, state.to_json())
+            else:
+                self._coordination.set(path, state.to_json(), expected.version)
+        except (NodeExists, VersionConflict):
+            return False
+        return True
+
+    def publish_progress(self, last_epoch: int, max_offset: int) -> None:
+        """Put this replica's last epoch and max offset on its member node (what an election
+        ranks candidates by). Blocking."""
+        member = self.member
+        assert member is not None
+        self.member = replace(member, last_epoch=last_epoch, max_offset=max_offset)
+        self._coordination.set(member_path(self.name, member.member_id), self.member.to_json(), -1)
+
+    # -- cluster-wide settings ------------------------------------------------------------
+
+    def put_setting(self, kind: str, name: str, document: dict[str, Any]) -> None:
+        """Write a cluster-wide setting; every broker's :meth:`watch_settings` sees it."""
+        self._require_connected(f"changing {kind} {name!r}")
+        path = f"{SETTINGS}/{kind}/{name}"
+        data = msgspec.json.encode(document)
+        try:
+            self._coordination.create(path, data)
+        except NodeExists:
+            self._coordination.set(path, data, -1)
+
+    def delete_setting(self, kind: str, name: str) -> None:
+        self._require_connected(f"deleting {kind} {name!r}")
+        self._coordination.delete(f"{SETTINGS}/{kind}/{name}")
+
+    def watch_settings(self, kind: str, listener: SettingListener) -> None:
+        """``listener(name, document)`` now for every setting of ``kind`` and at every change
+        (``None`` once deleted), on the node's worker thread."""
+        watched: set[str] = set()
+
+        def on_value(name: str, node: NodeData | None) -> bool | None:
+            document = None
+            if node is not None and node.data:
+                try:
+                    document = msgspec.json.decode(node.data)
+                except msgspec.DecodeError:
+                    self._warn(f"setting {kind}/{name} is not JSON: ignored")
+                    return None
+            self._submit(lambda: listener(name, document))
+            return None
+
+        def on_names(names: list[str]) -> bool | None:
+            for name in names:
+                if name not in watched:
+                    watched.add(name)
+                    self._coordination.watch_data(f"{SETTINGS}/{kind}/{name}", partial(on_value, name))
+            return None
+
+        self._coordination.watch_children(f"{SETTINGS}/{kind}", on_names)
 
 
 def _decode_member(node: NodeData | None) -> MemberInfo | None:

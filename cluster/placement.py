@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cluster.errors import InvalidPlacement
+from cluster.errors import InvalidPlacement, NoLiveBroker
 from store import MAX_QUEUES_PER_TOPIC
 
 
@@ -30,7 +30,7 @@ def grow_placement(current: Sequence[str], queues: int, candidates: Sequence[str
         return tuple(owners)
     names = sorted(set(candidates))
     if not names:
-        raise InvalidPlacement("no live broker to place the new queues on")
+        raise NoLiveBroker("no live broker to place the new queues on")
     load = dict.fromkeys(names, 0)
     for owner in owners:
         if owner in load:

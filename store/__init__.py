@@ -12,9 +12,15 @@ See docs/store_api.md.
 from store.config import DEFAULT_DELAY_LEVELS, MIB, FlushDiskType, StoreConfig
 from store.errors import (
     DataLost,
+    FlushSlaveTimeout,
     IndexBehind,
     InvalidArgument,
     MessageTooLarge,
+    NotMaster,
+    ReplicaFenced,
+    ReplicatedDataCorrupt,
+    ReplicationGap,
+    SlaveNotAvailable,
     SparkMQError,
     StoreClosed,
     StoreError,
@@ -26,6 +32,22 @@ from store.errors import (
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.ids import ascii_rows, ascii_rows_array, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
+from store.format.kafka_arrow import HEADERS_TYPE as KAFKA_HEADERS_TYPE
+from store.format.kafka_arrow import KafkaView, kafka_to_message_columns, kafka_view
+from store.format.kafka_mapping import HEADERS_PROPERTY as KAFKA_HEADERS_PROPERTY
+from store.format.kafka_mapping import KEY_PROPERTY as KAFKA_KEY_PROPERTY
+from store.format.kafka_mapping import NULL_VALUE_PROPERTY as KAFKA_NULL_VALUE_PROPERTY
+from store.format.kafka_mapping import RESERVED_PROPERTIES as KAFKA_RESERVED_PROPERTIES
+from store.format.kafka_mapping import SCHEDULING_HEADERS as KAFKA_SCHEDULING_HEADERS
+from store.format.kafka_mapping import TIMESTAMP_TYPE_CREATE_TIME as KAFKA_TIMESTAMP_TYPE_CREATE_TIME
+from store.format.kafka_mapping import KafkaHeader
+from store.format.kafka_mapping import has_scheduling as kafka_has_scheduling
+from store.format.kafka_mapping import headers_to_properties as kafka_headers_to_properties
+from store.format.kafka_mapping import key_to_store as kafka_key_to_store
+from store.format.kafka_mapping import split_scheduling as kafka_split_scheduling
+from store.format.kafka_mapping import stored_headers as stored_kafka_headers
+from store.format.kafka_mapping import stored_key as stored_kafka_key
+from store.format.kafka_mapping import stored_value as stored_kafka_value
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -36,6 +58,7 @@ from store.format.vocabulary import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
     SYSTEM_PROPERTIES,
+    TIMER_REQUEST_PROPERTIES,
 )
 from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
@@ -45,15 +68,20 @@ from store.metadata.topic_config import MAX_QUEUES_PER_TOPIC
 from store.names import (
     DLQ_TOPIC_PREFIX,
     GROUP_MAX_LENGTH,
+    GROUP_NAME_PATTERN,
     ID_PATTERN,
     NAME_CHARS,
+    NAME_CHARSET,
     NAME_PATTERN,
     RETRY_TOPIC_MAX_LENGTH,
     RETRY_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
     TIMER_TOPIC,
     TOPIC_MAX_LENGTH,
+    TOPIC_NAME_PATTERN,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OFFSETS_TOPIC,
@@ -88,7 +116,7 @@ from store.write.relocate import NotRelocatable, Relocation, RelocationKind
 from store.write.results import BatchPutResult
 from store.write.routing import sharding_queue, sharding_queues
 from store.write.sendback import DEFAULT_MAX_RECONSUME_TIMES, LADDER_BASE_LEVEL, sendback_request
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request
+from store.write.timers import TimerIllegal, is_timer_request
 from store.write.transactions import TxOutcome
 
 __all__ = [
@@ -96,7 +124,15 @@ __all__ = [
     "DEFAULT_MAX_RECONSUME_TIMES",
     "DLQ_TOPIC_PREFIX",
     "GROUP_MAX_LENGTH",
+    "GROUP_NAME_PATTERN",
     "ID_PATTERN",
+    "KAFKA_HEADERS_PROPERTY",
+    "KAFKA_HEADERS_TYPE",
+    "KAFKA_KEY_PROPERTY",
+    "KAFKA_NULL_VALUE_PROPERTY",
+    "KAFKA_RESERVED_PROPERTIES",
+    "KAFKA_SCHEDULING_HEADERS",
+    "KAFKA_TIMESTAMP_TYPE_CREATE_TIME",
     "LADDER_BASE_LEVEL",
     "MAX_PRODUCER_ID_CHARS",
     "MAX_PROPERTY_COLUMNS",
@@ -104,6 +140,7 @@ __all__ = [
     "MESSAGE_SCHEMA",
     "MIB",
     "NAME_CHARS",
+    "NAME_CHARSET",
     "NAME_PATTERN",
     "NAME_VALUE_SEPARATOR",
     "PROPERTY_DELAY",
@@ -118,9 +155,12 @@ __all__ = [
     "SCHEDULE_TOPIC",
     "SENDBACK_TOPIC",
     "SYSTEM_PROPERTIES",
+    "SYSTEM_TOPICS",
+    "SYSTEM_TOPIC_PREFIX",
     "TIMER_REQUEST_PROPERTIES",
     "TIMER_TOPIC",
     "TOPIC_MAX_LENGTH",
+    "TOPIC_NAME_PATTERN",
     "TRANS_CHECK_MAX_TIME_TOPIC",
     "TRANS_HALF_TOPIC",
     "TRANS_OFFSETS_TOPIC",
@@ -132,14 +172,18 @@ __all__ = [
     "Clock",
     "DataLost",
     "FlushDiskType",
+    "FlushSlaveTimeout",
     "GetResult",
     "GetStatus",
     "IndexBehind",
     "InvalidArgument",
+    "KafkaHeader",
+    "KafkaView",
     "Message",
     "MessageStore",
     "MessageTooLarge",
     "MessageView",
+    "NotMaster",
     "NotRelocatable",
     "ProduceColumns",
     "ProduceOutcome",
@@ -148,7 +192,11 @@ __all__ = [
     "QueueReadApi",
     "Relocation",
     "RelocationKind",
+    "ReplicaFenced",
+    "ReplicatedDataCorrupt",
+    "ReplicationGap",
     "ServiceHealth",
+    "SlaveNotAvailable",
     "SparkMQError",
     "StoreClosed",
     "StoreConfig",
@@ -172,6 +220,12 @@ __all__ = [
     "is_timer_request",
     "java_string_hash",
     "java_string_hashes",
+    "kafka_has_scheduling",
+    "kafka_headers_to_properties",
+    "kafka_key_to_store",
+    "kafka_split_scheduling",
+    "kafka_to_message_columns",
+    "kafka_view",
     "msg_id_chars",
     "parse_delay_levels",
     "parse_duration_ms",
@@ -183,6 +237,9 @@ __all__ = [
     "sendback_request",
     "sharding_queue",
     "sharding_queues",
+    "stored_kafka_headers",
+    "stored_kafka_key",
+    "stored_kafka_value",
     "validate_group",
     "validate_topic",
     "wall_clock_ms",

@@ -93,6 +93,12 @@ class StoreConfig:
     timer_max_delay_ms: int = 3 * 86_400_000
     timer_precision_ms: int = 1000
 
+    #: Member of a replica group (:mod:`store.ha`): producers are refused until the replication
+    #: layer makes this store the master, and readers see only the records that end at or
+    #: below the confirm offset (what every in-sync replica holds). False: a lone broker, every
+    #: record visible at once, nothing changes.
+    replicated: bool = False
+
     #: Run background services (flush, index dispatch, retention). Tests may turn them off
     #: and drive :class:`~store.message_store.MessageStore` explicitly.
     background_services: bool = True

@@ -103,3 +103,65 @@ class DataLost(StoreError):
     """Requested offsets were removed by retention (used when ``failOnDataLoss`` is true)."""
 
     code = "data_lost"
+
+
+# --- replication (store/ha): refusals a producer sees, faults of a replicated append ---------
+
+
+class NotMaster(StoreNotWritable):
+    """This store is a replica that does not take writes now (a slave, or a member waiting for
+    its role): nothing was written. RocketMQ ``SERVICE_NOT_AVAILABLE``; send to the master."""
+
+    code = "not_master"
+    status = "SERVICE_NOT_AVAILABLE"
+
+
+class ReplicaFenced(NotMaster):
+    """The master was fenced (its coordination session is suspended or lost, or it is changing
+    role): it neither writes nor acknowledges. A write it had appended but not acknowledged may
+    be truncated by the next master; the client must retry (idempotently) elsewhere."""
+
+    code = "replica_fenced"
+
+
+class SlaveNotAvailable(StoreNotWritable):
+    """Too few replicas are in sync (``min_insync``, the master included). With
+    ``appended=False`` the write was refused before anything was stored; with ``appended=True``
+    it was stored on the master but the in-sync set shrank below the minimum before it was
+    replicated, so it is not acknowledged (Kafka ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``).
+    RocketMQ ``SLAVE_NOT_AVAILABLE`` (RocketMQ 5 says ``IN_SYNC_REPLICAS_NOT_ENOUGH``)."""
+
+    code = "slave_not_available"
+    status = "SLAVE_NOT_AVAILABLE"
+
+    def __init__(self, message: str, *, appended: bool = False) -> None:
+        super().__init__(message)
+        self.appended = appended
+
+
+class FlushSlaveTimeout(StoreNotWritable):
+    """SYNC replication: the in-sync replicas did not all hold the write within the ack
+    timeout. It is stored on the master (and may yet replicate) but is not acknowledged; an
+    idempotent retry returns it once it is replicated. RocketMQ ``FLUSH_SLAVE_TIMEOUT``."""
+
+    code = "flush_slave_timeout"
+    status = "FLUSH_SLAVE_TIMEOUT"
+
+    def __init__(self, message: str, *, end_offset: int) -> None:
+        super().__init__(message)
+        self.end_offset = end_offset
+
+
+class ReplicationGap(StoreError):
+    """:meth:`MessageStore.append_replicated` was given bytes that do not start exactly at the
+    local CommitLog max offset (a gap or an overlap), or that would cross a CommitLog file end
+    (the master's file size differs). Nothing was written."""
+
+    code = "replication_gap"
+
+
+class ReplicatedDataCorrupt(CorruptStore):
+    """Bytes received from the master do not hold valid CommitLog records (layout or body
+    CRC). They were removed again; nothing of them was dispatched."""
+
+    code = "replicated_data_corrupt"

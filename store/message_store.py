@@ -9,6 +9,11 @@ It composes one object per on-disk structure and owns the threads that keep them
 Reads go through :class:`~store.read.queue_reader.QueueReader`, shared with the lock-free
 :class:`~store.read.store_reader.StoreReader`. Recovery is :func:`store.recovery.recovery.recover`.
 
+A replicated store (``StoreConfig.replicated``) is driven by :mod:`store.ha` through
+:meth:`MessageStore.replica_log`; readers see only what its confirm offset covers
+(:mod:`store.write.visibility`) and producers only reach it while it is the master
+(:mod:`store.write.replication`).
+
 Length: about 770 lines, on purpose: this class *is* the store's public API (some sixty
 methods), each a few lines that check arguments and delegate to the component owning the
 structure. Splitting it would scatter the API; the logic lives in the components.
@@ -38,7 +43,7 @@ from store.io.clock import Clock, wall_clock_ms
 from store.io.fs import FileSystem, OsFileSystem
 from store.io.lock import DirectoryLock, remove_abort_file, write_abort_file
 from store.metadata.checkpoint import StoreCheckpoint
-from store.metadata.file_sizes import adopt_layout, read_layout, write_layout
+from store.metadata.file_sizes import adopt_layout, record_replication
 from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
@@ -74,8 +79,11 @@ from store.write.delay_levels import parse_delay_levels
 from store.write.encoded import EncodedRecords
 from store.write.idempotence import ProducerRef
 from store.write.relocate import Relocated, Relocation, relocated_bytes
+from store.write.replica_log import ReplicaLog
+from store.write.replication import Standby
 from store.write.results import BatchPutResult
 from store.write.transactions import HalfOf, TxOffsets
+from store.write.visibility import Visibility
 
 log = logging.getLogger("sparkmq.store")
 
@@ -154,13 +162,13 @@ class MessageStore:
                 delay_levels=self.delay_levels,
             )
             last_store_ts = self._after_recovery()
-            if read_layout(cfg.store_dir) is None:
-                write_layout(cfg)
+            self._visibility = self._open_visibility()
+            record_replication(cfg)
             write_abort_file(cfg.abort_path)
         except BaseException:
             self._lock.release()
             raise
-        self._reader = QueueReader(self._queues, self._commitlog, self._has_queue)
+        self._reader = QueueReader(self._queues, self._commitlog, self._has_queue, self._visibility_bound)
         if self._index is not None:
             self._index_dispatcher = IndexDispatcher(self._index, self._commitlog.max_offset)
         self._appender = Appender(
@@ -171,12 +179,39 @@ class MessageStore:
             queues=self._queues,
             topics=self._topics,
             index=self._index_dispatcher,
-            arrivals=self._arrivals,
+            visibility=self._visibility,
             lookup_uniq_key=self.get_by_uniq_key,
             last_store_timestamp_ms=last_store_ts,
         )
+        if cfg.replicated:
+            self._appender.replication = Standby()
+        self._replica_log = ReplicaLog(
+            config=cfg,
+            commitlog=self._commitlog,
+            queues=self._queues,
+            index=self._index,
+            index_dispatcher=self._index_dispatcher,
+            checkpoint=self._checkpoint,
+            topics=self._topics,
+            appender=self._appender,
+            visibility=self._visibility,
+            delay_levels=self.delay_levels,
+        )
         self._closed = False
         self._start_services()
+
+    def _open_visibility(self) -> Visibility:
+        """A replicated store starts bounded by the confirm offset it recorded (never past
+        its recovered end); a lone store is unbounded."""
+        confirm: int | None = None
+        if self.config.replicated:
+            confirm = min(self._checkpoint.values.confirm_phy_offset, self._commitlog.max_offset)
+            self._checkpoint.write_confirm_offset(confirm)
+            self._checkpoint.flush()
+        return Visibility(self._arrivals, self._checkpoint.write_confirm_offset, confirm)
+
+    def _visibility_bound(self) -> int | None:
+        return self._visibility.bound
 
     def _after_recovery(self) -> int:
         """Reconcile metadata with the recovered data; returns the last store timestamp."""
@@ -540,11 +575,12 @@ class MessageStore:
         return 0 if cq is None else cq.min_offset
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's max offset as readers see it (a replica: bounded by the confirm offset)."""
         cq = self._queues.get(topic, queue_id)
         if cq is None:
             self._require_queue(topic, queue_id)
             return 0
-        return cq.max_offset
+        return self._reader.visible_max(cq)
 
     def queue_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """queue id -> (min offset, max offset) for every queue of ``topic``."""
@@ -673,6 +709,34 @@ class MessageStore:
             result[queue_id] = max(0, hi - max(committed.get(queue_id, lo), lo))
         return result
 
+    # ------------------------------------------------------------------ replication
+    @property
+    def replicated(self) -> bool:
+        """Member of a replica group (``StoreConfig.replicated``)."""
+        return self.config.replicated
+
+    @property
+    def confirm_offset(self) -> int:
+        """The CommitLog offset readers are bounded by: every in-sync replica holds the records
+        ending at or below it. A lone store: its max offset (no bound)."""
+        bound = self._visibility.bound
+        return self._commitlog.max_offset if bound is None else bound
+
+    def replica_log(self) -> ReplicaLog:
+        """The store as the replication layer works it (:class:`store.ha.ReplicaController`
+        takes it): raw CommitLog reads and appends, the confirm offset, the put path's hooks,
+        the steps of a truncation."""
+        self._ensure_open()
+        return self._replica_log
+
+    def append_replicated(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append raw CommitLog bytes received from the master exactly at the local max offset
+        and dispatch the records they complete through the normal dispatch (the queue offsets
+        are the master's); returns the new max offset. Raises ``ReplicationGap`` (nothing
+        written) or ``ReplicatedDataCorrupt`` (see :meth:`ReplicaLog.append_replicated`)."""
+        self._ensure_open()
+        return self._replica_log.append_replicated(offset, data)
+
     # ------------------------------------------------------------------ operations
     def flush(self) -> None:
         """Flush the CommitLog, ConsumeQueues, index and checkpoint now."""
@@ -758,7 +822,9 @@ class MessageStore:
             commitlog_max_offset=self._commitlog.max_offset,
             commitlog_flushed_offset=self._commitlog.flushed_offset,
             index_dispatch_lag_bytes=max(0, self._commitlog.max_offset - indexed_to),
-            queue_max_offsets={key: cq.max_offset for key, cq in self._queues.queues().items()},
+            queue_max_offsets={
+                key: self._reader.visible_max(cq) for key, cq in self._queues.queues().items()
+            },
         )
 
     def destroy(self) -> None:

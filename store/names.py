@@ -59,12 +59,34 @@ TOPIC_MAX_LENGTH = 127
 RETRY_TOPIC_MAX_LENGTH = 255
 GROUP_MAX_LENGTH = 120
 
-#: RocketMQ's charset for topic and group names (``TopicValidator``), as a regular expression.
-NAME_PATTERN = r"[%|a-zA-Z0-9_-]+"
+#: RocketMQ's charset for topic and group names (``TopicValidator``), one character of it.
+NAME_CHARSET = r"[%|a-zA-Z0-9_-]"
+#: The same charset as a regular expression for a non-empty name.
+NAME_PATTERN = NAME_CHARSET + "+"
 #: The same charset as a set of characters.
 NAME_CHARS = frozenset("%|_-abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 #: Ids the broker stores as file names (sink ids, staged parts, operator names).
 ID_PATTERN = r"[A-Za-z0-9_.-]{1,128}"
+
+
+def _topic_name_pattern() -> str:
+    """Charset and length of a topic name as one anchored expression: up to
+    :data:`RETRY_TOPIC_MAX_LENGTH` with a retry or dead-letter prefix, else up to
+    :data:`TOPIC_MAX_LENGTH`. It has no look-around, so Python, Rust (pydantic) and ECMA-262
+    (JSON Schema) engines read it alike."""
+    prefixed = "|".join(
+        f"{re.escape(prefix)}{NAME_CHARSET}{{0,{RETRY_TOPIC_MAX_LENGTH - len(prefix)}}}"
+        for prefix in (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)
+    )
+    return f"^(?:{prefixed}|{NAME_CHARSET}{{1,{TOPIC_MAX_LENGTH}}})$"
+
+
+#: Every name :func:`validate_topic` accepts with ``allow_system=True`` fully matches this, and
+#: no other (``tests/store/test_names.py`` checks both ways). The reserved system names are
+#: refused on top for user topics (:data:`SYSTEM_TOPICS`, :data:`SYSTEM_TOPIC_PREFIX`).
+TOPIC_NAME_PATTERN = _topic_name_pattern()
+#: Every name :func:`validate_group` accepts fully matches this, and no other.
+GROUP_NAME_PATTERN = f"^{NAME_CHARSET}{{1,{GROUP_MAX_LENGTH}}}$"
 
 _VALID_NAME = re.compile(NAME_PATTERN)
 

@@ -3,10 +3,12 @@ writer) and the stateful operators."""
 
 from streaming.datasource import SparkMQDataSource
 from streaming.options import InvalidSourceOption, SourceOptions, parse_options
-from streaming.reader import MESSAGE_DDL
 from streaming.register import register
+from streaming.schemas import KAFKA_DDL, KAFKA_HEADERS_DDL, MESSAGE_DDL
 
 __all__ = [
+    "KAFKA_DDL",
+    "KAFKA_HEADERS_DDL",
     "MESSAGE_DDL",
     "InvalidSourceOption",
     "SourceOptions",

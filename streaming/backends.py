@@ -86,6 +86,9 @@ class Backend(Protocol):
     def refresh(self) -> None:
         """Drop cached views of the store (a Spark task calls it once before reading)."""
 
+    def topics(self) -> list[str]:
+        """The user topics (no system topics), sorted; for ``subscribePattern``."""
+
     def queue_heads(self, topic: str) -> QueueHeads:
         """Per-queue (min, max) offsets; ``{}`` when the topic does not exist (yet)."""
 
@@ -131,6 +134,9 @@ class PathBackend:
     def refresh(self) -> None:
         # Retention may have deleted files since this worker last looked: see them go.
         self._store_reader().refresh()
+
+    def topics(self) -> list[str]:
+        return sorted(self._store_reader().topics())
 
     def queue_heads(self, topic: str) -> QueueHeads:
         try:
@@ -249,6 +255,11 @@ class EndpointBackend:
 
     def refresh(self) -> None:
         """Nothing cached: every call asks the broker."""
+
+    def topics(self) -> list[str]:
+        resp = self.get("/topics")
+        _raise_for_status(resp)
+        return sorted(str(entry["topic"]) for entry in resp.json().get("topics") or [])
 
     def queue_heads(self, topic: str) -> QueueHeads:
         resp = self.get(f"/topics/{topic}")

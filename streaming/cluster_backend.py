@@ -253,6 +253,13 @@ class ClusterBackend:
             self._single = None
             self._routes.clear()
 
+    def topics(self) -> list[str]:
+        """The cluster's user topics, sorted (any broker lists them all)."""
+        resp = self._waiting("the topic list", lambda: self._ask("/topics"))
+        if resp.status_code >= 400:
+            raise BackendError(f"GET /topics -> HTTP {resp.status_code}: {resp.text[:300]}")
+        return sorted(str(entry["topic"]) for entry in resp.json().get("topics") or [])
+
     def queue_heads(self, topic: str) -> QueueHeads:
         """Heads of every queue whose broker answers; see the module docstring for the others."""
         while True:

@@ -16,8 +16,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from streaming.bootstrap import check_bootstrap_address
 from streaming.options import parse_options
-from streaming.reader import MESSAGE_DDL, SparkMQBatchReader, SparkMQStreamReader, check_schema
+from streaming.reader import SparkMQBatchReader, SparkMQStreamReader
+from streaming.schemas import check_schema, ddl_for
 from streaming.writer import batch_writer, stream_writer
 
 
@@ -29,16 +31,20 @@ class SparkMQDataSource(DataSource):
         return "sparkmq"
 
     def schema(self) -> str:
-        parse_options(self.options)  # fail at load() with the option's name
-        return MESSAGE_DDL
+        options = parse_options(self.options)  # fail at load() with the option's name
+        if options.endpoint_from_bootstrap and options.endpoint is not None:
+            check_bootstrap_address(options.endpoint, options.request_timeout_s)
+        return ddl_for(options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        check_schema(schema)
-        return SparkMQBatchReader(parse_options(self.options).validate_for_batch())
+        options = parse_options(self.options).validate_for_batch()
+        check_schema(schema, options)
+        return SparkMQBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's method name)
-        check_schema(schema)
-        return SparkMQStreamReader(parse_options(self.options).validate_for_stream())
+        options = parse_options(self.options).validate_for_stream()
+        check_schema(schema, options)
+        return SparkMQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return batch_writer(dict(self.options), schema, overwrite)  # docs/exactly_once.md

@@ -3,8 +3,11 @@
 Spark hands a data source its options as a case-insensitive ``str -> str`` mapping. This module
 turns that mapping into a :class:`SourceOptions` value or raises :class:`InvalidSourceOption`
 naming the offending option, so a bad option fails at ``load()`` rather than deep inside a
-Spark task. Names follow Spark's Kafka source where the idea is the same (see
-``docs/spark_source.md`` for the table).
+Spark task. Spark's Kafka source options keep their names and their meaning (the table in
+``docs/spark_source.md``): the queues (:mod:`streaming.subscription`), the start and end
+(:mod:`streaming.positions`), the rate (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` +
+``maxTriggerDelay``), ``includeHeaders`` with ``schema=kafka``, ``kafka.bootstrap.servers``.
+Kafka options that cannot apply are refused with the reason (:mod:`streaming.kafka_options`).
 
 Pure: no I/O except one ``os.path.isdir`` check for ``path``; no Spark imports.
 """
@@ -12,7 +15,6 @@ Pure: no I/O except one ``os.path.isdir`` check for ``path``; no Spark imports.
 from __future__ import annotations
 
 import enum
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,64 +29,52 @@ from store import (
     InvalidArgument,
     parse_tag_expression,
     validate_group,
-    validate_topic,
+)
+from streaming.kafka_options import BOOTSTRAP_SERVERS, bootstrap_endpoint, source_refusal, trigger_delay_ms
+from streaming.positions import (
+    EARLIEST_SENTINEL,
+    LATEST_SENTINEL,
+    EndingPosition,
+    EndKind,
+    InvalidSourceOption,
+    PerQueue,
+    StartingPosition,
+    StartKind,
+    parse_ending,
+    parse_starting,
+)
+from streaming.subscription import Subscription, SubscriptionError, parse_subscription
+
+__all__ = [
+    "EARLIEST_SENTINEL",
+    "LATEST_SENTINEL",
+    "EndKind",
+    "EndingPosition",
+    "InvalidSourceOption",
+    "PerQueue",
+    "RowShape",
+    "SourceOptions",
+    "StartKind",
+    "StartingPosition",
+    "parse_options",
+]
+
+#: Spark's default ``maxTriggerDelay`` (15 minutes).
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+
+#: System topics the internal ``systemTopics`` option unlocks (the stateful operators' inputs).
+READABLE_SYSTEM_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, SENDBACK_TOPIC}
 )
 
-#: Kafka-style sentinels inside JSON offsets: -2 = earliest, -1 = latest.
-EARLIEST_SENTINEL = -2
-LATEST_SENTINEL = -1
 
+class RowShape(enum.Enum):
+    """``schema``: the rows' columns."""
 
-class InvalidSourceOption(InvalidArgument):
-    """An option of ``spark.read(Stream).format("sparkmq")`` is missing, malformed or contradictory.
-
-    The message always starts with the option's name as the user spelled it in the docs.
-    """
-
-    code = "invalid_source_option"
-
-    def __init__(self, option: str, problem: str) -> None:
-        super().__init__(f"sparkmq option '{option}': {problem}")
-        self.option = option
-
-
-class StartKind(enum.Enum):
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    #: Explicit per-queue offsets (JSON ``{"topic": {"queueId": offset}}``).
-    OFFSETS = "offsets"
-    #: One store timestamp for every queue.
-    TIMESTAMP = "timestamp"
-    #: Per-queue store timestamps (JSON ``{"topic": {"queueId": ms}}``).
-    TIMESTAMPS = "timestamps"
-
-
-class EndKind(enum.Enum):
-    LATEST = "latest"
-    OFFSETS = "offsets"
-    TIMESTAMP = "timestamp"
-
-
-#: ``{"topic": {queue_id: value}}`` after parsing the Kafka-style JSON.
-PerQueue = dict[str, dict[int, int]]
-
-
-@dataclass(frozen=True)
-class StartingPosition:
-    kind: StartKind
-    #: For OFFSETS / TIMESTAMPS; queues absent from it start at ``earliest``.
-    per_queue: PerQueue = field(default_factory=dict)
-    #: For TIMESTAMP: epoch milliseconds.
-    timestamp_ms: int = 0
-
-
-@dataclass(frozen=True)
-class EndingPosition:
-    kind: EndKind
-    #: For OFFSETS (exclusive ends); queues absent from it end at ``latest``.
-    per_queue: PerQueue = field(default_factory=dict)
-    #: For TIMESTAMP: rows with store time < this (epoch ms) are read.
-    timestamp_ms: int = 0
+    #: The default: RocketMQ's message fields (``streaming.schemas.MESSAGE_DDL``).
+    ROCKETMQ = "rocketmq"
+    #: Exactly Spark's Kafka source columns (``streaming.schemas.kafka_struct``).
+    KAFKA = "kafka"
 
 
 @dataclass(frozen=True)
@@ -95,7 +85,8 @@ class SourceOptions:
     #: plane. ``endpoint`` may accompany ``path``: then only group offsets go over HTTP.
     endpoint: str | None
     path: str | None
-    topics: tuple[str, ...]
+    #: Which queues (``topic(s)``, ``subscribe``, ``subscribePattern``, ``assign``).
+    subscription: Subscription
     #: ``*`` or ``A || B``.
     tags: str
     #: ``None`` means "the default for the mode" (latest for streams, earliest for batch).
@@ -117,22 +108,51 @@ class SourceOptions:
     group_commit_interval_s: float = 1.0
     #: Bearer token for a broker with auth enabled (endpoint mode).
     auth_token: str | None = field(default=None, repr=False)
+    #: ``minOffsetsPerTrigger``: a micro-batch waits for this many offsets ...
+    min_messages_per_trigger: int | None = None
+    #: ... but no longer than this (``maxTriggerDelay``) since the last batch.
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_MS / 1000
+    #: ``maxRecordsPerPartition``: no Spark task reads more offsets than this.
+    max_records_per_partition: int | None = None
+    #: ``startingOffsetsByTimestampStrategy=error``: fail when no message is at or after a
+    #: starting timestamp (default ``latest``: start at the queue's max offset).
+    fail_on_no_timestamp_match: bool = False
+    #: ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs``: queue-head lookups retried.
+    fetch_retries: int = 3
+    fetch_retry_interval_s: float = 0.01
+    shape: RowShape = RowShape.ROCKETMQ
+    #: ``includeHeaders`` (with ``schema=kafka``).
+    include_headers: bool = False
+    #: The endpoint came from ``kafka.bootstrap.servers`` (checked to answer HTTP at load()).
+    endpoint_from_bootstrap: bool = False
+    #: How the user spelled the per-trigger maximum (for messages).
+    max_per_trigger_option: str = "maxMessagesPerTrigger"
 
     @property
     def data_mode(self) -> str:
         return "path" if self.path is not None else "endpoint"
 
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics named by the options (empty for ``subscribePattern``)."""
+        return self.subscription.topics
+
     def validate_for_stream(self) -> SourceOptions:
         if self.ending is not None:
-            name = "endingTimestamp" if self.ending.kind is EndKind.TIMESTAMP else "endingOffsets"
-            raise InvalidSourceOption(name, "is only valid for batch reads (spark.read), not streams")
+            raise InvalidSourceOption(
+                self.ending.option, "is only valid for batch reads (spark.read), not streams"
+            )
         return self
 
     def validate_for_batch(self) -> SourceOptions:
-        if self.max_messages_per_trigger is not None:
-            raise InvalidSourceOption(
-                "maxMessagesPerTrigger", "is only valid for streams (spark.readStream), not batch reads"
-            )
+        for name, value in (
+            (self.max_per_trigger_option, self.max_messages_per_trigger),
+            ("minOffsetsPerTrigger", self.min_messages_per_trigger),
+        ):
+            if value is not None:
+                raise InvalidSourceOption(
+                    name, "is only valid for streams (spark.readStream), not batch reads"
+                )
         if self.starting is not None and self.starting.kind is StartKind.LATEST:
             raise InvalidSourceOption("startingOffsets", "'latest' is not allowed for batch reads")
         if self.ending is not None and self.ending.kind is EndKind.OFFSETS:
@@ -145,55 +165,94 @@ class SourceOptions:
         return self
 
 
+_KNOWN = {
+    "endpoint", "path", "topic", "topics", "subscribe", "subscribepattern", "assign", "tags",
+    "startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "endingoffsets", "endingtimestamp",
+    "endingoffsetsbytimestamp", "maxmessagespertrigger", "maxoffsetspertrigger",
+    "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "group",
+    "failondataloss", "requesttimeoutms", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms", "pollintervalms", "readchunkmessages", "authtoken",
+    "groupcommitintervalms", "systemtopics", "includeretry", "schema", "includeheaders",
+    BOOTSTRAP_SERVERS,
+}  # fmt: skip
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Parse Spark's option mapping (keys compared case-insensitively).
 
-    Raises :class:`InvalidSourceOption` for anything missing, malformed or contradictory.
-    Mode-specific rules (``endingOffsets`` only for batch, ...) are checked by
+    Raises :class:`InvalidSourceOption` for anything missing, malformed, contradictory or
+    inapplicable. Mode-specific rules (``endingOffsets`` only for batch, ...) are checked by
     :meth:`SourceOptions.validate_for_stream` / :meth:`SourceOptions.validate_for_batch`.
     """
     lower = {k.lower(): v for k, v in options.items()}
-    known = {
-        "endpoint", "path", "topic", "topics", "tags", "startingoffsets", "startingtimestamp",
-        "startingoffsetsbytimestamp", "endingoffsets", "endingtimestamp", "maxmessagespertrigger",
-        "maxoffsetspertrigger", "minpartitions", "group", "failondataloss", "requesttimeoutms",
-        "pollintervalms", "readchunkmessages", "authtoken", "groupcommitintervalms", "systemtopics",
-        "includeretry",
-    }  # fmt: skip
-    unknown = sorted(set(lower) - known)
+    for name in sorted(lower):
+        reason = source_refusal(name)
+        if reason is not None:
+            raise InvalidSourceOption(_spelled(options, name), f"cannot apply to sparkmq: {reason}")
+    unknown = sorted(set(lower) - _KNOWN)
     if unknown:
         raise InvalidSourceOption(unknown[0], "unknown option (see docs/spark_source.md)")
-
-    endpoint, path = _parse_location(lower)
-    topics = _parse_topics(lower)
+    endpoint, path, from_bootstrap = _parse_location(lower)
+    subscription = _parse_subscription(lower)
+    admits = subscription.admits
+    shape, include_headers = _parse_shape(lower)
+    min_per_trigger, max_per_trigger, delay_s = _parse_rate(lower)
     return SourceOptions(
         endpoint=endpoint,
         path=path,
-        topics=topics,
+        subscription=subscription,
         tags=_parse_tags(lower.get("tags", "*")),
-        starting=_parse_starting(lower, topics),
-        ending=_parse_ending(lower, topics),
-        max_messages_per_trigger=_parse_max_per_trigger(lower),
+        starting=parse_starting(lower, admits),
+        ending=parse_ending(lower, admits),
+        max_messages_per_trigger=max_per_trigger,
         min_partitions=_optional_positive_int(lower, "minPartitions"),
         group=_parse_group(lower.get("group")),
         fail_on_data_loss=_parse_bool(lower, "failOnDataLoss", default=True),
-        request_timeout_s=(_optional_positive_int(lower, "requestTimeoutMs") or 30_000) / 1000.0,
+        request_timeout_s=_request_timeout_ms(lower) / 1000.0,
         read_chunk_messages=_optional_positive_int(lower, "readChunkMessages") or 65_536,
         auth_token=lower.get("authtoken") or None,
         poll_interval_s=_non_negative_int(lower, "pollIntervalMs", default=50) / 1000.0,
         group_commit_interval_s=_non_negative_int(lower, "groupCommitIntervalMs", default=1000) / 1000.0,
+        min_messages_per_trigger=min_per_trigger,
+        max_trigger_delay_s=delay_s,
+        max_records_per_partition=_optional_positive_int(lower, "maxRecordsPerPartition"),
+        fail_on_no_timestamp_match=_parse_no_match_strategy(lower),
+        fetch_retries=_non_negative_int(lower, "fetchOffset.numRetries", default=3),
+        fetch_retry_interval_s=_non_negative_int(lower, "fetchOffset.retryIntervalMs", default=10) / 1000.0,
+        shape=shape,
+        include_headers=include_headers,
+        endpoint_from_bootstrap=from_bootstrap,
+        max_per_trigger_option=_max_per_trigger_name(lower),
     )
+
+
+def _spelled(options: Mapping[str, str], lower_name: str) -> str:
+    """The option name as the user wrote it."""
+    return next((k for k in options if k.lower() == lower_name), lower_name)
 
 
 # -- pieces ------------------------------------------------------------------------------------
 
 
-def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None]:
+def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None, bool]:
     endpoint = lower.get("endpoint")
     path = lower.get("path")
+    bootstrap = lower.get(BOOTSTRAP_SERVERS)
+    if bootstrap is not None:
+        if endpoint is not None:
+            raise InvalidSourceOption(
+                BOOTSTRAP_SERVERS, "set only one of 'endpoint' and 'kafka.bootstrap.servers' (a synonym)"
+            )
+        try:
+            endpoint = bootstrap_endpoint(bootstrap)
+        except InvalidArgument as exc:
+            raise InvalidSourceOption(BOOTSTRAP_SERVERS, str(exc)) from None
     if endpoint is None and path is None:
         raise InvalidSourceOption(
-            "endpoint", "set either 'endpoint' (broker URL) or 'path' (store directory)"
+            "endpoint",
+            "set either 'endpoint' (broker URL; 'kafka.bootstrap.servers' is a synonym) "
+            "or 'path' (store directory)",
         )
     if endpoint is not None:
         parsed = urlparse(endpoint)
@@ -207,40 +266,90 @@ def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None]:
             raise InvalidSourceOption("path", "must not be empty")
         if not os.path.isdir(path):
             raise InvalidSourceOption("path", f"{path!r} is not an existing store directory")
-    return endpoint, path
+    return endpoint, path, bootstrap is not None
 
 
-#: System topics the internal ``systemTopics`` option unlocks (the stateful operators' inputs).
-READABLE_SYSTEM_TOPICS = frozenset(
-    {SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, SENDBACK_TOPIC}
-)
-
-
-def _parse_topics(lower: Mapping[str, str]) -> tuple[str, ...]:
-    if "topic" in lower and "topics" in lower:
-        raise InvalidSourceOption("topics", "set only one of 'topic' and 'topics'")
-    name = "topic" if "topic" in lower else "topics"
-    raw = lower.get(name)
-    if raw is None:
-        raise InvalidSourceOption("topic", "is required (or 'topics', comma-separated)")
-    topics = [t.strip() for t in raw.split(",")]
+def _parse_subscription(lower: Mapping[str, str]) -> Subscription:
     system = lower.get("systemtopics", "false").strip().lower() == "true"
-    for topic in topics:
-        try:
-            validate_topic(topic, allow_system=system and topic in READABLE_SYSTEM_TOPICS)
-        except InvalidArgument as exc:
-            raise InvalidSourceOption(name, str(exc)) from None
-    retry_group = lower.get("includeretry")
-    if retry_group is not None:
-        # includeRetry=<group>: the group's retry topic too, so retries arrive in the same stream.
-        try:
-            validate_group(retry_group.strip())
-        except InvalidArgument as exc:
-            raise InvalidSourceOption("includeRetry", str(exc)) from None
-        topics.append(f"%RETRY%{retry_group.strip()}")
-    if len(set(topics)) != len(topics):
-        raise InvalidSourceOption(name, f"duplicate topic in {raw!r}")
-    return tuple(sorted(topics))
+    try:
+        return parse_subscription(lower, system_topics=READABLE_SYSTEM_TOPICS if system else frozenset())
+    except SubscriptionError as exc:
+        raise InvalidSourceOption(exc.option, str(exc)) from None
+
+
+def _parse_shape(lower: Mapping[str, str]) -> tuple[RowShape, bool]:
+    raw = lower.get("schema", RowShape.ROCKETMQ.value).strip().lower()
+    try:
+        shape = RowShape(raw)
+    except ValueError:
+        raise InvalidSourceOption(
+            "schema", f"expected 'rocketmq' (the default) or 'kafka', got {raw!r}"
+        ) from None
+    include_headers = _parse_bool(lower, "includeHeaders", default=False)
+    if include_headers and shape is not RowShape.KAFKA:
+        raise InvalidSourceOption(
+            "includeHeaders",
+            "adds Kafka's 'headers' column, so it needs .option('schema', 'kafka') (the default "
+            "RocketMQ-shaped rows always carry every user property in 'properties')",
+        )
+    return shape, include_headers
+
+
+def _parse_rate(lower: Mapping[str, str]) -> tuple[int | None, int | None, float]:
+    """``(minOffsetsPerTrigger, maxOffsetsPerTrigger, maxTriggerDelay seconds)``."""
+    if "maxmessagespertrigger" in lower and "maxoffsetspertrigger" in lower:
+        raise InvalidSourceOption(
+            "maxMessagesPerTrigger",
+            "set only one of maxMessagesPerTrigger and its alias maxOffsetsPerTrigger",
+        )
+    name = _max_per_trigger_name(lower)
+    most = _optional_positive_int(lower, name)
+    least = _optional_positive_int(lower, "minOffsetsPerTrigger")
+    if least is not None and most is not None and least > most:
+        raise InvalidSourceOption("minOffsetsPerTrigger", f"({least}) is higher than {name} ({most})")
+    raw_delay = lower.get("maxtriggerdelay")
+    if raw_delay is None:
+        return least, most, DEFAULT_MAX_TRIGGER_DELAY_MS / 1000
+    if least is None:
+        raise InvalidSourceOption(
+            "maxTriggerDelay",
+            "has no effect without minOffsetsPerTrigger (it bounds how long a batch waits for it)",
+        )
+    try:
+        return least, most, trigger_delay_ms(raw_delay) / 1000
+    except InvalidArgument as exc:
+        raise InvalidSourceOption("maxTriggerDelay", str(exc)) from None
+
+
+def _max_per_trigger_name(lower: Mapping[str, str]) -> str:
+    return "maxOffsetsPerTrigger" if "maxoffsetspertrigger" in lower else "maxMessagesPerTrigger"
+
+
+def _parse_no_match_strategy(lower: Mapping[str, str]) -> bool:
+    raw = lower.get("startingoffsetsbytimestampstrategy")
+    if raw is None:
+        return False
+    text = raw.strip().lower()
+    if text not in ("error", "latest"):
+        raise InvalidSourceOption(
+            "startingOffsetsByTimestampStrategy", f"expected 'error' or 'latest', got {raw!r}"
+        )
+    if "startingtimestamp" not in lower and "startingoffsetsbytimestamp" not in lower:
+        raise InvalidSourceOption(
+            "startingOffsetsByTimestampStrategy",
+            "applies only with startingTimestamp or startingOffsetsByTimestamp",
+        )
+    return text == "error"
+
+
+def _request_timeout_ms(lower: Mapping[str, str]) -> int:
+    if "requesttimeoutms" in lower and "kafkaconsumer.polltimeoutms" in lower:
+        raise InvalidSourceOption(
+            "kafkaConsumer.pollTimeoutMs",
+            "set only one of requestTimeoutMs and its alias kafkaConsumer.pollTimeoutMs",
+        )
+    name = "kafkaConsumer.pollTimeoutMs" if "kafkaconsumer.polltimeoutms" in lower else "requestTimeoutMs"
+    return _optional_positive_int(lower, name) or 30_000
 
 
 def _parse_tags(raw: str) -> str:
@@ -254,113 +363,6 @@ def _parse_tags(raw: str) -> str:
     if parsed.tags is None:
         return "*"
     return " || ".join(part.strip() for part in text.split("||"))
-
-
-def _parse_starting(lower: Mapping[str, str], topics: tuple[str, ...]) -> StartingPosition | None:
-    given = [n for n in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp") if n in lower]
-    if len(given) > 1:
-        raise InvalidSourceOption(
-            "startingOffsets",
-            "set only one of startingOffsets, startingTimestamp, startingOffsetsByTimestamp",
-        )
-    if "startingtimestamp" in lower:
-        return StartingPosition(StartKind.TIMESTAMP, timestamp_ms=_timestamp(lower, "startingTimestamp"))
-    if "startingoffsetsbytimestamp" in lower:
-        per_queue = _per_queue_json(lower["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp", topics)
-        for queues in per_queue.values():
-            for ts in queues.values():
-                if ts < 0:
-                    raise InvalidSourceOption(
-                        "startingOffsetsByTimestamp", f"timestamps must be >= 0, got {ts}"
-                    )
-        return StartingPosition(StartKind.TIMESTAMPS, per_queue=per_queue)
-    raw = lower.get("startingoffsets")
-    if raw is None:
-        return None
-    text = raw.strip().lower()
-    if text == "earliest":
-        return StartingPosition(StartKind.EARLIEST)
-    if text == "latest":
-        return StartingPosition(StartKind.LATEST)
-    per_queue = _per_queue_json(raw, "startingOffsets", topics)
-    _check_offsets(per_queue, "startingOffsets")
-    return StartingPosition(StartKind.OFFSETS, per_queue=per_queue)
-
-
-def _parse_ending(lower: Mapping[str, str], topics: tuple[str, ...]) -> EndingPosition | None:
-    if "endingoffsets" in lower and "endingtimestamp" in lower:
-        raise InvalidSourceOption("endingOffsets", "set only one of endingOffsets and endingTimestamp")
-    if "endingtimestamp" in lower:
-        return EndingPosition(EndKind.TIMESTAMP, timestamp_ms=_timestamp(lower, "endingTimestamp"))
-    raw = lower.get("endingoffsets")
-    if raw is None:
-        return None
-    if raw.strip().lower() == "latest":
-        return EndingPosition(EndKind.LATEST)
-    if raw.strip().lower() == "earliest":
-        raise InvalidSourceOption("endingOffsets", "'earliest' is not allowed; use 'latest' or JSON")
-    per_queue = _per_queue_json(raw, "endingOffsets", topics)
-    _check_offsets(per_queue, "endingOffsets")
-    return EndingPosition(EndKind.OFFSETS, per_queue=per_queue)
-
-
-def _per_queue_json(raw: str, name: str, topics: tuple[str, ...]) -> PerQueue:
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidSourceOption(name, f'expected JSON like {{"orders": {{"0": 12}}}}: {exc}') from None
-    if not isinstance(value, dict):
-        raise InvalidSourceOption(name, 'expected a JSON object like {"orders": {"0": 12}}')
-    result: PerQueue = {}
-    for topic, queues in value.items():
-        if topic not in topics:
-            raise InvalidSourceOption(
-                name, f"topic {topic!r} is not among the subscribed topics {list(topics)}"
-            )
-        if not isinstance(queues, dict):
-            raise InvalidSourceOption(
-                name, f"value for topic {topic!r} must be an object of queueId -> number"
-            )
-        parsed: dict[int, int] = {}
-        for queue_id, number in queues.items():
-            if not str(queue_id).isdigit():
-                raise InvalidSourceOption(
-                    name, f"queue id {queue_id!r} of topic {topic!r} is not a non-negative integer"
-                )
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise InvalidSourceOption(
-                    name, f"value for {topic}/{queue_id} must be an integer, got {number!r}"
-                )
-            parsed[int(queue_id)] = number
-        result[topic] = parsed
-    return result
-
-
-def _check_offsets(per_queue: PerQueue, name: str) -> None:
-    for topic, queues in per_queue.items():
-        for queue_id, offset in queues.items():
-            if offset < EARLIEST_SENTINEL:
-                raise InvalidSourceOption(
-                    name,
-                    f"offset for {topic}/{queue_id} must be >= 0, -2 (earliest) or -1 (latest), got {offset}",
-                )
-
-
-def _timestamp(lower: Mapping[str, str], name: str) -> int:
-    raw = lower[name.lower()].strip()
-    if not raw.isdigit():
-        raise InvalidSourceOption(name, f"expected epoch milliseconds (a non-negative integer), got {raw!r}")
-    return int(raw)
-
-
-def _parse_max_per_trigger(lower: Mapping[str, str]) -> int | None:
-    if "maxmessagespertrigger" in lower and "maxoffsetspertrigger" in lower:
-        raise InvalidSourceOption(
-            "maxMessagesPerTrigger",
-            "set only one of maxMessagesPerTrigger and its alias maxOffsetsPerTrigger",
-        )
-    name = "maxOffsetsPerTrigger" if "maxoffsetspertrigger" in lower else "maxMessagesPerTrigger"
-    return _optional_positive_int(lower, name)
 
 
 def _optional_positive_int(lower: Mapping[str, str], name: str) -> int | None:

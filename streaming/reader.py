@@ -30,21 +30,12 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
-from store import RETRY_TOPIC_PREFIX, DataLost, GetStatus, present_retry
+from store import RETRY_TOPIC_PREFIX, DataLost, GetStatus, SparkMQError, present_retry
+from streaming.admission import MinTriggerGate
 from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
 from streaming.offsets import (
     Offsets,
@@ -64,44 +55,15 @@ from streaming.options import (
     StartingPosition,
     StartKind,
 )
+from streaming.schemas import MESSAGE_DDL, MESSAGE_STRUCT, shape_batches
+
+__all__ = ["MESSAGE_DDL", "MESSAGE_STRUCT", "SparkMQBatchReader", "SparkMQStreamReader"]
 
 log = logging.getLogger(__name__)
-
-#: The source's fixed schema (``to_arrow_schema`` of it is ``store.format.arrow_schema.MESSAGE_SCHEMA``).
-MESSAGE_DDL = (
-    "topic STRING, queue_id INT, queue_offset BIGINT, commitlog_offset BIGINT, msg_id STRING, "
-    "uniq_key STRING, tags STRING, keys ARRAY<STRING>, body BINARY, properties MAP<STRING, STRING>, "
-    "born_timestamp TIMESTAMP, store_timestamp TIMESTAMP, reconsume_times INT"
-)
-
-MESSAGE_STRUCT = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("queue_id", IntegerType()),
-        StructField("queue_offset", LongType()),
-        StructField("commitlog_offset", LongType()),
-        StructField("msg_id", StringType()),
-        StructField("uniq_key", StringType()),
-        StructField("tags", StringType()),
-        StructField("keys", ArrayType(StringType())),
-        StructField("body", BinaryType()),
-        StructField("properties", MapType(StringType(), StringType())),
-        StructField("born_timestamp", TimestampType()),
-        StructField("store_timestamp", TimestampType()),
-        StructField("reconsume_times", IntegerType()),
-    ]
-)
 
 #: How long ``read()`` waits for a planned range to become readable (a reader view that lags
 #: the writer by a flush) before failing the task.
 READ_CATCH_UP_TIMEOUT_S = 10.0
-
-
-def check_schema(schema: StructType) -> None:
-    given = [(f.name, f.dataType) for f in schema.fields]
-    expected = [(f.name, f.dataType) for f in MESSAGE_STRUCT.fields]
-    if given != expected:
-        raise ValueError(f"sparkmq has a fixed schema ({MESSAGE_DDL}); got {schema.simpleString()}")
 
 
 @dataclass
@@ -141,12 +103,35 @@ def _mirror_backend(options: SourceOptions) -> Backend:
     return _backend(options)
 
 
-def fetch_heads(backend: Backend, topics: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """``{"topic/queueId": (min_offset, max_offset)}`` for every queue of ``topics``."""
+class NoOffsetForTimestamp(SparkMQError):
+    """``startingOffsetsByTimestampStrategy=error`` and a queue has no message at or after
+    its starting timestamp (Kafka's "No offset matched" failure)."""
+
+    code = "no_offset_for_timestamp"
+
+
+def fetch_heads(backend: Backend, options: SourceOptions) -> dict[str, tuple[int, int]]:
+    """``{"topic/queueId": (min_offset, max_offset)}`` for every subscribed queue (a pattern's
+    topics are listed anew). A failed lookup is retried ``fetchOffset.numRetries`` times,
+    ``fetchOffset.retryIntervalMs`` apart."""
+    attempt = 0
+    while True:
+        try:
+            return _heads_once(backend, options)
+        except BackendError:
+            if attempt >= options.fetch_retries:
+                raise
+            attempt += 1
+            time.sleep(options.fetch_retry_interval_s)
+
+
+def _heads_once(backend: Backend, options: SourceOptions) -> dict[str, tuple[int, int]]:
+    subscription = options.subscription
     heads: dict[str, tuple[int, int]] = {}
-    for topic in topics:
+    for topic in subscription.topics_now(backend.topics):
         for queue_id, bounds in backend.queue_heads(topic).items():
-            heads[queue_key(topic, queue_id)] = bounds
+            if subscription.admits(topic, queue_id):
+                heads[queue_key(topic, queue_id)] = bounds
     return {key: heads[key] for key in normalize(dict.fromkeys(heads, 0))}
 
 
@@ -163,18 +148,30 @@ def resolve_start(
         elif position.kind is StartKind.LATEST:
             start[key] = hi
         elif position.kind is StartKind.TIMESTAMP:
-            start[key] = backend.offset_for_timestamp(topic, queue_id, position.timestamp_ms)
+            start[key] = _at_timestamp(backend, options, key, hi, position.timestamp_ms)
         elif position.kind is StartKind.TIMESTAMPS:
             ts = position.per_queue.get(topic, {}).get(queue_id)
-            start[key] = lo if ts is None else backend.offset_for_timestamp(topic, queue_id, ts)
+            start[key] = lo if ts is None else _at_timestamp(backend, options, key, hi, ts)
         else:
             wanted = position.per_queue.get(topic, {}).get(queue_id, EARLIEST_SENTINEL)
             start[key] = lo if wanted == EARLIEST_SENTINEL else hi if wanted == LATEST_SENTINEL else wanted
     return normalize(start)
 
 
+def _at_timestamp(backend: Backend, options: SourceOptions, key: str, hi: int, timestamp_ms: int) -> int:
+    """The leftmost offset stored at or after ``timestamp_ms`` (``hi`` when none is)."""
+    topic, queue_id = split_key(key)
+    offset = backend.offset_for_timestamp(topic, queue_id, timestamp_ms)
+    if offset >= hi and options.fail_on_no_timestamp_match:
+        raise NoOffsetForTimestamp(
+            f"{key}: no message stored at or after {timestamp_ms} (startingOffsetsByTimestampStrategy"
+            "=error); use 'latest' to start such queues at their max offset"
+        )
+    return offset
+
+
 def resolve_end(backend: Backend, options: SourceOptions, heads: Mapping[str, tuple[int, int]]) -> Offsets:
-    """Exclusive end of a batch read: latest, JSON offsets (capped at latest) or a timestamp."""
+    """Exclusive end of a batch read: latest, JSON offsets (capped at latest) or timestamps."""
     end: dict[str, int] = {}
     ending = options.ending
     for key, (_, hi) in heads.items():
@@ -183,6 +180,9 @@ def resolve_end(backend: Backend, options: SourceOptions, heads: Mapping[str, tu
             end[key] = hi
         elif ending.kind is EndKind.TIMESTAMP:
             end[key] = min(hi, backend.offset_for_timestamp(topic, queue_id, ending.timestamp_ms))
+        elif ending.kind is EndKind.TIMESTAMPS:
+            ts = ending.per_queue.get(topic, {}).get(queue_id)
+            end[key] = hi if ts is None else min(hi, backend.offset_for_timestamp(topic, queue_id, ts))
         else:
             wanted = ending.per_queue.get(topic, {}).get(queue_id, LATEST_SENTINEL)
             end[key] = hi if wanted == LATEST_SENTINEL else min(hi, wanted)
@@ -198,6 +198,9 @@ def plan_partitions(
     target = options.min_partitions or _usable_cpus()
     backend = _backend(options)
     ranges = sorted(ranges_between(start, end), key=lambda r: backend.owner_of(r.topic, r.queue_id))
+    if options.max_records_per_partition is not None:
+        total = sum(r.size for r in ranges)
+        target = max(target, -(-total // options.max_records_per_partition))
     return [QueueRangesPartition(group) for group in group_ranges(ranges, target)]
 
 
@@ -276,14 +279,14 @@ class SparkMQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         backend = _backend(self.options)
-        heads = fetch_heads(backend, self.options.topics)
+        heads = fetch_heads(backend, self.options)
         start = resolve_start(backend, self.options, heads, StartKind.EARLIEST)
         end = resolve_end(backend, self.options, heads)
         return plan_partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRangesPartition)
-        return read_ranges(self.options, partition.ranges)
+        return shape_batches(read_ranges(self.options, partition.ranges), self.options)
 
 
 # -- streaming ---------------------------------------------------------------------------------
@@ -341,22 +344,29 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._heads: dict[str, tuple[int, int]] = {}
         self._heads_at = -1.0e9
         self._mirror = GroupMirror(options)
+        least = options.min_messages_per_trigger
+        self._gate = MinTriggerGate(least, options.max_trigger_delay_s) if least else None
 
     # driver -----------------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's method name)
         # Called twice for the first batch: the answer must not move in between.
         if self._initial is None:
             backend = _backend(self.options)
-            heads = fetch_heads(backend, self.options.topics)
+            heads = fetch_heads(backend, self.options)
             self._initial = resolve_start(backend, self.options, heads, StartKind.LATEST)
         return dict(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark's method name)
-        limit = self.options.max_messages_per_trigger
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        """``maxOffsetsPerTrigger`` as ``ReadMaxRows``; else ``minOffsetsPerTrigger`` as
+        ``ReadMinRows``; else everything. (With both, the minimum is applied by the gate: PySpark
+        has no composite limit.)"""
+        most, least = self.options.max_messages_per_trigger, self.options.min_messages_per_trigger
+        if most:
+            return ReadMaxRows(most)
+        return ReadMinRows(least) if least else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark's method name)
-        heads = fetch_heads(_backend(self.options), self.options.topics)
+        heads = fetch_heads(_backend(self.options), self.options)
         self._target = normalize({key: hi for key, (_, hi) in heads.items()})
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 (Spark's method name)
@@ -370,6 +380,9 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bounds = heads.get(key)
             begin[key] = position if bounds is None else self._checked_start(key, position, bounds)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if self._held_back(begin, target, limit):
+            self._mirror.publish(start, caught_up=True)
+            return normalize(start)
         end = fair_share_end(begin, {k: v for k, v in target.items() if k in begin}, max_rows)
         for key, (lo, _) in heads.items():
             if key not in start and key in target:
@@ -378,11 +391,19 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._mirror.publish(start, caught_up=end == normalize(start))
         return end
 
+    def _held_back(self, begin: Mapping[str, int], target: Mapping[str, int], limit: ReadLimit) -> bool:
+        """``minOffsetsPerTrigger``: skip this planning step (never while draining: AvailableNow,
+        or a ``ReadAllAvailable`` limit such as ``Trigger.Once``)."""
+        if self._gate is None or self._target is not None or isinstance(limit, ReadAllAvailable):
+            return False
+        waiting = sum(max(0, target.get(key, position) - position) for key, position in begin.items())
+        return self._gate.holds_back(waiting)
+
     def _current_heads(self, force: bool = False) -> dict[str, tuple[int, int]]:
         """Queue heads, looked up at most once per ``pollIntervalMs`` (Spark polls much faster)."""
         now = time.monotonic()
         if force or now - self._heads_at >= self.options.poll_interval_s:
-            self._heads = fetch_heads(_backend(self.options), self.options.topics)
+            self._heads = fetch_heads(_backend(self.options), self.options)
             self._heads_at = now
         return self._heads
 
@@ -411,4 +432,4 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # executors --------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRangesPartition)
-        return read_ranges(self.options, partition.ranges)
+        return shape_batches(read_ranges(self.options, partition.ranges), self.options)

@@ -2,11 +2,13 @@
 
 Pure (no I/O, no Spark session): :func:`parse_sink_options` turns Spark's ``str -> str``
 options into a frozen :class:`SinkOptions`; :func:`check_input_schema` refuses, at query start,
-a DataFrame without ``body`` or with a column of the wrong type (the message names the
-column); :func:`to_part_batch` turns one Arrow batch of the input into
-:data:`store.publish.sink_staging.PART_SCHEMA` on the executors, vectorised.
+a DataFrame without ``body`` (or ``value``), with a column of the wrong type or mixing the two
+shapes (the message names the column); :func:`part_batch` turns one Arrow batch of the input
+into :data:`store.publish.sink_staging.PART_SCHEMA` on the executors, vectorised.
 
-Input columns (all but ``body`` optional)::
+Two shapes of input. Kafka-shaped rows (``key``, ``value``, ``headers``, ``partition``,
+``topic``: what ``format("kafka")`` takes) are described in :mod:`streaming.sink_kafka`.
+RocketMQ-shaped input columns (all but ``body`` optional)::
 
     body          binary | string        the message body (null is refused)
     topic         string                 per-row topic; null or absent -> option ``topic``
@@ -39,6 +41,8 @@ import pyarrow.compute as pc
 
 from store import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS, InvalidArgument, validate_topic
 from store.publish import PART_SCHEMA, check_id
+from streaming.kafka_options import BOOTSTRAP_SERVERS, bootstrap_endpoint, sink_refusal
+from streaming.sink_kafka import KAFKA, KAFKA_ACCEPTED, ROCKETMQ, ShapeError, kafka_part_batch, row_shape
 
 MIB = 1 << 20
 
@@ -83,20 +87,43 @@ class SinkOptions:
     auth_token: str | None = field(default=None, repr=False)
     #: Test-only fault injection (see ``streaming.writer.Fault``); never documented for users.
     fault: str | None = None
+    #: The input's shape, ``rocketmq`` or ``kafka`` (set from the DataFrame at query start).
+    shape: str = ROCKETMQ
+    #: The endpoint came from ``kafka.bootstrap.servers`` (checked to answer HTTP at start).
+    endpoint_from_bootstrap: bool = False
 
 
 _KNOWN = {
     "endpoint", "path", "topic", "sinkid", "batchid", "requesttimeoutms", "retrytimeoutms",
-    "partmaxbytes", "authtoken", "checkpointlocation", "_faultinjection",
+    "partmaxbytes", "authtoken", "checkpointlocation", "_faultinjection", "includeheaders",
+    BOOTSTRAP_SERVERS,
 }  # fmt: skip
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     lower = {k.lower(): v for k, v in options.items()}
+    for name in sorted(lower):
+        reason = sink_refusal(name)
+        if reason is not None:
+            raise InvalidSinkOption(name, f"cannot apply to sparkmq: {reason}")
     unknown = sorted(set(lower) - _KNOWN)
     if unknown:
         raise InvalidSinkOption(unknown[0], "unknown option (see docs/exactly_once.md)")
+    if lower.get("includeheaders", "false").strip().lower() not in ("true", "false"):
+        raise InvalidSinkOption(
+            "includeHeaders", f"expected 'true' or 'false', got {lower['includeheaders']!r}"
+        )
     endpoint, path = lower.get("endpoint"), lower.get("path")
+    bootstrap = lower.get(BOOTSTRAP_SERVERS)
+    if bootstrap is not None:
+        if endpoint is not None:
+            raise InvalidSinkOption(
+                BOOTSTRAP_SERVERS, "set only one of 'endpoint' and 'kafka.bootstrap.servers' (a synonym)"
+            )
+        try:
+            endpoint = bootstrap_endpoint(bootstrap)
+        except InvalidArgument as exc:
+            raise InvalidSinkOption(BOOTSTRAP_SERVERS, str(exc)) from None
     if (endpoint is None) == (path is None):
         raise InvalidSinkOption(
             "endpoint", "set exactly one of 'endpoint' (broker URL) and 'path' (store dir)"
@@ -131,6 +158,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         part_max_bytes=_int(lower, "partMaxBytes", 32 * MIB) or 32 * MIB,
         auth_token=lower.get("authtoken") or None,
         fault=lower.get("_faultinjection") or None,
+        endpoint_from_bootstrap=bootstrap is not None,
     )
 
 
@@ -162,25 +190,53 @@ ACCEPTED = {
     "deliver_at": ("timestamp", "timestamp_ntz"),
     "delay_ms": _INTEGERS,
 }
-ACCEPTED_HELP = "accepted columns: " + ", ".join(f"{c} {'|'.join(t)}" for c, t in ACCEPTED.items())
+ACCEPTED_HELP = (
+    "accepted columns: "
+    + ", ".join(f"{c} {'|'.join(t)}" for c, t in ACCEPTED.items())
+    + "; or Kafka-shaped: "
+    + ", ".join(f"{c} {'|'.join(t)}" for c, t in KAFKA_ACCEPTED.items())
+)
 
 
-def check_input_schema(schema: Any, default_topic: str | None) -> None:
-    """Refuse a DataFrame the sink cannot write; ``schema`` is a pyspark ``StructType``."""
+def check_input_schema(schema: Any, default_topic: str | None) -> str:
+    """Refuse a DataFrame the sink cannot write; ``schema`` is a pyspark ``StructType``.
+    Returns its shape, ``"rocketmq"`` or ``"kafka"``."""
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
-    if "body" not in types:
-        raise InvalidSinkColumn("body", f"is required; the DataFrame has {sorted(types) or 'no columns'}")
+    try:
+        shape = row_shape(types, frozenset(ACCEPTED) - {"topic"})
+    except ShapeError as exc:
+        raise InvalidSinkColumn(exc.column, str(exc)) from None
+    accepted = KAFKA_ACCEPTED if shape == KAFKA else ACCEPTED
+    if shape == ROCKETMQ and "body" not in types:
+        raise InvalidSinkColumn(
+            "body",
+            "is required (or 'value' for Kafka-shaped rows); "
+            f"the DataFrame has {sorted(types) or 'no columns'}",
+        )
     for name, spark_type in types.items():
-        allowed = ACCEPTED.get(name)
+        allowed = accepted.get(name)
         if allowed is None:
-            raise InvalidSinkColumn(name, "is not a column the sink knows (rename or drop it)")
+            raise InvalidSinkColumn(
+                name, f"is not a column the sink knows in {shape}-shaped rows (rename or drop it)"
+            )
         if spark_type not in allowed:
             raise InvalidSinkColumn(name, f"has type {spark_type}; expected {' or '.join(allowed)}")
     if default_topic is None and "topic" not in types:
         raise InvalidSinkOption("topic", "is required unless the DataFrame has a 'topic' column")
+    return shape
 
 
 # -- executor-side conversion -----------------------------------------------------------------
+
+
+def part_batch(batch: pa.RecordBatch, options: SinkOptions) -> pa.RecordBatch:
+    """One input batch as a :data:`PART_SCHEMA` batch, by the input's shape."""
+    if options.shape == KAFKA:
+        try:
+            return kafka_part_batch(batch, options.topic)
+        except ShapeError as exc:
+            raise InvalidSinkColumn(exc.column, str(exc)) from None
+    return to_part_batch(batch, options.topic)
 
 
 def to_part_batch(batch: pa.RecordBatch, default_topic: str | None) -> pa.RecordBatch:

@@ -45,8 +45,16 @@ from store.publish import (
     staging_root,
     write_part,
 )
+from streaming.bootstrap import bootstrap_problem
+from streaming.kafka_options import BOOTSTRAP_SERVERS
 from streaming.sink_client import SinkClient
-from streaming.sink_columns import SinkOptions, check_input_schema, parse_sink_options, to_part_batch
+from streaming.sink_columns import (
+    InvalidSinkOption,
+    SinkOptions,
+    check_input_schema,
+    parse_sink_options,
+    part_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +103,12 @@ def _checked(options: dict[str, str], schema: StructType, overwrite: bool) -> Si
     parsed = parse_sink_options(options)
     if overwrite:
         raise SinkError("sparkmq topics are append-only: use mode('append'), not 'overwrite'")
-    check_input_schema(schema, parsed.topic)
-    return parsed
+    shape = check_input_schema(schema, parsed.topic)
+    if parsed.endpoint_from_bootstrap and parsed.endpoint is not None:
+        problem = bootstrap_problem(parsed.endpoint, parsed.request_timeout_s)
+        if problem is not None:
+            raise InvalidSinkOption(BOOTSTRAP_SERVERS, problem)
+    return dataclasses.replace(parsed, shape=shape)
 
 
 # -- executors ------------------------------------------------------------------------------------
@@ -111,7 +123,7 @@ def stage_task(
     ctx = TaskContext.get()
     partition_id, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
     parts = (_stage_local if options.path is not None else _stage_remote)(
-        options, sink_id, batch_id, partition_id, attempt, (to_part_batch(b, options.topic) for b in batches)
+        options, sink_id, batch_id, partition_id, attempt, (part_batch(b, options) for b in batches)
     )
     return SinkCommitMessage(sink_id, batch_id, partition_id, attempt, tuple(parts))
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from ingest_api.console import admin, ladder, messages, pages, web
+from ingest_api.console import admin, cluster, ladder, messages, pages, web
 
 
 def install_console(app: FastAPI) -> None:
     app.add_middleware(web.ConsoleHeaders)
     app.mount(f"{web.PREFIX}/static", StaticFiles(directory=str(web.HERE / "static")), name="console-static")
-    for module in (web, pages, messages, admin, ladder):
+    for module in (web, pages, messages, admin, ladder, cluster):
         app.include_router(module.router)

@@ -9,10 +9,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.console import data
+from ingest_api.console.cluster import queue_owners
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
 from ingest_api.http.broker import Broker
 from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
+from ingest_api.http.routers.cluster import LOCAL_BROKER
 from ingest_api.http.schemas import ErrorOut
 from store import (
     MessageStore,
@@ -116,7 +118,9 @@ def _topic(store: MessageStore, topic: str) -> data.TopicDetail:
 async def topic_detail(request: Request, topic: TopicPath, viewer: ViewerDep) -> HTMLResponse:
     viewer.require_read(topic)
     detail = await run_in_threadpool(_topic, viewer.broker.store, topic)
-    return page(request, "topic.html", viewer, section="topics", topic=detail)
+    owners = {q["queue_id"]: q for q in await queue_owners(viewer, topic)}
+    me = viewer.broker.name or LOCAL_BROKER
+    return page(request, "topic.html", viewer, section="topics", topic=detail, owners=owners, me=me)
 
 
 def _groups(

@@ -32,11 +32,14 @@ from ingest_api.http.limits import RequestSizeLimit
 from ingest_api.http.longpoll import ArrivalHub
 from ingest_api.http.membership import cluster_membership
 from ingest_api.http.metrics import BrokerMetrics
+from ingest_api.http.openapi import openapi_document
 from ingest_api.http.operators import OperatorBoard
+from ingest_api.http.replica_sync import router as replica_router
 from ingest_api.http.retries import GroupConfigs
 from ingest_api.http.routers import (
     cluster,
     groups,
+    kafka_peers,
     messages,
     operators,
     ops,
@@ -122,21 +125,32 @@ def operator_settings(config: ServerConfig) -> dict[str, Any]:
     }
 
 
-def _openapi_with_batch_schema(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """The generated spec plus ``ProduceBatchIn`` (the batch route reads its body by hand)."""
-    generate = app.openapi
+#: Bodies routes read by hand (their schemas are referenced from ``openapi_extra``).
+_HAND_READ_BODIES = (ProduceBatchIn,)
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            spec = generate()
-            schema = ProduceBatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
-            components = spec.setdefault("components", {}).setdefault("schemas", {})
-            components.update(schema.pop("$defs", {}))
-            components["ProduceBatchIn"] = schema
-            app.openapi_schema = spec
-        return app.openapi_schema
+
+def _openapi(app: FastAPI, config: ServerConfig) -> Callable[..., dict[str, Any]]:
+    """``app.openapi``: the document for this broker's configuration, built once per variant
+    (``internal=True`` keeps the operations the operator job and the Spark sink call)."""
+    built: dict[bool, dict[str, Any]] = {}
+
+    def openapi(internal: bool = False) -> dict[str, Any]:
+        if internal not in built:
+            built[internal] = openapi_document(app, config, internal=internal, body_models=_HAND_READ_BODIES)
+        return built[internal]
 
     return openapi
+
+
+def broker_openapi(
+    config: ServerConfig, *, auth_required: bool | None = None, internal: bool = False
+) -> dict[str, Any]:
+    """The document a broker serves with ``config``, without starting one (``sparkmq openapi``).
+    ``auth_required`` stands for ``--auth-file`` (default: whether ``config`` names one)."""
+    app = create_app(config)
+    return openapi_document(
+        app, config, auth_required=auth_required, internal=internal, body_models=_HAND_READ_BODIES
+    )
 
 
 async def _to_console() -> RedirectResponse:
@@ -171,6 +185,7 @@ def create_app(
         queues,
         retries,
         groups,
+        kafka_peers,
         sinks,
         operators,
         transactions,
@@ -178,8 +193,9 @@ def create_app(
         ops,
     ):
         app.include_router(module.router)
+    app.include_router(replica_router)
     install_console(app)
     app.add_middleware(RequestTiming)  # outermost: times everything, fast lane included
     app.add_api_route("/", _to_console, include_in_schema=False)
-    app.openapi = _openapi_with_batch_schema(app)  # type: ignore[method-assign]
+    app.openapi = _openapi(app, server_config)  # type: ignore[method-assign]
     return app

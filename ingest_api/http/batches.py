@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from ingest_api.http.errors import ApiError
-from ingest_api.http.schemas import RESERVED_PROPERTIES, ProduceBatchIn, ProduceIn
+from ingest_api.http.fields import RESERVED_PROPERTIES
+from ingest_api.http.schemas import ProduceBatchIn, ProduceEntryIn
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -58,7 +59,7 @@ def _from_validation_error(exc: ValidationError, index_offset: int = 0) -> ApiEr
     return ApiError(422, "validation_error", f"{'.'.join(map(str, loc))}: {first['msg']}")
 
 
-def parse_json_batch(raw: bytes, limit: int) -> list[ProduceIn]:
+def parse_json_batch(raw: bytes, limit: int) -> list[ProduceEntryIn]:
     """``{"messages": [...]}`` -> validated entries (422 with the bad entry's index)."""
     try:
         batch = ProduceBatchIn.model_validate_json(raw)
@@ -79,16 +80,16 @@ def parse_json_batch(raw: bytes, limit: int) -> list[ProduceIn]:
     return batch.messages
 
 
-def parse_ndjson_batch(raw: bytes, limit: int) -> list[ProduceIn]:
+def parse_ndjson_batch(raw: bytes, limit: int) -> list[ProduceEntryIn]:
     """One JSON message object per line; blank lines are skipped."""
-    entries: list[ProduceIn] = []
+    entries: list[ProduceEntryIn] = []
     for line in raw.split(b"\n"):
         if not line.strip():
             continue
         if len(entries) >= limit:
             raise _too_many(len(entries) + 1, limit)
         try:
-            entries.append(ProduceIn.model_validate_json(line))
+            entries.append(ProduceEntryIn.model_validate_json(line))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -202,10 +203,15 @@ def _validate_arrow_batch(batch: ArrowBatch) -> None:
     if batch.tags is not None:
         _check_text_column(batch.tags, "tags")
         bad = _first_true(
-            pc.or_(pc.match_substring(batch.tags, "||"), pc.equal(pc.utf8_length(batch.tags), 0))
+            pc.or_(
+                pc.or_(pc.match_substring(batch.tags, "||"), pc.equal(pc.utf8_length(batch.tags), 0)),
+                pc.not_equal(pc.utf8_trim_whitespace(batch.tags), batch.tags),
+            )
         )
         if bad is not None:
-            raise _invalid_entry(bad, "tags must be non-empty and must not contain '||'")
+            raise _invalid_entry(
+                bad, "tags must be non-empty, must not contain '||' and must not start or end with whitespace"
+            )
     if batch.keys is not None:
         flat = batch.keys.flatten()
         bad_flat = _first_true(

@@ -63,10 +63,19 @@ class Broker:
     cluster: ClusterNode | None = None
     #: Pooled HTTP clients to the other brokers (forwarding and fan-out), in cluster mode.
     peers: Any = None
+    #: Forwarded single produces, batched per owner (:class:`ingest_api.http.forwarding.ForwardCoalescer`).
+    forwarder: Any = None
     #: Where produced messages go in a cluster (:class:`ingest_api.http.routing.QueuePlanner`).
     planner: Any = None
+    #: The store's HA service (``store.ha.ReplicaController``) of a replica group member.
+    replica: Any = None
+    #: Its role in the group (:class:`cluster.replica_group.ReplicaGroup`).
+    replica_group: Any = None
     #: Keeps local topics in step with the routes (:class:`cluster.local_sync.LocalTopicSync`).
     local_topics: Any = None
+    #: Set by a running Kafka gateway in a cluster: answers ``POST /kafka/peer/{op}``
+    #: (``handle(op, body) -> bytes``, :class:`ingest_api.kafka.txn_peers.PeerService`).
+    kafka_peer: Any = None
 
     @property
     def name(self) -> str | None:

@@ -33,6 +33,13 @@ def owned(broker: Broker, topic: str, queue_id: int) -> bool:
     return node is None or node.view.owner(topic, queue_id) in (None, node.name)
 
 
+def local_name(broker: Broker) -> str | None:
+    """The broker name whose offsets this member answers for itself: its own while it serves
+    (a slave's side tables may be a second behind: it asks its master)."""
+    node = broker.cluster
+    return node.name if node is not None and node.serving else None
+
+
 def placement_owners(view: ClusterView, topic: str) -> tuple[str, ...]:
     placement = view.placement(topic)
     if placement is None:
@@ -58,10 +65,11 @@ async def gather_topic(
     of owners that could not be asked."""
     node = broker.cluster
     assert node is not None
-    owners = set(placement_owners(node.view, topic)) - {node.name}
+    me = local_name(broker)
+    owners = set(placement_owners(node.view, topic)) - {me}
     answers: dict[str, Mapping[int, T]] = {}
-    if local is not None:
-        answers[node.name] = local
+    if local is not None and me is not None:
+        answers[me] = local
     unavailable = sorted(name for name in owners if node.view.master_of(name) is None)
     for name in sorted(owners - set(unavailable)):
         try:
@@ -88,8 +96,9 @@ async def split_commit(
     for queue_id, offset in offsets.items():
         owner = owners[queue_id] if queue_id < len(owners) else node.name  # out of range: refused locally
         parts.setdefault(owner, {})[queue_id] = offset
+    me = local_name(broker)
     for name, part in parts.items():
-        if name == node.name:
+        if name == me:
             continue
         answer = await broker.peers.request(
             node.view.master_of(name),
@@ -104,7 +113,7 @@ async def split_commit(
             raise ApiError(
                 answer.status_code, body.get("error", "peer_error"), body.get("message", ""), broker=name
             )
-    return parts.get(node.name, {})
+    return parts.get(me, {}) if me is not None else {}
 
 
 async def group_lists(
@@ -125,8 +134,9 @@ async def gather_resets(
     node = broker.cluster
     assert node is not None
     owners = placement_owners(node.view, spec.topic)
-    rows: dict[int, ResetQueueOut] = {row.queue_id: row for row in (local.queues if local else ())}
-    for name in sorted(set(owners) - {node.name}):
+    served = local if local_name(broker) is not None else None
+    rows: dict[int, ResetQueueOut] = {row.queue_id: row for row in (served.queues if served else ())}
+    for name in sorted(set(owners) - {local_name(broker)}):
         answer = await broker.peers.request(
             node.view.master_of(name),
             name,

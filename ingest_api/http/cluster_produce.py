@@ -113,15 +113,21 @@ async def produce_single(
         [entry.sharding_key],
         anchor=idempotency_key,
         forwarded=forwarded,
+        serving=cluster.serving,
     )
     owner, queue = plan.owners[0], int(plan.queue_ids[0])
     placed = entry.model_copy(update={"queue_id": None if queue == UNPLACED else queue, "sharding_key": None})
-    if owner == cluster.name:
+    if owner == cluster.name and cluster.serving:
         await local_ready(broker, {topic: placement})
         producer = scoped_producer(topic, idempotency_key, headers.get(SCOPE_HEADER))
         answer = await produce_one_json(broker, topic, placed, producer)
         return 201, with_broker(answer, cluster.name)
     body = placed.model_dump_json(exclude_none=True, exclude_defaults=True).encode()
+    if idempotency_key is None and entry.transaction is None and broker.forwarder is not None:
+        coalesced: tuple[int, bytes] = await broker.forwarder.produce(
+            cluster.view, owner, topic, body, headers
+        )
+        return coalesced
     response = await broker.peers.request(
         cluster.view.master_of(owner),
         owner,
@@ -166,6 +172,7 @@ def entry_plan(
         [e.get("sharding_key") for e in entries],
         anchor=key,
         forwarded=forwarded,
+        serving=cluster.serving,
     )
     return topics, plan
 
@@ -259,7 +266,7 @@ async def _send_part(
     cluster = broker.cluster
     assert cluster is not None
     scope = owner if spans else headers.get(SCOPE_HEADER)
-    if owner == cluster.name:
+    if owner == cluster.name and cluster.serving:
         await local_ready(broker, placements)
         request = _BatchRequest(topic, content_type, body, arrow_results, scoped_producer(topic, key, scope))
         try:
@@ -363,7 +370,13 @@ async def produce_arrow_batch(
     explicit = arrow_batch.queue_id.to_pylist() if arrow_batch.queue_id is not None else [None] * n
     sharding = arrow_batch.sharding_key.to_pylist() if arrow_batch.sharding_key is not None else [None] * n
     plan = broker.planner.plan(
-        cluster.view, [topic] * n, explicit, sharding, anchor=key, forwarded=FORWARDED_HEADER in headers
+        cluster.view,
+        [topic] * n,
+        explicit,
+        sharding,
+        anchor=key,
+        forwarded=FORWARDED_HEADER in headers,
+        serving=cluster.serving,
     )
     groups = plan.groups()
     spans = len(groups) > 1

@@ -21,7 +21,7 @@ from cluster import QueueUnavailable
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import QueuePath, TopicPath
+from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.peers import PeerUnavailable, passed_headers
 from ingest_api.http.routing import FORWARDED_HEADER
 
@@ -32,7 +32,7 @@ def is_local_request(broker: Broker, headers: Mapping[str, str]) -> bool:
 
 
 async def redirect_to_owner(
-    topic: TopicPath, queue_id: QueuePath, request: Request, broker: BrokerDep
+    topic: AnyTopicPath, queue_id: QueuePath, request: Request, broker: BrokerDep
 ) -> None:
     """Router dependency of the per-queue routes: 307 to the owner when it is another broker."""
     node = broker.cluster
@@ -42,7 +42,7 @@ async def redirect_to_owner(
     if placement is None or queue_id >= placement.queue_count:
         return  # a system topic (local to each broker), or unknown: answered here
     owner = placement.owners[queue_id]
-    if owner == node.name:
+    if owner == node.name and (node.serving or _reads_here(node, request)):
         store = broker.store
         if not store.has_topic(topic) or store.queue_count(topic) < placement.queue_count:
             await run_in_threadpool(broker.local_topics.ensure_local, topic, placement.queue_count)
@@ -60,6 +60,12 @@ async def redirect_to_owner(
         headers={"Location": location},
         broker=owner,
     )
+
+
+def _reads_here(node: Any, request: Request) -> bool:
+    """A replica serves reads of its own queues when asked to (``readFrom=replica``) or when its
+    group has no master (reads go on, bounded by the confirm offset, while writes wait)."""
+    return request.query_params.get("readFrom") == "replica" or node.view.master_of(node.name) is None
 
 
 async def ask_others(

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ingest_api.http.routes import allowed_methods
 from store import SparkMQError
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,18 @@ STATUS_BY_CODE: dict[str, int] = {
     "cluster_unavailable": 503,
     "queue_unavailable": 503,
     "no_live_broker": 503,
-    "invalid_placement": 400,
+    "invalid_placement": 409,  # well formed, but not placeable on the cluster as it is
     "invalid_broker_name": 400,
     "broker_name_taken": 409,
     "store_belongs_elsewhere": 409,
     "corrupt_route": 500,
+    # replication (store.ha): refusals carry RocketMQ's status in the body
+    "not_master": 503,
+    "replica_fenced": 503,
+    "slave_not_available": 503,
+    "flush_slave_timeout": 503,
+    "replication_gap": 503,
+    "replicated_data_corrupt": 500,
 }
 
 #: Generic codes for statuses raised by the framework (404 route, 405 method, ...).
@@ -124,10 +132,16 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "validation_error", message, detail=detail)
 
 
-def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _CODE_BY_STATUS.get(exc.status_code, "http_error")
     headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        # Starlette lists the methods of the first route whose path matched; a path served by
+        # several routes (GET and DELETE /topics/{topic}, ...) allows all of theirs.
+        methods = allowed_methods(request.app.routes, request.url.path)
+        if methods:
+            headers = {**(headers or {}), "Allow": ", ".join(methods)}
     return error_response(exc.status_code, code, str(exc.detail), headers)
 
 

@@ -1,6 +1,6 @@
 """Decoding JSON and NDJSON produce batches with msgspec, for the columnar path.
 
-The models in :mod:`ingest_api.http.schemas` (``ProduceBatchIn``, ``ProduceIn``) are the
+The models in :mod:`ingest_api.http.schemas` (``ProduceBatchIn``, ``ProduceEntryIn``) are the
 contract: the OpenAPI spec and every refusal (``{"error", "message", "index"}``) come from them.
 Validating a thousand entries with them costs several times what storing them does, so
 ``messages:batch`` first tries this decoder: :class:`FastEntry` is a msgspec ``Struct`` with the
@@ -17,16 +17,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import sys
 from collections.abc import Sequence
 from typing import Annotated, Protocol
 
 import msgspec
 from msgspec import Meta
 
-from ingest_api.http.schemas import RESERVED_PROPERTIES
+from ingest_api.http.fields import RESERVED_PROPERTIES, WHITESPACE_CLASS
 
-#: ``NonEmpty``, ``QueueId`` and the scheduling fields' bounds of :class:`schemas.ProduceIn`.
+#: ``NonEmpty``, ``QueueId`` and the scheduling fields' bounds of :class:`schemas.ProduceEntryIn`.
 _Text = Annotated[str, Meta(min_length=1, max_length=1024)]
 _QueueId = Annotated[int, Meta(ge=0, le=65535)]
 _Int32 = Annotated[int, Meta(ge=-(2**31), lt=2**31)]
@@ -34,9 +33,7 @@ _Int64 = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 #: What the model's ``_check_text`` refuses inside tags, keys and property names and values.
 _SEPARATORS = re.compile("[\x01\x02]")
 #: Exactly the characters ``str.isspace`` is true for (keys are stored space-separated).
-_WHITESPACE = re.compile(
-    "[" + "".join(re.escape(chr(c)) for c in range(sys.maxunicode + 1) if chr(c).isspace()) + "]"
-)
+_WHITESPACE = re.compile(f"[{WHITESPACE_CLASS}]")
 
 
 class EntryFields(Protocol):
@@ -67,7 +64,7 @@ class EntryFields(Protocol):
 
 
 class FastEntry(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """``ProduceIn`` as msgspec decodes it. ``transaction`` and ``topic`` may only be null here:
+    """``ProduceEntryIn`` as msgspec decodes it. ``transaction`` and ``topic`` may only be null here:
     an entry that gives either takes the model path (transactions, batches across topics).
 
     Not tracked by the garbage collector and with ``keys`` as a tuple (no list per entry): a
@@ -127,7 +124,7 @@ def decode_ndjson_batch(raw: bytes, limit: int) -> tuple[list[FastEntry], list[b
 
 
 def accepted_bodies(entries: Sequence[FastEntry]) -> list[bytes] | None:
-    """The bodies when ``ProduceIn``'s validator would accept every entry, else None."""
+    """The bodies when ``ProduceEntryIn``'s validator would accept every entry, else None."""
     n = len(entries)
     sharding = [e.sharding_key for e in entries]
     if sharding.count(None) != n and any(
@@ -158,7 +155,7 @@ def _texts_ok(texts: str) -> bool:
 
 def _tags_ok(tags: list[str]) -> bool:
     joined = "\x00".join(tags)  # NUL separates: '||' cannot span two tags
-    return "||" not in joined and _texts_ok(joined)
+    return "||" not in joined and _texts_ok(joined) and all(tag == tag.strip() for tag in tags)
 
 
 def _keys_ok(keys: list[str]) -> bool:

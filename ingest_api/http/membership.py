@@ -10,14 +10,50 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from cluster import connect
+from cluster import ClusterNode, connect
 from cluster.local_sync import LocalTopicSync
+from cluster.replica_group import ReplicaGroup
 from ingest_api.http.broker import Broker
+from ingest_api.http.forwarding import ForwardCoalescer
 from ingest_api.http.peers import PeerClient
+from ingest_api.http.replica_sync import SlaveMetadataFollower
 from ingest_api.http.routing import QueuePlanner
+from store.ha import HAConfig, ReplicaController, ReplicationMode
+
+#: Setting kinds in ZooKeeper (``ClusterNode.put_setting``) and what they mirror here.
+PRODUCER_GROUPS = "producer-groups"
+CONSUMER_GROUPS = "consumer-groups"
+
+
+def _mirror_settings(broker: Broker, node: ClusterNode) -> None:
+    """Keep this broker's copies of the cluster-wide group settings in step with ZooKeeper: the
+    check-back URL of a producer group is needed by whichever broker holds a transaction's
+    halves, a consumer group's retry settings by whichever broker receives its send-backs."""
+    board = broker.operators
+    if board is None:
+        return
+    if board.transactions is not None:
+        groups = board.transactions.groups
+
+        def producer_group(name: str, document: dict[str, Any] | None) -> None:
+            if document is None:
+                groups.delete(name)
+            elif (groups.get(name) or {}).get("check_url") != document["check_url"]:
+                groups.put(name, str(document["check_url"]))
+
+        node.watch_settings(PRODUCER_GROUPS, producer_group)
+    configs = board.group_configs
+    if configs is not None:
+
+        def consumer_group(name: str, document: dict[str, Any] | None) -> None:
+            if document is not None:
+                configs.put(name, document.get("max_reconsume_times"), document.get("retry_queues"))
+
+        node.watch_settings(CONSUMER_GROUPS, consumer_group)
 
 
 @asynccontextmanager
@@ -35,8 +71,66 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
         broker.cluster = node
         broker.planner = QueuePlanner(node.name)
         broker.peers = peers
+        broker.forwarder = ForwardCoalescer(peers)
         broker.local_topics = sync
-        yield
+        await run_in_threadpool(_mirror_settings, broker, node)
+        async with replica_role(broker, node):
+            yield
     finally:
         await peers.aclose()
         await run_in_threadpool(node.close)
+
+
+@asynccontextmanager
+async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]:
+    """A member of a replica group (``--ha-port``): the store's HA service, driven by the
+    group's state in ZooKeeper (:class:`cluster.replica_group.ReplicaGroup`)."""
+    config = node.config
+    if not config.replicated or node.member is None:
+        yield
+        return
+    group = ReplicaGroup(node, _NO_REPLICA, unclean=config.unclean_failover)
+    ha = ReplicaController(
+        broker.store,
+        HAConfig(
+            broker_id=node.member.member_id,
+            listen_host=broker.config.host,
+            listen_port=config.ha_port or 0,
+            replication=ReplicationMode.SYNC if config.replication == "sync" else ReplicationMode.ASYNC,
+            min_insync=config.min_insync,
+            ack_timeout_ms=config.replication_timeout_ms,
+        ),
+        group,
+    )
+    group.replica = ha
+    await run_in_threadpool(ha.start)
+    broker.replica = ha
+    broker.replica_group = group
+    follower = SlaveMetadataFollower(broker, node, ha)
+    try:
+        group.start()
+        follower.start()
+        yield
+    finally:
+        group.close()
+        await follower.stop()
+        await run_in_threadpool(ha.close)
+
+
+class _Unassigned:
+    """The replica a ReplicaGroup holds until the HA service exists (it is never called)."""
+
+    last_epoch = 0
+    max_offset = 0
+
+    def become_master(self, epoch: int, sync_state_epoch: int = 0, in_sync: object = None) -> None:
+        raise AssertionError("no replica yet")
+
+    def become_slave(self, master_ha_address: str, master_epoch: int) -> None:
+        raise AssertionError("no replica yet")
+
+    def fence(self, reason: str) -> None:
+        pass
+
+
+_NO_REPLICA = _Unassigned()

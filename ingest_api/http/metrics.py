@@ -3,7 +3,14 @@
 The broker counts what passes through its doors (:class:`BrokerMetrics`): HTTP, the Kafka
 gateway and the exactly-once Spark sink each label their traffic with ``door``. Queue
 offsets, lag, storage figures and group lag are read from the store at scrape time and
-passed in as :class:`StoreGauges`. Rendering is a pure function of those two values.
+passed in as :class:`StoreGauges`; who this broker is and what it sees of its cluster as
+:class:`ClusterGauges`. Rendering is a pure function of those values.
+
+The broker's name: every broker exposes ``sparkmq_broker_info{broker, mode, cluster}`` (value
+1; a lone broker is ``broker="local"``, ``mode="single"``), the usual info metric to join on.
+In a cluster the per-topic, per-queue and per-group series also carry ``broker`` (as
+rocketmq-exporter's do), so ``sum by (broker, topic)`` needs no join; process-wide series
+(latencies, the store, storage) stay per scrape target, as Prometheus advises.
 """
 
 from __future__ import annotations
@@ -166,6 +173,34 @@ class StoreGauges:
     services: dict[str, tuple[bool, int]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ClusterGauges:
+    """Who this broker is and what it sees of its cluster, at scrape time."""
+
+    #: This broker's name (``local`` for a lone broker).
+    broker: str
+    #: ``cluster`` or ``single``.
+    mode: str
+    #: The ZooKeeper address the broker joined (``None`` alone).
+    cluster: str | None = None
+    #: Broker names known / with a live master (a lone broker: 1 / 1).
+    brokers: int = 1
+    live_brokers: int = 1
+    #: Queues this broker owns, over every topic.
+    owned_queues: int = 0
+    #: The ZooKeeper session (``connected``, ``suspended``, ``lost``), ``None`` alone.
+    session: str | None = None
+    #: Every state the session can be in (rendered 1 for the current one, 0 for the others).
+    session_states: tuple[str, ...] = ()
+    #: Problems recorded for an operator (also on ``/healthz`` and ``GET /cluster``).
+    warnings: int = 0
+
+    @property
+    def labelled(self) -> bool:
+        """Whether series carry ``broker`` (only in a cluster, where the name means something)."""
+        return self.mode == "cluster"
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -184,9 +219,12 @@ def _family(lines: list[str], name: str, kind: str, help_text: str) -> None:
     lines.append(f"# TYPE {name} {kind}")
 
 
-def _counter(lines: list[str], name: str, help_text: str, counter: Counter) -> None:
+def _counter(lines: list[str], name: str, help_text: str, counter: Counter, extra: Labels = ()) -> None:
+    """A counter family; ``extra`` labels (the broker's name) come first on every sample."""
     _family(lines, name, "counter", help_text)
-    lines.extend(f"{name}{_labels(labels)} {_number(value)}" for labels, value in counter.samples())
+    lines.extend(
+        f"{name}{_labels((*extra, *labels))} {_number(value)}" for labels, value in counter.samples()
+    )
 
 
 def _histogram(lines: list[str], name: str, help_text: str, histogram: Histogram) -> None:
@@ -216,14 +254,16 @@ _STORAGE_HELP = {
 }
 
 
-def _render_traffic(lines: list[str], metrics: BrokerMetrics) -> None:
+def _render_traffic(lines: list[str], metrics: BrokerMetrics, broker: Labels = ()) -> None:
     _counter(lines, "sparkmq_messages_in_total", "Messages stored, by door (http|kafka|sink) and topic.",
-             metrics.messages_in)  # fmt: skip
-    _counter(lines, "sparkmq_bytes_in_total", "Body bytes stored, by door and topic.", metrics.bytes_in)
+             metrics.messages_in, broker)  # fmt: skip
+    _counter(
+        lines, "sparkmq_bytes_in_total", "Body bytes stored, by door and topic.", metrics.bytes_in, broker
+    )
     _counter(lines, "sparkmq_messages_out_total", "Messages read by consumers, by door and topic.",
-             metrics.messages_out)  # fmt: skip
+             metrics.messages_out, broker)  # fmt: skip
     _counter(lines, "sparkmq_bytes_out_total", "Body bytes read by consumers, by door and topic.",
-             metrics.bytes_out)  # fmt: skip
+             metrics.bytes_out, broker)  # fmt: skip
     _histogram(lines, "sparkmq_message_size_bytes",
                "Body size of stored messages, by door (batches count each message at the batch's mean).",
                metrics.message_size)  # fmt: skip
@@ -240,19 +280,23 @@ def _render_traffic(lines: list[str], metrics: BrokerMetrics) -> None:
     _counter(lines, "sparkmq_sink_rows_total", "Rows published by the exactly-once sink.", metrics.sink_rows)
 
 
-def render(metrics: BrokerMetrics, gauges: StoreGauges) -> str:
-    """The whole exposition as text (ends with a newline)."""
+def render(metrics: BrokerMetrics, gauges: StoreGauges, cluster: ClusterGauges | None = None) -> str:
+    """The whole exposition as text (ends with a newline). Without ``cluster`` (unit tests of
+    the other families) neither the broker's identity nor the cluster gauges are rendered."""
     lines: list[str] = []
-    _render_traffic(lines, metrics)
+    broker: Labels = (("broker", cluster.broker),) if cluster is not None and cluster.labelled else ()
+    if cluster is not None:
+        _render_cluster(lines, cluster)
+    _render_traffic(lines, metrics, broker)
 
     name = "sparkmq_queue_max_offset"
     _family(lines, name, "gauge", "Next offset to be written, per queue.")
     for (topic, queue_id), offset in sorted(gauges.queue_max_offsets.items()):
-        lines.append(f"{name}{_labels((('topic', topic), ('queue_id', str(queue_id))))} {offset}")
+        lines.append(f"{name}{_labels((*broker, ('topic', topic), ('queue_id', str(queue_id))))} {offset}")
     name = "sparkmq_queue_min_offset"
     _family(lines, name, "gauge", "Oldest retained offset, per queue.")
     for (topic, queue_id), offset in sorted(gauges.queue_min_offsets.items()):
-        lines.append(f"{name}{_labels((('topic', topic), ('queue_id', str(queue_id))))} {offset}")
+        lines.append(f"{name}{_labels((*broker, ('topic', topic), ('queue_id', str(queue_id))))} {offset}")
 
     dispatch_help = "CommitLog bytes not yet dispatched to ConsumeQueue and IndexFile."
     _gauge(lines, "sparkmq_dispatch_lag_bytes", dispatch_help, gauges.dispatch_lag_bytes)
@@ -268,22 +312,7 @@ def render(metrics: BrokerMetrics, gauges: StoreGauges) -> str:
     for service, (_, failures) in sorted(gauges.services.items()):
         lines.append(f"{name}{_labels((('service', service),))} {failures}")
 
-    name = "sparkmq_group_lag"
-    _family(lines, name, "gauge", "Consumer group lag in messages (max offset - committed offset).")
-    sums: dict[tuple[str, str], int] = {}
-    for (group, topic, queue_id), lag in sorted(gauges.group_lag.items()):
-        labels = (("group", group), ("topic", topic), ("queue_id", str(queue_id)))
-        lines.append(f"{name}{_labels(labels)} {lag}")
-        sums[(group, topic)] = sums.get((group, topic), 0) + lag
-    name = "sparkmq_group_lag_sum"
-    _family(lines, name, "gauge", "Consumer group lag in messages, summed over the topic's queues.")
-    for (group, topic), lag in sorted(sums.items()):
-        lines.append(f"{name}{_labels((('group', group), ('topic', topic)))} {lag}")
-    name = "sparkmq_group_lag_seconds"
-    age_help = "Age of the oldest unconsumed message per group and topic (0: caught up; bounded per scrape)."
-    _family(lines, name, "gauge", age_help)
-    for (group, topic), seconds in sorted(gauges.group_lag_seconds.items()):
-        lines.append(f"{name}{_labels((('group', group), ('topic', topic)))} {_number(round(seconds, 3))}")
+    _render_lag(lines, gauges, broker)
 
     for counter_name, value in sorted(gauges.store_counters.items()):
         _gauge(lines, f"sparkmq_store_{counter_name}", f"Store position {counter_name}.", value)
@@ -295,3 +324,45 @@ def render(metrics: BrokerMetrics, gauges: StoreGauges) -> str:
         help_text = _STORAGE_HELP.get(storage_name, f"Storage figure {storage_name}.")
         _gauge(lines, f"sparkmq_storage_{storage_name}", help_text, value)
     return "\n".join(lines) + "\n"
+
+
+def _render_lag(lines: list[str], gauges: StoreGauges, broker: Labels) -> None:
+    name = "sparkmq_group_lag"
+    _family(lines, name, "gauge", "Consumer group lag in messages (max offset - committed offset).")
+    sums: dict[tuple[str, str], int] = {}
+    for (group, topic, queue_id), lag in sorted(gauges.group_lag.items()):
+        labels = (*broker, ("group", group), ("topic", topic), ("queue_id", str(queue_id)))
+        lines.append(f"{name}{_labels(labels)} {lag}")
+        sums[(group, topic)] = sums.get((group, topic), 0) + lag
+    name = "sparkmq_group_lag_sum"
+    _family(lines, name, "gauge", "Consumer group lag in messages, summed over the topic's queues.")
+    for (group, topic), lag in sorted(sums.items()):
+        lines.append(f"{name}{_labels((*broker, ('group', group), ('topic', topic)))} {lag}")
+    name = "sparkmq_group_lag_seconds"
+    age_help = "Age of the oldest unconsumed message per group and topic (0: caught up; bounded per scrape)."
+    _family(lines, name, "gauge", age_help)
+    for (group, topic), seconds in sorted(gauges.group_lag_seconds.items()):
+        labels = (*broker, ("group", group), ("topic", topic))
+        lines.append(f"{name}{_labels(labels)} {_number(round(seconds, 3))}")
+
+
+def _render_cluster(lines: list[str], cluster: ClusterGauges) -> None:
+    name = "sparkmq_broker_info"
+    _family(
+        lines, name, "gauge", "This broker: its name in the cluster (local when alone), mode and cluster."
+    )
+    info = (("broker", cluster.broker), ("mode", cluster.mode), ("cluster", cluster.cluster or ""))
+    lines.append(f"{name}{_labels(info)} 1")
+    _gauge(lines, "sparkmq_cluster_brokers", "Broker names known in the cluster (1 alone).", cluster.brokers)
+    live_help = "Broker names with a live master, as this broker sees them."
+    _gauge(lines, "sparkmq_cluster_live_brokers", live_help, cluster.live_brokers)
+    _gauge(lines, "sparkmq_cluster_owned_queues", "Queues this broker owns, over every topic.",
+           cluster.owned_queues)  # fmt: skip
+    _gauge(lines, "sparkmq_cluster_warnings", "Cluster problems recorded for an operator (see GET /cluster).",
+           cluster.warnings)  # fmt: skip
+    if cluster.session is None:
+        return
+    name = "sparkmq_cluster_session"
+    _family(lines, name, "gauge", "The ZooKeeper session: 1 for its current state, 0 for the others.")
+    for state in cluster.session_states:
+        lines.append(f"{name}{_labels((('state', state),))} {int(state == cluster.session)}")

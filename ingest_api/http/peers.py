@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -55,8 +56,9 @@ class PeerClient:
         sent = dict((headers or {}).items())
         sent[FORWARDED_HEADER] = self.me
         try:
+            # Path segments come from requests (topics with '%', msg ids): sent percent-encoded.
             return await self._client.request(
-                method, member.http + path, headers=sent, params=params, content=content
+                method, member.http + quote(path, safe="/:"), headers=sent, params=params, content=content
             )
         except httpx.TransportError as exc:
             raise PeerUnavailable(

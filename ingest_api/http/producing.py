@@ -11,6 +11,7 @@ and transaction halves go through ``put_messages``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -20,9 +21,12 @@ import pyarrow.compute as pc
 
 from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes, schedule_error
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import decode_body
 from ingest_api.http.json_batch import EntryFields
-from ingest_api.http.schemas import ProduceIn, decode_body
+from ingest_api.http.params import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS
+from ingest_api.http.schemas import ProduceIn, entry_topic
 from store import (
+    MAX_PRODUCER_ID_CHARS,
     PROPERTY_PGROUP,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
@@ -40,9 +44,7 @@ from store import (
 )
 from store.publish import TransactionService
 
-#: Longest accepted ``Idempotency-Key`` header value.
-MAX_IDEMPOTENCY_KEY_CHARS = 200
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]+")
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
@@ -52,13 +54,23 @@ def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
     writing again, also after a broker restart (see :mod:`store.write.idempotence`)."""
     if key is None:
         return None
-    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_CHARS or _IDEMPOTENCY_KEY.fullmatch(key) is None:
+    if _IDEMPOTENCY_KEY.fullmatch(key) is None:
         raise ApiError(
             400,
             "invalid_idempotency_key",
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters",
         )
-    return ProducerRef(f"http:{topic}:{key}")
+    return request_ref(f"http:{topic}:{key}")
+
+
+def request_ref(name: str) -> ProducerRef:
+    """The store's identity of the request ``name``. The store takes names of at most
+    ``MAX_PRODUCER_ID_CHARS``; a longer one (a long topic and a long key) is replaced by its
+    digest: such names were refused before, so no stored request used them, and shorter ones
+    keep their identity (and their messages' UNIQ_KEYs) across this change."""
+    if len(name) > MAX_PRODUCER_ID_CHARS:
+        name = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+    return ProducerRef(name)
 
 
 def known_queue_count(store: MessageStore, topic: str) -> int | None:
@@ -71,7 +83,7 @@ def known_queue_count(store: MessageStore, topic: str) -> int | None:
 def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | None = None) -> ApiError:
     where = f"messages[{index}]: " if index is not None else ""
     return ApiError(
-        400,
+        409,  # well formed, but the topic has fewer queues (409 Conflict: it may grow)
         "unknown_queue",
         f"{where}queue_id {queue_id} is outside topic {topic!r}'s {queue_count} queues",
         index=index,
@@ -190,15 +202,15 @@ def put_entries(
     Entries of the path's topic go to the store's columnar entry (``put_columns``) as columns,
     without a :class:`Message` per entry; a batch whose entries name other topics goes through
     :func:`entry_message` and ``put_messages`` (one append across topics)."""
-    if any(e.topic not in (None, topic) for e in entries):
+    if any(entry_topic(e, topic) != topic for e in entries):
         store.ensure_topic(topic)
         max_body = store.config.max_message_size_bytes
         max_delay = store.config.timer_max_delay_ms
         counts = {t: store.ensure_topic(t) for t in entry_topics(topic, entries)}
         now = store.now_ms()
         messages = [
-            entry_message(e.topic or topic, e, counts[e.topic or topic], max_body, i, max_delay, now)
-            for i, e in enumerate(entries)
+            entry_message(target, e, counts[target], max_body, i, max_delay, now)
+            for i, (e, target) in enumerate((e, entry_topic(e, topic)) for e in entries)
         ]
         return list(store.put_messages(messages, producer=producer)), sum(len(m.body) for m in messages)
     return put_fields(store, topic, entries, None, producer)
@@ -355,7 +367,7 @@ def transaction_messages(
     now = store.now_ms()
     transaction_id = keys[0]
     for i, entry in enumerate(entries):
-        target = entry.topic or topic
+        target = entry_topic(entry, topic)
         if target not in counts:
             counts[target] = store.ensure_topic(target)
         message = entry_message(
@@ -381,7 +393,14 @@ def put_transaction(
     producer_group: str,
     producer: ProducerRef | None = None,
 ) -> tuple[str, list[PutResult]]:
-    """Store ``entries`` as the halves of one transaction and register it (worker thread)."""
+    """Store ``entries`` as the halves of one transaction and register it (worker thread).
+
+    A keyed request (``Idempotency-Key``) is a transactional request of its own: the same key
+    used before by a plain produce on the topic names another request, not this one (without
+    this, the plain message's results came back and the transaction pointed at a message that
+    is no half, so its commit failed with ``not_a_half_message``)."""
+    if producer is not None:
+        producer = request_ref(f"tx:{producer.producer_id}")
     transaction_id, messages = transaction_messages(store, topic, entries, producer_group, producer)
     results = store.put_messages(messages, producer=producer)
     born = results[0].store_timestamp_ms if results else 0
@@ -391,4 +410,4 @@ def put_transaction(
 
 def entry_topics(path_topic: str, entries: Sequence[ProduceIn]) -> list[str]:
     """The distinct topics a batch writes (its path topic first)."""
-    return list(dict.fromkeys([path_topic, *(e.topic for e in entries if e.topic)]))
+    return list(dict.fromkeys([path_topic, *(entry_topic(e, path_topic) for e in entries)]))

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,8 @@ def _find(store: MessageStore, group: str, topic: str, msg_id: str) -> MessageVi
             view = store.get_by_msg_id(msg_id)
         except (InvalidArgument, ValueError):
             view = None
+        if view is not None and view.msg_id.upper() != msg_id.upper():
+            view = None  # that offset here holds another broker's message id (a cluster)
         if view is not None:
             if view.topic not in (topic, retry):
                 raise UnknownMessage(f"message {msg_id} is in topic {view.topic!r}, not {topic!r}")
@@ -125,7 +128,11 @@ def send_back(
     delay_level: int = 0,
     max_reconsume_times: int | None = None,
     producer: ProducerRef | None = None,
+    own_queues: Callable[[str, int], Sequence[int]] | None = None,
 ) -> SendBack:
+    """Store a send-back request for ``msg_id`` (stored here). ``own_queues(topic, count)``
+    gives this broker's queue ids of the group's retry and DLQ topics in a cluster (placing them
+    when needed); a lone broker creates them with ``count`` queues, ids from 0."""
     validate_group(group)
     validate_topic(topic)
     if delay_level < -1:
@@ -137,7 +144,7 @@ def send_back(
     if not store.has_topic(topic):
         raise UnknownTopic(f"topic {topic!r} does not exist")
     config = configs.get(group)
-    if config is None and group not in store.groups():
+    if config is None and own_queues is None and group not in store.groups():
         raise UnknownGroup(f"consumer group {group!r} is unknown (no offsets, no PUT /groups/{group})")
     view = _find(store, group, topic, msg_id)
     raw = store.read_record(view.commitlog_offset)
@@ -147,9 +154,17 @@ def send_back(
     if maximum is None:
         maximum = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
     queues = (config or {}).get("retry_queues", 1)
+    bases = []
     for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
-        if not store.has_topic(name):
-            store.create_topic(name, count)
+        if own_queues is not None:
+            mine = sorted(own_queues(name, count))  # placed together when first needed: consecutive
+            bases.append(mine[0])
+            if name == retry_topic(group):
+                queues = len(mine)
+        else:
+            if not store.has_topic(name):
+                store.create_topic(name, count)
+            bases.append(0)
     request_id = request_uniq_keys(producer, 1)[0] if producer is not None else store.new_uniq_key()
     existing = store.get_by_uniq_key(SENDBACK_TOPIC, request_id) if producer is not None else None
     if existing is None:
@@ -162,6 +177,8 @@ def send_back(
             uniq_key=request_id,
             born_ms=store.now_ms(),
             store_host=(store.config.store_host, store.config.store_port),
+            retry_queue_base=bases[0],
+            dlq_queue_id=bases[1],
         )
         store.append_records([request])
     times = view.reconsume_times

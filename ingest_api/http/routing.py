@@ -76,8 +76,11 @@ class QueuePlanner:
         *,
         anchor: str | None = None,
         forwarded: bool = False,
+        serving: bool = True,
     ) -> Plan:
         """The plan of one request's entries (``topics[i]`` is entry i's topic, each routed).
+        ``serving`` is False on a replica that is not its group's master: nothing is local then
+        (its own queues go to its master).
 
         Raises :class:`ApiError` 400 for a queue id outside its topic, 421 for a forwarded
         request that is not all local, :class:`NoLiveBroker` when no broker can take a message."""
@@ -92,17 +95,18 @@ class QueuePlanner:
             if placement is None:
                 raise ApiError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
             self._plan_topic(
-                view, placement.owners, topic, rows, explicit, sharding, anchor, owners, queue_ids
+                view, placement.owners, topic, rows, explicit, sharding, anchor, owners, queue_ids, serving
             )
         if forwarded:
-            foreign = [i for i, owner in enumerate(owners) if owner != self.me]
+            foreign = [i for i, owner in enumerate(owners) if owner != self.me or not serving]
             if foreign:
                 i = foreign[0]
                 raise ApiError(
                     421,
                     "misdirected",
-                    f"messages[{i}]: queue {int(queue_ids[i])} of {topics[i]!r} is owned by {owners[i]}, "
-                    f"not {self.me}: the route changed while the request was forwarded; retry",
+                    f"messages[{i}]: queue {int(queue_ids[i])} of {topics[i]!r} is served by the master of "
+                    f"{owners[i]}, not by this member of {self.me}: the route changed while the request "
+                    "was forwarded; retry",
                     index=i,
                 )
         return Plan(owners, queue_ids)
@@ -118,6 +122,7 @@ class QueuePlanner:
         anchor: str | None,
         owners: list[str],
         queue_ids: npt.NDArray[np.int32],
+        serving: bool,
     ) -> None:
         count = len(placement)
         unkeyed: list[int] = []
@@ -130,7 +135,7 @@ class QueuePlanner:
             if queue is not None:
                 if queue >= count:
                     raise ApiError(
-                        400,
+                        409,
                         "unknown_queue",
                         f"messages[{i}]: queue_id {queue} is outside topic {topic!r}'s {count} queues",
                         index=i,
@@ -142,7 +147,7 @@ class QueuePlanner:
             owners[i] = placement[int(queue_ids[i])]
         if not unkeyed:
             return
-        mine = [q for q, owner in enumerate(placement) if owner == self.me]
+        mine = [q for q, owner in enumerate(placement) if owner == self.me] if serving else []
         if anchor is not None:
             target = placement[sharding_queue(anchor, count)]
         elif mine:

@@ -3,80 +3,43 @@
 Timestamps are integers in milliseconds since the Unix epoch. Message bodies travel as UTF-8
 text (``body``) or base64 (``body_base64``); exactly one of the two is set on every message.
 
-Length: about 480 lines of declarative models: the OpenAPI contract of every route in one
-place (they share field types and validators).
+Declarative models: the OpenAPI contract of every route in one place; their field types and
+checks are in :mod:`ingest_api.http.fields`, their cross-field rules in
+:mod:`ingest_api.http.schema_rules`.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cluster import BROKER_NAME_PATTERN
-from store import (
-    GROUP_MAX_LENGTH,
-    NAME_PATTERN,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
-    PROPERTY_TRANSACTION_ID,
-    RETRY_TOPIC_MAX_LENGTH,
-    SYSTEM_PROPERTIES,
-    Message,
-    MessageView,
-    PutResult,
+from ingest_api.http.fields import (
+    BASE64_PATTERN,
+    PROPERTIES_SCHEMA,
+    QUEUE_KEY_PATTERN,
+    Flag,
+    GroupName,
+    Int32,
+    Int64,
+    Key,
+    NonEmpty,
+    Offset,
+    QueueCount,
+    QueueId,
+    QueueKey,
+    Shift,
+    Tags,
+    TopicName,
+    check_message_fields,
+    config_limit,
+    decode_body,
 )
-
-#: Property names the broker owns (RocketMQ's system properties); a producer may not send them.
-RESERVED_PROPERTIES = SYSTEM_PROPERTIES | {PROPERTY_TRANSACTION_ID}
-#: RocketMQ's property encoding separators; they cannot appear inside names or values.
-_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
-
-NonEmpty = Annotated[str, Field(min_length=1, max_length=1024)]
-Offset = Annotated[int, Field(ge=0, le=2**62)]
-QueueId = Annotated[int, Field(ge=0, le=65535)]
-
-
-def _check_text(what: str, text: str) -> None:
-    if any(sep in text for sep in _SEPARATORS):
-        raise ValueError(f"{what} must not contain the control characters \\x01 or \\x02")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid Unicode text (lone surrogate)") from None
-
-
-def check_message_fields(tags: str | None, keys: list[str], properties: dict[str, str]) -> None:
-    """Refuse tags, keys and properties the CommitLog property encoding cannot carry."""
-    if tags is not None:
-        _check_text("tags", tags)
-        if "||" in tags:
-            raise ValueError("tags must not contain '||' (the tag expression separator)")
-    for key in keys:
-        _check_text("keys", key)
-        if any(ch.isspace() for ch in key):
-            raise ValueError(f"key {key!r} contains whitespace (keys are stored space-separated)")
-    for name, value in properties.items():
-        if not name:
-            raise ValueError("property names must not be empty")
-        _check_text(f"property {name!r}", name)
-        _check_text(f"property {name!r} value", value)
-        if name in RESERVED_PROPERTIES:
-            raise ValueError(f"property {name!r} is reserved for the broker")
-
-
-def decode_body(body: str | None, body_base64: str | None) -> bytes:
-    """The message bytes from exactly one of ``body`` (UTF-8) and ``body_base64``."""
-    if (body is None) == (body_base64 is None):
-        raise ValueError("exactly one of 'body' and 'body_base64' must be given")
-    if body is not None:
-        return body.encode("utf-8", "surrogatepass")
-    try:
-        return base64.b64decode(body_base64 or "", validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"body_base64 is not valid base64: {exc}") from None
+from ingest_api.http.params import CHECK_URL_PATTERN
+from ingest_api.http.schema_rules import AtMostOne, ExactlyOne, Excludes, GivenWhen, check, given, schema_of
+from store import GROUP_MAX_LENGTH, Message, MessageView, PutResult
 
 
 class TransactionIn(BaseModel):
@@ -84,71 +47,85 @@ class TransactionIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    producer_group: str = Field(
-        min_length=1,
-        max_length=GROUP_MAX_LENGTH,
-        pattern=f"^{NAME_PATTERN}$",
+    producer_group: GroupName = Field(
         description="Producer group; check-backs go to its check_url (PUT /producer-groups/{group}).",
     )
+
+
+#: Checked by the model (422).
+_PRODUCE_RULES = (ExactlyOne("body", "body_base64"), AtMostOne("queue_id", "sharding_key"))
+#: Checked while producing with their own codes: 400 ``invalid_schedule`` and
+#: ``invalid_transaction`` (:func:`ingest_api.http.producing.scheduling`, ``put_transaction``).
+_SCHEDULING = ("delay_level", "deliver_at_ms", "delay_ms")
+_PRODUCE_RULES_CHECKED_WHEN_PRODUCING = (AtMostOne(*_SCHEDULING), Excludes("transaction", _SCHEDULING))
 
 
 class ProduceIn(BaseModel):
     """One message to produce. Without ``queue_id`` or ``sharding_key`` queues are used round robin."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra=schema_of(_PRODUCE_RULES + _PRODUCE_RULES_CHECKED_WHEN_PRODUCING)
+    )
 
-    body: str | None = Field(None, description="Message body as UTF-8 text.")
-    body_base64: str | None = Field(None, description="Message body, base64-encoded (binary bodies).")
-    tags: NonEmpty | None = Field(None, description="RocketMQ TAGS, used by tag filters on pull.")
-    keys: list[NonEmpty] = Field(default_factory=list, max_length=64, description="Indexed keys.")
-    properties: dict[str, str] = Field(default_factory=dict, description="User properties.")
-    queue_id: QueueId | None = Field(None, description="Explicit queue; excludes sharding_key.")
+    body: str | None = Field(
+        None,
+        description="Message body as UTF-8 text; at most the broker's message size in UTF-8 bytes (413).",
+        json_schema_extra=config_limit(maxLength="max_message_bytes"),
+    )
+    body_base64: str | None = Field(
+        None,
+        description="Message body, base64-encoded (binary bodies); at most the broker's message size "
+        "once decoded (413).",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
+    tags: Tags | None = None
+    keys: list[Key] = Field(default_factory=list, max_length=64, description="Indexed keys.")
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="User properties (broker-owned names such as TAGS, KEYS, UNIQ_KEY are refused); "
+        "at most 32 KiB once encoded with the tags and keys (413).",
+        json_schema_extra=PROPERTIES_SCHEMA,
+    )
+    queue_id: QueueId | None = Field(
+        None,
+        description="Explicit queue; excludes sharding_key. 409 unknown_queue beyond the topic's queues.",
+    )
     sharding_key: NonEmpty | None = Field(
         None, description="Messages with the same key go to the same queue (so their order holds)."
     )
-    delay_level: int | None = Field(
+    # The scheduling fields keep the int32 / int64 range in the model: a negative value is
+    # refused by producing.scheduling as a 400 naming the field, which the document states.
+    delay_level: Int32 | None = Field(
         None,
-        ge=-(2**31),
-        lt=2**31,
+        json_schema_extra={"minimum": 0},
         description="RocketMQ delay level: 0 = no delay, N waits the N-th time of the broker's level "
         "table (`--delay-levels`, default 1s 5s 10s 30s 1m ... 2h); above the table clamps to the "
         "last level. Excludes deliver_at_ms and delay_ms.",
     )
-    deliver_at_ms: int | None = Field(
+    deliver_at_ms: Int64 | None = Field(
         None,
-        ge=-(2**63),
-        lt=2**63,
+        json_schema_extra={"minimum": 0},
         description="Timer message (RocketMQ 5 TIMER_DELIVER_MS): deliver at this epoch millisecond, "
         "rounded up to the second; a time in the past delivers at once. At most the broker's "
-        "`--timer-max-delay` ahead.",
+        "`--timer-max-delay` ahead of its clock (400 invalid_schedule), a bound relative to the "
+        "time of the request that JSON Schema cannot state.",
     )
-    delay_ms: int | None = Field(
+    delay_ms: Int64 | None = Field(
         None,
-        ge=-(2**63),
-        lt=2**63,
+        json_schema_extra={"minimum": 0, **config_limit(maximum="timer_max_delay_ms")},
         description="Timer message (TIMER_DELAY_MS): deliver this many milliseconds after the broker "
-        "receives it, rounded up to the second.",
+        "receives it, rounded up to the second; at most the broker's `--timer-max-delay`.",
     )
     transaction: TransactionIn | None = Field(
         None,
         description="Store as a half message of a transaction: invisible until POST "
-        "/transactions/{transaction_id} commits it. In a batch, every entry joins one transaction.",
-    )
-    topic: str | None = Field(
-        None,
-        min_length=1,
-        max_length=RETRY_TOPIC_MAX_LENGTH,
-        pattern=f"^{NAME_PATTERN}$",
-        description="Batch entries only: write this entry to another topic than the path's (e.g. a "
-        "transaction across topics).",
+        "/transactions/{transaction_id} commits it. In a batch, every entry joins one transaction. "
+        "A transactional message cannot be scheduled.",
     )
 
     @model_validator(mode="after")
     def _check(self) -> ProduceIn:
-        if (self.body is None) == (self.body_base64 is None):
-            raise ValueError("exactly one of 'body' and 'body_base64' must be given")
-        if self.queue_id is not None and self.sharding_key is not None:
-            raise ValueError("give at most one of 'queue_id' and 'sharding_key'")
+        check(_PRODUCE_RULES, self.__dict__)
         check_message_fields(self.tags, self.keys, self.properties)
         if self.body is not None:
             try:
@@ -183,10 +160,45 @@ class ProduceIn(BaseModel):
         return self.delay_level is not None or self.deliver_at_ms is not None or self.delay_ms is not None
 
 
-class ProduceBatchIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ProduceEntryIn(ProduceIn):
+    """One message of a batch: a :class:`ProduceIn` that may name another topic."""
 
-    messages: list[ProduceIn] = Field(min_length=1)
+    topic: TopicName | None = Field(
+        None,
+        description="Write this entry to another topic than the path's (e.g. a transaction across topics).",
+    )
+
+
+def entry_topic(entry: ProduceIn, path_topic: str) -> str:
+    """The topic an entry goes to: its own (batch entries only) or the path's."""
+    return getattr(entry, "topic", None) or path_topic
+
+
+#: A batch's transaction covers every entry, and a transactional message cannot be scheduled
+#: (400 ``invalid_transaction``, checked while producing).
+_NO_SCHEDULED_ENTRY_IN_A_TRANSACTION: dict[str, Any] = {
+    "not": {
+        "allOf": [
+            given("transaction"),
+            {
+                "required": ["messages"],
+                "properties": {"messages": {"contains": {"anyOf": [given(f) for f in _SCHEDULING]}}},
+            },
+        ]
+    }
+}
+
+
+class ProduceBatchIn(BaseModel):
+    """A batch: every message is stored or none. Entries that name a transaction name the same
+    one as each other and as the batch (400 ``invalid_transaction``), a rule across entries
+    that JSON Schema cannot state."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_NO_SCHEDULED_ENTRY_IN_A_TRANSACTION)
+
+    messages: list[ProduceEntryIn] = Field(
+        min_length=1, json_schema_extra=config_limit(maxItems="max_batch_messages")
+    )
     transaction: TransactionIn | None = Field(
         None, description="All messages form one transaction (atomic commit, across topics too)."
     )
@@ -263,7 +275,10 @@ class ProducerGroupIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     check_url: str = Field(
-        min_length=1, max_length=2048, description="http(s) URL the broker POSTs checks to."
+        min_length=1,
+        max_length=2048,
+        json_schema_extra={"pattern": CHECK_URL_PATTERN},  # checked by the board: 400 invalid_argument
+        description="http(s) URL the broker POSTs checks to.",
     )
 
 
@@ -276,7 +291,7 @@ class ProducerGroupOut(BaseModel):
 class TopicIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    queues: int = Field(ge=1, le=1024, description="Queue count; an existing topic only grows.")
+    queues: QueueCount = Field(description="Queue count; an existing topic only grows.")
     brokers: list[Annotated[str, Field(pattern=f"^{BROKER_NAME_PATTERN}$")]] | None = Field(
         None,
         min_length=1,
@@ -374,9 +389,12 @@ class OffsetOut(BaseModel):
 class GroupOffsetsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    topic: NonEmpty
-    offsets: dict[QueueId, Offset] = Field(
-        min_length=1, description='Queue id (as a string key) -> next offset to consume, e.g. {"0": 12}.'
+    topic: TopicName
+    offsets: dict[QueueKey, Offset] = Field(
+        min_length=1,
+        description='Queue id (as a string key) -> next offset to consume, e.g. {"0": 12}. 409 '
+        "unknown_queue / offset_out_of_range for a queue the topic lacks or an offset past its max.",
+        json_schema_extra={"propertyNames": {"pattern": QUEUE_KEY_PATTERN}},
     )
 
 
@@ -389,28 +407,24 @@ class GroupOffsetsOut(BaseModel):
     )
 
 
-class GroupResetIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_RESET_RULES = (ExactlyOne("timestamp_ms", "to"), GivenWhen("shift_by", "to", "shift"))
 
-    topic: NonEmpty
-    timestamp_ms: int | None = Field(
-        None, ge=0, le=2**62, description="Reset to the first offset at/after T."
-    )
+
+class GroupResetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=schema_of(_RESET_RULES))
+
+    topic: TopicName
+    timestamp_ms: Offset | None = Field(None, description="Reset to the first offset at/after T.")
     to: Literal["earliest", "latest", "shift"] | None = Field(
         None, description="earliest / latest offset, or shift: the committed offset plus shift_by."
     )
-    shift_by: int | None = Field(
-        None, ge=-(2**62), le=2**62, description="With to=shift: messages to skip (negative: re-read)."
-    )
+    shift_by: Shift | None = Field(None, description="With to=shift: messages to skip (negative: re-read).")
     queue_id: QueueId | None = Field(None, description="Reset only this queue (default: every queue).")
-    dry_run: bool = Field(False, description="Answer the plan without committing anything.")
+    dry_run: Flag = Field(False, description="Answer the plan without committing anything.")
 
     @model_validator(mode="after")
     def _check(self) -> GroupResetIn:
-        if (self.timestamp_ms is None) == (self.to is None):
-            raise ValueError("give exactly one of 'timestamp_ms' and 'to'")
-        if (self.to == "shift") != (self.shift_by is not None):
-            raise ValueError("'shift_by' goes with to=shift, and to=shift needs it")
+        check(_RESET_RULES, self.__dict__)
         return self
 
 
@@ -507,9 +521,44 @@ class HealthOut(BaseModel):
     cluster: ClusterHealthOut | None = Field(None, description="Cluster mode only.")
 
 
+def _optional_error_fields(schema: dict[str, Any]) -> None:
+    schema["properties"].update(
+        {
+            "index": {"type": "integer", "description": "The refused entry of a batch (0-based)."},
+            "field": {"type": "string", "description": "The refused field (invalid_schedule, ...)."},
+            "detail": {
+                "type": "array",
+                "description": "validation_error: every field that fails, with its location.",
+                "items": {"type": "object", "additionalProperties": True},
+            },
+            "retriable": {"type": "boolean", "description": "Store faults: whether a retry may succeed."},
+            "services": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "store_degraded: the failing store services.",
+            },
+            "limit": {"type": "integer", "description": "batch_too_large: the most messages per batch."},
+        }
+    )
+
+
 class ErrorOut(BaseModel):
+    """Every error answer: a stable code and a message, plus fields some errors add."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_optional_error_fields)
+
     error: str = Field(description="Stable machine-readable code.")
     message: str
+
+
+class ReplicaMemberOut(BaseModel):
+    member_id: int
+    http: str
+    role: str = Field(description="master, slave, standby, fenced, or unknown (did not answer).")
+    epoch: int | None
+    replicated_offset: int | None = Field(description="Its CommitLog's max offset.")
+    confirm_offset: int | None = Field(description="What its readers see up to.")
+    lag_bytes: int | None = Field(description="Behind the master, in bytes (the master's view).")
 
 
 class BrokerOut(BaseModel):
@@ -517,14 +566,18 @@ class BrokerOut(BaseModel):
     alive: bool = Field(description="Whether its ZooKeeper session is alive (it serves its queues).")
     http: str | None = Field(description="Its HTTP base URL (the last known one when dead).")
     kafka: str | None = Field(description="Its Kafka address host:port, when it serves Kafka.")
-    member_id: int | None = Field(description="Member id (also its Kafka node id).")
+    member_id: int | None = Field(description="Member id (also its Kafka node id); a group's master.")
     queues: int = Field(description="Queue ids it owns, over every topic.")
+    epoch: int | None = Field(None, description="Replica group: the master epoch.")
+    in_sync: list[int] | None = Field(None, description="Replica group: the in-sync set's member ids.")
+    members: list[ReplicaMemberOut] | None = Field(None, description="Replica group: every live member.")
 
 
 class ClusterOut(BaseModel):
     mode: Literal["single", "cluster"]
     cluster: str | None = Field(None, description="The ZooKeeper address (``--cluster``).")
     self_name: str = Field(alias="self", description="The name of the broker that answered.")
+    self_member: int | None = Field(None, description="Its member id (cluster mode).")
     session: str | None = Field(description="Its ZooKeeper session: connected, suspended or lost.")
     brokers: list[BrokerOut]
     topics: int = Field(description="Topics in the cluster.")

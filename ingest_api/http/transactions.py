@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import httpx
 import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 
+from ingest_api.http.params import CHECK_URL_PATTERN
 from store import (
     InvalidArgument,
     MessageStore,
@@ -48,6 +50,8 @@ from store import (
 from store.publish import EndRequest, EndResult, TransactionService, UnknownTransaction
 
 log = logging.getLogger("sparkmq.transactions")
+#: What ``GroupRegistry.put`` takes as a check URL (the document states the same pattern).
+_CHECK_URL = re.compile(CHECK_URL_PATTERN)
 
 TRANSACTION_OPERATOR = "transactions"
 ACTION_CHECK, ACTION_DISCARD = 0, 1
@@ -71,7 +75,12 @@ class ProducerGroups:
 
     def put(self, group: str, check_url: str) -> bool:
         """Register (or change) ``group``'s URL; returns whether the group is new."""
-        parsed = urlparse(check_url)
+        if _CHECK_URL.fullmatch(check_url) is None:
+            raise InvalidArgument(f"check_url must be an http(s) URL, got {check_url!r}")
+        try:
+            parsed = urlparse(check_url)
+        except ValueError as exc:  # e.g. an unbalanced '[' in the host ("Invalid IPv6 URL")
+            raise InvalidArgument(f"check_url is not a URL: {exc}") from None
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise InvalidArgument(f"check_url must be an http(s) URL, got {check_url!r}")
         created = group not in self._groups

@@ -8,14 +8,22 @@ registers :func:`serve_companions`, which turns ``--kafka-port`` (off when absen
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from typing import Any, Protocol
 
+from cluster import ClusterNode
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.context import GatewayConfig
 from ingest_api.kafka.server import KafkaGateway, start_kafka_gateway
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.topology import cluster_id
+from ingest_api.kafka.txn_peers import PeerService
+from store import InvalidArgument
+
+log = logging.getLogger(__name__)
 
 
 class _HasStore(Protocol):
@@ -50,17 +58,52 @@ class KafkaCompanion:
         metrics = getattr(broker, "metrics", None)
         board = getattr(getattr(broker, "operators", None), "transactions", None)
         service = getattr(board, "service", None)  # one transaction service per store
-        gateway = await start_kafka_gateway(store, config=self.config, metrics=metrics, transactions=service)
+        link, config = self._cluster(broker)
+        gateway = await start_kafka_gateway(
+            store, config=config, metrics=metrics, transactions=service, cluster=link
+        )
         self.gateway = gateway
         if hasattr(broker, "kafka_groups"):  # the console lists the coordinator's groups
             setattr(broker, "kafka_groups", gateway.context.coordinator.groups)  # noqa: B010
+        if link is not None:  # the other brokers' gateways call this one (POST /kafka/peer/{op})
+            setattr(broker, "kafka_peer", PeerService(gateway.context))  # noqa: B010
+            if getattr(broker, "tokens", None) is not None:
+                log.warning(
+                    "kafka gateway: with --auth-file the other brokers refuse this gateway's calls "
+                    "(it sends no token): offsets and transactions of queues on other brokers fail"
+                )
         try:
             yield gateway
         finally:
+            if link is not None:
+                setattr(broker, "kafka_peer", None)  # noqa: B010
             if hasattr(broker, "kafka_groups"):
                 setattr(broker, "kafka_groups", None)  # noqa: B010
             self.gateway = None
             await gateway.close()
+
+    def _cluster(self, broker: _HasStore) -> tuple[ClusterLink | None, GatewayConfig]:
+        """In cluster mode (``broker.cluster`` set): the link, and the configuration with this
+        member's node id, the cluster's id and the Kafka address it registered."""
+        node: ClusterNode | None = getattr(broker, "cluster", None)
+        if node is None:
+            return None, self.config
+        member = node.member
+        if member is None or member.kafka_host_port is None:
+            raise InvalidArgument(
+                "the Kafka gateway of a cluster broker needs its Kafka address registered: "
+                "start it with --kafka-port"
+            )
+        host, port = member.kafka_host_port
+        link = ClusterLink(node, getattr(broker, "peers"), getattr(broker, "local_topics"))  # noqa: B009
+        config = replace(
+            self.config,
+            node_id=member.member_id,
+            cluster_id=cluster_id(node.config.address.chroot),
+            advertised_host=host,
+            advertised_port=port,
+        ).validate()
+        return link, config
 
 
 class _ServeOptions(Protocol):

@@ -18,12 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
 from ingest_api.kafka.framing import MAX_REQUEST_BYTES
 from ingest_api.kafka.names import KafkaNamedStore
-from ingest_api.kafka.producer_state import PRODUCER_IDS_FILE, ProducerIdAllocator, ProducerStateTable
+from ingest_api.kafka.producer_state import (
+    PRODUCER_ID_BLOCK_BITS,
+    PRODUCER_IDS_FILE,
+    ProducerIdAllocator,
+    ProducerStateTable,
+)
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.txn_coordinator import TxnConfig, TxnCoordinator
+from ingest_api.kafka.txn_ledger import TXN_PARTICIPANTS_FILE, TxnLedger
+from ingest_api.kafka.txn_participants import TxnParticipants
 from ingest_api.kafka.txn_state import TRANSACTIONAL_IDS_FILE, TransactionalIds
 from store import InvalidArgument
 from store.publish import TransactionService
@@ -161,6 +169,14 @@ class GatewayContext:
     arrivals: ArrivalNotifier | None = None
     #: ``None`` when standalone (nothing to count into).
     metrics: DoorMetrics | None = None
+    #: The cluster this broker serves in (``None``: a lone broker, every partition's leader).
+    cluster: ClusterLink | None = None
+    #: Transactions coordinated elsewhere that this broker holds halves of (cluster mode).
+    participants: TxnParticipants = field(default_factory=TxnParticipants)
+    #: Participants and decisions of this coordinator's transactions that span brokers.
+    ledger: TxnLedger | None = None
+    #: Ends still to be delivered to participants, by sparkmq transaction id (retried until done).
+    pending_ends: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -169,6 +185,7 @@ class GatewayContext:
         config: GatewayConfig,
         loop: asyncio.AbstractEventLoop,
         transactions: TransactionService,
+        cluster: ClusterLink | None = None,
     ) -> GatewayContext:
         coordinator = GroupCoordinator(
             monotonic_ms,
@@ -179,17 +196,20 @@ class GatewayContext:
             ),
         )
         config_dir = Path(store.config.store_dir) / "config"
+        id_base = config.node_id << PRODUCER_ID_BLOCK_BITS if cluster is not None else 0
         return cls(
             store=KafkaNamedStore(store),
             config=config,
             loop=loop,
             executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),
             coordinator=coordinator,
-            producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE),
+            producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE, id_base),
             transactions=transactions,
             txn=TxnCoordinator(store.now_ms, TxnConfig(max_timeout_ms=config.max_transaction_timeout_ms)),
             transactional_ids=TransactionalIds(config_dir / TRANSACTIONAL_IDS_FILE),
             arrivals=ArrivalNotifier(loop),
+            cluster=cluster,
+            ledger=TxnLedger.open(config_dir / TXN_PARTICIPANTS_FILE) if cluster is not None else None,
         )
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:

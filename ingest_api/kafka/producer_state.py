@@ -31,12 +31,21 @@ PRODUCER_IDS_FILE = "kafkaProducerIds.json"
 MAX_CACHED_BATCHES = 5
 
 
-class ProducerIdAllocator:
-    """Persisted producer-id counter (thread-safe; call from an executor: it fsyncs)."""
+#: In a cluster, broker ``m`` hands out producer ids ``[m << BITS, (m + 1) << BITS)``.
+PRODUCER_ID_BLOCK_BITS = 32
 
-    def __init__(self, path: Path) -> None:
+
+class ProducerIdAllocator:
+    """Persisted producer-id counter (thread-safe; call from an executor: it fsyncs).
+
+    Ids are ``base + n`` for the persisted counter ``n``. A lone broker uses base 0; in a cluster
+    each broker uses ``member_id << PRODUCER_ID_BLOCK_BITS``, so ids handed out by different
+    brokers never collide (an idempotent producer's id is used on every partition leader)."""
+
+    def __init__(self, path: Path, base: int = 0) -> None:
         self._path = path
         self._lock = threading.Lock()
+        self._base = base
         self._next_id = self._load()
 
     def _load(self) -> int:
@@ -50,13 +59,15 @@ class ProducerIdAllocator:
 
     def allocate(self) -> int:
         with self._lock:
-            producer_id = self._next_id
-            write_json_atomically(self._path, {"next_producer_id": producer_id + 1})
-            self._next_id = producer_id + 1
-            return producer_id
+            counter = self._next_id
+            if counter >= 1 << PRODUCER_ID_BLOCK_BITS and self._base:
+                raise ValueError(f"{self._path}: this broker's block of producer ids is used up")
+            write_json_atomically(self._path, {"next_producer_id": counter + 1})
+            self._next_id = counter + 1
+            return self._base + counter
 
     def issued(self, producer_id: int) -> bool:
-        return 0 <= producer_id < self._next_id
+        return self._base <= producer_id < self._base + self._next_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import time
 from types import TracebackType
 from typing import cast
 
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.codec import decode_request, encode_api_versions_fallback, needs_api_versions_fallback
 from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext
 from ingest_api.kafka.errors import KafkaGatewayError
@@ -35,6 +36,7 @@ from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_
 from ingest_api.kafka.handlers import HANDLERS, Connection
 from ingest_api.kafka.handlers.transactions import abort_expired, recover_transactions
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.txn_cluster import start_retries
 from store import MessageStore
 from store.publish import TransactionService
 
@@ -176,9 +178,11 @@ class KafkaGateway:
             self._server.close()
         if self._tick_task is not None:
             self._tick_task.cancel()
-        for expiring in list(self._expiring.values()):
-            expiring.cancel()
-        await asyncio.gather(*self._expiring.values(), return_exceptions=True)
+        for task in [*self._expiring.values(), *self._ctx.pending_ends.values()]:
+            task.cancel()  # an undelivered end stays decided in the ledger: delivered after a restart
+        await asyncio.gather(
+            *self._expiring.values(), *self._ctx.pending_ends.values(), return_exceptions=True
+        )
         self._ctx.coordinator.close()
         for task in list(self._connections):
             task.cancel()
@@ -204,6 +208,7 @@ async def start_kafka_gateway(
     config: GatewayConfig | None = None,
     metrics: DoorMetrics | None = None,
     transactions: TransactionService | None = None,
+    cluster: ClusterLink | None = None,
 ) -> KafkaGateway:
     """Start listening on the running loop; returns once the socket is bound.
 
@@ -213,6 +218,7 @@ async def start_kafka_gateway(
     (produce, fetch, request durations), labelled ``door="kafka"``. ``transactions`` is the
     store's transaction service when another door shares it (the HTTP broker's); without
     it the gateway opens its own. Kafka transactions are recovered before the socket binds.
+    ``cluster``: the cluster this broker serves in (docs/kafka_gateway.md#cluster).
     """
     if config is None:
         config = GatewayConfig(host=host, port=port, advertised_host=advertised_host)
@@ -220,11 +226,13 @@ async def start_kafka_gateway(
     loop = asyncio.get_running_loop()
     if transactions is None:
         transactions = await loop.run_in_executor(None, TransactionService.open, cast(MessageStore, store))
-    ctx = GatewayContext.create(store, config, loop, transactions)
-    await ctx.run_blocking(recover_transactions, ctx)
+    ctx = GatewayContext.create(store, config, loop, transactions, cluster)
+    pending = await ctx.run_blocking(recover_transactions, ctx)
     ctx.metrics = metrics
     gateway = KafkaGateway(ctx)
     await gateway._start()
+    for end in pending:  # decided before the restart: delivered again to every participant
+        start_retries(ctx, end.transactional_id, end.transaction_id, end.commit, set(end.brokers), [])
     return gateway
 
 

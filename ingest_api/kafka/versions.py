@@ -3,7 +3,8 @@
 This is the "recommended" matrix of docs/kafka_gateway.md (from the compatibility research,
 tested with kafka-python 3.0 and librdkafka 2.16): flexible versions are on, *topic-id*
 versions are off (Fetch <= 12, OffsetCommit <= 8, OffsetFetch <= 8, DeleteTopics <= 5,
-Produce <= 9), Produce >= 3 and Fetch >= 4 so every batch is RecordBatch magic v2.
+Produce <= 10: v10 only adds KIP-951's leader hints to the answer), Produce >= 3 and Fetch >= 4
+so every batch is RecordBatch magic v2.
 Advertise only what a handler implements: a version listed here must be handled end to end.
 """
 
@@ -43,7 +44,7 @@ class ApiKey(enum.IntEnum):
 #: api key -> (min version, max version), inclusive.
 SUPPORTED_VERSIONS: Mapping[ApiKey, tuple[int, int]] = MappingProxyType(
     {
-        ApiKey.PRODUCE: (3, 9),
+        ApiKey.PRODUCE: (3, 10),
         ApiKey.FETCH: (4, 12),
         ApiKey.LIST_OFFSETS: (1, 7),
         ApiKey.METADATA: (0, 12),

@@ -1,4 +1,5 @@
-"""What the client commands share: broker options, ``--output table|json``, exit codes.
+"""What the client commands share: one client set-up (:func:`connect`), the broker options
+(``--endpoint``/``--url``, ``--token``), ``--output table|json``, exit codes.
 
 Exit codes (for scripts):
 
@@ -18,14 +19,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
 
+from sparkmq.client import (
+    BrokerUnreachable,
+    Client,
+    ClientConfig,
+    ClientError,
+    InvalidArgument,
+    NotFound,
+    RetryPolicy,
+)
 from store import wall_clock_ms
 
 
@@ -45,12 +55,25 @@ class Output(StrEnum):
     json = "json"
 
 
-UrlOption = Annotated[str, typer.Option(envvar="SPARKMQ_URL", help="Broker base URL.")]
+EndpointOption = Annotated[
+    str,
+    typer.Option(
+        "--endpoint",
+        "--url",
+        envvar="SPARKMQ_URL",
+        help="Any broker's base URL (a cluster's other brokers are found from it); several, "
+        "comma-separated, are tried in turn.",
+    ),
+]
+#: The option's former name (``--url`` still works).
+UrlOption = EndpointOption
 TokenOption = Annotated[str | None, typer.Option(envvar="SPARKMQ_TOKEN", help="Bearer token.")]
 OutputOption = Annotated[
     Output, typer.Option("--output", "-o", help="table (for people) or json (for scripts).")
 ]
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_ENDPOINT = DEFAULT_URL = "http://127.0.0.1:8080"
+#: The commands give up on a retriable fault sooner than a long-running program would.
+CLI_CONFIG = ClientConfig(retry=RetryPolicy(deadline_ms=10_000))
 
 
 def fail(message: str, code: Exit) -> NoReturn:
@@ -58,29 +81,30 @@ def fail(message: str, code: Exit) -> NoReturn:
     raise typer.Exit(int(code))
 
 
-def client(url: str, token: str | None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(10.0, read=70.0))
+def exit_code(error: ClientError) -> Exit:
+    """The exit code of a client fault (see the table above)."""
+    if isinstance(error, NotFound):
+        return Exit.NOT_FOUND
+    if isinstance(error, BrokerUnreachable):
+        return Exit.UNREACHABLE
+    if isinstance(error, InvalidArgument):
+        return Exit.USAGE
+    return Exit.ERROR
 
 
-def call(http: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
-    """The decoded JSON answer (``None`` for an empty one); exits with a code on failure."""
+@contextmanager
+def connect(endpoint: str, token: str | None) -> Iterator[Client]:
+    """The one client set-up of every broker command: a route-aware :class:`Client` whose
+    faults end the command with their message and exit code."""
     try:
-        response = http.request(method, path, **kwargs)
-    except httpx.TransportError as exc:
-        fail(f"cannot reach the broker at {http.base_url}: {exc}", Exit.UNREACHABLE)
-    if response.is_error:
-        code = Exit.NOT_FOUND if response.status_code == 404 else Exit.ERROR
-        fail(f"error {response.status_code}: {response.text}", code)
-    return response.json() if response.content else None
-
-
-def checked(response: httpx.Response) -> Any:
-    """Backward-compatible helper: like :func:`call` for an already sent request."""
-    if response.is_error:
-        code = Exit.NOT_FOUND if response.status_code == 404 else Exit.ERROR
-        fail(f"error {response.status_code}: {response.text}", code)
-    return response.json()
+        client = Client(endpoint, token=token, config=CLI_CONFIG)
+    except InvalidArgument as exc:
+        fail(str(exc), Exit.USAGE)
+    try:
+        with client:
+            yield client
+    except ClientError as exc:
+        fail(str(exc), exit_code(exc))
 
 
 def _cell(value: Any) -> str:

@@ -11,14 +11,13 @@ from typing import Annotated, Any
 import typer
 
 from sparkmq.cli.common import (
-    DEFAULT_URL,
+    DEFAULT_ENDPOINT,
+    EndpointOption,
     Exit,
     Output,
     OutputOption,
     TokenOption,
-    UrlOption,
-    call,
-    client,
+    connect,
     emit,
     fail,
     parse_time_ms,
@@ -28,11 +27,13 @@ from sparkmq.cli.root import groups_app
 
 @groups_app.command("list")
 def groups_list(
-    url: UrlOption = DEFAULT_URL, token: TokenOption = None, output: OutputOption = Output.table
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
+    token: TokenOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """Groups with committed offsets and the topics they have them for."""
-    with client(url, token) as http:
-        listed = call(http, "GET", "/groups")
+    with connect(endpoint, token) as sparkmq:
+        listed = sparkmq.request("GET", "/groups")
     rows = [{"group": g, "topics": ", ".join(ts)} for g, ts in sorted(listed["groups"].items())]
     emit(output, listed, rows=rows, columns=("group", "topics"))
 
@@ -41,14 +42,14 @@ def groups_list(
 def groups_describe(
     group: str,
     topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
     """Per topic and queue: committed offset, max offset, lag in messages and seconds; members
     of a Kafka group."""
-    with client(url, token) as http:
-        described = call(http, "GET", f"/groups/{group}", params={"topic": topic} if topic else None)
+    with connect(endpoint, token) as sparkmq:
+        described = sparkmq.request("GET", f"/groups/{group}", params={"topic": topic} if topic else None)
     if output is Output.json:
         emit(output, described)
         return
@@ -87,7 +88,7 @@ def groups_reset(
     shift_by: Annotated[int | None, typer.Option(help="Move by N messages (negative: re-read).")] = None,
     queue_id: Annotated[int | None, typer.Option("--queue", help="Only this queue.")] = None,
     execute: Annotated[bool, typer.Option("--execute", help="Commit the reset (default: dry run).")] = False,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
@@ -95,8 +96,8 @@ def groups_reset(
     body = {"topic": topic, "dry_run": not execute, **_target(to, shift_by)}
     if queue_id is not None:
         body["queue_id"] = queue_id
-    with client(url, token) as http:
-        planned = call(http, "POST", f"/groups/{group}/reset", json=body)
+    with connect(endpoint, token) as sparkmq:
+        planned = sparkmq.request("POST", f"/groups/{group}/reset", json=body)
     if output is Output.table:
         typer.echo("committed:" if execute else "dry run (nothing committed; add --execute):")
     columns = ("queue_id", "current", "target", "change", "min_offset", "max_offset")

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from sparkmq.cli.common import DEFAULT_URL, Output, OutputOption, TokenOption, UrlOption, call, client, emit
+from sparkmq.cli.common import (
+    DEFAULT_ENDPOINT,
+    EndpointOption,
+    Output,
+    OutputOption,
+    TokenOption,
+    connect,
+    emit,
+)
 from sparkmq.cli.root import dlq_app, groups_app, tx_app
 
 
@@ -21,7 +29,7 @@ def groups_sendback(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Makes a retry return the first result.")
     ] = None,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
@@ -30,8 +38,8 @@ def groups_sendback(
     if max_reconsume_times is not None:
         body["max_reconsume_times"] = max_reconsume_times
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    with client(url, token) as http:
-        result = call(http, "POST", f"/groups/{group}/messages:sendBack", json=body, headers=headers)
+    with connect(endpoint, token) as sparkmq:
+        result = sparkmq.request("POST", f"/groups/{group}/messages:sendBack", json=body, headers=headers)
     emit(output, result, columns=("outcome", "attempt", "delay_level", "target_topic", "request_id"))
 
 
@@ -40,13 +48,15 @@ def dlq_list(
     group: str,
     offset: Annotated[int, typer.Option(help="First DLQ offset.")] = 0,
     limit: Annotated[int, typer.Option(help="Most dead letters shown.")] = 100,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
     """The group's dead letters (%DLQ%group), oldest first."""
-    with client(url, token) as http:
-        page = call(http, "GET", f"/groups/{group}/dlq", params={"offset": offset, "max_messages": limit})
+    with connect(endpoint, token) as sparkmq:
+        page = sparkmq.request(
+            "GET", f"/groups/{group}/dlq", params={"offset": offset, "max_messages": limit}
+        )
     rows = [
         {
             "offset": m["queue_offset"],
@@ -64,13 +74,13 @@ def dlq_list(
 def dlq_resend(
     group: str,
     msg_id: str,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
     """Produce a dead letter again to its original topic (same UNIQ_KEY)."""
-    with client(url, token) as http:
-        result = call(http, "POST", f"/groups/{group}/dlq/{msg_id}:resend")
+    with connect(endpoint, token) as sparkmq:
+        result = sparkmq.request("POST", f"/groups/{group}/dlq/{msg_id}:resend")
     emit(output, result, columns=("topic", "queue_id", "queue_offset", "msg_id"))
 
 
@@ -80,14 +90,14 @@ def tx_list(
     state: Annotated[
         str, typer.Option(help="prepared, committed, rolled_back, discarded or all.")
     ] = "prepared",
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
     """Transactions with their age and check-backs (open ones by default)."""
     params = {"state": state, **({"producer_group": producer_group} if producer_group else {})}
-    with client(url, token) as http:
-        listed = call(http, "GET", "/transactions", params=params)
+    with connect(endpoint, token) as sparkmq:
+        listed = sparkmq.request("GET", "/transactions", params=params)
     rows = [dict(t, topics=",".join(t["topics"])) for t in listed["transactions"]]
     emit(
         output,
@@ -98,11 +108,10 @@ def tx_list(
 
 
 def _end(
-    transaction_id: str, producer_group: str, action: str, url: str, token: str | None, output: Output
+    transaction_id: str, producer_group: str, action: str, endpoint: str, token: str | None, output: Output
 ) -> None:
-    with client(url, token) as http:
-        result = call(
-            http,
+    with connect(endpoint, token) as sparkmq:
+        result = sparkmq.request(
             "POST",
             f"/transactions/{transaction_id}",
             json={"action": action, "producer_group": producer_group},
@@ -114,21 +123,21 @@ def _end(
 def tx_commit(
     transaction_id: str,
     producer_group: Annotated[str, typer.Option(help="The transaction's producer group.")],
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
     """Commit a transaction (idempotent: a second end reports the first outcome)."""
-    _end(transaction_id, producer_group, "commit", url, token, output)
+    _end(transaction_id, producer_group, "commit", endpoint, token, output)
 
 
 @tx_app.command("rollback")
 def tx_rollback(
     transaction_id: str,
     producer_group: Annotated[str, typer.Option(help="The transaction's producer group.")],
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
     """Roll a transaction back."""
-    _end(transaction_id, producer_group, "rollback", url, token, output)
+    _end(transaction_id, producer_group, "rollback", endpoint, token, output)

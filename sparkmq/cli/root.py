@@ -14,9 +14,14 @@ store_app = typer.Typer(
 )
 dlq_app = typer.Typer(help="A consumer group's dead letters: list, re-send.", no_args_is_help=True)
 tx_app = typer.Typer(help="Transactions: list open ones, commit, roll back.", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="A cluster of brokers: status and queue placement; a local ZooKeeper and cluster for trying it.",
+    no_args_is_help=True,
+)
 app.add_typer(topics_app, name="topics")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(tx_app, name="tx")
 app.add_typer(groups_app, name="groups")
 app.add_typer(msg_app, name="msg")
 app.add_typer(store_app, name="store")
+app.add_typer(cluster_app, name="cluster")

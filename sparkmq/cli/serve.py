@@ -167,6 +167,39 @@ def serve(
             rich_help_panel="Cluster",
         ),
     ] = None,
+    ha_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Replication listener: brokers with the same --broker-name and an --ha-port form a "
+            "replica group (a master elected through ZooKeeper, slaves replicating its CommitLog).",
+            rich_help_panel="Replication",
+        ),
+    ] = None,
+    replication: Annotated[
+        str,
+        typer.Option(
+            help="async: a produce is answered once the master has it; sync: once every in-sync member does.",
+            rich_help_panel="Replication",
+        ),
+    ] = "async",
+    min_insync: Annotated[
+        int,
+        typer.Option(
+            help="Refuse writes while fewer members are in sync (the master counts).",
+            rich_help_panel="Replication",
+        ),
+    ] = 1,
+    replication_timeout_ms: Annotated[
+        int,
+        typer.Option(help="A sync produce's wait for the in-sync set.", rich_help_panel="Replication"),
+    ] = 3000,
+    unclean_failover: Annotated[
+        bool,
+        typer.Option(
+            help="Elect an out-of-sync member when no in-sync one is alive (loses what only the master had).",
+            rich_help_panel="Replication",
+        ),
+    ] = False,
     session_timeout_ms: Annotated[
         int,
         typer.Option(
@@ -187,6 +220,14 @@ def serve(
         default_queues,
         auto_create_topics,
     )
+    if membership is not None and ha_port is not None:
+        membership = _with_replication(
+            membership, ha_port, replication, min_insync, replication_timeout_ms, unclean_failover
+        )
+    elif ha_port is not None or replication != "async" or min_insync != 1 or unclean_failover:
+        _refuse(
+            "--ha-port, --replication, --min-insync and --unclean-failover need --cluster and --broker-name"
+        )
     store_dir.mkdir(parents=True, exist_ok=True)
     try:
         store_config = StoreConfig(
@@ -199,6 +240,7 @@ def serve(
             # In a cluster topics are created through ZooKeeper, never by the store alone.
             auto_create_topics=auto_create_topics and membership is None,
             default_queues_per_topic=default_queues,
+            replicated=membership is not None and membership.replicated,
             **_store_address(membership),
         ).validate()
         config = ServerConfig(
@@ -275,6 +317,21 @@ def _cluster_config(
     except (InvalidClusterAddress, InvalidBrokerName, InvalidArgument) as exc:
         _refuse(str(exc))
     raise AssertionError("unreachable")
+
+
+def _with_replication(
+    membership: ClusterConfig, ha_port: int, mode: str, min_insync: int, timeout_ms: int, unclean: bool
+) -> ClusterConfig:
+    try:
+        return membership.with_changes(
+            ha_port=ha_port,
+            replication=mode,
+            min_insync=min_insync,
+            replication_timeout_ms=timeout_ms,
+            unclean_failover=unclean,
+        )
+    except InvalidArgument as exc:
+        _refuse(str(exc))
 
 
 def _store_address(membership: ClusterConfig | None) -> dict[str, Any]:

@@ -1,32 +1,36 @@
-"""``sparkmq status`` (the broker's figures) and ``sparkmq health`` (an exit code for scripts)."""
+"""``sparkmq status`` (the broker's figures) and ``sparkmq health`` (an exit code for scripts).
+
+Both ask the first ``--endpoint`` itself, never another broker of its cluster."""
 
 from __future__ import annotations
 
-import httpx
+from typing import Any
+
 import typer
 
 from sparkmq.cli.common import (
-    DEFAULT_URL,
+    DEFAULT_ENDPOINT,
+    EndpointOption,
     Exit,
     Output,
     OutputOption,
     TokenOption,
-    UrlOption,
-    call,
-    client,
+    connect,
     emit,
-    fail,
 )
 from sparkmq.cli.root import app
+from sparkmq.client import BrokerError
 
 
 @app.command()
 def status(
-    url: UrlOption = DEFAULT_URL, token: TokenOption = None, output: OutputOption = Output.table
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
+    token: TokenOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """Topics, groups, CommitLog positions and traffic per door (``GET /stats``)."""
-    with client(url, token) as http:
-        stats = call(http, "GET", "/stats")
+    with connect(endpoint, token) as sparkmq:
+        stats = sparkmq.request("GET", "/stats", at=sparkmq.config.endpoints[0])
     if output is Output.json:
         emit(output, stats)
         return
@@ -40,22 +44,23 @@ def status(
 
 @app.command()
 def health(
-    url: UrlOption = DEFAULT_URL, token: TokenOption = None, output: OutputOption = Output.table
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
+    token: TokenOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """Exit 0 when the broker answers healthy, 5 when it answers unhealthy, 4 when unreachable."""
-    with client(url, token) as http:
+    report: dict[str, Any]
+    with connect(endpoint, token) as sparkmq:
         try:
-            response = http.get("/healthz")
-        except httpx.TransportError as exc:
-            fail(f"cannot reach the broker at {url}: {exc}", Exit.UNREACHABLE)
-    document = (
-        response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
-    )
-    healthy = response.status_code == 200
-    report = {"healthy": healthy, "status_code": response.status_code, **document}
+            answer = sparkmq.request("GET", "/healthz", at=sparkmq.config.endpoints[0])
+            report = {"healthy": True, "status_code": 200, **(answer or {})}
+        except BrokerError as exc:
+            report = {"healthy": False, "status_code": exc.status, "error": exc.code, "message": exc.message}
     if output is Output.json:
         emit(output, report)
     else:
-        typer.echo("healthy" if healthy else f"unhealthy ({response.status_code}): {response.text}")
-    if not healthy:
+        typer.echo(
+            "healthy" if report["healthy"] else f"unhealthy ({report['status_code']}): {report['message']}"
+        )
+    if not report["healthy"]:
         raise typer.Exit(int(Exit.UNHEALTHY))

@@ -1,4 +1,4 @@
-"""``sparkmq topics``: create, list, describe (per-queue offsets), delete."""
+"""``sparkmq topics``: create, list, describe (per-queue offsets, read at each queue's owner), delete."""
 
 from __future__ import annotations
 
@@ -7,70 +7,81 @@ from typing import Annotated, Any
 import typer
 
 from sparkmq.cli.common import (
-    DEFAULT_URL,
+    DEFAULT_ENDPOINT,
+    EndpointOption,
     Exit,
     Output,
     OutputOption,
     TokenOption,
-    UrlOption,
-    call,
-    client,
+    connect,
     emit,
     fail,
 )
 from sparkmq.cli.root import topics_app
+from sparkmq.client import LOCAL_BROKER
 
 
 @topics_app.command("create")
 def topics_create(
     topic: str,
     queues: Annotated[int, typer.Option(help="Queue count (an existing topic only grows).")] = 8,
-    url: UrlOption = DEFAULT_URL,
+    broker: Annotated[
+        list[str] | None,
+        typer.Option(help="Place the new queues on these brokers only (repeatable; default: the live ones)."),
+    ] = None,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.json,
 ) -> None:
     """Create a topic or grow its queue count."""
-    with client(url, token) as http:
-        created = call(http, "PUT", f"/topics/{topic}", json={"queues": queues})
+    with connect(endpoint, token) as sparkmq:
+        created = sparkmq.create_topic(topic, queues, brokers=broker)
     emit(output, created, columns=("topic", "queues"))
 
 
 @topics_app.command("list")
 def topics_list(
-    url: UrlOption = DEFAULT_URL, token: TokenOption = None, output: OutputOption = Output.table
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
+    token: TokenOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """List topics and their queue counts."""
-    with client(url, token) as http:
-        listed = call(http, "GET", "/topics")
-    emit(output, listed, rows=listed["topics"], columns=("topic", "queues"))
+    with connect(endpoint, token) as sparkmq:
+        listed = sparkmq.topics()
+    emit(output, {"topics": listed}, rows=listed, columns=("topic", "queues"))
 
 
 @topics_app.command("describe")
 def topics_describe(
     topic: str,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.table,
 ) -> None:
-    """Per queue: min offset, max offset (next to be written) and messages retained."""
-    with client(url, token) as http:
-        described = call(http, "GET", f"/topics/{topic}")
+    """Per queue: min offset, max offset (next to be written) and messages retained, as the
+    queue's owner reports them (in a cluster also its broker)."""
+    with connect(endpoint, token) as sparkmq:
+        described = sparkmq.describe_topic(topic)
     rows: list[dict[str, Any]] = [
-        {**q, "messages": q["max_offset"] - q["min_offset"]} for q in described.get("queue_offsets") or []
+        {**q, "messages": None if q["max_offset"] is None else q["max_offset"] - q["min_offset"]}
+        for q in described["queue_offsets"]
     ]
-    emit(output, described, rows=rows, columns=("queue_id", "min_offset", "max_offset", "messages"))
+    columns = ["queue_id", "min_offset", "max_offset", "messages"]
+    if any(q["broker"] != LOCAL_BROKER for q in rows):
+        columns += ["broker", "alive"]
+    emit(output, described, rows=rows, columns=columns)
 
 
 @topics_app.command("delete")
 def topics_delete(
     topic: str,
     yes: Annotated[bool, typer.Option("--yes", help="Really delete (required).")] = False,
-    url: UrlOption = DEFAULT_URL,
+    endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
 ) -> None:
     """Delete a topic, its queues and its group offsets (needs --yes)."""
     if not yes:
         fail(f"refusing to delete topic {topic!r} without --yes", Exit.USAGE)
-    with client(url, token) as http:
-        call(http, "DELETE", f"/topics/{topic}")
+    with connect(endpoint, token) as sparkmq:
+        sparkmq.delete_topic(topic)
     typer.echo(f"deleted topic {topic}")

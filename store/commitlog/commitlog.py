@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from store.commitlog.dispatch_batch import DispatchBatch
-from store.errors import CorruptStore, DataLost, MessageTooLarge, StoreNotWritable
+from store.errors import CorruptStore, DataLost, MessageTooLarge, ReplicationGap, StoreNotWritable
 from store.format.arrow_ranges import ArrowStrings
 from store.format.batch_encode import I32, I64, EncodedBatch
 from store.format.java_hash import java_string_hashes
@@ -92,8 +92,8 @@ class RecoveryResult:
 
 
 @dataclass(slots=True)
-class _Stop:
-    """Where and why a walk over the records stopped."""
+class ScanStop:
+    """Where and why a walk over the records stopped (:meth:`CommitLog.scan` fills one)."""
 
     offset: int
     reason: str = "end of data"
@@ -177,6 +177,54 @@ class CommitLog:
         """Append one encoded record; returns its CommitLog offset."""
         result = self.append(EncodedBatch.from_records([record]), store_timestamp_ms)
         return int(result.commitlog_offsets[0])
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append bytes copied from another CommitLog (a replica's master) exactly at
+        ``offset``; returns the new max offset.
+
+        ``offset`` must be the max offset, or any file-aligned offset when the log is empty (a
+        new replica starts at its master's first file). The bytes must lie within one file of
+        this log's size (a master never sends across a file end), and a full file is followed
+        by the next one. Raises :class:`ReplicationGap` otherwise, with nothing written, and
+        :class:`StoreNotWritable` on an I/O error (the bytes written are zeroed again).
+        Whether the bytes hold valid records is the caller's to check (they may end inside a
+        record that the next call completes).
+        """
+        with self._lock:
+            if self.queue.read_only:
+                raise StoreNotWritable("commitlog was opened read-only")
+            if self._broken is not None:
+                raise StoreNotWritable(f"commitlog is not writable: {self._broken}")
+            last = self.queue.last_file()
+            empty = last is None or (len(self.queue.files) == 1 and last.wrote_position == 0)
+            if offset != self.queue.max_offset and not (empty and offset % self.file_size == 0):
+                raise ReplicationGap(
+                    f"replicated bytes start at {offset}, the CommitLog ends at {self.queue.max_offset}"
+                )
+            position = offset % self.file_size
+            if position + len(data) > self.file_size:
+                raise ReplicationGap(
+                    f"{len(data)} replicated bytes at {offset} cross the end of a {self.file_size}-byte "
+                    "CommitLog file (do the replicas use the same commitlog_file_size_bytes?)"
+                )
+            if not data:
+                return self.queue.max_offset
+            if empty and last is not None and last.start_offset != offset - position:
+                self.queue.remove_file(last, f"a replica starts at {offset}")
+                last = None
+            created = None
+            try:
+                if last is None or last.is_full:
+                    created = self.queue.create_next(offset - position if last is None else None)
+                    last = created
+                last.append(data)
+            except (OSError, ValueError) as exc:
+                if created is not None:
+                    self.queue.remove_file(created, f"rolling back a failed replicated append ({exc})")
+                raise StoreNotWritable(
+                    f"replicated append at {offset} failed, nothing written: {exc}"
+                ) from exc
+            return self.queue.max_offset
 
     def _plan(self, batch: EncodedBatch) -> tuple[I64, list[_Write], int]:
         """(offsets, writes, number of new files) for a batch, touching nothing."""
@@ -287,6 +335,22 @@ class CommitLog:
         except ValueError as exc:  # closed by a concurrent deletion
             raise DataLost(f"commitlog file {mapped.path} was deleted") from exc
 
+    def transfer_view(self, offset: int, max_bytes: int) -> memoryview:
+        """Zero-copy bytes a master sends a replica from ``offset``: up to ``max_bytes``, never
+        across a file end. A file that a later file follows is read to its very end (the zeros
+        after its BLANK record included), so the replica's file fills up exactly as RocketMQ's
+        does; the last file up to its written end. Empty when nothing is there (yet)."""
+        mapped = self.queue.find_file(offset)
+        if mapped is None or max_bytes <= 0:
+            return memoryview(b"")
+        last = self.queue.last_file()
+        limit = mapped.size if last is not None and last is not mapped else mapped.wrote_position
+        position = offset - mapped.start_offset
+        try:
+            return mapped.view(position, max(0, min(max_bytes, limit - position)))
+        except ValueError:  # deleted meanwhile
+            return memoryview(b"")
+
     def read_range(self, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of written data from ``offset``, never crossing a file end."""
         mapped = self.queue.find_file(offset)
@@ -328,7 +392,7 @@ class CommitLog:
     # --- scanning -------------------------------------------------------------------------
 
     def _runs(
-        self, from_offset: int, check_crc: bool, stop: _Stop, until_file: int | None = None
+        self, from_offset: int, check_crc: bool, stop: ScanStop, until_file: int | None = None
     ) -> Iterator[tuple[int, bytes, RecordRun]]:
         """Yield (absolute offset of ``chunk[0]``, chunk, run of valid records) from
         ``from_offset`` up to the written end, or up to the file starting at ``until_file``;
@@ -381,11 +445,12 @@ class CommitLog:
         max_records: int = 4096,
         tags_codes_for: TagsCodesFn = default_tags_codes,
         until_file: int | None = None,
+        stop: ScanStop | None = None,
     ) -> Iterator[DispatchBatch]:
         """Parse records from ``from_offset`` into DispatchBatch chunks of at most
         ``max_records``, stopping at the written end, at the first bad record or before the
-        file that starts at ``until_file``."""
-        stop = _Stop(from_offset)
+        file that starts at ``until_file``; ``stop`` (when given) says where and why."""
+        stop = stop if stop is not None else ScanStop(from_offset)
         for base, chunk, run in self._runs(from_offset, check_crc, stop, until_file):
             for lo in range(0, len(run), max_records):
                 yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_codes_for)
@@ -452,7 +517,7 @@ class CommitLog:
         max_records: int = 4096,
         tags_codes_for: TagsCodesFn = default_tags_codes,
     ) -> int:
-        stop = _Stop(start)
+        stop = ScanStop(start)
         for base, chunk, run in self._runs(start, check_crc, stop):
             if on_batch is not None:
                 for lo in range(0, len(run), max_records):
@@ -478,9 +543,19 @@ class CommitLog:
     # --- maintenance ----------------------------------------------------------------------
 
     def truncate(self, offset: int) -> None:
-        """Drop everything from ``offset`` on (HA / tests)."""
+        """Drop everything from ``offset`` on (a failed put's undo / tests)."""
         with self._lock:
             self.queue.truncate(offset)
+
+    def truncate_durably(self, offset: int, reason: str) -> None:
+        """Drop everything from ``offset`` on so that no crash can bring it back: the file
+        holding ``offset`` is zeroed from there (each chunk written and msync'ed, which is
+        fsync of that range: the fixed-size file stays mapped by readers, so it is not shrunk),
+        later files are unlinked, then the directory is fsynced. Returns once all is durable;
+        raises OSError otherwise."""
+        with self._lock:
+            self.queue.truncate(offset, reason=reason)
+            self.queue.fs.sync_dir(self.queue.directory)
 
     def delete_expired_files(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> int:
         """Delete the oldest files last modified before ``expired_before_ms`` (every file but

@@ -229,6 +229,23 @@ class ConsumeQueue:
         view.flags.writeable = False
         return view
 
+    def max_offset_within(self, commitlog_end: int) -> int:
+        """The max offset a reader bounded by ``commitlog_end`` sees: units whose record ends at
+        or below it (a replica's confirm offset). CommitLog offsets grow with queue offsets,
+        so that is a prefix; O(1) when the last unit qualifies, a k-ary search otherwise."""
+        files, lo, hi = self._snapshot()
+        if lo >= hi:
+            return hi
+
+        def beyond(positions: I64) -> npt.NDArray[np.bool_]:
+            units = self._units_at(files, positions)
+            real = units["size"] != BLANK_UNIT_SIZE
+            return real & (units["offset"] + units["size"] > commitlog_end)  # type: ignore[no-any-return]
+
+        if not bool(beyond(np.array([hi - 1], dtype=np.int64))[0]):
+            return hi
+        return leftmost(lo, hi - 1, beyond)
+
     def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         """``(commitlog_offset, size, tags_code)`` or None outside ``[min, max)``."""
         units = self.read_units(queue_offset, 1)
@@ -378,7 +395,7 @@ class ConsumeQueue:
                 reason,
             )
         for f in self._files[len(keep) :]:
-            f.path.unlink(missing_ok=True)
+            self._fs.remove(f.path)  # through the seam: a simulated crash must know it is gone
         self._files = keep
         if keep:
             f = keep[-1]
@@ -389,9 +406,22 @@ class ConsumeQueue:
         self._min = min(self._min, new_max)
         self._flushed = min(self._flushed, new_max)
 
-    def truncate_dirty(self, max_commitlog_offset: int) -> int:
-        """Drop units whose record ends beyond ``max_commitlog_offset``; returns the new max."""
+    def truncate_dirty(self, max_commitlog_offset: int, *, durable: bool = False) -> int:
+        """Drop units whose record ends beyond ``max_commitlog_offset``; returns the new max.
+
+        ``durable``: the cut file is msync'ed and the directory fsynced (files deleted) before
+        returning, so a power loss cannot bring the units back (a replica's truncation)."""
         self._require_writable()
+        new_max = self._truncate_dirty(max_commitlog_offset)
+        if durable:
+            files = self._files
+            if files:
+                files[-1].sync()
+            if self.directory.is_dir():
+                self._fs.sync_dir(self.directory)
+        return new_max
+
+    def _truncate_dirty(self, max_commitlog_offset: int) -> int:
         with self._lock:
             files = self._files
 

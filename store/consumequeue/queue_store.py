@@ -140,9 +140,13 @@ class ConsumeQueueStore:
             topic_dir.rmdir()
         return len(doomed)
 
-    def truncate_dirty(self, max_commitlog_offset: int) -> None:
+    def truncate_dirty(self, max_commitlog_offset: int, *, durable: bool = False) -> None:
+        """Drop units of records ending beyond the offset, in every queue (``durable``: synced
+        before returning, see :meth:`ConsumeQueue.truncate_dirty`)."""
         for queue in self._queues.values():
-            queue.truncate_dirty(max_commitlog_offset)
+            if durable and queue.last_commitlog_end() <= max_commitlog_offset:
+                continue  # nothing to cut: no need to sync it
+            queue.truncate_dirty(max_commitlog_offset, durable=durable)
 
     def recover(self) -> None:
         for queue in self._queues.values():

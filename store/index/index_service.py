@@ -48,6 +48,7 @@ from store.index.index_file import (
     build_key,
     index_file_size,
 )
+from store.io.atomic_file import fsync_path
 from store.io.clock import Clock, wall_clock_ms
 from store.io.fs import FileSystem
 from store.services import ServiceHealth
@@ -312,10 +313,28 @@ class IndexService:
             newer = [f for f in self._files if f.header.end_timestamp_ms > timestamp_ms]
             return self._drop(newer, f"endTimestamp after the checkpoint's {timestamp_ms}")
 
+    def drop_from(self, commitlog_offset: int) -> int:
+        """A replica's truncation: delete the files holding entries of records at or beyond
+        ``commitlog_offset`` (their endPhyOffset is there or later) and fsync the directory.
+        Returns where re-indexing must start: the CommitLog offset of the newest entry still
+        indexed (-1 when none); dispatch skips everything up to it."""
+        self._require_writable()
+        with self._lock:
+            doomed = [f for f in self._files if f.header.end_phy_offset >= commitlog_offset]
+            self._drop(doomed, f"entries at or beyond CommitLog offset {commitlog_offset} (truncation)")
+        if doomed and self._fs is not None:
+            self._fs.sync_dir(self.directory)
+        elif doomed:
+            fsync_path(self.directory)
+        return self.last_indexed_offset()
+
     def _drop(self, doomed: list[IndexFile], reason: str) -> int:
         for f in doomed:
             log.warning("%s: deleting index file %s (%s)", self.directory, f.path.name, reason)
-            f.path.unlink(missing_ok=True)
+            if self._fs is not None:  # through the seam: a simulated crash must know it is gone
+                self._fs.remove(f.path)
+            else:
+                f.path.unlink(missing_ok=True)
         gone = {id(f) for f in doomed}
         self._files = [f for f in self._files if id(f) not in gone]
         return len(doomed)
@@ -405,6 +424,14 @@ class IndexDispatcher:
         if self._unindexed is not None:  # inline: retry what failed before, then this batch
             batch = DispatchBatch.concat([self._unindexed, batch])
         self._unindexed = None if self._index(batch) else batch
+
+    def reset_to(self, offset: int) -> None:
+        """After a truncation at ``offset``: everything before it is indexed, nothing after it
+        (call with the thread idle, every queued batch indexed)."""
+        with self._cond:
+            self._indexed_to = offset
+            self._unindexed = None
+            self._cond.notify_all()
 
     def wait_indexed(self, target: int, timeout_s: float) -> bool:
         """Block until everything before CommitLog offset ``target`` is indexed (False when

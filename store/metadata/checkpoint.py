@@ -7,8 +7,12 @@ One 4 KiB page, big-endian longs::
     8       8     logicsMsgTimestamp   store ts of the last flushed ConsumeQueue entry
     16      8     indexMsgTimestamp    store ts of the last flushed IndexFile entry
     24      8     masterFlushedOffset  (RocketMQ 5 HA; always 0 here)
-    32      8     confirmPhyOffset     (RocketMQ 5 HA; always 0 here)
+    32      8     confirmPhyOffset     (RocketMQ 5 HA) a replicated store's confirm offset; else 0
     40..4095      zero
+
+The confirm offset is written in place (one 8-byte write, no fsync) every time it moves, so
+read-only followers in other processes (:class:`~store.read.store_reader.StoreReader`) bound
+their reads by it; :meth:`StoreCheckpoint.flush` makes it durable with the rest.
 
 Abnormal recovery re-checks the CommitLog from the newest file whose first record is not
 newer than :meth:`StoreCheckpoint.min_timestamp_ms`. :meth:`flush` rewrites and fsyncs the
@@ -28,6 +32,9 @@ from store.io.fs import FileHandle, FileSystem, OsFileSystem
 CHECKPOINT_PAGE_SIZE: Final = 4096
 #: The five longs at the start of the page (see the module docstring).
 CHECKPOINT_FIELDS: Final = struct.Struct(">qqqqq")
+#: Byte position of confirmPhyOffset in the page (derived from the field table above).
+CONFIRM_OFFSET_POS: Final = struct.calcsize(">qqqq")
+CONFIRM_OFFSET: Final = struct.Struct(">q")
 #: RocketMQ subtracts this margin from min(physic, logics) before trusting it.
 MIN_TIMESTAMP_MARGIN_MS: Final = 3000
 
@@ -97,6 +104,22 @@ class StoreCheckpoint:
                 self.values.logics_msg_timestamp_ms = logics_msg_timestamp_ms
             if index_msg_timestamp_ms is not None:
                 self.values.index_msg_timestamp_ms = index_msg_timestamp_ms
+
+    def write_confirm_offset(self, offset: int) -> None:
+        """Set confirmPhyOffset and write it in place at once (no fsync: :meth:`flush` does),
+        so followers in other processes see it. Raises OSError."""
+        with self._lock:
+            self.values.confirm_phy_offset = offset
+            self._handle.write(CONFIRM_OFFSET_POS, CONFIRM_OFFSET.pack(offset))
+
+    def lower_timestamps(self, timestamp_ms: int) -> None:
+        """After a truncation: no flushed-data timestamp may be later than the newest record
+        kept (abnormal recovery trusts them to pick where it starts checking)."""
+        with self._lock:
+            v = self.values
+            v.physic_msg_timestamp_ms = min(v.physic_msg_timestamp_ms, timestamp_ms)
+            v.logics_msg_timestamp_ms = min(v.logics_msg_timestamp_ms, timestamp_ms)
+            v.index_msg_timestamp_ms = min(v.index_msg_timestamp_ms, timestamp_ms)
 
     def flush(self) -> None:
         """Write and fsync the page; raises OSError."""

@@ -6,6 +6,10 @@ must be read with 64 KiB files. The first :meth:`MessageStore.open` records the 
 later open adopts it (logging when the caller's config asked for something else), and
 read-only followers (:class:`~store.read.store_reader.StoreReader`, Spark executors) read it from here.
 Directories written before the file existed get their sizes inferred from the files.
+
+It also records whether the directory's owner runs it as a member of a replica group
+(``"replicated"``, rewritten whenever that changes): followers then bound their reads by the
+confirm offset the owner writes into the checkpoint (:mod:`store.write.visibility`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from store.io.atomic_file import read_json, write_json_atomically
 log = logging.getLogger("sparkmq.store")
 
 LAYOUT_FILE = "store.json"
+#: Key of the replica-group flag in the layout file.
+REPLICATED_KEY = "replicated"
 LAYOUT_FIELDS = (
     "commitlog_file_size_bytes",
     "consume_queue_units_per_file",
@@ -42,9 +48,24 @@ def read_layout(store_dir: Path) -> dict[str, int] | None:
 
 
 def write_layout(config: StoreConfig) -> None:
-    write_json_atomically(
-        layout_path(config.store_dir), {field: getattr(config, field) for field in LAYOUT_FIELDS}
-    )
+    document: dict[str, object] = {field: getattr(config, field) for field in LAYOUT_FIELDS}
+    document[REPLICATED_KEY] = config.replicated
+    write_json_atomically(layout_path(config.store_dir), document)
+
+
+def read_replicated(store_dir: Path) -> bool:
+    """Whether the directory's owner last opened it as a replica (False when never said)."""
+    document = read_json(layout_path(store_dir))
+    return bool(document.get(REPLICATED_KEY, False)) if document is not None else False
+
+
+def record_replication(config: StoreConfig) -> None:
+    """Record ``config.replicated`` in the layout file when it differs from what is there."""
+    document = read_json(layout_path(config.store_dir))
+    if document is None:
+        write_layout(config)
+    elif bool(document.get(REPLICATED_KEY, False)) != config.replicated:
+        write_json_atomically(layout_path(config.store_dir), {**document, REPLICATED_KEY: config.replicated})
 
 
 def adopt_layout(config: StoreConfig) -> StoreConfig:

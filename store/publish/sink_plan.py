@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.errors import InvalidArgument, UnknownTopic
+from store.format.vocabulary import TIMER_REQUEST_PROPERTIES
 from store.publish.sink_parts import OwnerUnavailable, TopicRoute
 from store.write.routing import sharding_queues
-from store.write.timers import TIMER_REQUEST_PROPERTIES
 
 
 @dataclass(frozen=True, slots=True)

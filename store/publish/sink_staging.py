@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 
 from store.config import FlushDiskType
 from store.errors import InvalidArgument, MessageTooLarge, StoreError
+from store.format.vocabulary import TIMER_REQUEST_PROPERTIES
 from store.io.atomic_file import write_json_atomically
 from store.message_store import MessageStore
 from store.names import validate_topic
@@ -70,7 +71,7 @@ from store.publish.sink_parts import (
 from store.publish.sink_plan import scheduled_rows, topic_chunks
 from store.publish.sink_routed import SinkRouter, check_routed, part_topics, publish_routed
 from store.write.idempotence import ProducerRef
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules, admit_timer
+from store.write.timers import TimerRules, admit_timer
 
 __all__ = ["SinkStaging", "chunk_uniq_keys"]
 

@@ -4,6 +4,10 @@ Shared by :class:`~store.message_store.MessageStore` (in-process, owns the direc
 :class:`~store.read.store_reader.StoreReader` (read-only view used by Spark executors in ``path`` mode),
 so both return identical results for the same offsets.
 
+A replicated store bounds what it shows by its confirm offset (:mod:`store.write.visibility`):
+``bound()`` returns it (None: no bound), and every answer here (max offsets, read windows,
+offsets for timestamps) stops at the last unit whose record ends at or below it.
+
 Two shapes of result:
 
 * :meth:`QueueReader.get_messages` -> :class:`~store.types.GetResult` with one
@@ -85,10 +89,18 @@ class QueueReader:
         queues: ConsumeQueueStore,
         commitlog: CommitLogReadable,
         has_queue: Callable[[str, int], bool] | None = None,
+        bound: Callable[[], int | None] | None = None,
     ) -> None:
         self._queues = queues
         self._commitlog = commitlog
         self._has_queue = has_queue
+        self._bound = bound
+
+    def visible_max(self, queue: ConsumeQueue) -> int:
+        """``queue``'s max offset as readers see it (units of records ending at or below the
+        bound)."""
+        bound = self._bound() if self._bound is not None else None
+        return queue.max_offset if bound is None else queue.max_offset_within(bound)
 
     # Offsets -------------------------------------------------------------------------------
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -100,7 +112,7 @@ class QueueReader:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get(topic, queue_id)
-        return 0 if queue is None else queue.max_offset
+        return 0 if queue is None else self.visible_max(queue)
 
     def store_timestamps(self, commitlog_offsets: I64, sizes: I32) -> I64:
         """Store timestamps (ms) of the records at these CommitLog offsets."""
@@ -114,9 +126,11 @@ class QueueReader:
         if queue is None:
             self._check_queue(topic, queue_id)
             return 0
-        return queue.offset_for_timestamp(
+        found = queue.offset_for_timestamp(
             timestamp_ms, boundary, self.store_timestamps, self._commitlog.min_offset
         )
+        visible = self.visible_max(queue)
+        return min(found, visible) if boundary is Boundary.LOWER else min(found, visible - 1)
 
     # Reads -----------------------------------------------------------------------------------
     def get_messages(
@@ -128,7 +142,7 @@ class QueueReader:
             return GetResult(window.status, window.next_offset, window.min_offset, window.max_offset)
         queue = self._queues.get(topic, queue_id)
         assert queue is not None
-        units = queue.read_units(offset, max_messages)
+        units = queue.read_units(offset, min(max_messages, window.max_offset - offset))
         next_offset = offset + len(units)
         mask = tag_filter.code_mask(units["tags_code"].astype(np.int64))
         messages: list[MessageView] = []
@@ -159,6 +173,7 @@ class QueueReader:
         queue = self._queues.get(topic, queue_id)
         assert queue is not None
         limit = max_messages if end_offset is None else min(max_messages, end_offset - offset)
+        limit = min(limit, window.max_offset - offset)
         if limit <= 0:
             return BatchReadResult(
                 GetStatus.NO_MATCHED_MESSAGE, offset, window.min_offset, window.max_offset, EMPTY_BATCH
@@ -182,7 +197,7 @@ class QueueReader:
                 status = GetStatus.NO_NEW_MESSAGE if offset == 0 else GetStatus.NO_MESSAGE_IN_QUEUE
                 return _Window(status, 0, 0, 0)
             return _Window(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        lo, hi = queue.min_offset, queue.max_offset
+        lo, hi = queue.min_offset, self.visible_max(queue)
         if hi in (0, lo):
             if offset == hi:
                 return _Window(GetStatus.NO_NEW_MESSAGE, offset, lo, hi)

@@ -9,7 +9,10 @@ record is incomplete. File sizes come from the directory's recorded layout
 as its owner.
 
 Results are identical to :class:`~store.message_store.MessageStore`'s for the same offsets:
-both use :class:`~store.read.queue_reader.QueueReader`.
+both use :class:`~store.read.queue_reader.QueueReader`. A replicated store (its owner says so in
+``config/store.json``) is read up to its confirm offset, which the owner writes in place into the
+checkpoint every time it moves (:mod:`store.write.visibility`), so a Spark executor sees what the
+broker's own readers see.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Self
 from store.commitlog.commitlog import CommitLog
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import CorruptStore, UnknownTopic
-from store.metadata.file_sizes import existing_config
+from store.io.fs import FileHandle, OsFileSystem
+from store.metadata.checkpoint import CHECKPOINT_PAGE_SIZE, CONFIRM_OFFSET, CONFIRM_OFFSET_POS
+from store.metadata.file_sizes import existing_config, read_replicated
 from store.metadata.topic_config import TopicConfigTable
 from store.read.queue_reader import BatchReadResult, QueueReader
 from store.types import Boundary
@@ -39,7 +44,25 @@ class StoreReader:
         self._commitlog.load(read_only=True)
         self._queues = ConsumeQueueStore.from_config(self.config, read_only=True)
         self._topics_path = self.store_dir / "config" / "topics.json"
-        self._reader = QueueReader(self._queues, self._commitlog)
+        self._checkpoint: FileHandle | None = None
+        self._open_checkpoint()
+        self._reader = QueueReader(self._queues, self._commitlog, bound=self.confirm_offset)
+
+    def _open_checkpoint(self) -> None:
+        """Map the checkpoint when the store is replicated."""
+        path = self.config.checkpoint_path
+        if self._checkpoint is not None or not read_replicated(self.store_dir) or not path.exists():
+            return
+        if path.stat().st_size >= CHECKPOINT_PAGE_SIZE:
+            self._checkpoint = OsFileSystem().open(path, read_only=True)
+
+    def confirm_offset(self) -> int | None:
+        """The owner's confirm offset (None: not a replicated store, no bound)."""
+        handle = self._checkpoint
+        if handle is None:
+            return None
+        (offset,) = CONFIRM_OFFSET.unpack(handle.read(CONFIRM_OFFSET_POS, CONFIRM_OFFSET.size))
+        return int(offset)
 
     def __enter__(self) -> Self:
         return self
@@ -50,12 +73,15 @@ class StoreReader:
     def close(self) -> None:
         self._queues.close()
         self._commitlog.close()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
 
     def refresh(self) -> None:
         """Pick up files, queues and units written since the last look."""
         self._commitlog.refresh()
         self._queues.refresh()
         self._queues.correct_min_offsets(self._commitlog.min_offset)
+        self._open_checkpoint()
 
     def topics(self) -> dict[str, int]:
         """User topics -> queue count, from ``config/topics.json`` as last persisted."""
@@ -80,7 +106,7 @@ class StoreReader:
         result = {}
         for queue_id in range(count):
             cq = self._queues.get(topic, queue_id)
-            result[queue_id] = (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+            result[queue_id] = (0, 0) if cq is None else (cq.min_offset, self._reader.visible_max(cq))
         return result
 
     def read_batch(

@@ -4,7 +4,8 @@
 the lock is taken (all or nothing); under the lock it assigns the store timestamp (monotonic)
 and the queue offsets (vectorised), appends to the CommitLog, dispatches the ConsumeQueue
 units inline and hands the batch to the index thread. After the lock: arrival notification
-and, with SYNC_FLUSH, the wait for the group commit. Idempotent requests
+and, with SYNC_FLUSH, the wait for the group commit, then (a replica) the wait for the
+acknowledgement of replication (:mod:`store.write.replication`). Idempotent requests
 (:class:`~store.write.idempotence.ProducerRef`) are resolved here too.
 
 Length: about 500 lines: the put lock and everything done under it (four entry points:
@@ -38,12 +39,12 @@ from store.format.vocabulary import (
     PROPERTY_REAL_QID,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TIMER_REQUEST_PROPERTIES,
 )
 from store.index.index_service import IndexDispatcher
 from store.metadata.topic_config import TopicConfigTable
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, is_system_topic, validate_topic
 from store.types import Message, MessageView, PutResult
-from store.write.arrivals import Arrivals
 from store.write.encoded import EncodedRecords
 from store.write.idempotence import ProducerRef, ProducerTable, request_uniq_keys, stored_prefix
 from store.write.message_builder import (
@@ -56,9 +57,11 @@ from store.write.message_builder import (
 )
 from store.write.queue_offsets import QueuePlacement, last_per_queue
 from store.write.relocate import Relocated
+from store.write.replication import ReplicationHooks
 from store.write.results import BatchPutResult, batch_result_of, put_result_of
-from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerRules
+from store.write.timers import TimerRules
 from store.write.transactions import HalfOf, half_properties
+from store.write.visibility import Visibility
 
 UniqKeyLookup = Callable[[str, str], MessageView | None]
 
@@ -76,7 +79,7 @@ class Appender:
         queues: ConsumeQueueStore,
         topics: TopicConfigTable,
         index: IndexDispatcher | None,
-        arrivals: Arrivals,
+        visibility: Visibility,
         lookup_uniq_key: UniqKeyLookup,
         last_store_timestamp_ms: int,
     ) -> None:
@@ -91,7 +94,7 @@ class Appender:
         self._queues = queues
         self._topics = topics
         self._index = index
-        self._arrivals = arrivals
+        self._visibility = visibility
         self._lookup = lookup_uniq_key
         self._uniq = UniqKeyGenerator(config.store_host, clock_ms=clock_ms)
         self._producers = ProducerTable()
@@ -100,6 +103,8 @@ class Appender:
         self._last_store_ts = last_store_timestamp_ms
         self._closed = False
         self.group_commit: GroupCommitService | None = None
+        #: Installed by a replicated store (:mod:`store.write.replication`); None: a lone store.
+        self.replication: ReplicationHooks | None = None
         self.messages_put = 0
         self.bytes_put = 0
 
@@ -116,6 +121,34 @@ class Appender:
     def _ensure_open(self) -> None:
         if self._closed:
             raise StoreClosed(f"store {self.config.store_dir} is closed")
+
+    def ensure_open(self) -> None:
+        """Raise :class:`~store.errors.StoreClosed` once the store is closed (call with
+        :attr:`lock` held to keep it open meanwhile)."""
+        self._ensure_open()
+
+    def _ensure_writable(self) -> None:
+        """Open, and (a replica) allowed to write now; raises otherwise, nothing written."""
+        self._ensure_open()
+        hooks = self.replication
+        if hooks is not None:
+            hooks.check_writable()
+
+    def _acknowledge(self, end_offset: int) -> None:
+        """A replica: block until a write ending at ``end_offset`` may be reported, or raise."""
+        hooks = self.replication
+        if hooks is not None:
+            hooks.acknowledge(end_offset)
+
+    def forget_recent_results(self) -> None:
+        """Drop the remembered results of recent idempotent requests (after a truncation they
+        may name records that are gone; a retry then looks in the log again)."""
+        self._producers = ProducerTable()
+
+    def note_store_timestamp(self, store_timestamp_ms: int) -> None:
+        """Records stored elsewhere (replicated) carry this store timestamp: later puts stay
+        monotonic after it. Call with :attr:`lock` held."""
+        self._last_store_ts = max(self._last_store_ts, store_timestamp_ms)
 
     def forget_topic(self, topic: str) -> None:
         """Drop the bookkeeping of a deleted topic (call with :attr:`lock` held)."""
@@ -135,13 +168,14 @@ class Appender:
         self, messages: Sequence[Message], *, producer: ProducerRef | None = None
     ) -> list[PutResult]:
         """See :meth:`store.message_store.MessageStore.put_messages`."""
-        self._ensure_open()
+        self._ensure_writable()
         if producer is None or not messages:
             return self._put_messages(messages)
         ref = producer.validate()
         with self._producers.request_lock(ref.producer_id):
             cached = self._producers.recent(ref)
             if isinstance(cached, list) and len(cached) == len(messages):
+                self._acknowledge(_end_of(cached))
                 return cached
             keys = request_uniq_keys(ref, len(messages))
             topics = [self._candidate_topics(m) for m in messages]
@@ -151,6 +185,7 @@ class Appender:
                 fresh = self._put_messages([_with_uniq_key(messages[i], keys[i]) for i in missing])
                 stored.update(zip(missing, fresh, strict=True))
             results = [stored[i] for i in range(len(messages))]
+            self._acknowledge(_end_of(results))
             self._producers.remember(ref, results)
             return results
 
@@ -224,7 +259,7 @@ class Appender:
         """Append records encoded elsewhere in one atomic append: every field is kept but the
         queue offset, CommitLog offset and store timestamp, UNIQ_KEY included. A user target
         topic must exist or be auto-creatable; a queue id past its queue count wraps (mod count)."""
-        self._ensure_open()
+        self._ensure_writable()
         n = len(records)
         topics = records.topics
         topic_names = tuple(dict.fromkeys(topics))
@@ -275,7 +310,7 @@ class Appender:
     ) -> BatchPutResult:
         """See :meth:`store.message_store.MessageStore.put_batch`; with ``half`` the messages are
         stored as halves of that transaction (``MessageStore.put_halves``)."""
-        self._ensure_open()
+        self._ensure_writable()
         if producer is not None and len(bodies):
             return self._put_batch_idempotent(
                 producer.validate(),
@@ -364,6 +399,7 @@ class Appender:
         with self._producers.request_lock(ref.producer_id):
             cached = self._producers.recent(ref)
             if isinstance(cached, BatchPutResult) and len(cached) == n and cached.topic == stored_topic:
+                self._acknowledge(_batch_end_of(cached))
                 return cached
             uniq = request_uniq_keys(ref, n)
             stored = self._stored_prefix([(stored_topic,)] * n, uniq)
@@ -395,6 +431,7 @@ class Appender:
                     born_timestamps_ms=born_timestamps_ms,
                     half=half,
                 )
+            self._acknowledge(_batch_end_of(result))
             self._producers.remember(ref, result)
             return result
 
@@ -420,7 +457,7 @@ class Appender:
             else tuple(encoded.uniq_keys)
         )
         with self.lock:
-            self._ensure_open()
+            self._ensure_writable()
             store_ts = max(self._clock(), self._last_store_ts)
             queue_offsets = self._placement.assign(topic_names, topic_codes, queue_ids)
             encoded.patch_queue_offsets(queue_offsets)
@@ -453,9 +490,14 @@ class Appender:
             self.bytes_put += int(appended.wrote_bytes)
             if self._index is not None:
                 self._index.dispatch(dispatch)
-        self._arrivals.notify((topic_names[code], qid, last + 1) for code, qid, last in lasts)
+            if self.replication is not None:
+                self.replication.appended(appended.end_offset)
+        self._visibility.published(
+            appended.end_offset, [(topic_names[code], qid, last + 1) for code, qid, last in lasts]
+        )
         if self.group_commit is not None:
             self.group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
+        self._acknowledge(appended.end_offset)
         return BatchPutResult(
             topic_names[0],
             queue_ids,
@@ -479,9 +521,21 @@ class Appender:
             return tc.queues
         if not self.config.auto_create_topics:
             raise UnknownTopic(f"unknown topic {topic!r} (auto-create is off)")
+        self._ensure_writable()  # a replica that may not write does not create topics either
         created = self._topics.create_or_grow(topic, self.config.default_queues_per_topic).queues
         self._topics.persist()
         return created
+
+
+def _end_of(results: Sequence[PutResult]) -> int:
+    """CommitLog offset just past the furthest of ``results``."""
+    return max((r.commitlog_offset + r.size_bytes for r in results), default=0)
+
+
+def _batch_end_of(result: BatchPutResult) -> int:
+    if len(result) == 0:
+        return 0
+    return int((result.commitlog_offsets + result.sizes.astype(np.int64)).max())
 
 
 def _with_uniq_key(msg: Message, uniq_key: str) -> Message:

@@ -35,13 +35,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.errors import InvalidArgument, UnknownQueue
-from store.format.vocabulary import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS
+from store.format.vocabulary import (
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
+    TIMER_REQUEST_PROPERTIES,
+)
 from store.types import Message, PutResult
 from store.write.appender import Appender
 from store.write.idempotence import ProducerRef
 from store.write.results import BatchPutResult
 from store.write.routing import sharding_queues
-from store.write.timers import TIMER_REQUEST_PROPERTIES
 from store.write.transactions import HalfOf
 
 #: Above this many distinct property names a batch goes message by message (columns stop paying).

@@ -33,9 +33,11 @@ from store.format.vocabulary import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SENDBACK_ATTEMPT,
     PROPERTY_SENDBACK_DELAY_LEVEL,
+    PROPERTY_SENDBACK_DLQ_QUEUE,
     PROPERTY_SENDBACK_GROUP,
     PROPERTY_SENDBACK_MAX_RECONSUME,
     PROPERTY_SENDBACK_ORIGIN,
+    PROPERTY_SENDBACK_RETRY_BASE,
     PROPERTY_SENDBACK_RETRY_QUEUES,
     PROPERTY_UNIQ_KEY,
 )
@@ -86,24 +88,32 @@ def sendback_request(
     uniq_key: str,
     born_ms: int,
     store_host: tuple[str, int],
+    retry_queue_base: int = 0,
+    dlq_queue_id: int = 0,
 ) -> RecordFields:
     """The request record for sending ``source_raw`` back (``delay_level`` 0 = the ladder,
-    -1 = straight to the DLQ, N = that level)."""
+    -1 = straight to the DLQ, N = that level). In a cluster ``retry_queue_base`` and
+    ``dlq_queue_id`` are this broker's own queue ids of the group's retry and DLQ topics."""
     if delay_level < -1:
         raise InvalidArgument(f"delay_level must be -1 (DLQ), 0 (the ladder) or a level, got {delay_level}")
     fields, _, _ = _fields(source_raw)
+    properties = {
+        PROPERTY_SENDBACK_GROUP: group,
+        PROPERTY_SENDBACK_ORIGIN: origin_id(source_raw),
+        PROPERTY_SENDBACK_ATTEMPT: str(fields.reconsume_times),
+        PROPERTY_SENDBACK_DELAY_LEVEL: str(delay_level),
+        PROPERTY_SENDBACK_MAX_RECONSUME: str(max_reconsume_times),
+        PROPERTY_SENDBACK_RETRY_QUEUES: str(retry_queues),
+    }
+    if retry_queue_base:
+        properties[PROPERTY_SENDBACK_RETRY_BASE] = str(retry_queue_base)
+    if dlq_queue_id:
+        properties[PROPERTY_SENDBACK_DLQ_QUEUE] = str(dlq_queue_id)
+    properties[PROPERTY_UNIQ_KEY] = uniq_key
     return RecordFields(
         topic=SENDBACK_TOPIC,
         body=bytes(source_raw),
-        properties={
-            PROPERTY_SENDBACK_GROUP: group,
-            PROPERTY_SENDBACK_ORIGIN: origin_id(source_raw),
-            PROPERTY_SENDBACK_ATTEMPT: str(fields.reconsume_times),
-            PROPERTY_SENDBACK_DELAY_LEVEL: str(delay_level),
-            PROPERTY_SENDBACK_MAX_RECONSUME: str(max_reconsume_times),
-            PROPERTY_SENDBACK_RETRY_QUEUES: str(retry_queues),
-            PROPERTY_UNIQ_KEY: uniq_key,
-        },
+        properties=properties,
         born_timestamp_ms=born_ms,
         born_host=store_host,
         store_host=store_host,
@@ -128,12 +138,16 @@ def sendback_record(request_raw: bytes | memoryview, max_level: int = 18) -> Rec
     if times >= maximum or level < 0:
         props[PROPERTY_DELAY] = "0"
         return source._replace(
-            topic=dlq_topic(group), queue_id=0, properties=props, reconsume_times=times + 1
+            topic=dlq_topic(group),
+            queue_id=int(ask.get(PROPERTY_SENDBACK_DLQ_QUEUE, "0")),
+            properties=props,
+            reconsume_times=times + 1,
         )
     if level == 0:
         level = LADDER_BASE_LEVEL + times
     level = min(level, max_level)
-    real_qid = abs(java_string_hash(ask[PROPERTY_SENDBACK_ORIGIN])) % queues
+    base = int(ask.get(PROPERTY_SENDBACK_RETRY_BASE, "0"))
+    real_qid = base + abs(java_string_hash(ask[PROPERTY_SENDBACK_ORIGIN])) % queues
     props[PROPERTY_DELAY] = str(level)
     props[PROPERTY_REAL_TOPIC] = retry_topic(group)
     props[PROPERTY_REAL_QID] = str(real_qid)

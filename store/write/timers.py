@@ -30,10 +30,9 @@ from store.format.vocabulary import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
+    TIMER_REQUEST_PROPERTIES,
 )
 
-#: The request properties, in order of precedence.
-TIMER_REQUEST_PROPERTIES = (PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS)
 #: RocketMQ's ``timerMaxDelaySec`` (3 days) and ``timerPrecisionMs``.
 DEFAULT_TIMER_MAX_DELAY_MS = 3 * 86_400_000
 DEFAULT_TIMER_PRECISION_MS = 1000

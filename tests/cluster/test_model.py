@@ -24,7 +24,7 @@ MEMBER = MemberInfo(
 )
 MEMBER_JSON = (
     b'{"broker_name":"b1","member_id":3,"http":"http://127.0.0.1:8080","store":"127.0.0.1:8080",'
-    b'"started_ms":1763700000000,"kafka":"127.0.0.1:9092","ha":null}'
+    b'"started_ms":1763700000000,"kafka":"127.0.0.1:9092"}'
 )
 
 
@@ -35,8 +35,18 @@ def test_member_golden_json() -> None:
 
 
 def test_member_json_tolerates_fields_of_newer_versions() -> None:
-    newer = MEMBER_JSON[:-1] + b',"zone":"a"}'
+    newer = MEMBER_JSON[:-1] + b',"zone":"a","ha":null}'
     assert MemberInfo.from_json(newer) == MEMBER
+
+
+def test_replica_member_golden_json() -> None:
+    replica = MemberInfo("b1", 4, "http://h:1", "h:1", 5, ha="h:2", last_epoch=3, max_offset=4096)
+    raw = replica.to_json()
+    assert raw == (
+        b'{"broker_name":"b1","member_id":4,"http":"http://h:1","store":"h:1","started_ms":5,'
+        b'"ha":"h:2","last_epoch":3,"max_offset":4096}'
+    )
+    assert MemberInfo.from_json(raw) == replica
 
 
 def test_placement_golden_json() -> None:

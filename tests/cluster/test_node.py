@@ -116,7 +116,7 @@ def test_member_id_is_kept_by_the_store_directory(start_node: NodeFactory, tmp_p
     assert again.member is not None and again.member.member_id == member_id
     assert read_json(tmp_path / "b1" / "config" / IDENTITY_FILE) == {
         "broker_name": "b1",
-        "cluster": again.config.address.__str__(),
+        "cluster": again.config.address.chroot,
         "member_id": member_id,
     }
     again.close()

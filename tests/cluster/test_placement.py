@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster import InvalidPlacement, grow_placement
+from cluster import InvalidPlacement, NoLiveBroker, grow_placement
 from cluster.placement import check_pinned
 
 
@@ -24,7 +24,7 @@ def test_fewer_queues_than_exist_is_no_change() -> None:
 
 
 def test_refusals() -> None:
-    with pytest.raises(InvalidPlacement, match="no live broker"):
+    with pytest.raises(NoLiveBroker, match="no live broker"):
         grow_placement((), 2, [])
     with pytest.raises(InvalidPlacement, match="queue count"):
         grow_placement((), 0, ["b1"])

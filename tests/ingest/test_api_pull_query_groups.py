@@ -256,9 +256,9 @@ class TestGroups:
     def test_commit_past_max_and_unknown_queue(self, client: httpx.Client, topic: str) -> None:
         client.put(f"/topics/{topic}", json={"queues": 1})
         past = client.put("/groups/g1/offsets", json={"topic": topic, "offsets": {"0": 5}})
-        assert (past.status_code, error_of(past)) == (400, "offset_out_of_range")
+        assert (past.status_code, error_of(past)) == (409, "offset_out_of_range")
         unknown = client.put("/groups/g1/offsets", json={"topic": topic, "offsets": {"3": 0}})
-        assert (unknown.status_code, error_of(unknown)) == (400, "unknown_queue")
+        assert (unknown.status_code, error_of(unknown)) == (409, "unknown_queue")
 
 
 class TestOps:

@@ -147,10 +147,11 @@ class TestProduceOne:
         response = client.post(f"/topics/{topic}/messages", json=body)
         assert (response.status_code, error_of(response)) == (422, "validation_error")
 
-    def test_unknown_queue_is_400(self, client: httpx.Client, topic: str) -> None:
+    def test_unknown_queue_is_409(self, client: httpx.Client, topic: str) -> None:
+        """A well-formed request that conflicts with the topic's current state (it has 2 queues)."""
         client.put(f"/topics/{topic}", json={"queues": 2})
         response = client.post(f"/topics/{topic}/messages", json={"body": "a", "queue_id": 2})
-        assert (response.status_code, error_of(response)) == (400, "unknown_queue")
+        assert (response.status_code, error_of(response)) == (409, "unknown_queue")
 
     def test_body_over_4_mib_is_413(self, client: httpx.Client, topic: str) -> None:
         response = client.post(f"/topics/{topic}/messages", json={"body": "x" * (4 * 1024 * 1024 + 1)})
@@ -320,7 +321,7 @@ class TestProduceBatch:
             f"/topics/{topic}/messages:batch",
             json={"messages": [{"body": "a"}, {"body": "b", "queue_id": 5}]},
         )
-        assert (bad_queue.status_code, bad_queue.json()["index"]) == (400, 1)
+        assert (bad_queue.status_code, bad_queue.json()["index"]) == (409, 1)
         big = "x" * (4 * 1024 * 1024 + 1)
         too_large = client.post(f"/topics/{topic}/messages:batch", json={"messages": [{"body": big}]})
         assert (too_large.status_code, error_of(too_large), too_large.json()["index"]) == (

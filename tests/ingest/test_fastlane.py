@@ -114,7 +114,7 @@ INVALID: list[tuple[str, bytes, dict[str, str]]] = [
     ("/topics/lane/messages", b'{"body": "a", "body_base64": "AA=="}', JSON),
     ("/topics/lane/messages", b'{"body": "a", "extra": 1}', JSON),
     ("/topics/lane/messages", b'{"body": "\\ud800"}', JSON),
-    ("/topics/lane/messages", b'{"body": "a", "queue_id": 99}', JSON),  # unknown queue (400)
+    ("/topics/lane/messages", b'{"body": "a", "queue_id": 99}', JSON),  # unknown queue (409)
     ("/topics/lane/messages", b'{"body": "a", "tags": "a||b"}', JSON),
     ("/topics/lane/messages", b"[]", JSON),
     ("/topics/lane/messages", b'{"body": "a"}', {"content-type": "text/plain"}),
@@ -281,7 +281,7 @@ def test_lane_answers_are_timed(broker_factory: BrokerFactory, lane_calls: list[
         assert client.post("/topics/timed/messages", content=b'{"body":"a"}', headers=JSON).status_code == 201
     assert (
         client.post("/topics/timed/messages", content=b'{"body":"a","queue_id":99}', headers=JSON).status_code
-        == 400
+        == 409
     )
     lines = client.get("/metrics").text.splitlines()
     route = 'method="POST",route="/topics/{topic}/messages"'

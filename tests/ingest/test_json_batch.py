@@ -179,6 +179,6 @@ def test_leaves_refusals_transactions_and_topics_to_the_models(document: dict[st
 
 
 def test_fields_match_the_model() -> None:
-    from ingest_api.http.schemas import ProduceIn
+    from ingest_api.http.schemas import ProduceEntryIn
 
-    assert set(json_batch.FastEntry.__struct_fields__) == set(ProduceIn.model_fields)
+    assert set(json_batch.FastEntry.__struct_fields__) == set(ProduceEntryIn.model_fields)

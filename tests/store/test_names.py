@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store.errors import InvalidArgument, InvalidGroupName, InvalidTopicName
 from store.names import (
+    GROUP_NAME_PATTERN,
+    NAME_CHARS,
     SCHEDULE_TOPIC,
     SYSTEM_TOPICS,
+    TOPIC_NAME_PATTERN,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     dlq_topic,
@@ -94,3 +101,38 @@ def test_retry_and_dlq_topics() -> None:
     assert dlq_topic("g1") == "%DLQ%g1"
     with pytest.raises(InvalidGroupName):
         retry_topic("bad/group")
+
+
+#: Names near the rules' edges: the charset and a few characters outside it, around both lengths.
+_NAME_CHARS = st.sampled_from([*sorted(NAME_CHARS), "/", ".", "@", " ", "\x00", "\n", "\u00e9"])
+_PREFIXED = st.builds(
+    lambda prefix, rest: prefix + rest,
+    st.sampled_from(["%RETRY%", "%DLQ%"]),
+    st.text(_NAME_CHARS, max_size=255),
+)
+_NEAR_LIMITS = st.builds(
+    lambda n, c: c * n, st.integers(118, 130) | st.integers(245, 258), st.sampled_from(["a", "%", "|"])
+)
+_NAMES = st.one_of(st.text(_NAME_CHARS, max_size=260), _PREFIXED, _NEAR_LIMITS)
+
+
+def _accepts(validate: object, name: str) -> bool:
+    try:
+        validate(name)  # type: ignore[operator]
+    except InvalidArgument:
+        return False
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(_NAMES)
+def test_the_topic_pattern_is_the_topic_rule(name: str) -> None:
+    """TOPIC_NAME_PATTERN (the OpenAPI document's) accepts exactly what validate_topic does."""
+    accepted = _accepts(lambda n: validate_topic(n, allow_system=True), name)
+    assert (re.fullmatch(TOPIC_NAME_PATTERN, name) is not None) == accepted, name
+
+
+@settings(max_examples=500, deadline=None)
+@given(_NAMES)
+def test_the_group_pattern_is_the_group_rule(name: str) -> None:
+    assert (re.fullmatch(GROUP_NAME_PATTERN, name) is not None) == _accepts(validate_group, name), name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store import Message, MessageStore, StoreConfig
+from store import Message, MessageStore, StoreConfig, java_string_hash
 from store.format.record import encode_record
 from store.format.record_check import check_record
 from store.write.sendback import origin_id, sendback_record, sendback_request
@@ -127,3 +127,27 @@ def test_one_retry_per_attempt() -> None:
     assert accepted([0, 0, 0], None) == [True, False, False]
     assert accepted([1, 1, 2, 1], 0) == [True, False, True, False]
     assert accepted([3], 3) == [False]
+
+
+def test_cluster_request_names_this_brokers_own_retry_and_dlq_queues(tmp_path: Path) -> None:
+    raw = source_record(tmp_path)
+    placed = encode_record(
+        sendback_request(
+            raw, group="billing", delay_level=0, max_reconsume_times=16, retry_queues=2,
+            uniq_key="REQ00000000000000000000000000003", born_ms=NOW, store_host=HOST,
+            retry_queue_base=4, dlq_queue_id=3,
+        )
+    )  # fmt: skip
+    # the two properties sit before UNIQ_KEY, RocketMQ's name\x01value\x02 encoding
+    assert b"SENDBACK_RETRY_BASE\x014\x02SENDBACK_DLQ_QUEUE\x013\x02UNIQ_KEY\x01" in placed
+    retry = sendback_record(placed)
+    origin = retry.properties["ORIGIN_MESSAGE_ID"]  # type: ignore[index]
+    assert retry.properties["REAL_QID"] == str(4 + abs(java_string_hash(origin)) % 2)  # type: ignore[index]
+    dead = encode_record(
+        sendback_request(
+            raw, group="billing", delay_level=-1, max_reconsume_times=16, retry_queues=2,
+            uniq_key="REQ00000000000000000000000000004", born_ms=NOW, store_host=HOST,
+            retry_queue_base=4, dlq_queue_id=3,
+        )
+    )  # fmt: skip
+    assert sendback_record(dead).topic == "%DLQ%billing" and sendback_record(dead).queue_id == 3

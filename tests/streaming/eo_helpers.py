@@ -166,21 +166,27 @@ def start_pipeline(spark: Any, spec: dict[str, Any]) -> Any:
     ``sink_options``, ``sink_select`` (SQL expressions over ``body`` and ``uniq_key``; default
     the body and the source's UNIQ_KEY as KEYS), ``checkpoint``, ``output`` (parquet dir),
     ``fail_marker`` + ``poison`` (a task fails once on that body), ``shuffle`` (repartition:
-    replays may partition rows differently), ``trigger`` ("availableNow" or "processingTime").
+    replays may partition rows differently), ``trigger`` ("availableNow" or "processingTime"),
+    ``kafka_shape`` (read with ``schema=kafka`` and write Kafka-shaped rows: ``value``, ``key``).
     """
     from pyspark.sql.functions import col, udf
 
+    kafka_shape = spec.get("kafka_shape", False)
     reader = spark.readStream.format("sparkmq")
-    for key, value in spec["source"].items():
+    for key, value in {**spec["source"], **({"schema": "kafka"} if kafka_shape else {})}.items():
         reader = reader.option(key, value)
-    df = reader.load().select("body", "uniq_key")
+    if kafka_shape:
+        df = reader.load().selectExpr("value AS body", "CONCAT(partition, '/', offset) AS uniq_key")
+    else:
+        df = reader.load().select("body", "uniq_key")
     if spec.get("fail_marker"):
         check = udf(fail_once(spec["fail_marker"], spec["poison"].encode()), "binary")
         df = df.withColumn("body", check(col("body")))
     if spec.get("shuffle"):
         df = df.repartition(3)
     if spec["sink"] == "sparkmq":
-        columns = spec.get("sink_select", ["body", "uniq_key AS keys"])
+        default = ("body AS value", "uniq_key AS key") if kafka_shape else ("body", "uniq_key AS keys")
+        columns = spec.get("sink_select", default)
         writer = df.selectExpr(*columns).writeStream.format("sparkmq")
         for key, value in spec["sink_options"].items():
             writer = writer.option(key, value)

@@ -54,6 +54,11 @@ def test_queue_heads(backend: Backend) -> None:
     assert backend.queue_heads("missing") == {}
 
 
+def test_topics_lists_user_topics_only(backend: Backend) -> None:
+    # the store holds system topics too (SCHEDULE_TOPIC_XXXX, ...): never listed
+    assert backend.topics() == ["orders"]
+
+
 def test_offset_for_timestamp(backend: Backend, served_store: tuple[Path, Broker, list[Any]]) -> None:
     results = served_store[2]
     second_half = min(r.store_timestamp_ms for r in results[30:])

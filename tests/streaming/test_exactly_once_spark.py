@@ -117,6 +117,22 @@ def test_driver_kill9_mid_commit_then_restart(sink_spark: Any, tmp_path: Path) -
     assert _staging_clean(store_dir)
 
 
+def test_kafka_shaped_rows_driver_kill9_mid_commit_then_restart(sink_spark: Any, tmp_path: Path) -> None:
+    """The same kill with ``schema=kafka`` in and Kafka-shaped rows (``key``, ``value``) out:
+    the shape is converted before staging, so the decision still publishes every row once."""
+    store_dir = tmp_path / "store"
+    bodies = fill_source(store_dir, "in", ROWS)
+    marker = tmp_path / "blocked"
+    spec = _path_spec(tmp_path, store_dir, kafka_shape=True)
+    spec["sink_options"]["_faultInjection"] = f"decided:block:{marker}"
+    _run_subprocess_until(tmp_path, spec, marker.exists, "the commit to block after its decision")
+    assert len(reader_bodies(store_dir, "out")) == 0, "the batch must be invisible before publishing"
+    del spec["sink_options"]["_faultInjection"]
+    assert run_to_end(sink_spark, spec) == []
+    assert_exactly_once(reader_bodies(store_dir, "out"), bodies)
+    assert _staging_clean(store_dir)
+
+
 def test_driver_kill9_at_a_random_moment_then_restart(sink_spark: Any, tmp_path: Path) -> None:
     """kill -9 at a random time while batches run (any step: planning, writing, staging,
     deciding, publishing, marking, Spark's own logs); ``EO_KILL_SEED`` replays a failure."""

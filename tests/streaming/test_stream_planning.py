@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from store import DataLost
 from streaming.options import parse_options
-from streaming.reader import SparkMQStreamReader
+from streaming.reader import NoOffsetForTimestamp, SparkMQStreamReader
 from tests.streaming.conftest import open_store, produce
 
 SMALL_COMMITLOG = {"commitlog_file_size_bytes": 4096}
@@ -131,3 +131,83 @@ def test_latest_offset_mirrors_the_durable_start(tmp_path: Path) -> None:
     assert reader.latestOffset(second, ReadMaxRows(4)) == second
     with open_store(store_dir) as store:
         assert store.committed_offsets("billing", "orders") == {0: 3, 1: 3}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_min_offsets_per_trigger_holds_planning_back_until_enough_or_late(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 4, queues=2)
+        reader = _reader(store_dir, minOffsetsPerTrigger="10", maxTriggerDelay="60s", pollIntervalMs="0")
+        assert reader._gate is not None
+        clock = reader._gate.clock = FakeClock()
+        limit = reader.getDefaultReadLimit()
+        assert limit == ReadMinRows(10)
+        start = reader.initialOffset()  # latest: nothing waiting
+        assert reader.latestOffset(start, limit) == start  # the first step goes through (no data)
+        produce(store, "orders", 6, queues=2, start=4)
+        clock.now += 30
+        assert reader.latestOffset(start, limit) == start  # 6 < 10 and 30 s < 60 s: held back
+        produce(store, "orders", 4, queues=2, start=10)
+        end = reader.latestOffset(start, limit)  # 10 waiting: one batch of all
+        assert sum(end.values()) - sum(start.values()) == 10
+        produce(store, "orders", 2, queues=2, start=14)
+        clock.now += 59
+        assert reader.latestOffset(end, limit) == end
+        clock.now += 1  # the delay ran out: the 2 go
+        assert sum(reader.latestOffset(end, limit).values()) - sum(end.values()) == 2
+        # Trigger.Once passes ReadAllAvailable: never held back
+        produce(store, "orders", 2, queues=2, start=16)
+        last = reader.latestOffset(end, ReadAllAvailable())
+        assert sum(last.values()) - sum(end.values()) == 4
+
+
+def test_starting_timestamp_strategy_error_fails_where_no_message_matches(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 4, queues=2)
+    future = str(time.time_ns() // 1_000_000 + 3_600_000)
+    lenient = _reader(store_dir, startingTimestamp=future)
+    assert lenient.initialOffset() == {"orders/0": 2, "orders/1": 2}  # latest, as before
+    strict = _reader(store_dir, startingTimestamp=future, startingOffsetsByTimestampStrategy="error")
+    with pytest.raises(NoOffsetForTimestamp, match=r"orders/0: no message stored at or after"):
+        strict.initialOffset()
+
+
+def test_max_records_per_partition_splits_tasks(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 100, queues=2)
+    reader = _reader(store_dir, startingOffsets="earliest", minPartitions="1", maxRecordsPerPartition="30")
+    parts = reader.partitions({"orders/0": 0, "orders/1": 0}, {"orders/0": 50, "orders/1": 50})
+    sizes = [sum(r.end - r.start for r in p.ranges) for p in parts]
+    assert sizes == [25, 25, 25, 25]
+
+
+def test_assign_and_pattern_plan_only_their_queues(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders-eu", 6, queues=3)
+        produce(store, "audit", 2, queues=1)
+        assigned = SparkMQStreamReader(
+            parse_options({"path": str(store_dir), "assign": '{"orders-eu": [0, 2], "audit": [5]}'})
+        )
+        assert set(assigned.initialOffset()) == {"orders-eu/0", "orders-eu/2"}  # audit/5 does not exist yet
+        pattern = SparkMQStreamReader(
+            parse_options(
+                {"path": str(store_dir), "subscribePattern": "orders-.*", "startingOffsets": "earliest"}
+            )
+        )
+        start = pattern.initialOffset()
+        assert set(start) == {"orders-eu/0", "orders-eu/1", "orders-eu/2"}
+        produce(store, "orders-us", 2, queues=1, start=100)
+        end = pattern.latestOffset(start, ReadAllAvailable())
+        assert end["orders-us/0"] == 0  # a new topic joins at its earliest offset, read next batch
+        assert pattern.latestOffset(end, ReadAllAvailable())["orders-us/0"] == 2

@@ -7,17 +7,21 @@ against either.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter
 
+from cluster import MemberInfo
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TopicPath
+from ingest_api.http.params import AnyTopicPath
+from ingest_api.http.peers import PeerUnavailable
+from ingest_api.http.replica_sync import replica_status
 from ingest_api.http.schemas import ClusterOut, ErrorOut, TopicRouteOut
-from store import UnknownTopic, validate_topic
+from store import UnknownTopic, is_system_topic, validate_topic
 
 router = APIRouter(tags=["cluster"])
 
@@ -55,20 +59,67 @@ async def describe_cluster(broker: BrokerDep, principal: PrincipalDep) -> dict[s
             "warnings": [],
         }
     health = node.health()
+    described = node.view.describe()
+    await _add_replicas(broker, described["brokers"])
     return {
         "mode": "cluster",
         "cluster": str(node.config.address),
         "self": node.name,
+        "self_member": node.member.member_id if node.member else None,
         "session": str(health.session),
-        **node.view.describe(),
+        **described,
         "warnings": list(health.warnings),
     }
 
 
+async def _add_replicas(broker: Broker, brokers: list[dict[str, Any]]) -> None:
+    """Each replica group's members with role, epoch, replicated offset and lag in bytes (each
+    live member asked for its own status; the master's view of its slaves gives the lag)."""
+    node = broker.cluster
+    assert node is not None
+    view = node.view
+
+    async def status_of(member: MemberInfo) -> dict[str, Any] | None:
+        if node.member is not None and member.member_id == node.member.member_id:
+            return replica_status(broker)
+        try:
+            answer = await broker.peers.request(member, member.broker_name, "GET", "/replica/status")
+        except PeerUnavailable:
+            return None
+        return answer.json() if answer.status_code == 200 and answer.content != b"{}" else None
+
+    for row in brokers:
+        group = view.group(row["name"])
+        if group.state is None:
+            continue
+        statuses = await asyncio.gather(*(status_of(m) for m in group.members))
+        lag = {
+            slave["member_id"]: slave["lag_bytes"]
+            for status in statuses
+            if status is not None and status["role"] == "master"
+            for slave in status["slaves"]
+        }
+        row["epoch"] = group.state.epoch
+        row["in_sync"] = sorted(group.state.sync_state_set)
+        row["members"] = [
+            {
+                "member_id": member.member_id,
+                "http": member.http,
+                "role": status["role"] if status else "unknown",
+                "epoch": status["epoch"] if status else None,
+                "replicated_offset": status["max_offset"] if status else None,
+                "confirm_offset": status["confirm_offset"] if status else None,
+                "lag_bytes": 0 if member.member_id == group.master_id else lag.get(member.member_id),
+            }
+            for member, status in zip(group.members, statuses, strict=True)
+        ]
+
+
 @router.get("/topics/{topic}/route", response_model=TopicRouteOut, responses={404: {"model": ErrorOut}})
-async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
+async def topic_route(topic: AnyTopicPath, broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
     """Every queue id of the topic with its broker name, whether that broker is alive, and its
-    HTTP and Kafka addresses (a dead broker shows its last known addresses)."""
+    HTTP and Kafka addresses (a dead broker shows its last known addresses). A system topic
+    (parked, half and send-back records) is each broker's own: its route is the asked broker."""
     if principal is not None and not principal.may_any(topic):
         authorize(principal, Right.CONSUME, topic)
     validate_topic(topic, allow_system=True)
@@ -83,6 +134,18 @@ async def topic_route(topic: TopicPath, broker: BrokerDep, principal: PrincipalD
         ]
         return {"topic": topic, "queues": queues}
     route = node.view.route(topic)
+    if route is None and is_system_topic(topic) and broker.store.has_topic(topic):
+        # a broker's own system topic (parked, half, send-back records): every queue is here
+        me = node.member
+        http, kafka = (me.http, me.kafka) if me else (_self_url(broker), None)
+        broker.store.queue_count(topic)
+        return {
+            "topic": topic,
+            "queues": [
+                {"queue_id": q, "broker": node.name, "alive": True, "http": http, "kafka": kafka}
+                for q in queues
+            ],
+        }
     if route is None:
         raise ApiError(404, "unknown_topic", f"topic {topic!r} does not exist in the cluster")
     return {

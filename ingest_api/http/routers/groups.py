@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
@@ -16,7 +16,7 @@ from ingest_api.http.cluster_reads import is_local_request
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.lag import GroupQueueRow, group_topic_rows
-from ingest_api.http.params import TOPIC_PATTERN, GroupPath
+from ingest_api.http.params import USER_TOPIC, GroupPath, TopicQuery
 from ingest_api.http.resets import apply_reset, plan_reset
 from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import (
@@ -34,7 +34,6 @@ from ingest_api.http.schemas import (
     ResetQueueOut,
 )
 from store import (
-    RETRY_TOPIC_MAX_LENGTH,
     MessageStore,
     UnknownTopic,
     validate_group,
@@ -44,11 +43,6 @@ from store import (
 router = APIRouter(
     prefix="/groups", tags=["groups"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
 )
-
-TopicQuery = Annotated[
-    str,
-    Query(min_length=1, max_length=RETRY_TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN, description="Topic name."),
-]
 
 
 def _queue_count(store: MessageStore, group: str, topic: str) -> int:
@@ -108,13 +102,13 @@ def _commit(store: MessageStore, group: str, topic: str, offsets: dict[int, int]
     queues = _queue_count(store, group, topic)
     for queue_id, offset in sorted(offsets.items()):
         if queue_id >= queues:
-            raise ApiError(
-                400, "unknown_queue", f"queue {queue_id} does not exist; topic {topic!r} has {queues}"
+            raise ApiError(  # 409: the request conflicts with the topic's current state
+                409, "unknown_queue", f"queue {queue_id} does not exist; topic {topic!r} has {queues}"
             )
         high = store.max_offset(topic, queue_id)
         if offset > high:
             raise ApiError(
-                400,
+                409,
                 "offset_out_of_range",
                 f"offset {offset} for queue {queue_id} is past its max offset {high}",
             )
@@ -122,7 +116,11 @@ def _commit(store: MessageStore, group: str, topic: str, offsets: dict[int, int]
     return _offsets(store, group, topic)
 
 
-@router.put("/{group}/offsets", response_model=GroupOffsetsOut, dependencies=[JsonBody])
+#: A body naming a queue the topic lacks, or an offset past a queue's end.
+_CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorOut}}
+
+
+@router.put("/{group}/offsets", response_model=GroupOffsetsOut, dependencies=[JsonBody], responses=_CONFLICT)
 async def put_offsets(
     group: GroupPath, spec: GroupOffsetsIn, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupOffsetsOut:
@@ -168,7 +166,7 @@ def _reset(
     )  # fmt: skip
 
 
-@router.post("/{group}/reset", response_model=GroupResetOut, dependencies=[JsonBody])
+@router.post("/{group}/reset", response_model=GroupResetOut, dependencies=[JsonBody], responses=_CONFLICT)
 async def reset_offsets(
     group: GroupPath, spec: GroupResetIn, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupResetOut:
@@ -208,7 +206,7 @@ async def describe_group(
     request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
-    topic: Annotated[str | None, Query(max_length=RETRY_TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN)] = None,
+    topic: Annotated[str | None, Query(**USER_TOPIC, description="Only this topic.")] = None,
 ) -> GroupDescribeOut:
     """Per topic and queue: committed offset, max offset, lag in messages and in seconds; for a
     Kafka group also its state and members. 404 when nothing is known of the group."""

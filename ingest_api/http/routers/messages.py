@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http import batches, cluster_produce, cluster_reads, json_batch, producing, render
@@ -16,7 +16,8 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TopicPath
+from ingest_api.http.fields import config_limit
+from ingest_api.http.params import USER_TOPIC, IdempotencyKeyHeader, TopicPath
 from ingest_api.http.render import produce_batch_json, produce_results_stream
 from ingest_api.http.schemas import (
     ErrorOut,
@@ -40,17 +41,25 @@ from store import (
 
 router = APIRouter(tags=["messages"])
 
-IdempotencyKeyHeader = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        description="Makes the request idempotent: a retry with the same key (1-200 visible ASCII "
-        "characters) returns the original result instead of storing again, across restarts too.",
-    ),
-]
-
 _PRODUCE_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (400, 404, 413, 415, 422, 503)
+    status: {"model": ErrorOut} for status in (400, 404, 409, 413, 415, 422, 503)
+}
+_BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_PRODUCE_ERRORS,
+    201: {
+        "description": "Stored, every message (results in input order).",
+        "content": {
+            batches.ARROW_STREAM: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "With Accept: application/vnd.apache.arrow.stream: an Arrow IPC "
+                    "stream, one row per message (msg_id, uniq_key, topic, queue_id, queue_offset, "
+                    "commitlog_offset, store_timestamp).",
+                }
+            }
+        },
+    },
 }
 
 _BATCH_BODY: dict[str, Any] = {
@@ -59,7 +68,13 @@ _BATCH_BODY: dict[str, Any] = {
         "content": {
             batches.JSON: {"schema": {"$ref": "#/components/schemas/ProduceBatchIn"}},
             batches.NDJSON: {
-                "schema": {"type": "string", "description": "One ProduceIn JSON object per line."}
+                "schema": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/ProduceEntryIn"},
+                    "minItems": 1,
+                    "description": "One ProduceEntryIn JSON object per line.",
+                    **config_limit(maxItems="max_batch_messages"),
+                }
             },
             batches.ARROW_STREAM: {
                 "schema": {
@@ -121,8 +136,6 @@ async def produce_one_json(
     :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
     started = time.perf_counter()
     store = broker.store
-    if entry.topic not in (None, topic):
-        raise ApiError(400, "invalid_topic", f"entry topic {entry.topic!r} differs from the path's {topic!r}")
     if entry.transaction is not None and producer is None and broker.operators is not None:
         board = broker.operators.transactions
         if board is not None:  # group commit of halves, like plain single produces
@@ -162,7 +175,7 @@ async def produce_one_json(
 
 
 def _put_transaction(
-    broker: Broker, topic: str, entries: list[ProduceIn], producer: ProducerRef | None
+    broker: Broker, topic: str, entries: Sequence[ProduceIn], producer: ProducerRef | None
 ) -> tuple[str, list[PutResult]]:
     groups = {e.transaction.producer_group if e.transaction else None for e in entries}
     if len(groups) != 1 or None in groups:
@@ -230,7 +243,7 @@ def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | bytes 
     status_code=201,
     response_model=ProduceBatchOut,
     openapi_extra=_BATCH_BODY,
-    responses=_PRODUCE_ERRORS,
+    responses=_BATCH_RESPONSES,
 )
 async def produce_batch(
     topic: TopicPath,
@@ -384,7 +397,7 @@ async def get_message(
     broker: BrokerDep,
     principal: PrincipalDep,
     topic: Annotated[
-        str | None, Query(max_length=255, description="Restrict a UNIQ_KEY lookup to this topic.")
+        str | None, Query(**USER_TOPIC, description="Restrict a UNIQ_KEY lookup to this topic.")
     ] = None,
 ) -> MessageOut:
     """One message by offsetMsgId (32 hex chars) or by UNIQ_KEY (searched in ``topic``, or in

@@ -22,9 +22,11 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import authorize_global_admin
+from ingest_api.http.batches import ARROW_STREAM
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.operators import OperatorBoard
 from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
@@ -61,7 +63,7 @@ async def list_operators(broker: BrokerDep, principal: PrincipalDep) -> dict[str
     return {"job": board.job(), "operators": await run_in_threadpool(board.describe)}
 
 
-@router.get("/settings")
+@router.get("/settings", openapi_extra=INTERNAL)
 async def operator_settings(broker: BrokerDep, principal: PrincipalDep) -> dict[str, Any]:
     """The due-time settings the resolver job must use (this broker's configuration)."""
     authorize_global_admin(principal)
@@ -75,7 +77,17 @@ def _read_table(payload: bytes) -> pa.Table:
         raise InvalidArgument(f"the batch must be an Arrow IPC stream: {exc}") from exc
 
 
-@router.post("/{operator}/batches/{batch_id}", response_model=RelocationOut)
+#: The resolver output of one micro-batch, as the operator job sends it (streaming/operators/runtime.py).
+_BATCH_BODY = {
+    **INTERNAL,
+    "requestBody": {
+        "required": True,
+        "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+    },
+}
+
+
+@router.post("/{operator}/batches/{batch_id}", response_model=RelocationOut, openapi_extra=_BATCH_BODY)
 async def commit_batch(
     operator: OperatorPath, batch_id: BatchPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> RelocationOut:
@@ -107,7 +119,7 @@ async def commit_batch(
     )
 
 
-@router.put("/{operator}/status", status_code=204, response_class=Response)
+@router.put("/{operator}/status", status_code=204, response_class=Response, openapi_extra=INTERNAL)
 async def report_status(
     operator: OperatorPath, status: dict[str, Any], broker: BrokerDep, principal: PrincipalDep
 ) -> None:

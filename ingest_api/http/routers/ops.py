@@ -11,7 +11,7 @@ from cluster import SessionState
 from ingest_api.http.auth import authorize_global_admin
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.gauges import collect_store_gauges
+from ingest_api.http.gauges import cluster_gauges, collect_store_gauges, owned_by
 from ingest_api.http.metrics import render
 from ingest_api.http.schemas import ClusterHealthOut, ErrorOut, HealthOut
 
@@ -59,19 +59,23 @@ async def healthz(broker: BrokerDep) -> HealthOut:
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {PROMETHEUS_TEXT: {}}}})
 async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
-    """Prometheus text: traffic per door, sizes, latencies, queue offsets, group lag (messages
-    and seconds) and storage figures (docs/metrics.md)."""
+    """Prometheus text: the broker's name and cluster, traffic per door, sizes, latencies, queue
+    offsets, group lag (messages and seconds) and storage figures (docs/metrics.md)."""
     authorize_global_admin(principal)
-    gauges = await run_in_threadpool(collect_store_gauges, broker.store)
-    text = render(broker.metrics, gauges)
+    node = broker.cluster
+    owns = owned_by(node.view, node.name) if node is not None else None
+    gauges = await run_in_threadpool(collect_store_gauges, broker.store, owns)
+    text = render(broker.metrics, gauges, cluster_gauges(node, broker.store))
     if broker.operators is not None:
         text += await run_in_threadpool(broker.operators.metrics_text)
     return Response(text, media_type=PROMETHEUS_TEXT)
 
 
 @router.get("/openapi.json", include_in_schema=False)
-async def openapi_spec(request: Request, _: PrincipalDep) -> JSONResponse:
-    return JSONResponse(request.app.openapi())
+async def openapi_spec(request: Request, _: PrincipalDep, internal: bool = False) -> JSONResponse:
+    """The OpenAPI document; ``?internal=true`` adds the operations the operator job and the
+    Spark sink call (``x-internal: true``)."""
+    return JSONResponse(request.app.openapi(internal=internal))
 
 
 @router.get("/docs", include_in_schema=False)

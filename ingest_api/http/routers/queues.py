@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http.auth import Right, authorize
@@ -19,7 +19,7 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_reads import redirect_to_owner
 from ingest_api.http.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.params import QueuePath, TopicPath
+from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.render import message_stream, messages_from_batch
 from ingest_api.http.schemas import ErrorOut, OffsetOut, PullOut
 from store import (
@@ -37,8 +37,6 @@ from store import (
 router = APIRouter(
     prefix="/topics/{topic}/queues/{queue_id}",
     tags=["queues"],
-    # In a cluster a queue is read at its owner: 307 there (ingest_api.http.cluster_reads).
-    dependencies=[Depends(redirect_to_owner)],
     responses={
         307: {
             "model": ErrorOut,
@@ -150,15 +148,33 @@ async def _pull_with_wait(broker: Broker, spec: _PullSpec, wait_ms: int, arrow: 
     return pulled
 
 
+def _offset_header(description: str) -> dict[str, Any]:
+    return {
+        "required": False,
+        "description": description,
+        "schema": {"type": "string", "pattern": "^-?[0-9]+$"},
+    }
+
+
 _PULL_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
+        "headers": {
+            "X-Status": {
+                "required": False,
+                "description": "Arrow answers: the read status (as PullOut.status).",
+                "schema": {"type": "string"},
+            },
+            "X-Next-Offset": _offset_header("Arrow answers: the offset to pull from next."),
+            "X-Min-Offset": _offset_header("Arrow answers: the queue's min offset."),
+            "X-Max-Offset": _offset_header("Arrow answers: the queue's max offset."),
+        },
         "content": {
             ARROW_STREAM: {
                 "schema": {"type": "string", "format": "binary"},
                 "description": "Arrow IPC stream in store.format.arrow_schema.MESSAGE_SCHEMA; offsets in "
                 "the X-Status, X-Next-Offset, X-Min-Offset and X-Max-Offset headers.",
             }
-        }
+        },
     },
     404: {"model": ErrorOut},
 }
@@ -167,7 +183,7 @@ _PULL_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.get("/messages", response_model=PullOut, responses=_PULL_RESPONSES)
 async def pull(
     *,
-    topic: TopicPath,
+    topic: AnyTopicPath,
     queue_id: QueuePath,
     request: Request,
     broker: BrokerDep,
@@ -184,6 +200,7 @@ async def pull(
     """Messages from ``offset`` on, plus ``next_offset``. With ``Accept:
     application/vnd.apache.arrow.stream`` the answer is an Arrow IPC stream (the Spark path)."""
     authorize(principal, Right.CONSUME, topic)
+    await redirect_to_owner(topic, queue_id, request, broker)  # in a cluster: 307 to the owner
     arrow = _wants_arrow(request)
     spec = _PullSpec(topic=topic, queue_id=queue_id, offset=offset, limit=max_messages, tags=tags or "*")
     pulled = await _pull_with_wait(broker, spec, wait_ms, arrow)
@@ -209,8 +226,9 @@ def _offset_for_timestamp(
 @router.get("/offset", response_model=OffsetOut, responses={404: {"model": ErrorOut}})
 async def offset_for_timestamp(
     *,
-    topic: TopicPath,
+    topic: AnyTopicPath,
     queue_id: QueuePath,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     timestamp_ms: Annotated[int, Query(ge=0, le=2**62, description="Store time in ms.")],
@@ -221,6 +239,7 @@ async def offset_for_timestamp(
 ) -> OffsetOut:
     """The queue offset matching a store timestamp (RocketMQ ``searchOffset``)."""
     authorize(principal, Right.CONSUME, topic)
+    await redirect_to_owner(topic, queue_id, request, broker)  # in a cluster: 307 to the owner
     offset = await run_in_threadpool(
         _offset_for_timestamp,
         broker.store,

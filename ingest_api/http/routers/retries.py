@@ -10,31 +10,37 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ingest_api.http import producing
 from ingest_api.http.auth import Right, authorize
+from ingest_api.http.broker import Broker
+from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import GroupPath
-from ingest_api.http.retries import GroupConfigs, as_dict, resend_dead_letter, send_back
+from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
+from ingest_api.http.membership import CONSUMER_GROUPS
+from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
+from ingest_api.http.peers import passed_headers
+from ingest_api.http.retries import GroupConfigs, UnknownMessage, as_dict, resend_dead_letter, send_back
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
-from store import dlq_topic
+from store import UnknownTopic, dlq_topic
 
 router = APIRouter(
     prefix="/groups", tags=["retry"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
 )
 
 
+ReconsumeTimes = Annotated[int, Field(ge=0, le=10_000), JSON_INTEGER]
+
+
 class GroupConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_reconsume_times: int | None = Field(
-        None, ge=0, le=10_000, description="Send-backs before the DLQ (16)."
-    )
-    retry_queues: int | None = Field(None, ge=1, le=1024, description="Queues of %RETRY%group (1).")
+    max_reconsume_times: ReconsumeTimes | None = Field(None, description="Send-backs before the DLQ (16).")
+    retry_queues: QueueCount | None = Field(None, description="Queues of %RETRY%group (1).")
 
 
 class GroupConfigOut(BaseModel):
@@ -46,12 +52,14 @@ class GroupConfigOut(BaseModel):
 class SendBackIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    topic: str = Field(min_length=1, max_length=255)
+    topic: TopicName
     msg_id: str = Field(min_length=1, max_length=128, description="offsetMsgId or UNIQ_KEY.")
-    delay_level: int = Field(
-        0, ge=-(2**31), lt=2**31, description="0 = the ladder (3 + reconsume times), -1 = the DLQ."
+    delay_level: Int32 = Field(
+        0,
+        json_schema_extra={"minimum": -1},  # below -1: 400 invalid_argument (retries.send_back)
+        description="0 = the ladder (3 + reconsume times), -1 = the DLQ.",
     )
-    max_reconsume_times: int | None = Field(None, ge=0, le=10_000)
+    max_reconsume_times: ReconsumeTimes | None = None
 
 
 class SendBackOut(BaseModel):
@@ -90,6 +98,8 @@ async def put_group_config(
     """Create or change a consumer group's retry settings (RocketMQ subscription group config)."""
     authorize(principal, Right.CONSUME, f"%RETRY%{group}")
     doc = await run_in_threadpool(configs_of(broker).put, group, body.max_reconsume_times, body.retry_queues)
+    if broker.cluster is not None:  # whichever broker receives a send-back of this group applies it
+        await run_in_threadpool(broker.cluster.put_setting, CONSUMER_GROUPS, group, dict(doc))
     return GroupConfigOut(group=group, **doc)
 
 
@@ -104,25 +114,63 @@ async def get_group_config(group: GroupPath, broker: BrokerDep, principal: Princ
 async def send_back_message(
     group: GroupPath,
     body: SendBackIn,
+    request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> SendBackOut:
-    """Send a message this group failed to consume back into the retry ladder (or the DLQ)."""
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response | SendBackOut:
+    """Send a message this group failed to consume back into the retry ladder (or the DLQ). In
+    a cluster the request goes to the broker that stores the message, and the retry lands on
+    that broker's own queues of ``%RETRY%group``."""
     authorize(principal, Right.CONSUME, body.topic)
     producer = producing.idempotency_ref(f"sendback:{group}", idempotency_key)
-    result = await run_in_threadpool(
-        send_back,
-        broker.store,
-        configs_of(broker),
-        group,
-        body.topic,
-        body.msg_id,
-        delay_level=body.delay_level,
-        max_reconsume_times=body.max_reconsume_times,
-        producer=producer,
-    )
+    own_queues = None
+    node = broker.cluster
+    if node is not None:
+
+        def own_queues(topic: str, count: int) -> tuple[int, ...]:
+            mine = node.own_queues(topic, count)
+            placement = node.view.placement(topic)
+            broker.local_topics.ensure_local(topic, placement.queue_count if placement else max(mine) + 1)
+            return mine
+
+    try:
+        result = await run_in_threadpool(
+            send_back,
+            broker.store,
+            configs_of(broker),
+            group,
+            body.topic,
+            body.msg_id,
+            delay_level=body.delay_level,
+            max_reconsume_times=body.max_reconsume_times,
+            producer=producer,
+            own_queues=own_queues,
+        )
+    except (UnknownMessage, UnknownTopic):
+        if is_local_request(broker, request.headers):
+            raise
+        return await _send_back_at_holder(broker, group, body, request)
     return SendBackOut(**as_dict(result))
+
+
+async def _send_back_at_holder(broker: Broker, group: str, body: SendBackIn, request: Request) -> Response:
+    """Forward a send-back to the broker that stores the message (404 when none does)."""
+    node = broker.cluster
+    assert node is not None
+    found = await ask_others(broker, f"/messages/{body.msg_id}", request.headers, {"topic": body.topic})
+    if not found:
+        raise UnknownMessage(f"no message {body.msg_id!r} in topic {body.topic!r} on any broker")
+    holder = next(iter(found))
+    answer = await broker.peers.request(
+        node.view.master_of(holder),
+        holder,
+        "POST",
+        f"/groups/{group}/messages:sendBack",
+        headers={**passed_headers(request.headers), "content-type": "application/json"},
+        content=body.model_dump_json(exclude_none=True).encode(),
+    )
+    return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
 
 @router.get("/{group}/dlq", response_model=DeadLettersOut)

@@ -53,6 +53,8 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_produce import local_ready
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
+from ingest_api.http.fields import Count
+from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut
@@ -83,7 +85,7 @@ ChunkPath = Annotated[int, Path(ge=0, description="Chunk number within the batch
 
 class PartIn(BaseModel):
     part_id: str = Field(pattern=_ID)
-    rows: int = Field(ge=0)
+    rows: Count
 
 
 class CommitIn(BaseModel):
@@ -111,6 +113,9 @@ class SinkOut(BaseModel):
     sink_id: str
     last_published_batch: int
     pending: list[int]
+
+
+ARROW_FILE = "application/vnd.apache.arrow.file"
 
 
 class ChunkOut(BaseModel):
@@ -215,7 +220,30 @@ def _part_topics(payload: bytes) -> list[str]:
     return [t for t in pc.unique(table.column("topic")).to_pylist() if t is not None]
 
 
-@router.put("/{sink_id}/batches/{batch_id}/parts/{part_id}", response_model=PartOut, status_code=201)
+#: The staged part's body, as the sink sends it (streaming/sink_client.py).
+_PART_BODY = {
+    **INTERNAL,
+    "requestBody": {
+        "required": True,
+        "content": {
+            ARROW_FILE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Arrow IPC file in the sink's part schema (a 'topic' column per row).",
+                }
+            }
+        },
+    },
+}
+
+
+@router.put(
+    "/{sink_id}/batches/{batch_id}/parts/{part_id}",
+    response_model=PartOut,
+    status_code=201,
+    openapi_extra=_PART_BODY,
+)
 async def stage_part(
     sink_id: SinkPath, batch_id: BatchPath, part_id: PartPath, request: Request, broker: BrokerDep,
     principal: PrincipalDep,
@@ -229,7 +257,12 @@ async def stage_part(
     return PartOut(part_id=staged.part_id, rows=staged.rows)
 
 
-@router.post("/{sink_id}/batches/{batch_id}:commit", response_model=CommitOut, dependencies=[JsonBody])
+@router.post(
+    "/{sink_id}/batches/{batch_id}:commit",
+    response_model=CommitOut,
+    dependencies=[JsonBody],
+    openapi_extra=INTERNAL,
+)
 async def commit_batch(
     sink_id: SinkPath,
     batch_id: BatchPath,
@@ -257,7 +290,7 @@ async def commit_batch(
     )
 
 
-@router.post("/{sink_id}/batches/{batch_id}:abort", dependencies=[JsonBody])
+@router.post("/{sink_id}/batches/{batch_id}:abort", dependencies=[JsonBody], openapi_extra=INTERNAL)
 async def abort_batch(
     sink_id: SinkPath, batch_id: BatchPath, spec: AbortIn, broker: BrokerDep, principal: PrincipalDep
 ) -> dict[str, int]:
@@ -267,7 +300,7 @@ async def abort_batch(
     return {"removed": removed}
 
 
-@router.get("/{sink_id}", response_model=SinkOut)
+@router.get("/{sink_id}", response_model=SinkOut, openapi_extra=INTERNAL)
 async def describe_sink(sink_id: SinkPath, broker: BrokerDep, principal: PrincipalDep) -> SinkOut:
     """The last published batch and the batches decided but not yet published."""
     del principal
@@ -290,7 +323,25 @@ def _chunk_rows(payload: bytes) -> pa.Table:
     return rows
 
 
-@router.put("/{sink_id}/batches/{batch_id}/chunks/{seq}", response_model=ChunkOut, dependencies=[])
+#: A chunk's body, as a coordinator sends it (ingest_api/http/sink_peers.py).
+_CHUNK_BODY = {
+    **INTERNAL,
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/vnd.apache.arrow.stream": {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "Arrow IPC stream, the sink's part schema: one topic, queue_id set.",
+                }
+            }
+        },
+    },
+}
+
+
+@router.put("/{sink_id}/batches/{batch_id}/chunks/{seq}", response_model=ChunkOut, openapi_extra=_CHUNK_BODY)
 async def store_chunk(
     sink_id: SinkPath,
     batch_id: BatchPath,

@@ -17,7 +17,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TopicPath
+from ingest_api.http.params import AnyTopicPath, TopicPath
 from ingest_api.http.peers import PeerUnavailable, passed_headers
 from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
@@ -37,7 +37,13 @@ def _create_or_grow(store: MessageStore, topic: str, queues: int) -> tuple[bool,
     response_model=TopicOut,
     dependencies=[JsonBody],
     status_code=201,
-    responses={200: {"model": TopicOut, "description": "The topic existed (and may have grown)."}},
+    responses={
+        200: {"model": TopicOut, "description": "The topic existed (and may have grown)."},
+        409: {
+            "model": ErrorOut,
+            "description": "'brokers' names brokers that cannot take queues (unknown, down, or no cluster).",
+        },
+    },
 )
 async def create_or_grow_topic(
     topic: TopicPath, spec: TopicIn, broker: BrokerDep, principal: PrincipalDep, response: Response
@@ -49,7 +55,7 @@ async def create_or_grow_topic(
     if node is None:
         if spec.brokers is not None:
             raise ApiError(
-                400, "not_a_cluster", "'brokers' places queues in a cluster; this broker runs alone"
+                409, "not_a_cluster", "'brokers' places queues in a cluster; this broker runs alone"
             )
         existed, queues = await run_in_threadpool(_create_or_grow, broker.store, topic, spec.queues)
     else:
@@ -95,7 +101,7 @@ def _describe(store: MessageStore, topic: str) -> TopicOut:
 
 @router.get("/{topic}", response_model=TopicOut, response_model_exclude_none=True)
 async def describe_topic(
-    topic: TopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
+    topic: AnyTopicPath, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> TopicOut:
     """The topic's queues with each queue's min and max offset (max = next offset to write).
     In a cluster each queue's offsets come from its owner, named in ``broker``."""
@@ -116,7 +122,7 @@ async def _describe_cluster(broker: Broker, topic: str, headers: dict[str, str])
     owners = sorted(set(placement.owners))
 
     async def offsets_of(owner: str) -> dict[int, tuple[int, int]] | None:
-        if owner == node.name:
+        if owner == node.name and node.serving:
             local = await run_in_threadpool(_describe, broker.store, topic)
             return {q.queue_id: (q.min_offset, q.max_offset) for q in local.queue_offsets or ()}
         try:

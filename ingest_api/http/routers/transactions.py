@@ -22,7 +22,8 @@ from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_reads import ask_others, is_local_request
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
-from ingest_api.http.params import TOPIC_PATTERN
+from ingest_api.http.membership import PRODUCER_GROUPS
+from ingest_api.http.params import GROUP
 from ingest_api.http.peers import passed_headers
 from ingest_api.http.schemas import (
     EndTransactionIn,
@@ -35,17 +36,12 @@ from ingest_api.http.schemas import (
     TransactionOut,
 )
 from ingest_api.http.transactions import TransactionBoard
-from store import (
-    GROUP_MAX_LENGTH,
-    TxOutcome,
-)
+from store import TxOutcome
 from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, EndRequest, Transaction, UnknownTransaction
 
 router = APIRouter(tags=["transactions"], responses={404: {"model": ErrorOut}, 400: {"model": ErrorOut}})
 
-GroupPath = Annotated[
-    str, Path(min_length=1, max_length=GROUP_MAX_LENGTH, pattern=TOPIC_PATTERN, description="Producer group.")
-]
+GroupPath = Annotated[str, Path(**GROUP, description="Producer group.")]
 TransactionPath = Annotated[
     str, Path(min_length=1, max_length=128, description="transaction_id of the produce.")
 ]
@@ -96,7 +92,11 @@ async def _elsewhere(broker: Broker, transaction_id: str, request: Request) -> t
     return next(iter(found.items()))
 
 
-@router.post("/transactions/{transaction_id}", response_model=EndTransactionOut)
+@router.post(
+    "/transactions/{transaction_id}",
+    response_model=EndTransactionOut,
+    responses={409: {"model": ErrorOut, "description": "producer_group_mismatch, kafka_transaction."}},
+)
 async def end_transaction(
     transaction_id: TransactionPath,
     body: EndTransactionIn,
@@ -190,13 +190,21 @@ def _group_out(group: str, doc: dict[str, object]) -> ProducerGroupOut:
     )
 
 
-@router.put("/producer-groups/{group}", response_model=ProducerGroupOut)
+@router.put(
+    "/producer-groups/{group}",
+    response_model=ProducerGroupOut,
+    responses={201: {"model": ProducerGroupOut, "description": "Registered now (200: changed)."}},
+)
 async def put_producer_group(
     group: GroupPath, body: ProducerGroupIn, response: Response, broker: BrokerDep, principal: PrincipalDep
 ) -> ProducerGroupOut:
     """Register where the broker sends check-backs for this producer group (201 when new)."""
     _may_register(principal)
     groups = board_of(broker).groups
+    if broker.cluster is not None:  # every broker may hold this group's halves: a cluster setting
+        await run_in_threadpool(
+            broker.cluster.put_setting, PRODUCER_GROUPS, group, {"check_url": body.check_url}
+        )
     created = await run_in_threadpool(groups.put, group, body.check_url)
     response.status_code = 201 if created else 200
     return _group_out(group, groups.get(group) or {})
@@ -222,5 +230,7 @@ async def get_producer_group(
 @router.delete("/producer-groups/{group}", status_code=204, response_class=Response)
 async def delete_producer_group(group: GroupPath, broker: BrokerDep, principal: PrincipalDep) -> None:
     _may_register(principal)
+    if broker.cluster is not None:
+        await run_in_threadpool(broker.cluster.delete_setting, PRODUCER_GROUPS, group)
     if not await run_in_threadpool(board_of(broker).groups.delete, group):
         raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ingest_api.kafka.handlers import admin, fetch, groups, metadata, offsets, produce, transactions
+from ingest_api.kafka.handlers import (
+    admin,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    transactions,
+    txn_offsets,
+)
 from ingest_api.kafka.handlers.base import Connection, Handler
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
@@ -31,7 +40,7 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
         ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
         ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
         ApiKey.END_TXN: transactions.handle_end_txn,
-        ApiKey.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
+        ApiKey.TXN_OFFSET_COMMIT: txn_offsets.handle_txn_offset_commit,
         ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
         ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
     }

@@ -1,5 +1,8 @@
 """CreateTopics and DeleteTopics (sent to the controller, which is this broker).
 
+In a cluster every broker is a controller: topics are created, spread over the live brokers,
+and deleted through ZooKeeper (``ClusterNode``), with the cluster's default queue count.
+
 * Partitions = the store's queue count; ``num_partitions=-1`` uses the store default.
 * Replication factor must be -1 or 1 (single broker), else INVALID_REPLICATION_FACTOR.
 * Names are percent-encoded for the store where needed (:mod:`ingest_api.kafka.names`); a
@@ -13,12 +16,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from cluster import ClusterError
 from ingest_api.kafka import codec
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import partition_count
+from ingest_api.kafka.names import to_store
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.versions import ApiKey
 from store import InvalidArgument, StoreError, is_system_topic
@@ -55,12 +61,40 @@ def _create_one(
         return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), -1
 
 
+def _create_routed(
+    link: ClusterLink, name: str, partitions: int, replication: int, validate_only: bool
+) -> tuple[ErrorCode, str | None, int]:
+    """:func:`_create_one` through the cluster (blocking: a ZooKeeper write)."""
+    if replication not in (DEFAULT, 1):
+        return ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be 1 (no replicas yet)", -1
+    if partitions == DEFAULT:
+        partitions = link.node.config.default_queues
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        return ErrorCode.INVALID_PARTITIONS, f"partitions must be in [1, {MAX_PARTITIONS}]", -1
+    if is_system_topic(name):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is a reserved system topic", -1
+    if link.placement(name) is not None:
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", -1
+    if validate_only:
+        return ErrorCode.NONE, None, partitions
+    try:
+        return ErrorCode.NONE, None, link.node.create_or_grow_topic(to_store(name), partitions).queue_count
+    except InvalidArgument as exc:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc), -1
+    except ClusterError as exc:
+        log.warning("create topic %r through the cluster failed: %s", name, exc)
+        return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), -1
+
+
 async def handle_create_topics(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
     wanted = [(t.name, t.num_partitions, t.replication_factor) for t in body.topics]
     validate_only = bool(getattr(body, "validate_only", False))
 
     def create_all() -> list[tuple[ErrorCode, str | None, int]]:
+        if ctx.cluster is not None:
+            link = ctx.cluster
+            return [_create_routed(link, name, parts, repl, validate_only) for name, parts, repl in wanted]
         return [_create_one(ctx.store, name, parts, repl, validate_only) for name, parts, repl in wanted]
 
     outcomes = await ctx.run_blocking(create_all)
@@ -80,6 +114,8 @@ async def handle_create_topics(ctx: GatewayContext, conn: Connection, request: K
 
 
 def _delete_one(ctx: GatewayContext, name: str) -> ErrorCode:
+    if ctx.cluster is not None:
+        return _delete_routed(ctx.cluster, name)
     if partition_count(ctx.store, name) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     try:
@@ -88,6 +124,18 @@ def _delete_one(ctx: GatewayContext, name: str) -> ErrorCode:
         log.exception("delete topic %r failed", name)
         return ErrorCode.UNKNOWN_SERVER_ERROR
     return ErrorCode.NONE
+
+
+def _delete_routed(link: ClusterLink, name: str) -> ErrorCode:
+    """Remove the topic's route; every owner then deletes its queues (blocking)."""
+    if is_system_topic(name) or link.placement(name) is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        deleted = link.node.delete_topic(to_store(name))
+    except ClusterError as exc:
+        log.warning("delete topic %r through the cluster failed: %s", name, exc)
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return ErrorCode.NONE if deleted else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 async def handle_delete_topics(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
+from ingest_api.kafka.topology import CoordinatorKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,3 +21,9 @@ class Connection:
 
 #: Returns the framed response, or ``None`` when the client expects none (Produce acks=0).
 Handler = Callable[[GatewayContext, Connection, KafkaRequest], Awaitable[bytes | None]]
+
+
+def not_coordinator(ctx: GatewayContext, key: str, kind: CoordinatorKind) -> bool:
+    """True in a cluster when another broker coordinates ``key`` (answer NOT_COORDINATOR: the
+    client looks the coordinator up again)."""
+    return ctx.cluster is not None and not ctx.cluster.coordinates(key, kind)

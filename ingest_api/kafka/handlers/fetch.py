@@ -11,6 +11,8 @@
 * ``high_watermark`` = ``last_stable_offset`` = the store's max offset (next offset to be
   written, counting only dispatched messages), ``log_start_offset`` = its min offset; a
   fetch offset outside ``[min, max]`` is OFFSET_OUT_OF_RANGE.
+* In a cluster a partition another broker owns is NOT_LEADER_OR_FOLLOWER, with its leader in
+  ``current_leader`` from v12 on (KIP-951), so the client goes there.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.handlers.base import Connection
-from ingest_api.kafka.handlers.topics import partition_count
+from ingest_api.kafka.handlers.topics import current_leader, partition_count, served_partition_error
 from ingest_api.kafka.mapping import only_hidden_properties, stored_record
 from ingest_api.kafka.records import Header, encode_records
 from ingest_api.kafka.store_port import KafkaStore
@@ -38,6 +40,8 @@ from store import UnknownQueue, UnknownTopic
 MAX_MESSAGES_PER_READ = 10_000
 #: Assumed smallest encoded record, used to size a read from a byte budget.
 MIN_RECORD_BYTES = 24
+#: Fetch answers name a partition's current leader from this version on (KIP-951).
+CURRENT_LEADER_VERSION = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +196,21 @@ def read_all(store: KafkaStore, requests: list[PartitionFetch], max_bytes: int) 
     return results
 
 
+def read_served(ctx: GatewayContext, requests: list[PartitionFetch], max_bytes: int) -> list[PartitionData]:
+    """:func:`read_all` of the partitions this broker serves; the others get their routing
+    error (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) without a read."""
+    if ctx.cluster is None:
+        return read_all(ctx.store, requests, max_bytes)
+    refused: dict[int, PartitionData] = {}
+    for index, fetch in enumerate(requests):
+        error = served_partition_error(ctx, fetch.topic, fetch.partition)
+        if error != ErrorCode.NONE:
+            refused[index] = PartitionData(error)
+    served = [fetch for index, fetch in enumerate(requests) if index not in refused]
+    data = iter(read_all(ctx.store, served, max_bytes))
+    return [refused[index] if index in refused else next(data) for index in range(len(requests))]
+
+
 async def handle_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
     requests = [
@@ -206,7 +225,7 @@ async def handle_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequ
     with ctx.arrivals.watch([(r.topic, r.partition) for r in requests]) as arrived:
         while True:
             arrived.clear()
-            results = await ctx.run_blocking(read_all, ctx.store, requests, max_bytes)
+            results = await ctx.run_blocking(read_served, ctx, requests, max_bytes)
             ready = sum(len(r.records) for r in results)
             errors = any(r.error != ErrorCode.NONE for r in results)
             remaining = deadline - ctx.loop.time()
@@ -217,7 +236,7 @@ async def handle_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequ
             except TimeoutError:
                 if ready:
                     break
-                results = await ctx.run_blocking(read_all, ctx.store, requests, max_bytes)
+                results = await ctx.run_blocking(read_served, ctx, requests, max_bytes)
                 break
     if ctx.metrics is not None:
         for fetched, data in zip(requests, results, strict=True):
@@ -227,15 +246,20 @@ async def handle_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequ
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
         session_id=0,
-        responses=_responses(requests, results),
+        responses=_responses(ctx, request.api_version, requests, results),
     )
 
 
-def _responses(requests: list[PartitionFetch], results: list[PartitionData]) -> list[Any]:
+def _responses(
+    ctx: GatewayContext, version: int, requests: list[PartitionFetch], results: list[PartitionData]
+) -> list[Any]:
     cls = codec.response_class(ApiKey.FETCH)
     partition_cls = cls.FetchableTopicResponse.PartitionData
     by_topic: dict[str, list[Any]] = {}
     for request, data in zip(requests, results, strict=True):
+        extra: dict[str, Any] = {}
+        if data.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= CURRENT_LEADER_VERSION:
+            extra["current_leader"] = current_leader(ctx, partition_cls, request.topic, request.partition)
         by_topic.setdefault(request.topic, []).append(
             partition_cls(
                 partition_index=request.partition,
@@ -246,6 +270,7 @@ def _responses(requests: list[PartitionFetch], results: list[PartitionData]) -> 
                 aborted_transactions=[],
                 preferred_read_replica=-1,
                 records=data.records,
+                **extra,
             )
         )
     return [cls.FetchableTopicResponse(topic=name, partitions=parts) for name, parts in by_topic.items()]

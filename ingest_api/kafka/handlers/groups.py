@@ -3,6 +3,8 @@
 Thin adapters over :class:`ingest_api.kafka.coordinator.GroupCoordinator`: a parked
 JoinGroup/SyncGroup awaits a future the coordinator resolves from its callback. Clients send
 group traffic on a dedicated coordinator connection, so a parked join never delays a fetch.
+In a cluster only the group's coordinator (:mod:`ingest_api.kafka.topology`) serves them;
+other brokers answer NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.coordinator import GroupState, JoinRequest, JoinResult, SyncResult
 from ingest_api.kafka.errors import ErrorCode
-from ingest_api.kafka.handlers.base import Connection
+from ingest_api.kafka.handlers.base import Connection, not_coordinator
+from ingest_api.kafka.handlers.group_offsets import offset_groups
+from ingest_api.kafka.topology import CoordinatorKind
 from ingest_api.kafka.versions import ApiKey
 
 R = TypeVar("R")
@@ -37,8 +41,23 @@ def _resolver(loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Future[Any], Any
     return future, resolve
 
 
+GROUP = CoordinatorKind.GROUP
+
+
 async def handle_join_group(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
+    if not_coordinator(ctx, body.group_id, GROUP):
+        return codec.encode_response(
+            request,
+            throttle_time_ms=0,
+            error_code=ErrorCode.NOT_COORDINATOR,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if request.api_version >= JOIN_NULLABLE_PROTOCOL_VERSION else "",
+            leader="",
+            member_id=body.member_id or "",
+            members=[],
+        )
     rebalance_timeout = (
         body.rebalance_timeout_ms
         if request.api_version >= REBALANCE_TIMEOUT_VERSION
@@ -77,6 +96,15 @@ async def handle_join_group(ctx: GatewayContext, conn: Connection, request: Kafk
 
 async def handle_sync_group(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
+    if not_coordinator(ctx, body.group_id, GROUP):
+        return codec.encode_response(
+            request,
+            throttle_time_ms=0,
+            error_code=ErrorCode.NOT_COORDINATOR,
+            protocol_type=None,
+            protocol_name=None if request.api_version >= SYNC_NULLABLE_PROTOCOL_VERSION else "",
+            assignment=b"",
+        )
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments or ()}
     future, resolve = _resolver(ctx.loop)
     ctx.coordinator.sync_group(body.group_id, body.generation_id, body.member_id, assignments, resolve)
@@ -94,12 +122,19 @@ async def handle_sync_group(ctx: GatewayContext, conn: Connection, request: Kafk
 
 async def handle_heartbeat(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
+    if not_coordinator(ctx, body.group_id, GROUP):
+        return codec.encode_response(request, throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     error = ctx.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
     return codec.encode_response(request, throttle_time_ms=0, error_code=error)
 
 
 async def handle_leave_group(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
+    if not_coordinator(ctx, body.group_id, GROUP):
+        refused: dict[str, Any] = {} if request.api_version < LEAVE_MEMBERS_VERSION else {"members": []}
+        return codec.encode_response(
+            request, throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, **refused
+        )
     if request.api_version < LEAVE_MEMBERS_VERSION:
         (error,) = ctx.coordinator.leave_group(body.group_id, [body.member_id])
         return codec.encode_response(request, throttle_time_ms=0, error_code=error)
@@ -116,9 +151,21 @@ async def handle_leave_group(ctx: GatewayContext, conn: Connection, request: Kaf
 async def handle_describe_groups(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     cls = codec.response_class(ApiKey.DESCRIBE_GROUPS)
     group_cls = cls.DescribedGroup
-    with_offsets = await ctx.run_blocking(ctx.store.groups)
+    with_offsets = await offset_groups(ctx)
     described = []
     for group_id in request.body.groups:
+        if not_coordinator(ctx, group_id, GROUP):
+            described.append(
+                group_cls(
+                    error_code=ErrorCode.NOT_COORDINATOR,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                )
+            )
+            continue
         group = ctx.coordinator.describe(group_id)
         state = group.state
         if state == GroupState.DEAD and group_id in with_offsets:
@@ -147,10 +194,14 @@ async def handle_describe_groups(ctx: GatewayContext, conn: Connection, request:
 
 
 async def handle_list_groups(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
-    live = {g.group_id: (g.protocol_type, g.state.value) for g in ctx.coordinator.groups()}
-    offset_groups = await ctx.run_blocking(ctx.store.groups)
-    for group_id in offset_groups:
-        live.setdefault(group_id, ("", GroupState.EMPTY.value))
+    live = {
+        g.group_id: (g.protocol_type, g.state.value)
+        for g in ctx.coordinator.groups()
+        if not not_coordinator(ctx, g.group_id, GROUP)  # left over from before a coordinator move
+    }
+    for group_id in await offset_groups(ctx):
+        if not not_coordinator(ctx, group_id, GROUP):  # each broker lists the groups it coordinates
+            live.setdefault(group_id, ("", GroupState.EMPTY.value))
     wanted_states = set(getattr(request.body, "states_filter", None) or ())
     cls = codec.response_class(ApiKey.LIST_GROUPS)
     groups = [

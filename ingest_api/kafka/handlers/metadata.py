@@ -1,8 +1,10 @@
 """ApiVersions, Metadata and FindCoordinator: the bootstrap conversation.
 
-This gateway is a single broker: it is every partition's leader, the controller (admin
-clients send CreateTopics there and loop forever on ``controller_id = -1``) and every
-group's coordinator. Its host/port are the *advertised* ones.
+A lone gateway is every partition's leader, the controller (admin clients send CreateTopics
+there and loop forever on ``controller_id = -1``) and every group's coordinator. Its host/port
+are the *advertised* ones. In a cluster (``ctx.cluster``) Metadata comes from the routes
+(:mod:`ingest_api.kafka.handlers.cluster_metadata`) and coordinators from a stable hash
+(:mod:`ingest_api.kafka.topology`); this broker stays the controller.
 """
 
 from __future__ import annotations
@@ -10,18 +12,21 @@ from __future__ import annotations
 from typing import Any
 
 from ingest_api.kafka import codec
+from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
+from ingest_api.kafka.handlers import cluster_metadata
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import ensure_topic, visible_topics
+from ingest_api.kafka.topology import CoordinatorKind, KafkaNode
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
 #: Metadata requests may ask for topic auto-creation from this version on (before: always).
 AUTO_CREATE_FLAG_VERSION = 4
-#: FindCoordinator key types: consumer groups and transactional ids (this broker for both).
-GROUP_KEY_TYPE = 0
-TRANSACTION_KEY_TYPE = 1
+#: FindCoordinator key types: consumer groups and transactional ids.
+GROUP_KEY_TYPE = CoordinatorKind.GROUP.value
+TRANSACTION_KEY_TYPE = CoordinatorKind.TRANSACTION.value
 FIND_COORDINATOR_BATCHED_VERSION = 4
 
 
@@ -48,6 +53,8 @@ async def handle_metadata(ctx: GatewayContext, conn: Connection, request: KafkaR
             ]
         return [(name, *ensure_topic(ctx.store, name, auto_create)) for name in requested if name is not None]
 
+    if ctx.cluster is not None:
+        return await _cluster_metadata(ctx, ctx.cluster, request, requested, auto_create)
     topics = await ctx.run_blocking(lookup)
     cls = codec.response_class(ApiKey.METADATA)
     node = ctx.config.node_id
@@ -61,6 +68,37 @@ async def handle_metadata(ctx: GatewayContext, conn: Connection, request: KafkaR
         cluster_id=ctx.config.cluster_id,
         controller_id=node,
         topics=[_topic_entry(ctx, cls, name, error, count) for name, error, count in topics],
+    )
+
+
+async def _cluster_metadata(
+    ctx: GatewayContext,
+    link: ClusterLink,
+    request: KafkaRequest,
+    requested: list[str] | None,
+    auto_create: bool,
+) -> bytes:
+    found = await ctx.run_blocking(cluster_metadata.lookup_topics, link, requested, auto_create)
+    cls = codec.response_class(ApiKey.METADATA)
+    nodes = cluster_metadata.brokers(ctx, link)
+    return codec.encode_response(
+        request,
+        throttle_time_ms=0,
+        brokers=[
+            cls.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None) for n in nodes
+        ],
+        cluster_id=ctx.config.cluster_id,
+        controller_id=ctx.config.node_id,
+        topics=[
+            cls.MetadataResponseTopic(
+                error_code=error,
+                name=name,
+                topic_id=ctx.topic_id(name) if placement is not None else None,
+                is_internal=False,
+                partitions=[] if placement is None else cluster_metadata.partitions(cls, link, placement),
+            )
+            for name, error, placement in found
+        ],
     )
 
 
@@ -91,22 +129,41 @@ def _topic_entry(ctx: GatewayContext, cls: Any, name: str, error: ErrorCode, cou
 async def handle_find_coordinator(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)  # v0 has none: a group
-    known = key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE)
-    error = ErrorCode.NONE if known else ErrorCode.INVALID_REQUEST
-    node, host, port = ctx.config.node_id, ctx.advertised_host, ctx.advertised_port
     if request.api_version >= FIND_COORDINATOR_BATCHED_VERSION:
         cls = codec.response_class(ApiKey.FIND_COORDINATOR)
-        coordinators = [
-            cls.Coordinator(key=key, node_id=node, host=host, port=port, error_code=error, error_message=None)
-            for key in body.coordinator_keys
-        ]
+        coordinators = []
+        for key in body.coordinator_keys:
+            error, node = _coordinator(ctx, key_type, key)
+            coordinators.append(
+                cls.Coordinator(
+                    key=key,
+                    node_id=node.node_id if node else -1,
+                    host=node.host if node else "",
+                    port=node.port if node else -1,
+                    error_code=error,
+                    error_message=None,
+                )
+            )
         return codec.encode_response(request, throttle_time_ms=0, coordinators=coordinators)
+    error, node = _coordinator(ctx, key_type, body.key)
     return codec.encode_response(
         request,
         throttle_time_ms=0,
         error_code=error,
         error_message=None,
-        node_id=node if error == ErrorCode.NONE else -1,
-        host=host if error == ErrorCode.NONE else "",
-        port=port if error == ErrorCode.NONE else -1,
+        node_id=node.node_id if node else -1,
+        host=node.host if node else "",
+        port=node.port if node else -1,
     )
+
+
+def _coordinator(ctx: GatewayContext, key_type: int, key: str) -> tuple[ErrorCode, KafkaNode | None]:
+    """The coordinator of one key: this broker when alone, else the stable hash's choice."""
+    if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+        return ErrorCode.INVALID_REQUEST, None
+    if ctx.cluster is None:
+        return ErrorCode.NONE, KafkaNode(ctx.config.node_id, ctx.advertised_host, ctx.advertised_port, "")
+    choice = ctx.cluster.coordinator(key, CoordinatorKind(key_type))
+    if choice.node is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+    return ErrorCode.NONE, choice.node

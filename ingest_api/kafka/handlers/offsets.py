@@ -2,7 +2,10 @@
 
 Committed offsets live in the store's offsetTable (``topic@group``, "next offset to
 consume"), shared with the HTTP and Spark doors, so ``store.lag`` and ``GET
-/groups/{group}/lag`` see Kafka commits. ``committed_metadata`` strings are kept in memory.
+/groups/{group}/lag`` see Kafka commits; in a cluster, in the offsetTable of each queue's owner
+(:mod:`ingest_api.kafka.handlers.group_offsets`). ``committed_metadata`` strings are kept in
+the coordinator's memory. ListOffsets of a partition another broker owns answers
+NOT_LEADER_OR_FOLLOWER.
 
 ListOffsets by timestamp: the store indexes *store* time, Kafka asks about record
 (CreateTime = born) time. ``offset_for_timestamp(T)`` gives the first message stored at or
@@ -22,11 +25,14 @@ from ingest_api.kafka import codec
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
-from ingest_api.kafka.handlers.base import Connection
-from ingest_api.kafka.handlers.topics import partition_count
+from ingest_api.kafka.handlers import group_offsets
+from ingest_api.kafka.handlers.base import Connection, not_coordinator
+from ingest_api.kafka.handlers.group_offsets import Committed
+from ingest_api.kafka.handlers.topics import partition_count, served_partition_error
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.topology import CoordinatorKind
 from ingest_api.kafka.versions import ApiKey
-from store import Boundary, InvalidArgument, StoreError, UnknownQueue, UnknownTopic
+from store import Boundary, UnknownQueue, UnknownTopic
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +54,7 @@ def _born_ms(store: KafkaStore, topic: str, partition: int, offset: int, count: 
 def lookup_offset(
     store: KafkaStore, topic: str, partition: int, timestamp: int
 ) -> tuple[ErrorCode, int, int]:
-    """Blocking: ``(error, offset, timestamp)`` for one ListOffsets partition."""
+    """Blocking: ``(error, offset, timestamp)`` for one ListOffsets partition of the store."""
     count = partition_count(store, topic)
     if count is None or not 0 <= partition < count:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
@@ -81,6 +87,9 @@ async def handle_list_offsets(ctx: GatewayContext, conn: Connection, request: Ka
     wanted = [(t.name, p.partition_index, p.timestamp) for t in request.body.topics for p in t.partitions]
 
     def lookup_one(topic: str, partition: int, timestamp: int) -> tuple[ErrorCode, int, int]:
+        served = served_partition_error(ctx, topic, partition)
+        if served != ErrorCode.NONE:
+            return served, -1, -1
         try:
             return lookup_offset(ctx.store, topic, partition, timestamp)
         except (UnknownTopic, UnknownQueue):  # deleted while we looked
@@ -117,12 +126,13 @@ async def handle_offset_commit(ctx: GatewayContext, conn: Connection, request: K
         for t in body.topics
         for p in t.partitions
     ]
-    verdict = ctx.coordinator.validate_commit(group, generation, body.member_id)
     errors: list[ErrorCode]
-    if verdict != ErrorCode.NONE:
+    if not_coordinator(ctx, group, CoordinatorKind.GROUP):
+        errors = [ErrorCode.NOT_COORDINATOR] * len(commits)
+    elif (verdict := ctx.coordinator.validate_commit(group, generation, body.member_id)) != ErrorCode.NONE:
         errors = [verdict] * len(commits)
     else:
-        errors = await ctx.run_blocking(_commit_all, ctx.store, group, commits)
+        errors = await group_offsets.commit(ctx, group, commits)
         for (topic, partition, _, metadata), error in zip(commits, errors, strict=True):
             if error == ErrorCode.NONE and metadata:
                 ctx.commit_metadata[(group, topic, partition)] = metadata
@@ -135,62 +145,13 @@ async def handle_offset_commit(ctx: GatewayContext, conn: Connection, request: K
     return codec.encode_response(request, throttle_time_ms=0, topics=topics)
 
 
-def _commit_all(
-    store: KafkaStore, group: str, commits: list[tuple[str, int, int, str | None]]
-) -> list[ErrorCode]:
-    errors: list[ErrorCode] = []
-    per_topic: dict[str, dict[int, int]] = {}
-    for topic, partition, offset, _ in commits:
-        count = partition_count(store, topic)
-        if count is None or not 0 <= partition < count:
-            errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            continue
-        per_topic.setdefault(topic, {})[partition] = offset
-        errors.append(ErrorCode.NONE)
-    failed: dict[str, ErrorCode] = {}
-    for topic, offsets in per_topic.items():
-        try:
-            store.commit_offsets(group, topic, offsets)
-        except InvalidArgument as exc:
-            log.info("offset commit for group %r refused: %s", group, exc)
-            failed[topic] = ErrorCode.INVALID_GROUP_ID
-        except StoreError:
-            log.exception("offset commit for group %r topic %r failed", group, topic)
-            failed[topic] = ErrorCode.UNKNOWN_SERVER_ERROR
-    return [
-        failed.get(topic, error) if error == ErrorCode.NONE else error
-        for (topic, _, _, _), error in zip(commits, errors, strict=True)
-    ]
-
-
 # --- OffsetFetch ---------------------------------------------------------------------------------
-TopicQuery = list[tuple[str, list[int]]] | None
-Committed = list[tuple[str, list[tuple[int, int]]]]
-
-
-def fetch_committed(store: KafkaStore, group: str, topics: TopicQuery) -> tuple[ErrorCode, Committed]:
-    """Blocking: committed offsets (-1 when none); ``topics=None`` = every committed partition."""
-    try:
-        if topics is None:
-            names = sorted(store.groups().get(group, []))
-            committed = [(name, sorted(store.committed_offsets(group, name).items())) for name in names]
-            return ErrorCode.NONE, committed
-        result: Committed = []
-        for name, partitions in topics:
-            offsets = _committed_or_empty(store, group, name)
-            result.append((name, [(p, offsets.get(p, -1)) for p in partitions]))
-        return ErrorCode.NONE, result
-    except InvalidArgument:
-        return ErrorCode.INVALID_GROUP_ID, []
-
-
-def _committed_or_empty(store: KafkaStore, group: str, topic: str) -> dict[int, int]:
-    try:
-        return store.committed_offsets(group, topic)
-    except InvalidArgument:
-        raise
-    except StoreError:
-        return {}
+async def _committed(
+    ctx: GatewayContext, group: str, query: group_offsets.TopicQuery
+) -> tuple[ErrorCode, Committed]:
+    if not_coordinator(ctx, group, CoordinatorKind.GROUP):
+        return ErrorCode.NOT_COORDINATOR, []
+    return await group_offsets.fetch(ctx, group, query)
 
 
 async def handle_offset_fetch(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
@@ -202,11 +163,11 @@ async def handle_offset_fetch(ctx: GatewayContext, conn: Connection, request: Ka
             query = (
                 None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
             )
-            error, committed = await ctx.run_blocking(fetch_committed, ctx.store, group.group_id, query)
+            error, committed = await _committed(ctx, group.group_id, query)
             answers.append(_group_answer(ctx, cls, group.group_id, error, committed))
         return codec.encode_response(request, throttle_time_ms=0, groups=answers)
     query = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
-    error, committed = await ctx.run_blocking(fetch_committed, ctx.store, body.group_id, query)
+    error, committed = await _committed(ctx, body.group_id, query)
     topic_cls = cls.OffsetFetchResponseTopic
     topics = [
         topic_cls(

@@ -29,27 +29,32 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest_api.kafka import codec
+from ingest_api.kafka import codec, txn_cluster
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import CorruptBatch, ErrorCode
 from ingest_api.kafka.handlers.base import Connection
-from ingest_api.kafka.handlers.topics import partition_error
+from ingest_api.kafka.handlers.topics import served_partition_error
 from ingest_api.kafka.handlers.transactions import half_of, init_transactional
 from ingest_api.kafka.mapping import batch_to_columns, record_to_message
 from ingest_api.kafka.names import to_store
 from ingest_api.kafka.producer_state import BatchMetadata, SequenceVerdict, next_sequence
 from ingest_api.kafka.records import ProducedBatch, decode_batches
 from ingest_api.kafka.store_port import KafkaStore
+from ingest_api.kafka.topology import CoordinatorKind
 from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH
+from ingest_api.kafka.txn_peers import participant_join
 from ingest_api.kafka.versions import ApiKey
 from store import (
     MAX_PRODUCER_ID_CHARS,
     TRANS_HALF_TOPIC,
+    FlushSlaveTimeout,
     InvalidArgument,
     MessageTooLarge,
+    NotMaster,
     ProducerRef,
     PutResult,
+    SlaveNotAvailable,
     StoreClosed,
     StoreError,
     StoreNotWritable,
@@ -61,6 +66,9 @@ from store import (
 from store.publish import HalfOf
 
 log = logging.getLogger(__name__)
+
+#: Produce answers name a partition's current leader and its endpoint from this version on (KIP-951).
+CURRENT_LEADER_VERSION = 10
 
 
 @dataclass(slots=True)
@@ -87,7 +95,7 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
         for partition_data in topic_data.partition_data:
             item = _PartitionWork(topic_data.name, partition_data.index)
             work.append(item)
-            item.error = partition_error(ctx.store, item.topic, item.partition)
+            item.error = served_partition_error(ctx, item.topic, item.partition)
             if item.error != ErrorCode.NONE:
                 continue
             try:
@@ -133,18 +141,26 @@ def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
         previous = batch
 
 
-def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _PartitionWork) -> None:
-    """Step 2 for transactional batches: the producer's transaction takes them as halves."""
+async def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _PartitionWork) -> None:
+    """Step 2 for transactional batches: the producer's transaction takes them as halves (in a
+    cluster, on a broker that is not the transaction's coordinator: the transaction the
+    coordinator announced here, :func:`ingest_api.kafka.txn_peers.participant_join`)."""
     batch = item.batches[0]
-    error, sparkmq_id = ctx.txn.join(
-        transactional_id, batch.producer_id, batch.producer_epoch, partition=(item.topic, item.partition)
-    )
+    if ctx.cluster is not None and not ctx.cluster.coordinates(transactional_id, CoordinatorKind.TRANSACTION):
+        error, mirror = await participant_join(ctx, transactional_id, batch.producer_id, batch.producer_epoch)
+        if mirror is not None:
+            item.half = txn_cluster.half_of(
+                transactional_id, mirror.transaction_id, mirror.timeout_ms, participant=True
+            )
+    else:
+        error, sparkmq_id = ctx.txn.join(
+            transactional_id, batch.producer_id, batch.producer_epoch, partition=(item.topic, item.partition)
+        )
+        entry = ctx.txn.get(transactional_id)
+        if error == ErrorCode.NONE and entry is not None:
+            item.half = half_of(entry, sparkmq_id)
     if error != ErrorCode.NONE:
         item.error = ErrorCode.INVALID_PRODUCER_EPOCH if error == ErrorCode.PRODUCER_FENCED else error
-        return
-    entry = ctx.txn.get(transactional_id)
-    assert entry is not None
-    item.half = half_of(entry, sparkmq_id)
 
 
 def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
@@ -171,10 +187,25 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
             item.error = ErrorCode.INVALID_RECORD
         except (StoreNotWritable, StoreClosed) as exc:
             log.warning("produce %s-%d: store not writable: %s", item.topic, item.partition, exc)
-            item.error = ErrorCode.KAFKA_STORAGE_ERROR
+            item.error = replication_error(exc)
         except StoreError:
             log.exception("produce %s-%d failed", item.topic, item.partition)
             item.error = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def replication_error(exc: Exception) -> ErrorCode:
+    """The Kafka error of a refused write (docs/replication.md): fewer in sync than
+    ``--min-insync`` before appending is NOT_ENOUGH_REPLICAS, after appending
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND; an in-sync set that did not ack in time REQUEST_TIMED_OUT;
+    a replica that is not (or no longer) the master NOT_LEADER_OR_FOLLOWER (clients refresh
+    their metadata and go to the new master). Every one is retriable."""
+    if isinstance(exc, SlaveNotAvailable):
+        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if exc.appended else ErrorCode.NOT_ENOUGH_REPLICAS
+    if isinstance(exc, FlushSlaveTimeout):
+        return ErrorCode.REQUEST_TIMED_OUT
+    if isinstance(exc, NotMaster):  # ReplicaFenced included
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return ErrorCode.KAFKA_STORAGE_ERROR
 
 
 def _put(
@@ -350,6 +381,11 @@ async def handle_produce(ctx: GatewayContext, conn: Connection, request: KafkaRe
     _count_produced(ctx, work, time.perf_counter() - started)
     if not codec.expects_response(request):
         return None
+    if request.api_version >= CURRENT_LEADER_VERSION:
+        responses, endpoints = _responses_with_leaders(ctx, work)
+        return codec.encode_response(
+            request, throttle_time_ms=0, responses=responses, node_endpoints=endpoints
+        )
     return codec.encode_response(request, throttle_time_ms=0, responses=_responses(work))
 
 
@@ -362,7 +398,7 @@ async def _append_idempotent(
             await locks.enter_async_context(ctx.producer_lock(producer_id))
         for item in work:
             if item.error == ErrorCode.NONE and item.transactional and transactional_id is not None:
-                _join_transaction(ctx, transactional_id, item)
+                await _join_transaction(ctx, transactional_id, item)
             if item.error == ErrorCode.NONE:
                 _check_sequences(ctx, item)
         await ctx.run_blocking(_append, ctx, work)
@@ -370,10 +406,34 @@ async def _append_idempotent(
             _record_sequences(ctx, item)
 
 
-def _responses(work: list[_PartitionWork]) -> list[Any]:
+def _responses_with_leaders(ctx: GatewayContext, work: list[_PartitionWork]) -> tuple[list[Any], list[Any]]:
+    """v10+ (KIP-951): a NOT_LEADER_OR_FOLLOWER partition names its leader, and the leaders'
+    endpoints come along, so librdkafka retries there without a Metadata round trip."""
+    cls = codec.response_class(ApiKey.PRODUCE)
+    partition_cls = cls.TopicProduceResponse.PartitionProduceResponse
+    leaders: dict[tuple[str, int], Any] = {}
+    endpoints: dict[int, Any] = {}
+    for item in work:
+        if item.error != ErrorCode.NOT_LEADER_OR_FOLLOWER or ctx.cluster is None:
+            continue
+        node = ctx.cluster.leader(item.topic, item.partition)
+        leaders[(item.topic, item.partition)] = partition_cls.LeaderIdAndEpoch(
+            leader_id=node.node_id if node else -1, leader_epoch=0
+        )
+        if node is not None:
+            endpoints[node.node_id] = cls.NodeEndpoint(
+                node_id=node.node_id, host=node.host, port=node.port, rack=None
+            )
+    return _responses(work, leaders), list(endpoints.values())
+
+
+def _responses(work: list[_PartitionWork], leaders: dict[tuple[str, int], Any] | None = None) -> list[Any]:
     cls = codec.response_class(ApiKey.PRODUCE)
     by_topic: dict[str, list[Any]] = {}
     for item in work:
+        extra: dict[str, Any] = {}
+        if leaders and (leader := leaders.get((item.topic, item.partition))) is not None:
+            extra["current_leader"] = leader
         by_topic.setdefault(item.topic, []).append(
             cls.TopicProduceResponse.PartitionProduceResponse(
                 index=item.partition,
@@ -383,6 +443,7 @@ def _responses(work: list[_PartitionWork]) -> list[Any]:
                 log_start_offset=item.log_start_offset,
                 record_errors=[],
                 error_message=None,
+                **extra,
             )
         )
     return [

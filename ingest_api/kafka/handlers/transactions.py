@@ -1,6 +1,6 @@
 """Kafka transactions: InitProducerId with a transactional id, AddPartitionsToTxn,
-AddOffsetsToTxn, TxnOffsetCommit, EndTxn, DescribeTransactions, ListTransactions; the broker's
-abort of timed-out transactions; and the recovery at start.
+AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions; the broker's abort of timed-out
+transactions; and the recovery at start (TxnOffsetCommit: :mod:`ingest_api.kafka.handlers.txn_offsets`).
 
 A Kafka transaction is a sparkmq transaction (docs/transactions.md, "Kafka transactions"): its
 records are halves (:mod:`ingest_api.kafka.handlers.produce`), its TxnOffsetCommits one
@@ -10,33 +10,33 @@ applied to the group's offsetTable; abort = the op only. The state machine is
 :mod:`ingest_api.kafka.txn_coordinator`; every request here holds its transactional id's lock
 around decide + I/O + done, and the producer id's lock around the end itself, so no Produce of
 that producer is half-way through while its transaction ends.
+
+In a cluster only the transaction's coordinator serves the control APIs (others answer
+NOT_COORDINATOR), partitions and offsets may live on other brokers, and ends reach every
+broker that holds part of the transaction (:mod:`ingest_api.kafka.txn_cluster`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
-from ingest_api.kafka import codec
+from ingest_api.kafka import codec, txn_cluster
 from ingest_api.kafka.codec import KafkaRequest
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
-from ingest_api.kafka.handlers.base import Connection
-from ingest_api.kafka.handlers.topics import partition_error
-from ingest_api.kafka.names import to_store
+from ingest_api.kafka.handlers.base import Connection, not_coordinator
+from ingest_api.kafka.handlers.topics import known_partition_error
+from ingest_api.kafka.topology import CoordinatorKind
+from ingest_api.kafka.txn_cluster import After
+from ingest_api.kafka.txn_cluster_recovery import PendingEnd, recover_cluster
 from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH, PREPARING, TxnEntry, TxnState
-from ingest_api.kafka.txn_state import DurableId, producer_group, recover
+from ingest_api.kafka.txn_state import DurableId, recover
 from ingest_api.kafka.versions import PRODUCER_FENCED_SINCE, ApiKey
 from store import SparkMQError
-from store.publish import EndRequest, HalfOf, TxOffsets, TxOutcome, UnknownTransaction
+from store.publish import HalfOf, TxOutcome
 
 log = logging.getLogger(__name__)
-
-#: Added to ``transaction.timeout.ms`` for the halves' CHECK_IMMUNITY_TIME_IN_SECONDS: the Spark
-#: transaction resolver (made for HTTP producers) never checks a Kafka transaction before the
-#: gateway had its chance to abort it.
-CHECK_GRACE_S = 60
 
 
 def fenced(api_key: ApiKey, version: int, error: ErrorCode) -> ErrorCode:
@@ -47,26 +47,19 @@ def fenced(api_key: ApiKey, version: int, error: ErrorCode) -> ErrorCode:
 
 
 def half_of(entry: TxnEntry, sparkmq_id: str) -> HalfOf:
-    immunity_s = math.ceil(entry.timeout_ms / 1000) + CHECK_GRACE_S
-    return HalfOf(producer_group(entry.transactional_id), sparkmq_id, immunity_s)
+    return txn_cluster.half_of(entry.transactional_id, sparkmq_id, entry.timeout_ms)
 
 
-async def _end(ctx: GatewayContext, entry: TxnEntry, sparkmq_id: str, commit: bool) -> bool:
-    """End the sparkmq transaction under the producer's lock; returns whether it committed.
-    A transaction without any half (partitions added, nothing written) ends in memory only."""
-    request = EndRequest(
-        sparkmq_id,
-        TxOutcome.COMMIT if commit else TxOutcome.ROLLBACK,
-        producer_group(entry.transactional_id),
-        want_results=False,
-    )
-    async with ctx.producer_lock(entry.producer_id):
-        (ended,) = await ctx.run_blocking(ctx.transactions.end_many, [request])
-    if isinstance(ended, UnknownTransaction):
-        return commit
-    if isinstance(ended, Exception):
-        raise ended
-    return ended.outcome is TxOutcome.COMMIT
+async def _end(
+    ctx: GatewayContext, entry: TxnEntry, sparkmq_id: str, commit: bool, after: After | None = None
+) -> bool | None:
+    """End the sparkmq transaction everywhere it has halves; whether it committed, or ``None``
+    while an end is still being delivered to a participant (then ``after`` runs once it is)."""
+    return await txn_cluster.end_everywhere(ctx, entry, sparkmq_id, commit, after)
+
+
+def _elsewhere(ctx: GatewayContext, transactional_id: str) -> bool:
+    return not_coordinator(ctx, transactional_id, CoordinatorKind.TRANSACTION)
 
 
 async def _new_epoch(ctx: GatewayContext, entry: TxnEntry | None) -> tuple[int, int]:
@@ -89,6 +82,8 @@ async def init_transactional(ctx: GatewayContext, request: KafkaRequest) -> byte
             request, throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch
         )
 
+    if _elsewhere(ctx, tid):
+        return answer(ErrorCode.NOT_COORDINATOR)
     async with ctx.txn_lock(tid):
         plan = ctx.txn.plan_init(tid, timeout_ms, given_id, given_epoch)
         if plan.error != ErrorCode.NONE:
@@ -96,11 +91,13 @@ async def init_transactional(ctx: GatewayContext, request: KafkaRequest) -> byte
         entry = ctx.txn.get(tid)
         if plan.abort is not None and entry is not None:
             try:
-                await _end(ctx, entry, plan.abort, commit=False)
+                aborted = await _end(ctx, entry, plan.abort, commit=False)
             except SparkMQError:
                 log.exception("InitProducerId %r: aborting %s failed", tid, plan.abort)
                 ctx.txn.end_done(tid, None)
                 return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            if aborted is None:  # the abort still has to reach a participant: retry later
+                return answer(ErrorCode.CONCURRENT_TRANSACTIONS)
         if plan.new_producer_id:
             producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
         else:
@@ -121,14 +118,19 @@ async def handle_add_partitions_to_txn(ctx: GatewayContext, conn: Connection, re
     wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
 
     def check_all() -> list[ErrorCode]:
-        return [partition_error(ctx.store, topic, partition) for topic, partition in wanted]
+        return [known_partition_error(ctx, topic, partition) for topic, partition in wanted]
 
     errors = await ctx.run_blocking(check_all)
-    if any(e != ErrorCode.NONE for e in errors):  # Kafka: the unknown ones, the rest not attempted
+    if _elsewhere(ctx, tid):
+        errors = [ErrorCode.NOT_COORDINATOR] * len(wanted)
+    elif any(e != ErrorCode.NONE for e in errors):  # Kafka: the unknown ones, the rest not attempted
         errors = [ErrorCode.OPERATION_NOT_ATTEMPTED if e == ErrorCode.NONE else e for e in errors]
     else:
         async with ctx.txn_lock(tid):
             error = ctx.txn.add_partitions(tid, producer_id, epoch, wanted)
+            entry = ctx.txn.get(tid)
+            if error == ErrorCode.NONE and entry is not None:
+                error = await txn_cluster.enlist(ctx, entry, wanted)
         errors = [fenced(ApiKey.ADD_PARTITIONS_TO_TXN, request.api_version, error)] * len(wanted)
     cls = codec.response_class(ApiKey.ADD_PARTITIONS_TO_TXN)
     topic_cls = cls.AddPartitionsToTxnTopicResult
@@ -144,85 +146,20 @@ async def handle_add_partitions_to_txn(ctx: GatewayContext, conn: Connection, re
 async def handle_add_offsets_to_txn(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
     tid = str(body.transactional_id)
+    if _elsewhere(ctx, tid):
+        return codec.encode_response(request, throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     async with ctx.txn_lock(tid):
         error = ctx.txn.add_offsets(tid, body.producer_id, body.producer_epoch, str(body.group_id))
     error = fenced(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, error)
     return codec.encode_response(request, throttle_time_ms=0, error_code=error)
 
 
-# --- TxnOffsetCommit -------------------------------------------------------------------------------
-async def handle_txn_offset_commit(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
-    """Sent to the *group* coordinator (this broker): the offsets become an offsets half of the
-    producer's transaction, applied to the group only when it commits."""
-    body = request.body
-    tid, group = str(body.transactional_id), str(body.group_id)
-    commits = [(t.name, p.partition_index, p.committed_offset) for t in body.topics for p in t.partitions]
-    error = _membership(ctx, group, getattr(body, "generation_id", -1), getattr(body, "member_id", ""))
-    if error == ErrorCode.NONE:
-        errors = await ctx.run_blocking(lambda: [partition_error(ctx.store, t, p) for t, p, _ in commits])
-        if any(e != ErrorCode.NONE for e in errors):
-            return _txn_offset_answer(request, commits, errors)
-        error = await _put_offsets(ctx, tid, group, body.producer_id, body.producer_epoch, commits)
-    error = ErrorCode.INVALID_PRODUCER_EPOCH if error == ErrorCode.PRODUCER_FENCED else error
-    return _txn_offset_answer(request, commits, [error] * len(commits))
-
-
-def _membership(ctx: GatewayContext, group: str, generation: int, member_id: str) -> ErrorCode:
-    """Kafka checks member and generation only when the consumer names them (v3+)."""
-    if generation < 0 and not member_id:
-        return ErrorCode.NONE
-    verdict = ctx.coordinator.validate_commit(group, generation, member_id)
-    return ErrorCode.NONE if verdict == ErrorCode.REBALANCE_IN_PROGRESS else verdict
-
-
-async def _put_offsets(
-    ctx: GatewayContext,
-    tid: str,
-    group: str,
-    producer_id: int,
-    epoch: int,
-    commits: list[tuple[str, int, int]],
-) -> ErrorCode:
-    async with ctx.txn_lock(tid):
-        error, sparkmq_id = ctx.txn.join(tid, producer_id, epoch, group=group)
-        if error != ErrorCode.NONE:
-            return error
-        entry = ctx.txn.get(tid)
-        assert entry is not None
-        offsets: dict[str, dict[int, int]] = {}
-        for topic, partition, offset in commits:
-            offsets.setdefault(to_store(topic), {})[partition] = offset
-        try:
-            async with ctx.producer_lock(producer_id):
-                await ctx.run_blocking(
-                    ctx.transactions.put_offsets,
-                    half_of(entry, sparkmq_id),
-                    TxOffsets(to_store(group), offsets),
-                )
-        except SparkMQError:
-            log.exception("TxnOffsetCommit of %r for group %r failed", tid, group)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return ErrorCode.NONE
-
-
-def _txn_offset_answer(
-    request: KafkaRequest, commits: list[tuple[str, int, int]], errors: list[ErrorCode]
-) -> bytes:
-    cls = codec.response_class(ApiKey.TXN_OFFSET_COMMIT)
-    topic_cls = cls.TxnOffsetCommitResponseTopic
-    by_topic: dict[str, list[Any]] = {}
-    for (topic, partition, _), error in zip(commits, errors, strict=True):
-        by_topic.setdefault(topic, []).append(
-            topic_cls.TxnOffsetCommitResponsePartition(partition_index=partition, error_code=error)
-        )
-    topics = [topic_cls(name=name, partitions=parts) for name, parts in by_topic.items()]
-    return codec.encode_response(request, throttle_time_ms=0, topics=topics)
-
-
 # --- EndTxn ----------------------------------------------------------------------------------------
 async def handle_end_txn(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     body = request.body
     tid, commit = str(body.transactional_id), bool(body.committed)
+    if _elsewhere(ctx, tid):
+        return codec.encode_response(request, throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     async with ctx.txn_lock(tid):
         error, sparkmq_id = ctx.txn.plan_end(tid, body.producer_id, body.producer_epoch, commit)
         entry = ctx.txn.get(tid)
@@ -234,8 +171,11 @@ async def handle_end_txn(ctx: GatewayContext, conn: Connection, request: KafkaRe
                 ctx.txn.end_done(tid, None)
                 error = ErrorCode.COORDINATOR_NOT_AVAILABLE
             else:
-                ctx.txn.end_done(tid, committed)
-                if committed != commit:  # ended before, another way (the resolver's discard)
+                # None: decided and durable, still being delivered to a participant (Kafka
+                # answers once the decision is logged, and writes its markers afterwards).
+                if committed is not None:
+                    ctx.txn.end_done(tid, committed)
+                if committed is not None and committed != commit:  # ended before, another way
                     error = ErrorCode.INVALID_TXN_STATE
     error = fenced(ApiKey.END_TXN, request.api_version, error)
     return codec.encode_response(request, throttle_time_ms=0, error_code=error)
@@ -256,31 +196,40 @@ async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: 
             entry.timeout_ms,
         )
         ctx.txn.plan_end(transactional_id, entry.producer_id, entry.epoch, commit=False)
+
+        async def fence() -> None:
+            producer_id, epoch = await _new_epoch(ctx, entry)
+            last_epoch = entry.epoch if producer_id == entry.producer_id else -1
+            await ctx.run_blocking(
+                ctx.transactional_ids.save,
+                transactional_id,
+                DurableId(producer_id, epoch, last_epoch, entry.timeout_ms),
+            )
+            ctx.txn.fence_done(transactional_id, producer_id, epoch)
+
         try:
-            await _end(ctx, entry, sparkmq_id, commit=False)
+            aborted = await _end(ctx, entry, sparkmq_id, commit=False, after=fence)
         except SparkMQError:
             log.exception("aborting timed-out transaction %s failed; retrying later", sparkmq_id)
             ctx.txn.end_done(transactional_id, None)
             return
-        producer_id, epoch = await _new_epoch(ctx, entry)
-        last_epoch = entry.epoch if producer_id == entry.producer_id else -1
-        await ctx.run_blocking(
-            ctx.transactional_ids.save,
-            transactional_id,
-            DurableId(producer_id, epoch, last_epoch, entry.timeout_ms),
-        )
-        ctx.txn.fence_done(transactional_id, producer_id, epoch)
+        if aborted is not None:  # else the fence follows once every participant has aborted
+            await fence()
 
 
-def recover_transactions(ctx: GatewayContext) -> int:
-    """Blocking, before serving: rebuild the coordinator and abort orphaned transactions."""
+def recover_transactions(ctx: GatewayContext) -> list[PendingEnd]:
+    """Blocking, before serving: rebuild the coordinator and abort orphaned transactions; in a
+    cluster also returns the decided ends still to deliver (start them on the loop)."""
     orphans = recover(ctx.txn, ctx.transactional_ids, ctx.transactions)
+    pending: list[PendingEnd] = []
+    if ctx.cluster is not None:
+        orphans, pending = recover_cluster(ctx, orphans)
     for sparkmq_id in orphans:
         tx = ctx.transactions.get(sparkmq_id)
         if tx is not None:
             log.warning("transaction %s has no current producer epoch: aborting it", sparkmq_id)
             ctx.transactions.end(sparkmq_id, TxOutcome.ROLLBACK, tx.producer_group)
-    return len(orphans)
+    return pending
 
 
 # --- DescribeTransactions / ListTransactions -------------------------------------------------------
@@ -290,10 +239,12 @@ async def handle_describe_transactions(ctx: GatewayContext, conn: Connection, re
     states = []
     for tid in request.body.transactional_ids:
         entry = ctx.txn.get(tid)
-        if entry is None:
+        elsewhere = _elsewhere(ctx, tid)
+        if entry is None or elsewhere:
+            missing = ErrorCode.NOT_COORDINATOR if elsewhere else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
             states.append(
                 state_cls(
-                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    error_code=missing,
                     transactional_id=tid,
                     transaction_state="",
                     transaction_timeout_ms=0,
@@ -336,7 +287,8 @@ async def handle_list_transactions(ctx: GatewayContext, conn: Connection, reques
             transactional_id=e.transactional_id, producer_id=e.producer_id, transaction_state=e.state.value
         )
         for e in ctx.txn.entries()
-        if (not wanted_states or e.state.value in wanted_states)
+        if not _elsewhere(ctx, e.transactional_id)
+        and (not wanted_states or e.state.value in wanted_states)
         and (not wanted_ids or e.producer_id in wanted_ids)
         and (duration < 0 or (e.state is TxnState.ONGOING and now - e.started_ms > duration))
     ]

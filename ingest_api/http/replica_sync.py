@@ -1,0 +1,149 @@
+"""What a slave copies from its master besides the CommitLog (RocketMQ's ``SlaveSynchronize``).
+
+The CommitLog reaches slaves byte for byte through the HA stream; consumer offsets
+(``consumerOffset.json``) and delay offsets (``delayOffset.json``) are side tables. A slave
+pulls them from its master every :data:`SYNC_INTERVAL_S` (RocketMQ: every 60 s) and applies
+them locally, so a slave promoted by a failover starts from offsets at most that old: an HTTP
+or Kafka consumer group re-reads at most the last second's messages (at-least-once); Spark
+queries keep their offsets in their own checkpoints and are not affected. Topic configuration
+and the groups' settings live in ZooKeeper and need no copy.
+
+The master answers ``GET /replica/metadata`` (internal, left out of the OpenAPI document).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+
+from cluster import ClusterNode
+from ingest_api.http.broker import Broker
+from ingest_api.http.deps import BrokerDep
+from ingest_api.http.peers import PeerUnavailable
+from store import MessageStore
+
+log = logging.getLogger("sparkmq.replication")
+
+SYNC_INTERVAL_S = 1.0
+
+router = APIRouter(include_in_schema=False)
+
+
+def metadata_snapshot(store: MessageStore) -> dict[str, Any]:
+    """Every committed consumer offset and the delay offsets of this store."""
+    offsets = {
+        group: {
+            topic: {str(q): o for q, o in store.committed_offsets(group, topic).items()} for topic in topics
+        }
+        for group, topics in store.groups().items()
+    }
+    return {
+        "offsets": offsets,
+        "delay_offsets": {str(level): o for level, o in store.delay_offsets().items()},
+    }
+
+
+def apply_snapshot(store: MessageStore, snapshot: dict[str, Any]) -> int:
+    """Apply a master's snapshot; the number of (group, topic) tables that changed."""
+    changed = 0
+    for group, topics in snapshot.get("offsets", {}).items():
+        for topic, offsets in topics.items():
+            wanted = {int(q): int(o) for q, o in offsets.items()}
+            if store.has_topic(topic) and store.committed_offsets(group, topic) != wanted:
+                store.commit_offsets(group, topic, wanted)
+                changed += 1
+    delays = {int(level): int(o) for level, o in snapshot.get("delay_offsets", {}).items()}
+    if delays and delays != store.delay_offsets():
+        store.set_delay_offsets(delays)
+    return changed
+
+
+@router.get("/replica/metadata")
+async def replica_metadata(broker: BrokerDep) -> dict[str, Any]:
+    """The side tables a slave copies (its master's consumer and delay offsets)."""
+    return await run_in_threadpool(metadata_snapshot, broker.store)
+
+
+def replica_status(broker: Broker) -> dict[str, Any] | None:
+    """This member's replication status for ``GET /cluster`` (``None`` without replication)."""
+    ha = broker.replica
+    if ha is None:
+        return None
+    status = ha.status()
+    group = broker.replica_group
+    return {
+        "member_id": status.broker_id,
+        "role": status.role.name.lower(),
+        "epoch": status.epoch,
+        "epoch_start_offset": status.epoch_start_offset,
+        "max_offset": status.max_offset,
+        "confirm_offset": status.confirm_offset,
+        "in_sync": sorted(status.in_sync),
+        "master_address": status.master_address or None,
+        "connected": status.connected,
+        "slaves": [
+            {
+                "member_id": slave.broker_id,
+                "ack_offset": slave.ack_offset,
+                "lag_bytes": slave.lag_bytes,
+                "in_sync": slave.in_sync,
+            }
+            for slave in status.slaves
+        ],
+        "truncations": status.truncations,
+        "truncated_bytes": status.truncated_bytes,
+        "stale_frames_rejected": status.stale_frames_rejected,
+        "role_changes": group.describe() if group is not None else None,
+        "last_error": status.last_error or None,
+    }
+
+
+@router.get("/replica/status")
+async def replica_status_route(broker: BrokerDep) -> dict[str, Any]:
+    """This member's replication status (asked by ``GET /cluster`` on any broker)."""
+    return await run_in_threadpool(lambda: replica_status(broker) or {})
+
+
+class SlaveMetadataFollower:
+    """While this member is a slave, copies its master's side tables every second."""
+
+    def __init__(self, broker: Broker, node: ClusterNode, replica: Any) -> None:
+        self._broker = broker
+        self._node = node
+        self._replica = replica
+        self._task: asyncio.Task[None] | None = None
+        self.copies = 0
+        self.last_error = ""
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(SYNC_INTERVAL_S)
+            if self._node.serving:
+                continue
+            master = self._node.view.master_of(self._node.name)
+            if master is None:
+                continue
+            try:
+                answer = await self._broker.peers.request(master, self._node.name, "GET", "/replica/metadata")
+                if answer.status_code == 200:
+                    await run_in_threadpool(apply_snapshot, self._broker.store, answer.json())
+                    self.copies += 1
+            except (PeerUnavailable, ValueError) as exc:
+                self.last_error = str(exc)
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("copying the master's offsets failed: %s", self.last_error)

@@ -1,0 +1,34 @@
+"""``POST /kafka/peer/{op}``: calls of the other brokers' Kafka gateways (cluster mode).
+
+Broker to broker only (not in the OpenAPI spec): a transaction coordinator enlists this broker
+in a transaction, ends its part, or asks it to write transactional consumer offsets; a
+participant asks the coordinator which transaction is open. The bodies and answers are the Kafka
+gateway's (``ingest_api/kafka/peer_messages.py``); this route only hands the bytes to the running
+gateway (``Broker.kafka_peer``), so the protocol lives in one place.
+
+* 503 ``kafka_unavailable`` when this broker runs no Kafka gateway (or it is stopping): the
+  caller retries.
+* 400 for an unknown ``op`` or a malformed body.
+* With ``--auth-file`` the caller needs a token with ``admin: ["*"]``; the gateways send none,
+  so cross-broker Kafka transactions need auth off (docs/kafka_gateway.md#cluster).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from ingest_api.http.auth import authorize_global_admin
+from ingest_api.http.deps import BrokerDep, PrincipalDep
+from ingest_api.http.errors import ApiError
+
+router = APIRouter(prefix="/kafka/peer", tags=["kafka"], include_in_schema=False)
+
+
+@router.post("/{op}")
+async def kafka_peer_call(op: str, request: Request, broker: BrokerDep, principal: PrincipalDep) -> Response:
+    authorize_global_admin(principal)
+    service = broker.kafka_peer
+    if service is None:
+        raise ApiError(503, "kafka_unavailable", "no Kafka gateway runs on this broker", retriable=True)
+    answer: bytes = await service.handle(op, await request.body())
+    return Response(answer, media_type="application/json")

@@ -1,0 +1,394 @@
+"""A Jepsen-style run against one replica group: a workload, a nemesis, a history, a checker.
+
+* **Workload**: HTTP batches with Idempotency-Keys sent to any member (a slave forwards to its
+  master) and a confluent-kafka idempotent producer, every message a unique value. Each send is
+  recorded as ``invoke`` then ``ok`` (acknowledged), ``fail`` (refused: nothing stored) or
+  ``info`` (unknown outcome: a timeout, a lost connection after retries ran out).
+* **Nemesis**: cycles of ``kill -9`` of the master, ``SIGSTOP`` of the master for longer than
+  the ZooKeeper session then ``SIGCONT``, ``kill -9`` of a slave, each followed by a restart;
+  every failover (master kill or pause → first acknowledged produce under a new epoch) is
+  recorded with its time.
+* **Checker** (:func:`check`), message by message, after the group is healed and has converged:
+  every acknowledged value is in the final master's history exactly once (lost and duplicated
+  values are listed); nothing refused is there; every replica's CommitLog is byte-identical to
+  the final master's up to its own end (so no replica keeps a record the final history lacks,
+  and all agree up to the smallest replicated offset).
+
+Used by ``tests/cluster/test_jepsen.py`` (a short run in ``make test``) and
+``bench/jepsen_replication.py`` (the full run: 20+ cycles, printed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.cluster import TEST_SESSION_TIMEOUT_MS, ProcessCluster
+from tests.support.waiting import wait_until
+
+GROUP = "b1"
+TOPIC = "jepsen"
+QUEUES = 2
+MEMBERS = ("b1-a", "b1-b", "b1-c")
+#: sync replication, at least two in sync, SYNC_FLUSH: acknowledged means fsynced on two disks.
+BROKER_ARGS = ("--operators", "off", "--replication", "sync", "--min-insync", "2", "--flush", "sync")
+
+
+@dataclass
+class History:
+    """Every send: value -> outcome (``ok``, ``fail``, ``info``), and what the nemesis did."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    events: list[tuple[float, str]] = field(default_factory=list)
+    failovers: list[tuple[str, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: float = field(default_factory=time.monotonic)
+
+    def record(self, values: list[str], outcome: str) -> None:
+        with self.lock:
+            for value in values:
+                if self.outcomes.get(value) != "ok":  # an ok is never taken back
+                    self.outcomes[value] = outcome
+
+    def event(self, what: str) -> None:
+        with self.lock:
+            self.events.append((time.monotonic() - self.started, what))
+
+    def acknowledged(self) -> set[str]:
+        with self.lock:
+            return {v for v, outcome in self.outcomes.items() if outcome == "ok"}
+
+    def refused(self) -> set[str]:
+        with self.lock:
+            return {v for v, outcome in self.outcomes.items() if outcome == "fail"}
+
+
+# -- the group ----------------------------------------------------------------------------------
+
+
+def describe(cluster: ProcessCluster) -> dict[str, Any] | None:
+    """``GET /cluster``'s entry of the group, asked of any member that answers."""
+    for key in MEMBERS:
+        broker = cluster.brokers.get(key)
+        if broker is None or not broker.alive:
+            continue
+        with contextlib.suppress(httpx.HTTPError, StopIteration, ValueError):
+            answer = httpx.get(f"{broker.url}/cluster", timeout=3).json()
+            return next(b for b in answer["brokers"] if b["name"] == GROUP)
+    return None
+
+
+def master_key(cluster: ProcessCluster) -> str | None:
+    """The member key of the group's live master (as the members report their roles)."""
+    group = describe(cluster)
+    if group is None:
+        return None
+    by_id = {m["member_id"]: m for m in group.get("members") or []}
+    for key in MEMBERS:
+        broker = cluster.brokers.get(key)
+        if broker is None or not broker.alive:
+            continue
+        for member in by_id.values():
+            if member["http"] == broker.url and member["role"] == "master":
+                return key
+    return None
+
+
+def start_group(cluster: ProcessCluster) -> None:
+    for key in MEMBERS:
+        cluster.add(GROUP, ha=True, kafka=True, args=BROKER_ARGS, member=key)
+    wait_until(lambda: master_key(cluster), 90, "a master")
+    wait_until(lambda: len((describe(cluster) or {}).get("in_sync") or []) == len(MEMBERS), 90, "all in sync")
+    with cluster.http(MEMBERS[0]) as http:
+        created = http.put(f"/topics/{TOPIC}", json={"queues": QUEUES})
+        assert created.status_code in (200, 201), created.text
+
+
+# -- the workload ---------------------------------------------------------------------------------
+
+
+class HttpProducer(threading.Thread):
+    """Idempotent batches of 10 to a random live member, each retried under its key for up to
+    ``retry_s``; ok, fail (a refusal that stores nothing) or info (no answer in time)."""
+
+    def __init__(
+        self, cluster: ProcessCluster, history: History, stop: threading.Event, retry_s: float = 20.0
+    ):
+        super().__init__(name="jepsen-http", daemon=True)
+        self.cluster, self.history, self.stop, self.retry_s = cluster, history, stop, retry_s
+        self.sent = 0
+
+    def run(self) -> None:
+        batch_no = 0
+        while not self.stop.is_set():
+            values = [f"h-{batch_no}-{i}" for i in range(10)]
+            key = f"jepsen-{batch_no}"
+            body = {"messages": [{"body": v, "queue_id": i % QUEUES} for i, v in enumerate(values)]}
+            self.history.record(values, "info")
+            self.history.record(values, self._send(key, body))
+            batch_no += 1
+            self.sent += len(values)
+
+    def _send(self, key: str, body: dict[str, Any]) -> str:
+        deadline = time.monotonic() + self.retry_s
+        while time.monotonic() < deadline:
+            live = [b for k, b in self.cluster.brokers.items() if k in MEMBERS and b.alive]
+            if not live:
+                time.sleep(0.2)
+                continue
+            broker = random.choice(live)
+            try:
+                answer = httpx.post(
+                    f"{broker.url}/topics/{TOPIC}/messages:batch",
+                    json=body,
+                    headers={"Idempotency-Key": key},
+                    timeout=10,
+                )
+            except httpx.HTTPError:
+                continue  # unknown: retried under the same key
+            if answer.status_code == 201:
+                return "ok"
+            time.sleep(0.1)  # 503 (no master, not enough in sync, timeout), 421: retried
+        return "info"
+
+
+class KafkaProducer(threading.Thread):
+    """A confluent-kafka idempotent producer bootstrapped at every member."""
+
+    def __init__(self, cluster: ProcessCluster, history: History, stop: threading.Event):
+        super().__init__(name="jepsen-kafka", daemon=True)
+        self.cluster, self.history, self.stop = cluster, history, stop
+        self.sent = 0
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        servers = ",".join(
+            f"127.0.0.1:{b.kafka_port}"
+            for k, b in self.cluster.brokers.items()
+            if k in MEMBERS and b.kafka_port
+        )
+        producer = Producer(
+            {
+                "bootstrap.servers": servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "message.timeout.ms": 60_000,
+                "linger.ms": 5,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+
+        def delivered(err: Any, msg: Any) -> None:
+            value = msg.value().decode()
+            self.history.record([value], "ok" if err is None else ("fail" if not err.retriable() else "info"))
+
+        n = 0
+        while not self.stop.is_set():
+            value = f"k-{n}"
+            self.history.record([value], "info")
+            try:
+                producer.produce(TOPIC, value=value.encode(), partition=n % QUEUES, on_delivery=delivered)
+            except BufferError:
+                producer.poll(0.1)
+                continue
+            n += 1
+            self.sent += 1
+            producer.poll(0)
+            if n % 50 == 0:
+                time.sleep(0.05)
+        producer.flush(90)
+
+
+# -- the nemesis ----------------------------------------------------------------------------------
+
+
+def nemesis(cluster: ProcessCluster, history: History, cycles: int, seed: int = 7) -> None:
+    """``cycles`` faults in turn: kill -9 the master, pause the master past its session, kill -9
+    a slave; each time the victim restarts (or resumes) once the group has moved on."""
+    rng = random.Random(seed)
+    session_s = TEST_SESSION_TIMEOUT_MS / 1000
+    for cycle in range(cycles):
+        kind = ("kill-master", "pause-master", "kill-slave")[cycle % 3]
+        wait_until(lambda: master_key(cluster), 120, "a master before the fault")
+        master = master_key(cluster)
+        assert master is not None
+        epoch = (describe(cluster) or {}).get("epoch")
+        if kind == "kill-slave":
+            victim = rng.choice([k for k in MEMBERS if k != master and cluster.brokers[k].alive])
+            history.event(f"cycle {cycle}: kill -9 slave {victim}")
+            cluster.brokers[victim].kill()
+            time.sleep(rng.uniform(1, 3))
+            cluster.restart(victim)
+            continue
+        began = time.monotonic()
+        if kind == "kill-master":
+            history.event(f"cycle {cycle}: kill -9 master {master} (epoch {epoch})")
+            cluster.brokers[master].kill()
+        else:
+            history.event(
+                f"cycle {cycle}: SIGSTOP master {master} (epoch {epoch}) for {session_s * 2.5:.1f} s"
+            )
+            cluster.brokers[master].pause()
+        new_epoch = wait_until(partial(_newer_epoch, cluster, epoch), 120, "a new master")
+        took = _first_ack(cluster, began)
+        history.failovers.append((kind, took))
+        history.event(
+            f"cycle {cycle}: epoch {new_epoch}, first acknowledged produce {took:.2f} s after the fault"
+        )
+        if kind == "pause-master":
+            time.sleep(max(0.0, session_s * 2.5 - (time.monotonic() - began)))
+            cluster.brokers[master].resume()
+            history.event(f"cycle {cycle}: SIGCONT {master}")
+        else:
+            cluster.restart(master)
+            history.event(f"cycle {cycle}: restarted {master}")
+        wait_until(lambda: len((describe(cluster) or {}).get("in_sync") or []) >= 2, 120, "two in sync again")
+
+
+def _newer_epoch(cluster: ProcessCluster, epoch: int | None) -> int | None:
+    group = describe(cluster)
+    if group is None or epoch is None or (group.get("epoch") or 0) <= epoch or master_key(cluster) is None:
+        return None
+    return int(group["epoch"])
+
+
+def _first_ack(cluster: ProcessCluster, since: float) -> float:
+    """Seconds from ``since`` to the first produce the new master acknowledges."""
+    while True:
+        master = master_key(cluster)
+        if master is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.post(
+                    f"{cluster.brokers[master].url}/topics/{TOPIC}/messages",
+                    json={"body": f"probe-{time.monotonic_ns()}", "queue_id": 0},
+                    timeout=5,
+                )
+                if answer.status_code == 201:
+                    return time.monotonic() - since
+        time.sleep(0.05)
+
+
+# -- healing and checking -------------------------------------------------------------------------
+
+
+def heal(cluster: ProcessCluster) -> str:
+    """Every member running and caught up: the final master's key."""
+    for key in MEMBERS:
+        broker = cluster.brokers[key]
+        if broker.alive:
+            broker.resume()
+        else:
+            cluster.restart(key)
+    master = wait_until(lambda: master_key(cluster), 120, "a master after healing")
+
+    def converged() -> bool:
+        group = describe(cluster) or {}
+        members = group.get("members") or []
+        offsets = {m["replicated_offset"] for m in members}
+        return len(members) == len(MEMBERS) and len(offsets) == 1 and None not in offsets
+
+    wait_until(converged, 180, "every replica at the master's offset")
+    return master
+
+
+def drain(url: str) -> list[str]:
+    """Every message body of the topic, read from ``url`` (all queues, in offset order)."""
+    bodies: list[str] = []
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for queue in range(QUEUES):
+            offset = 0
+            while True:
+                page = http.get(
+                    f"/topics/{TOPIC}/queues/{queue}/messages",
+                    params={"offset": offset, "max_messages": 5000},
+                ).json()
+                bodies += [m["body"] for m in page["messages"]]
+                if not page["messages"]:
+                    break
+                offset = page["next_offset"]
+    return bodies
+
+
+@dataclass
+class Verdict:
+    acknowledged: int
+    lost: list[str]
+    duplicated: list[str]
+    aborted: list[str]
+    divergent: list[str]
+    failovers: list[tuple[str, float]]
+
+    @property
+    def valid(self) -> bool:
+        return not (self.lost or self.duplicated or self.aborted or self.divergent)
+
+
+def check(cluster: ProcessCluster, history: History) -> Verdict:
+    master = heal(cluster)
+    bodies = [b for b in drain(cluster.brokers[master].url) if not b.startswith("probe-")]
+    counts = Counter(bodies)
+    acknowledged = history.acknowledged()
+    ends = {m["http"]: m["replicated_offset"] for m in (describe(cluster) or {}).get("members") or []}
+    divergent = compare_logs(cluster, master, ends)
+    return Verdict(
+        acknowledged=len(acknowledged),
+        lost=sorted(acknowledged - set(counts)),
+        duplicated=sorted(v for v, n in counts.items() if n > 1),
+        aborted=sorted(history.refused() & set(counts)),
+        divergent=divergent,
+        failovers=list(history.failovers),
+    )
+
+
+def compare_logs(cluster: ProcessCluster, master: str, ends: dict[str, int]) -> list[str]:
+    """Each replica's CommitLog against the final master's, MiB by MiB, up to its own end."""
+    reference = cluster.brokers[master]
+    problems = []
+    for key in MEMBERS:
+        broker = cluster.brokers[key]
+        end = ends.get(broker.url)
+        if end is None:
+            problems.append(f"{key}: no replicated offset reported")
+            continue
+        for start, mine, theirs in zip_chunks(broker.store_dir, reference.store_dir, end):
+            if mine != theirs:
+                problems.append(f"{key} differs from {master} in [{start}, {start + (1 << 20)})")
+                break
+    return problems
+
+
+def zip_chunks(left: Path, right: Path, end: int) -> Iterator[tuple[int, str, str]]:
+    chunk = 1 << 20
+    for start in range(0, end, chunk):
+        size = min(chunk, end - start)
+        yield start, _digest(left, start, size), _digest(right, start, size)
+
+
+def _digest(store_dir: Path, start: int, size: int) -> str:
+    files = sorted((store_dir / "commitlog").iterdir(), key=lambda p: int(p.name))
+    digest = hashlib.sha256()
+    remaining, position = size, start
+    for path in files:
+        base = int(path.name)
+        length = path.stat().st_size
+        if position >= base + length or remaining == 0:
+            continue
+        with path.open("rb") as f:
+            f.seek(position - base)
+            data = f.read(min(remaining, base + length - position))
+        digest.update(data)
+        remaining -= len(data)
+        position += len(data)
+    return digest.hexdigest()

@@ -1,0 +1,40 @@
+"""The replication run that decides issue 22, short: three faults (kill -9 of the master, the
+master paused past its session, kill -9 of a slave) under HTTP and Kafka load; the checker
+decides message by message. The full run (21 cycles) is ``python -m bench.jepsen_replication``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import jepsen
+from tests.support.cluster import ProcessCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.kafka]
+
+
+def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(tmp_path: Path) -> None:
+    with ProcessCluster.started(tmp_path, []) as cluster:
+        jepsen.start_group(cluster)
+        history = jepsen.History()
+        stop = threading.Event()
+        workers = [jepsen.HttpProducer(cluster, history, stop), jepsen.KafkaProducer(cluster, history, stop)]
+        for worker in workers:
+            worker.start()
+        try:
+            jepsen.nemesis(cluster, history, cycles=3)
+        finally:
+            stop.set()
+            for worker in workers:
+                worker.join(timeout=120)
+        verdict = jepsen.check(cluster, history)
+        for at, what in history.events:
+            print(f"{at:7.2f} s  {what}")
+        assert verdict.acknowledged > 100
+        assert verdict.lost == [], f"acknowledged but lost: {verdict.lost[:20]}"
+        assert verdict.duplicated == [], f"stored twice: {verdict.duplicated[:20]}"
+        assert verdict.aborted == [], f"refused but stored: {verdict.aborted[:20]}"
+        assert verdict.divergent == []
+        assert len(verdict.failovers) == 2

@@ -1,0 +1,65 @@
+"""Replica groups end to end: real broker processes, real ZooKeeper, the HA stream over TCP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import ProcessCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+def _group(cluster: ProcessCluster, via: str, name: str = "b1") -> dict[str, Any]:
+    return next(b for b in cluster.describe(via)["brokers"] if b["name"] == name)
+
+
+def _roles(cluster: ProcessCluster, via: str) -> dict[int, str]:
+    return {m["member_id"]: m["role"] for m in _group(cluster, via).get("members") or []}
+
+
+def test_failover_keeps_every_acknowledged_message(tmp_path: Path) -> None:
+    args = ("--operators", "off", "--replication", "sync", "--min-insync", "1")
+    with ProcessCluster.started(tmp_path, []) as cluster:
+        first = cluster.add("b1", ha=True, args=args, member="b1-a")
+        wait_until(lambda: "master" in _roles(cluster, "b1-a").values(), 30, "b1-a to lead")
+        cluster.add("b1", ha=True, args=args, member="b1-b")
+        wait_until(
+            lambda: (
+                sorted(_roles(cluster, "b1-a").values()) == ["master", "slave"]
+                and len(_group(cluster, "b1-a")["in_sync"]) == 2
+            ),
+            30,
+            "b1-b in sync",
+        )
+        with cluster.http("b1-b") as http:  # a slave forwards writes to its master
+            assert http.put("/topics/t", json={"queues": 2}).status_code == 201
+            acked = []
+            for i in range(50):
+                answer = http.post("/topics/t/messages", json={"body": f"m{i}", "queue_id": i % 2})
+                assert answer.status_code == 201, answer.text
+                acked.append(f"m{i}")
+        epoch_before = _group(cluster, "b1-b")["epoch"]
+        first.kill()
+        wait_until(
+            lambda: _roles(cluster, "b1-b") == {_group(cluster, "b1-b")["members"][0]["member_id"]: "master"},
+            30,
+            "b1-b to take over",
+        )
+        assert _group(cluster, "b1-b")["epoch"] == epoch_before + 1
+        with cluster.http("b1-b") as http:
+            after = http.post("/topics/t/messages", json={"body": "after", "queue_id": 0})
+            assert after.status_code == 201, after.text
+            bodies = []
+            for queue in (0, 1):
+                params = {"offset": 0, "max_messages": 100}
+                pulled = http.get(f"/topics/t/queues/{queue}/messages", params=params)
+                bodies += [m["body"] for m in pulled.json()["messages"]]
+        assert sorted(bodies) == sorted([*acked, "after"])
+        cluster.restart("b1-a")  # the old master comes back as a slave of the new epoch
+        wait_until(
+            lambda: sorted(_roles(cluster, "b1-b").values()) == ["master", "slave"], 60, "b1-a to follow"
+        )
