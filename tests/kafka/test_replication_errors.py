@@ -9,7 +9,10 @@ from store.errors import ReplicaFenced
 
 
 def test_replication_refusals_map_to_kafka_errors() -> None:
-    assert replication_error(SlaveNotAvailable("1 of 2 in sync", appended=False)) is ErrorCode.NOT_ENOUGH_REPLICAS
+    assert (
+        replication_error(SlaveNotAvailable("1 of 2 in sync", appended=False))
+        is ErrorCode.NOT_ENOUGH_REPLICAS
+    )
     assert (
         replication_error(SlaveNotAvailable("1 of 2 in sync", appended=True))
         is ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
