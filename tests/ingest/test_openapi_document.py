@@ -106,6 +106,7 @@ def test_internal_operations_are_left_out_unless_asked_for(client: httpx.Client)
         ("/sinks/{sink_id}/batches/{batch_id}:commit", "post"),
         ("/sinks/{sink_id}/batches/{batch_id}:abort", "post"),
         ("/sinks/{sink_id}", "get"),
+        ("/sinks/{sink_id}/batches/{batch_id}/chunks/{seq}", "put"),  # broker to broker (a cluster)
         ("/operators/settings", "get"),
         ("/operators/{operator}/batches/{batch_id}", "post"),
         ("/operators/{operator}/status", "put"),
