@@ -79,10 +79,10 @@ def test_cluster_status_and_metrics_show_replication(tmp_path: Path) -> None:
         wait_until(
             lambda: sorted(_roles(cluster, "b1-a").values()) == ["master", "slave"], 30, "b1-b follows"
         )
+        command = [sys.executable, "-m", "sparkmq.cli", "cluster", "status", "--endpoint"]
         status = subprocess.run(
-            [sys.executable, "-m", "sparkmq.cli", "cluster", "status", "--endpoint", cluster.brokers["b1-b"].url],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            [*command, cluster.brokers["b1-b"].url], capture_output=True, text=True, timeout=60, check=True
+        )
         assert "replicas:" in status.stdout and "master" in status.stdout and "slave" in status.stdout
         metrics = httpx.get(f"{cluster.brokers['b1-a'].url}/metrics", timeout=10).text
         assert 'sparkmq_replication_role{member="' in metrics
