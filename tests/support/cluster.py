@@ -207,7 +207,20 @@ class ProcessCluster:
             session_timeout_ms=self.session_timeout_ms,
         )
         self.brokers[key] = broker
-        return broker.start(self.zk_url, wait=wait)
+        if not wait:
+            return broker.start(self.zk_url, wait=False)
+        for attempt in range(3):
+            try:
+                return broker.start(self.zk_url)
+            except AssertionError:
+                # free_port() is free a moment before the broker binds: another process on this
+                # busy machine may take it first. A first start may move to fresh ports.
+                if attempt == 2 or "address already in use" not in broker.log_tail():
+                    raise
+                broker.port = free_port()
+                broker.kafka_port = free_port() if kafka else None
+                broker.ha_port = free_port() if ha else None
+        raise AssertionError("unreachable")
 
     def http(self, key: str) -> httpx.Client:
         return self.brokers[key].http()
