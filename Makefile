@@ -1,7 +1,9 @@
 # Set-up commands, each self-contained on a fresh machine with Python 3.11 and Java 17:
 #   make run     - create .venv, install sparkmq, start the broker (sparkmq serve) on ./data
-#   make cluster - the same for a cluster: ZooKeeper (installed with apt when missing) and three
-#                  brokers with their operator jobs on 127.0.0.1; Ctrl-C stops it all
+#   make cluster - the same for a cluster: ZooKeeper (installed with apt when missing) and two
+#                  replica groups of two (b1-1/b1-2, b2-1/b2-2) with their operator jobs on
+#                  127.0.0.1; Ctrl-C stops it all (CLUSTER_REPLICAS=1 CLUSTER_BROKERS=3: three
+#                  brokers without replicas)
 #   make test    - create .venv, install sparkmq with test extras, run the whole suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,10 +11,12 @@ BIN    := $(VENV)/bin
 STORE_DIR ?= data
 HOST ?= 127.0.0.1
 PORT ?= 8080
-# make cluster: brokers b1..bN on HTTP ports CLUSTER_PORT.., ZooKeeper on ZK_PORT, all data and
+# make cluster: members b1-1.. on HTTP ports CLUSTER_PORT.. (HA ports +100), ZooKeeper on ZK_PORT, all data and
 # logs under CLUSTER_DIR (kept between runs); OPERATORS=off runs the brokers without Spark jobs.
 CLUSTER_DIR ?= cluster-data
-CLUSTER_BROKERS ?= 3
+CLUSTER_BROKERS ?= 2
+# Members per broker name: 2 makes each a replica group (a master and a slave, docs/replication.md).
+CLUSTER_REPLICAS ?= 2
 CLUSTER_PORT ?= 8081
 ZK_PORT ?= 2181
 OPERATORS ?= local
@@ -41,8 +45,8 @@ zookeeper:
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; }
 
 cluster: venv zookeeper
-	$(BIN)/sparkmq cluster local --brokers $(CLUSTER_BROKERS) --port $(CLUSTER_PORT) --zk-port $(ZK_PORT) \
-	    --operators $(OPERATORS) --dir $(CLUSTER_DIR)
+	$(BIN)/sparkmq cluster local --brokers $(CLUSTER_BROKERS) --replicas $(CLUSTER_REPLICAS) \
+	    --port $(CLUSTER_PORT) --zk-port $(ZK_PORT) --operators $(OPERATORS) --dir $(CLUSTER_DIR)
 
 test: venv
 	$(BIN)/python -m pytest -q

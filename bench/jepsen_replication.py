@@ -27,11 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cycles", type=int, default=21)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--session-timeout-ms", type=int, default=6000, help="ZooKeeper session timeout (the broker default)"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="sparkmq-jepsen-") as root,
-        ProcessCluster.started(Path(root), []) as cluster,
+        ProcessCluster.started(Path(root), [], session_timeout_ms=args.session_timeout_ms) as cluster,
     ):
         jepsen.start_group(cluster)
         history = jepsen.History()

@@ -25,10 +25,12 @@ set is changed only by the master's proposals, each a versioned write checking b
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from cluster.coordination import SessionState
@@ -48,12 +50,16 @@ log = logging.getLogger("sparkmq.cluster.replication")
 
 
 class Replica(Protocol):
-    """The store side of a replica (``store.ha.ReplicaController`` through a thin adapter)."""
+    """The store side of a replica (``store.ha.ReplicaController``)."""
 
     @property
     def last_epoch(self) -> int: ...
     @property
     def max_offset(self) -> int: ...
+    @property
+    def master_connected(self) -> bool:
+        """Whether a slave's replication connection to its master is up."""
+
     def become_master(
         self, epoch: int, sync_state_epoch: int = 0, in_sync: Iterable[int] | None = None
     ) -> None: ...
@@ -97,6 +103,10 @@ class ReplicaGroup:
         self._fenced = False
         self._closed = False
         self._lock = threading.Lock()
+        #: Members whose process is known dead (their HA port refuses connections) while their
+        #: ZooKeeper session has not expired yet: ``(member id, started_ms)``.
+        self._dead: set[tuple[int, int]] = set()
+        self.watchdog_interval_s = 0.25
 
     @property
     def me(self) -> int:
@@ -108,6 +118,53 @@ class ReplicaGroup:
         """Follow the group from now on (the first evaluation runs at once)."""
         self.node.add_session_listener(self._on_session)
         self.node.add_view_listener(lambda _view: self.evaluate())
+        threading.Thread(target=self._watch_master, name="sparkmq-master-watchdog", daemon=True).start()
+
+    # -- a dead master, before its session expires --------------------------------------------
+
+    def _watch_master(self) -> None:
+        """A slave whose replication connection is down probes its master's HA port; two refusals
+        in a row mean the master's process is gone (a paused or partitioned master still accepts
+        connections, or times out): elect now rather than after the session timeout. Safe by
+        the epoch: should that master live after all, the versioned state write has moved the
+        group on, its slaves refuse its frames, and it steps down at its next state event."""
+        refusals = 0
+        while not self._closed:
+            time.sleep(self.watchdog_interval_s)
+            following = self._following
+            if following is None or self._fenced or self.replica.master_connected:
+                refusals = 0
+                continue
+            master = self.node.view.member(following[0])
+            if master is None or master.ha is None:
+                refusals = 0
+                continue
+            refusals = refusals + 1 if _refused(master.ha) else 0
+            if refusals >= 2:
+                refusals = 0
+                self.node.submit(partial(self._master_gone, master, following[1]))
+
+    def _master_gone(self, master: MemberInfo, epoch: int) -> None:
+        if self._closed or self.node.session is not SessionState.CONNECTED:
+            return
+        state = self.node.read_group_state()
+        if state is None or state.master != master.member_id or state.epoch != epoch:
+            return
+        with self._lock:
+            self._dead.add((master.member_id, master.started_ms))
+        log.warning("master %d of %s refuses connections: electing before its session expires",
+                    master.member_id, self.node.name)  # fmt: skip
+        self._election(state)
+
+    def _live(self) -> dict[int, MemberInfo]:
+        """The group's members with a live session, less those known dead."""
+        with self._lock:
+            dead = set(self._dead)
+        return {
+            m.member_id: m
+            for m in self.node.view.group(self.node.name).members
+            if (m.member_id, m.started_ms) not in dead
+        }
 
     def close(self) -> None:
         self._closed = True
@@ -143,7 +200,7 @@ class ReplicaGroup:
             if self.node.write_group_state(founded, None):
                 self._lead(founded, "founded the group")
             return
-        live = {m.member_id: m for m in self.node.view.group(self.node.name).members}
+        live = self._live()
         if state.master == self.me:
             if self._led_epoch == state.epoch:
                 if self._fenced:  # connected again, the epoch is still ours: resume with the set
@@ -166,7 +223,7 @@ class ReplicaGroup:
             return  # someone else changed it: the watch brings us back here
         candidates = {
             m.member_id: Candidate(m.member_id, m.last_epoch or 0, m.max_offset or 0)
-            for m in self.node.view.group(self.node.name).members
+            for m in self._live().values()
         }
         candidates[self.me] = Candidate(self.me, self.replica.last_epoch, self.replica.max_offset)
         after = elect(current, candidates, unclean=self.unclean)
@@ -191,7 +248,7 @@ class ReplicaGroup:
         if self._closed or self.node.session is not SessionState.CONNECTED:
             return
         state = self.node.read_group_state()
-        live = {m.member_id for m in self.node.view.group(self.node.name).members}
+        live = set(self._live())
         if state is None or (state.master is not None and state.master in live):
             return
         if self.me not in state.sync_state_set and not self.unclean:
@@ -259,6 +316,7 @@ class ReplicaGroup:
         return after is not None and self.node.write_group_state(after, state)
 
     def describe(self) -> dict[str, Any]:
+        """Role-change counters for ``GET /cluster`` and ``/metrics``."""
         with self._lock:
             counters = self.counters
             return {
@@ -269,3 +327,15 @@ class ReplicaGroup:
                 "failed_role_changes": counters.failed_role_changes,
                 "last_error": counters.last_error or None,
             }
+
+
+def _refused(address: str, timeout_s: float = 0.3) -> bool:
+    """Whether ``host:port`` actively refuses a TCP connection (nothing listens there)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # a timeout or an unreachable host: not proof of death
+        return False

@@ -122,6 +122,7 @@ class _Unassigned:
 
     last_epoch = 0
     max_offset = 0
+    master_connected = False
 
     def become_master(self, epoch: int, sync_state_epoch: int = 0, in_sync: object = None) -> None:
         raise AssertionError("no replica yet")

@@ -19,6 +19,7 @@ import bisect
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Produce latency buckets, in seconds.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
@@ -194,6 +195,8 @@ class ClusterGauges:
     session_states: tuple[str, ...] = ()
     #: Problems recorded for an operator (also on ``/healthz`` and ``GET /cluster``).
     warnings: int = 0
+    #: A replica group member's replication status (``ingest_api.http.replica_sync.replica_status``).
+    replication: dict[str, Any] | None = None
 
     @property
     def labelled(self) -> bool:
@@ -366,3 +369,40 @@ def _render_cluster(lines: list[str], cluster: ClusterGauges) -> None:
     _family(lines, name, "gauge", "The ZooKeeper session: 1 for its current state, 0 for the others.")
     for state in cluster.session_states:
         lines.append(f"{name}{_labels((('state', state),))} {int(state == cluster.session)}")
+    if cluster.replication:
+        _render_replication(lines, cluster.replication)
+
+
+def _render_replication(lines: list[str], status: dict[str, Any]) -> None:
+    """A replica's role, epoch, offsets, its slaves' lag (on the master) and role changes."""
+    member = (("member", str(status["member_id"])),)
+    name = "sparkmq_replication_role"
+    _family(lines, name, "gauge", "This member's role in its replica group: 1 for the current one.")
+    for role in ("master", "slave", "standby", "fenced"):
+        lines.append(f"{name}{_labels((*member, ('role', role)))} {int(status['role'] == role)}")
+    for figure, help_text in (
+        ("epoch", "The master epoch this member last saw (RocketMQ 5 / Kafka leader epoch)."),
+        ("max_offset", "This member's CommitLog max offset."),
+        ("confirm_offset", "What every in-sync member holds: readers see up to here."),
+    ):
+        _gauge(lines, f"sparkmq_replication_{figure}", help_text, status[figure])
+    name = "sparkmq_replication_lag_bytes"
+    _family(lines, name, "gauge", "On the master: how far each slave is behind, in bytes.")
+    for slave in status.get("slaves") or ():
+        lines.append(f"{name}{_labels((('slave', str(slave['member_id'])),))} {slave['lag_bytes']}")
+    name = "sparkmq_replication_in_sync"
+    _family(lines, name, "gauge", "Members in the group's in-sync set, as this member knows it.")
+    lines.append(f"{name} {len(status.get('in_sync') or ())}")
+    changes = status.get("role_changes") or {}
+    for figure, help_text in (
+        ("became_master", "Times this member started to lead its group (failovers it took over included)."),
+        ("elections_won", "Elections this member won (a new epoch written by it)."),
+        ("fences", "Times this member was fenced because its ZooKeeper connection was in doubt."),
+        ("failed_role_changes", "Role changes that failed and were retried."),
+    ):
+        name = f"sparkmq_replication_{figure}_total"
+        _family(lines, name, "counter", help_text)
+        lines.append(f"{name} {changes.get(figure, 0)}")
+    name = "sparkmq_replication_truncated_bytes_total"
+    _family(lines, name, "counter", "Bytes this member truncated to rejoin its group (a divergent tail).")
+    lines.append(f"{name} {status.get('truncated_bytes', 0)}")

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,6 +282,9 @@ class OperatorSupervisor:
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopping = False
+        #: Whether the job should run now: always for a lone broker; in a replica group only on
+        #: the master (a slave's parked records are its master's, resolved by its master's job).
+        self.should_run: Callable[[], bool] = lambda: True
 
     @property
     def running(self) -> bool:
@@ -310,12 +313,19 @@ class OperatorSupervisor:
     async def watch(self) -> None:
         backoff = 1.0
         while not self._stopping:
+            if not self.should_run():
+                await asyncio.sleep(0.5)
+                continue
             started = time.monotonic()
             self._spawn()
-            while not self._stopping and self.running:
+            while not self._stopping and self.running and self.should_run():
                 await asyncio.sleep(0.5)
             if self._stopping:
                 return
+            if self.running:  # no longer the master: stop the job, start it again when we lead
+                log.warning("this broker no longer leads its group: stopping its operator job")
+                await asyncio.to_thread(self.terminate)
+                continue
             code = self._proc.returncode if self._proc is not None else None
             backoff = 1.0 if time.monotonic() - started > 60 else min(backoff * 2, self.max_backoff_s)
             log.error("operator job exited with status %s; restarting in %.0f s", code, backoff)
@@ -324,6 +334,10 @@ class OperatorSupervisor:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._stopping = True
+        self.terminate(timeout_s)
+
+    def terminate(self, timeout_s: float = 30.0) -> None:
+        """Stop the running job (SIGTERM, SIGKILL after ``timeout_s``); the watch may start it again."""
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return

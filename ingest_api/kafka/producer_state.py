@@ -110,6 +110,18 @@ class ProducerStateTable:
 
     def __init__(self) -> None:
         self._entries: dict[PartitionKey, _PartitionEntry] = {}
+        self._leader_epoch: int | None = None
+
+    def follow_leader_epoch(self, epoch: int) -> None:
+        """In a replica group: forget everything when this broker leads under a new epoch.
+        Other masters may have taken batches of the same producers meanwhile, so what this table
+        remembers from an earlier epoch is stale (a gap it would answer OUT_OF_ORDER_SEQUENCE,
+        fatal to an idempotent producer); forgotten, the next batches are checked against the
+        replicated CommitLog instead, as after a restart (Kafka rebuilds its producer state
+        from the log when a replica becomes leader)."""
+        if epoch != self._leader_epoch:
+            self._entries.clear()
+            self._leader_epoch = epoch
 
     def check(self, key: PartitionKey, epoch: int, first_seq: int, last_seq: int) -> SequenceVerdict:
         entry = self._entries.get(key)

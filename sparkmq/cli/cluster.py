@@ -60,11 +60,32 @@ def cluster_status(
         f"{described['topics']} topics; asked {described['self']}{session}"
     )
     typer.echo(table(described["brokers"], BROKER_COLUMNS))
+    members = [
+        {"broker": b["name"], "group_epoch": b.get("epoch"), **m}
+        for b in described["brokers"]
+        for m in b.get("members") or ()
+    ]
+    if members:  # replica groups: every member's role, epoch and replication lag
+        typer.echo("\nreplicas:")
+        typer.echo(table(members, MEMBER_COLUMNS))
     for warning in described.get("warnings") or ():
         typer.echo(f"warning: {warning}", err=True)
     if route is not None:
         typer.echo(f"\ntopic {route['topic']}: {len(route['queues'])} queues")
         typer.echo(table(route["queues"], ROUTE_COLUMNS))
+
+
+#: The replicas table's columns.
+MEMBER_COLUMNS = (
+    "broker",
+    "member_id",
+    "role",
+    "epoch",
+    "replicated_offset",
+    "confirm_offset",
+    "lag_bytes",
+    "http",
+)
 
 
 def stop_on_signals() -> None:

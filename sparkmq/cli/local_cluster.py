@@ -51,17 +51,33 @@ class LocalCluster:
     zk_port: int = 2181
     kafka_first_port: int | None = None
     operators: str = "local"
+    #: Members per broker name: with more than one, each name is a replica group (``b1-1``,
+    #: ``b1-2``, ...: same ``--broker-name``, each with an ``--ha-port``).
+    replicas: int = 1
+    replication: str = "async"
 
     def validate(self) -> LocalCluster:
         if not 1 <= self.brokers <= 9:
             raise ValueError(f"--brokers must be 1 to 9, got {self.brokers}")
+        if not 1 <= self.replicas <= 5:
+            raise ValueError(f"--replicas must be 1 to 5, got {self.replicas}")
+        if self.replication not in ("async", "sync"):
+            raise ValueError(f"--replication must be async or sync, got {self.replication!r}")
         if self.operators not in ("local", "off"):
             raise ValueError(f"--operators must be local or off, got {self.operators!r}")
         return self
 
     @property
     def names(self) -> list[str]:
-        return [f"b{i}" for i in range(1, self.brokers + 1)]
+        """Every process: ``b1, b2, ...``, or ``b1-1, b1-2, b2-1, ...`` with replicas."""
+        if self.replicas == 1:
+            return [f"b{i}" for i in range(1, self.brokers + 1)]
+        return [f"b{i}-{r}" for i in range(1, self.brokers + 1) for r in range(1, self.replicas + 1)]
+
+    @staticmethod
+    def broker_name(name: str) -> str:
+        """The ``--broker-name`` of process ``name`` (its replica group)."""
+        return name.split("-", 1)[0]
 
     @property
     def zk_url(self) -> str:
@@ -83,9 +99,11 @@ class LocalCluster:
             "--store-dir", str(self.root / name / "store"),
             "--checkpoint-dir", str(self.root / name / "checkpoints"),
             "--host", "127.0.0.1", "--port", str(self.port(name)),
-            "--cluster", self.zk_url, "--broker-name", name,
+            "--cluster", self.zk_url, "--broker-name", self.broker_name(name),
             "--operators", self.operators,
         ]  # fmt: skip
+        if self.replicas > 1:
+            argv += ["--ha-port", str(self.port(name) + 100), "--replication", self.replication]
         if self.kafka_first_port is not None:
             argv += ["--kafka-port", str(self.kafka_first_port + self.names.index(name))]
         return argv
@@ -171,13 +189,20 @@ def cluster_local(
         int | None, typer.Option(help="Kafka port of b1 (the next for b2, ...); off when absent.")
     ] = None,
     operators: Annotated[str, typer.Option(help="local: each broker runs its operator job; off.")] = "local",
+    replicas: Annotated[
+        int,
+        typer.Option(help="Members per broker name (2+: replica groups, HA ports = HTTP ports + 100)."),
+    ] = 1,
+    replication: Annotated[str, typer.Option(help="Replica groups: async or sync.")] = "async",
     data_dir: Annotated[
         Path, typer.Option("--dir", help="Stores, checkpoints, ZooKeeper data and logs (kept between runs).")
     ] = Path("cluster-data"),
 ) -> None:
     """Run ZooKeeper and a cluster of brokers on 127.0.0.1 in the foreground until Ctrl-C."""
     try:
-        plan = LocalCluster(data_dir.resolve(), brokers, port, zk_port, kafka_port, operators).validate()
+        plan = LocalCluster(
+            data_dir.resolve(), brokers, port, zk_port, kafka_port, operators, replicas, replication
+        ).validate()
     except ValueError as exc:
         fail(str(exc), Exit.USAGE)
     supervisor = Supervisor(plan)

@@ -74,6 +74,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
     supervisor = OperatorSupervisor(argv, log_path=checkpoint_dir / "operator-job.log")
 
     def companion(broker: Any) -> Any:
+        supervisor.should_run = lambda: broker.cluster is None or broker.cluster.serving
         return supervised(broker.operators, supervisor)
 
     return [companion]

@@ -148,6 +148,12 @@ class ReplicaController:
         """The CommitLog's max offset: an election's second key."""
         return self._replica.max_offset
 
+    @property
+    def master_connected(self) -> bool:
+        """A slave: whether its replication connection to the master is up (False otherwise)."""
+        client = self._client
+        return client is not None and client.connected
+
     def become_master(
         self, epoch: int, sync_state_epoch: int = 0, in_sync: Iterable[int] | None = None
     ) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.cluster import TEST_SESSION_TIMEOUT_MS, ProcessCluster
+from tests.support.cluster import ProcessCluster
 from tests.support.waiting import wait_until
 
 GROUP = "b1"
@@ -218,7 +218,7 @@ def nemesis(cluster: ProcessCluster, history: History, cycles: int, seed: int = 
     """``cycles`` faults in turn: kill -9 the master, pause the master past its session, kill -9
     a slave; each time the victim restarts (or resumes) once the group has moved on."""
     rng = random.Random(seed)
-    session_s = TEST_SESSION_TIMEOUT_MS / 1000
+    session_s = cluster.session_timeout_ms / 1000
     for cycle in range(cycles):
         kind = ("kill-master", "pause-master", "kill-slave")[cycle % 3]
         wait_until(lambda: master_key(cluster), 120, "a master before the fault")

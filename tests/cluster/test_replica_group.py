@@ -26,6 +26,7 @@ class RecordingReplica:
     max_offset: int = 0
     role: str = "standby"
     master_address: str | None = None
+    master_connected: bool = True
     calls: list[tuple[str, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

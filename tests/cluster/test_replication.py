@@ -63,3 +63,28 @@ def test_failover_keeps_every_acknowledged_message(tmp_path: Path) -> None:
         wait_until(
             lambda: sorted(_roles(cluster, "b1-b").values()) == ["master", "slave"], 60, "b1-a to follow"
         )
+
+
+def test_cluster_status_and_metrics_show_replication(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import httpx
+
+    args = ("--operators", "off")
+    with ProcessCluster.started(tmp_path, []) as cluster:
+        cluster.add("b1", ha=True, args=args, member="b1-a")
+        wait_until(lambda: "master" in _roles(cluster, "b1-a").values(), 30, "b1-a to lead")
+        cluster.add("b1", ha=True, args=args, member="b1-b")
+        wait_until(
+            lambda: sorted(_roles(cluster, "b1-a").values()) == ["master", "slave"], 30, "b1-b follows"
+        )
+        command = [sys.executable, "-m", "sparkmq.cli", "cluster", "status", "--endpoint"]
+        status = subprocess.run(
+            [*command, cluster.brokers["b1-b"].url], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert "replicas:" in status.stdout and "master" in status.stdout and "slave" in status.stdout
+        metrics = httpx.get(f"{cluster.brokers['b1-a'].url}/metrics", timeout=10).text
+        assert 'sparkmq_replication_role{member="' in metrics
+        assert "sparkmq_replication_lag_bytes{slave=" in metrics
+        assert "sparkmq_replication_became_master_total 1" in metrics

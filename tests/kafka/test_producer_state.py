@@ -80,3 +80,18 @@ def test_store_check_until_a_fresh_write() -> None:
     table.record(KEY, 0, BatchMetadata(5, 9, 105), fresh=True)  # written new in this process
     assert not table.needs_store_check(KEY, 0)
     assert table.needs_store_check(KEY, 1)  # a new epoch starts over
+
+
+def test_a_new_leader_epoch_forgets_what_an_earlier_one_saw() -> None:
+    from ingest_api.kafka.producer_state import BatchMetadata, ProducerStateTable
+
+    table = ProducerStateTable()
+    key = (7, "t", 0)
+    table.follow_leader_epoch(3)
+    table.record(key, 0, BatchMetadata(first_seq=0, last_seq=9, base_offset=0))
+    assert table.check(key, 0, 500, 509).error.name == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    table.follow_leader_epoch(3)  # the same epoch: kept
+    assert not table.needs_store_check(key, 0)
+    table.follow_leader_epoch(5)  # led again after another master: checked against the store
+    assert table.check(key, 0, 500, 509).error.name == "NONE"
+    assert table.needs_store_check(key, 0)

@@ -46,6 +46,7 @@ class ProcessBroker:
     ha_port: int | None
     args: tuple[str, ...]
     env: dict[str, str]
+    session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -61,7 +62,7 @@ class ProcessBroker:
             sys.executable, "-m", "sparkmq.cli", "serve",
             "--store-dir", str(self.store_dir), "--port", str(self.port),
             "--cluster", zk_url, "--broker-name", self.name,
-            "--session-timeout-ms", str(TEST_SESSION_TIMEOUT_MS),
+            "--session-timeout-ms", str(self.session_timeout_ms),
             "--checkpoint-dir", str(self.store_dir.parent / f"checkpoints-{self.name}"),
             "--log-level", "warning",
         ]  # fmt: skip
@@ -143,6 +144,8 @@ class ProcessCluster:
     zookeeper: LocalZooKeeper
     chroot: str = "/sparkmq"
     brokers: dict[str, ProcessBroker] = field(default_factory=dict)
+    #: The ZooKeeper session timeout every broker of this cluster asks for.
+    session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS
 
     @property
     def zk_url(self) -> str:
@@ -159,10 +162,11 @@ class ProcessCluster:
         args: Sequence[str] = ("--operators", "off"),
         env: dict[str, str] | None = None,
         zookeeper: LocalZooKeeper | None = None,
+        session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS,
     ) -> Iterator[ProcessCluster]:
         own_zk = zookeeper is None
         zk = zookeeper or LocalZooKeeper(root / "zookeeper", free_port()).start()
-        cluster = cls(root, zk, chroot=f"/c{time.monotonic_ns()}")
+        cluster = cls(root, zk, chroot=f"/c{time.monotonic_ns()}", session_timeout_ms=session_timeout_ms)
         try:
             for name in names:
                 cluster.add(name, kafka=kafka, args=args, env=env, wait=False)
@@ -200,9 +204,23 @@ class ProcessCluster:
             ha_port=free_port() if ha else None,
             args=tuple(args),
             env=dict(env or {}),
+            session_timeout_ms=self.session_timeout_ms,
         )
         self.brokers[key] = broker
-        return broker.start(self.zk_url, wait=wait)
+        if not wait:
+            return broker.start(self.zk_url, wait=False)
+        for attempt in range(3):
+            try:
+                return broker.start(self.zk_url)
+            except AssertionError:
+                # free_port() is free a moment before the broker binds: another process on this
+                # busy machine may take it first. A first start may move to fresh ports.
+                if attempt == 2 or "address already in use" not in broker.log_tail():
+                    raise
+                broker.port = free_port()
+                broker.kafka_port = free_port() if kafka else None
+                broker.ha_port = free_port() if ha else None
+        raise AssertionError("unreachable")
 
     def http(self, key: str) -> httpx.Client:
         return self.brokers[key].http()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -13,6 +15,7 @@ from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.gauges import cluster_gauges, collect_store_gauges, owned_by
 from ingest_api.http.metrics import render
+from ingest_api.http.replica_sync import replica_status
 from ingest_api.http.schemas import ClusterHealthOut, ErrorOut, HealthOut
 
 router = APIRouter(tags=["ops"])
@@ -65,7 +68,10 @@ async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
     node = broker.cluster
     owns = owned_by(node.view, node.name) if node is not None else None
     gauges = await run_in_threadpool(collect_store_gauges, broker.store, owns)
-    text = render(broker.metrics, gauges, cluster_gauges(node, broker.store))
+    cluster = cluster_gauges(node, broker.store)
+    if broker.replica is not None:
+        cluster = replace(cluster, replication=await run_in_threadpool(replica_status, broker))
+    text = render(broker.metrics, gauges, cluster)
     if broker.operators is not None:
         text += await run_in_threadpool(broker.operators.metrics_text)
     return Response(text, media_type=PROMETHEUS_TEXT)

@@ -119,6 +119,8 @@ def _decode(ctx: GatewayContext, body: Any) -> list[_PartitionWork]:
 
 
 def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
+    if ctx.cluster is not None:
+        ctx.producers.follow_leader_epoch(ctx.cluster.view.group(ctx.cluster.me).epoch)
     previous: ProducedBatch | None = None
     for index, batch in enumerate(item.batches):
         if not batch.is_idempotent:
