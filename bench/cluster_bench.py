@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
             with contextlib.suppress(ImportError):
                 from bench import cluster_spark
 
-                rows.append(("Spark readStream over 2 brokers", cluster_spark.ratio(zookeeper), ">= 1.5x"))
+                spark = cluster_spark.spark_read_figure(runs=args.rounds)
+                rows.append(("Spark readStream over 2 brokers", spark["ratio"], ">= 1.5x"))
         print(f"\nmedians of {args.rounds} rounds of {seconds:.0f} s ({CLIENT_PROCESSES} client processes):")
         for name, values in figures.items():
             print(f"  {name:<44} {statistics.median(values):>12,.0f} msg/s")
