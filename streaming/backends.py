@@ -222,24 +222,34 @@ class ArrowPuller:
         raise AssertionError("unreachable")
 
 
+#: The request header a replica-group slave serves reads on (as the ``readFrom=replica`` query).
+READ_FROM_HEADER = "x-sparkmq-read-from"
+
+
 class EndpointBackend:
     """A broker's HTTP API (``ingest_api``): one pooled httpx client per process for the small
     JSON calls, an :class:`ArrowPuller` for the message pulls."""
 
-    def __init__(self, base_url: str, timeout_s: float, auth_token: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, timeout_s: float, auth_token: str | None = None, *, read_from: str = "master"
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.auth_token = auth_token
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
-        auth = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-        self._puller = ArrowPuller(self.base_url, timeout_s, auth)
+        #: Sent on every request: a slave of a replica group serves reads asked of it this way.
+        self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+        if read_from == "replica":
+            self._headers[READ_FROM_HEADER] = "replica"
+        self._puller = ArrowPuller(self.base_url, timeout_s, dict(self._headers))
 
     def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
-                headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
-                self._client = httpx.Client(base_url=self.base_url, timeout=self.timeout_s, headers=headers)
+                self._client = httpx.Client(
+                    base_url=self.base_url, timeout=self.timeout_s, headers=self._headers
+                )
             return self._client
 
     def get(self, url: str, **kwargs: Any) -> httpx.Response:
@@ -347,7 +357,7 @@ def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
 
 # -- per-process cache -------------------------------------------------------------------------
 
-_BACKENDS: dict[tuple[str, str, float, str | None, bool], Backend] = {}
+_BACKENDS: dict[tuple[str, str, float, str | None, bool, str], Backend] = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
@@ -358,23 +368,26 @@ def backend_for(
     auth_token: str | None = None,
     *,
     wait_for_brokers: bool = False,
+    read_from: str = "master",
 ) -> Backend:
     """The process-wide backend for a store directory (``mode="path"``), a cluster reached
     through any of its brokers (``"endpoint"``: :class:`streaming.cluster_backend.ClusterBackend`)
     or one broker only (``"broker"``: :class:`EndpointBackend`). ``wait_for_brokers``: a cluster
     backend waits for a broker that is down instead of failing (``failOnDataLoss=false``)."""
-    key = (mode, location, timeout_s, auth_token, wait_for_brokers and mode == "endpoint")
+    key = (mode, location, timeout_s, auth_token, wait_for_brokers and mode == "endpoint", read_from)
     with _BACKENDS_LOCK:
         backend = _BACKENDS.get(key)
         if backend is None:
             if mode == "path":
                 backend = PathBackend(location)
             elif mode == "broker":
-                backend = EndpointBackend(location, timeout_s, auth_token)
+                backend = EndpointBackend(location, timeout_s, auth_token, read_from=read_from)
             elif mode == "endpoint":
                 from streaming.cluster_backend import ClusterBackend  # it builds on this module
 
-                backend = ClusterBackend(location, timeout_s, auth_token, wait_for_brokers=wait_for_brokers)
+                backend = ClusterBackend(
+                    location, timeout_s, auth_token, wait_for_brokers=wait_for_brokers, read_from=read_from
+                )
             else:
                 raise ValueError(f"unknown backend mode {mode!r}")
             _BACKENDS[key] = backend

@@ -78,6 +78,19 @@ class QueueOwner:
     broker: str
     http: str | None
     alive: bool
+    #: The live members of its replica group (the master first): where ``readFrom=replica``
+    #: reads, and where reads go while the group has no master.
+    replicas: tuple[str, ...] = ()
+
+    def read_at(self, read_from: str) -> str | None:
+        """The URL to read this queue at: the master; a slave when asked (``replica``) and one is
+        alive; any live member when the group has no master."""
+        slaves = [url for url in self.replicas if url != self.http]
+        if read_from == "replica" and slaves:
+            return slaves[0]
+        if not self.alive and self.replicas:
+            return self.replicas[0]
+        return self.http
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +108,8 @@ def parse_route(doc: Mapping[str, Any], single_entry: str | None) -> tuple[Queue
     owners = []
     for entry in sorted(doc.get("queues") or (), key=lambda q: int(q["queue_id"])):
         http = single_entry if single_entry is not None else entry.get("http")
-        owners.append(QueueOwner(str(entry["broker"]), http, bool(entry.get("alive", True))))
+        replicas = tuple(entry.get("replicas") or ()) if single_entry is None else ()
+        owners.append(QueueOwner(str(entry["broker"]), http, bool(entry.get("alive", True)), replicas))
     return tuple(owners)
 
 
@@ -133,8 +147,10 @@ class ClusterBackend:
         *,
         wait_for_brokers: bool = False,
         retry_interval_s: float = RETRY_INTERVAL_S,
+        read_from: str = "master",
     ) -> None:
         self.entry = endpoint.rstrip("/")
+        self.read_from = read_from
         self.timeout_s = timeout_s
         self.auth_token = auth_token
         self.wait_for_brokers = wait_for_brokers
@@ -150,7 +166,7 @@ class ClusterBackend:
     # -- plumbing ---------------------------------------------------------------------------
     def broker(self, url: str) -> EndpointBackend:
         """The process-wide backend of one broker (its pooled clients and Arrow puller)."""
-        backend = backend_for("broker", url, self.timeout_s, self.auth_token)
+        backend = backend_for("broker", url, self.timeout_s, self.auth_token, read_from=self.read_from)
         assert isinstance(backend, EndpointBackend)
         return backend
 
@@ -229,9 +245,10 @@ class ClusterBackend:
             if owner is None:
                 return None
             try:
-                if owner.http is None:
+                url = owner.read_at(self.read_from)
+                if url is None:
                     raise BrokerUnreachable("its address was never registered")
-                return call(self.broker(owner.http))
+                return call(self.broker(url))
             except QueueElsewhere:
                 if fresh:
                     raise

@@ -125,6 +125,9 @@ class SourceOptions:
     include_headers: bool = False
     #: The endpoint came from ``kafka.bootstrap.servers`` (checked to answer HTTP at load()).
     endpoint_from_bootstrap: bool = False
+    #: ``master`` (default) or ``replica``: read each queue from a slave of its replica group
+    #: on purpose (bounded by what every in-sync replica holds, like the master's reads).
+    read_from: str = "master"
     #: How the user spelled the per-trigger maximum (for messages).
     max_per_trigger_option: str = "maxMessagesPerTrigger"
 
@@ -173,9 +176,17 @@ _KNOWN = {
     "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "group",
     "failondataloss", "requesttimeoutms", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
     "fetchoffset.retryintervalms", "pollintervalms", "readchunkmessages", "authtoken",
-    "groupcommitintervalms", "systemtopics", "includeretry", "schema", "includeheaders",
+    "groupcommitintervalms", "systemtopics", "includeretry", "schema", "includeheaders", "readfrom",
     BOOTSTRAP_SERVERS,
 }  # fmt: skip
+
+
+def _parse_read_from(value: str, endpoint: bool) -> str:
+    if value not in ("master", "replica"):
+        raise InvalidSourceOption("readFrom", f"must be master or replica, got {value!r}")
+    if value == "replica" and not endpoint:
+        raise InvalidSourceOption("readFrom", "replica reads need endpoint (a broker of a replica group)")
+    return value
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -223,6 +234,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         shape=shape,
         include_headers=include_headers,
         endpoint_from_bootstrap=from_bootstrap,
+        read_from=_parse_read_from(lower.get("readfrom", "master"), endpoint is not None),
         max_per_trigger_option=_max_per_trigger_name(lower),
     )
 

@@ -93,6 +93,7 @@ def _cluster_backend(options: SourceOptions) -> Backend:
         options.request_timeout_s,
         options.auth_token,
         wait_for_brokers=not options.fail_on_data_loss,
+        read_from=options.read_from,
     )
 
 

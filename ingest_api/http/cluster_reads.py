@@ -25,6 +25,9 @@ from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.peers import PeerUnavailable, passed_headers
 from ingest_api.http.routing import FORWARDED_HEADER
 
+#: The header replica reads carry (the Spark source's ``readFrom=replica``).
+READ_FROM_HEADER = "x-sparkmq-read-from"
+
 
 def is_local_request(broker: Broker, headers: Mapping[str, str]) -> bool:
     """True for a lone broker, and for a request another broker forwarded here."""
@@ -65,7 +68,11 @@ async def redirect_to_owner(
 def _reads_here(node: Any, request: Request) -> bool:
     """A replica serves reads of its own queues when asked to (``readFrom=replica``) or when its
     group has no master (reads go on, bounded by the confirm offset, while writes wait)."""
-    return request.query_params.get("readFrom") == "replica" or node.view.master_of(node.name) is None
+    asked = (
+        request.query_params.get("readFrom") == "replica"
+        or request.headers.get(READ_FROM_HEADER) == "replica"
+    )
+    return asked or node.view.master_of(node.name) is None
 
 
 async def ask_others(

@@ -592,6 +592,9 @@ class QueueRouteOut(BaseModel):
     alive: bool
     http: str | None
     kafka: str | None
+    replicas: list[str] | None = Field(
+        None, description="Cluster mode: the live members of the broker's replica group, the master first."
+    )
 
 
 class TopicRouteOut(BaseModel):

@@ -233,3 +233,13 @@ def test_healthz_reports_the_cluster_session(trio: InProcessCluster) -> None:
             "status": "ok",
             "cluster": {"broker": "b2", "session": "connected", "registered": True, "warnings": []},
         }
+
+
+def test_a_system_topic_routes_to_the_asked_broker(trio: InProcessCluster) -> None:
+    with trio.http("b2") as http:
+        http.put("/topics/later", json={"queues": 3})
+        parked = http.post("/topics/later/messages", json={"body": "soon", "queue_id": 1, "delay_level": 3})
+        assert parked.status_code == 201 and parked.json()["topic"] == "SCHEDULE_TOPIC_XXXX"
+        route = http.get("/topics/SCHEDULE_TOPIC_XXXX/route").json()
+        assert {q["broker"] for q in route["queues"]} == {"b2"}
+        assert len(route["queues"]) >= 3

@@ -37,7 +37,30 @@ def test_failover_keeps_every_acknowledged_message(tmp_path: Path) -> None:
         )
         with cluster.http("b1-b") as http:  # a slave forwards writes to its master
             assert http.put("/topics/t", json={"queues": 2}).status_code == 201
-            acked = []
+            assert http.post("/topics/t/messages", json={"body": "seen", "queue_id": 0}).status_code == 201
+            route = http.get("/topics/t/route").json()["queues"][0]
+            assert route["http"] == first.url and route["replicas"] == [
+                first.url,
+                cluster.brokers["b1-b"].url,
+            ]
+            pulled = http.get("/topics/t/queues/0/messages", params={"offset": 0})
+            assert pulled.status_code == 307  # a slave sends reads to its master ...
+            here = http.get("/topics/t/queues/0/messages", params={"offset": 0, "readFrom": "replica"})
+            assert here.status_code == 200  # ... unless asked for a replica read
+            wait_until(
+                lambda: (
+                    [
+                        m["body"]
+                        for m in http.get(
+                            "/topics/t/queues/0/messages", params={"offset": 0, "readFrom": "replica"}
+                        ).json()["messages"]
+                    ]
+                    == ["seen"]
+                ),
+                10,
+                "the replica read",
+            )
+            acked = ["seen"]
             for i in range(50):
                 answer = http.post("/topics/t/messages", json={"body": f"m{i}", "queue_id": i % 2})
                 assert answer.status_code == 201, answer.text

@@ -189,3 +189,30 @@ def test_a_lone_broker_is_a_cluster_of_one(tmp_path: Path) -> None:
         assert answer.json()["offsets"] == {"0": 2, "1": 3}
     finally:
         broker.stop()
+
+
+def test_replica_reads_pick_a_slave_and_a_masterless_group_any_member() -> None:
+    from streaming.cluster_backend import QueueOwner
+
+    group = QueueOwner("b1", "http://m", True, ("http://m", "http://s"))
+    assert group.read_at("master") == "http://m"
+    assert group.read_at("replica") == "http://s"
+    masterless = QueueOwner("b1", "http://dead", False, ("http://s",))
+    assert masterless.read_at("master") == "http://s"
+    lone = QueueOwner("local", "http://lone", True)
+    assert lone.read_at("replica") == "http://lone"  # nothing to pick: the broker itself
+
+
+def test_read_from_option_is_checked(tmp_path: Path) -> None:
+    import pytest
+
+    from store import MessageStore, StoreConfig
+    from streaming.options import InvalidSourceOption, parse_options
+
+    MessageStore.open(StoreConfig(store_dir=tmp_path / "s", commitlog_file_size_bytes=1 << 20)).close()
+
+    assert parse_options({"endpoint": "http://b", "topic": "t", "readFrom": "replica"}).read_from == "replica"
+    with pytest.raises(InvalidSourceOption, match="readFrom"):
+        parse_options({"endpoint": "http://b", "topic": "t", "readFrom": "slave"})
+    with pytest.raises(InvalidSourceOption, match="readFrom"):
+        parse_options({"path": str(tmp_path / "s"), "topic": "t", "readFrom": "replica"})

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from cluster import MemberInfo
+from cluster import BrokerGroup, MemberInfo
 from ingest_api.http.auth import Right, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
@@ -138,16 +138,17 @@ async def topic_route(topic: AnyTopicPath, broker: BrokerDep, principal: Princip
         # a broker's own system topic (parked, half, send-back records): every queue is here
         me = node.member
         http, kafka = (me.http, me.kafka) if me else (_self_url(broker), None)
-        broker.store.queue_count(topic)
+        count = broker.store.queue_count(topic)
         return {
             "topic": topic,
             "queues": [
                 {"queue_id": q, "broker": node.name, "alive": True, "http": http, "kafka": kafka}
-                for q in queues
+                for q in range(count)
             ],
         }
     if route is None:
         raise ApiError(404, "unknown_topic", f"topic {topic!r} does not exist in the cluster")
+    replicas = {name: _replicas(node.view.group(name)) for name in {r.broker_name for r in route}}
     return {
         "topic": topic,
         "queues": [
@@ -157,7 +158,13 @@ async def topic_route(topic: AnyTopicPath, broker: BrokerDep, principal: Princip
                 "alive": r.alive,
                 "http": r.http,
                 "kafka": r.kafka,
+                "replicas": replicas[r.broker_name],
             }
             for r in route
         ],
     }
+
+
+def _replicas(group: BrokerGroup) -> list[str]:
+    """The live members' HTTP addresses, the master first (readFrom=replica picks a slave)."""
+    return [m.http for m in sorted(group.members, key=lambda m: m.member_id != group.master_id)]
