@@ -28,7 +28,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -107,6 +107,10 @@ class ReplicaGroup:
         #: ZooKeeper session has not expired yet: ``(member id, started_ms)``.
         self._dead: set[tuple[int, int]] = set()
         self.watchdog_interval_s = 0.25
+        #: Called (on the node's worker thread) with the epoch each time this member starts to
+        #: lead a new epoch: what the broker keeps in memory from the CommitLog (the
+        #: transaction table, ...) is rebuilt from the replicated log before it is served.
+        self.on_lead: list[Callable[[int], None]] = []
 
     @property
     def me(self) -> int:
@@ -266,11 +270,18 @@ class ReplicaGroup:
         except Exception as exc:
             self._failed(f"becoming master of epoch {state.epoch}: {type(exc).__name__}: {exc}")
             return
+        resumed = self._led_epoch == state.epoch
         with self._lock:
             self._led_epoch, self._following, self._fenced = state.epoch, None, False
             self.counters.became_master += 1
             self.counters.last_role_change_ms = int(time.time() * 1000)
         log.warning("member %d of %s is master: %s", self.me, self.node.name, why)
+        if not resumed:
+            for listener in list(self.on_lead):
+                try:
+                    listener(state.epoch)
+                except Exception as exc:
+                    self._failed(f"rebuilding after becoming master of epoch {state.epoch}: {exc}")
 
     def _follow(self, state: GroupState, master: MemberInfo) -> None:
         if self._following == (master.member_id, state.epoch) and not self._fenced:

@@ -8,6 +8,7 @@ store directory of another broker, ZooKeeper unreachable) fails the start with i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,7 @@ from ingest_api.http.forwarding import ForwardCoalescer
 from ingest_api.http.peers import PeerClient
 from ingest_api.http.replica_sync import SlaveMetadataFollower
 from ingest_api.http.routing import QueuePlanner
+from ingest_api.http.transactions import TransactionBoard
 from store.ha import HAConfig, ReplicaController, ReplicationMode
 
 #: Setting kinds in ZooKeeper (``ClusterNode.put_setting``) and what they mirror here.
@@ -103,6 +105,8 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
         group,
     )
     group.replica = ha
+    loop = asyncio.get_running_loop()
+    group.on_lead.append(lambda epoch: _rebuild_after_election(broker, loop))
     await run_in_threadpool(ha.start)
     broker.replica = ha
     broker.replica_group = group
@@ -115,6 +119,18 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
         group.close()
         await follower.stop()
         await run_in_threadpool(ha.close)
+
+
+def _rebuild_after_election(broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+    """A member that starts to lead rebuilds what it keeps in memory from the CommitLog it
+    replicated as a slave: the transaction table (halves, ends, their producer groups), so a
+    transaction begun on the old master ends on the new one. Node worker thread."""
+    board = broker.operators
+    if board is None or board.transactions is None:
+        return
+    rebuilt = TransactionBoard.open(broker.store)
+    previous, board.transactions = board.transactions, rebuilt
+    asyncio.run_coroutine_threadsafe(previous.dispatcher.close(), loop)
 
 
 class _Unassigned:
