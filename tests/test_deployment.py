@@ -45,8 +45,9 @@ def test_dependencies_wait_on_healthchecks_that_exist() -> None:
 def test_cluster_brokers_listen_publish_check_and_advertise_one_port() -> None:
     services = _compose()
     brokers = {name: s for name, s in services.items() if name.startswith("broker-")}
-    assert len(brokers) == 3
-    names = set()
+    assert len(brokers) == 4  # two replica groups of two, as make cluster runs
+    names: dict[str, int] = {}
+    ha_ports = set()
     for service_name, service in brokers.items():
         command = service["command"]
         port = _flag(command, "--port")
@@ -55,10 +56,13 @@ def test_cluster_brokers_listen_publish_check_and_advertise_one_port() -> None:
         assert _flag(command, "--advertise-host") == service_name
         assert _flag(command, "--cluster") == "zk://zookeeper:2181/sparkmq"
         assert service["profiles"] == ["cluster"]
-        names.add(_flag(command, "--broker-name"))
+        name = _flag(command, "--broker-name")
+        names[name] = names.get(name, 0) + 1
+        ha_ports.add(_flag(command, "--ha-port"))
         operators = services[f"operators-{service_name.removeprefix('broker-')}"]
         assert _flag(operators["command"], "--endpoint") == f"http://{service_name}:{port}"
-    assert names == {"b1", "b2", "b3"}
+    assert names == {"b1": 2, "b2": 2}
+    assert len(ha_ports) == 4, "each member replicates on a port of its own"
     volumes = [v for s in brokers.values() for v in s["volumes"]]
-    assert len(set(volumes)) == 3, "each broker has a store volume of its own"
+    assert len(set(volumes)) == 4, "each member has a store volume of its own"
     assert services["zookeeper"]["image"] == "zookeeper:3.8"
