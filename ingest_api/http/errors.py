@@ -110,8 +110,10 @@ def _api_error(_: Request, exc: Exception) -> JSONResponse:
 def _store_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SparkMQError)
     status = STATUS_BY_CODE.get(exc.code, 500)
-    if status >= 500:
+    if status == 500 or (status > 500 and not exc.retriable):
         log.error("store fault answered with %d: %s", status, exc, exc_info=status == 500)
+    elif status > 500:  # a retriable refusal (no master yet, too few in sync): the client retries
+        log.info("answered %d (retriable): %s", status, exc)
     headers = {"Retry-After": "1"} if exc.retriable else None
     broker = getattr(exc, "broker", None)  # a cluster fault names the broker it is about
     return error_response(
