@@ -13,7 +13,7 @@ medians are compared, as the machine is shared and noisy.
 |---|---|
 | batched produce | JSON batches of 1,000 to the master, 2 client processes |
 | single produce | single messages to the master, 2 processes x 16 connections |
-| failover | ``kill -9`` of the async group's master, until the new master acknowledges a produce (6 s session) |
+| failover | ``kill -9`` of the async master, until the new master acknowledges a produce (6 s session) |
 | catch-up | ``bench.ha_bench``: an empty slave ``--catchup-mb`` behind, MB/s |
 """
 
