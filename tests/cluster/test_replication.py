@@ -121,3 +121,5 @@ def test_cluster_status_and_metrics_show_replication(tmp_path: Path) -> None:
         assert 'sparkmq_replication_role{member="' in metrics
         assert "sparkmq_replication_lag_bytes{slave=" in metrics
         assert "sparkmq_replication_became_master_total 1" in metrics
+        page = httpx.get(f"{cluster.brokers['b1-b'].url}/console/cluster", timeout=10).text
+        assert "Replica groups" in page and ">master<" in page and ">slave<" in page
