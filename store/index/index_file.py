@@ -188,7 +188,7 @@ class IndexFile:
         )
         self._entries_base = INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE
         self.header = IndexHeader.decode(self._mm)
-        if not read_only and self.header.index_count < 1:
+        if not read_only and not fresh and self.header.index_count < 1:
             # Created (sized) but killed before its header was written: a valid header counts
             # entry #0 (unused), and a file adopted with a count of 0 would put its first
             # entry at #0, where a slot pointing to it reads as empty (a key never found).
