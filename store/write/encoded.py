@@ -52,6 +52,21 @@ class EncodedRecords:
             [Relocated(encode_record(r), r.topic, r.queue_id, r.properties or {}) for r in records]
         )
 
+    def take(self, order: npt.ArrayLike) -> EncodedRecords:
+        """The records in ``order`` (indexes into these records; a copy)."""
+        rows = np.asarray(order, dtype=np.int64).tolist()
+        uniq_keys = list(self.batch.uniq_keys)
+        batch = EncodedBatch.from_records(
+            [self.batch.record(i) for i in rows], [uniq_keys[i] for i in rows] if uniq_keys else []
+        )
+        return EncodedRecords(
+            batch,
+            tuple(self.topics[i] for i in rows),
+            self.queue_ids[rows].astype(np.int32),
+            tuple(self.tags[i] for i in rows),
+            tuple(self.keys[i] for i in rows),
+        )
+
     @staticmethod
     def concat(parts: Sequence[EncodedRecords]) -> EncodedRecords:
         if len(parts) == 1:

@@ -48,7 +48,7 @@ RETRY_OPERATOR = "retry"
 #: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
 POST_COLUMNS = (
     "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
-    "pending", "next_action_ms", "src_queue", "min_queue_offset",
+    "pending", "next_action_ms", "src_queue", "min_queue_offset", "queue_id", "queue_offset", "count",
 )  # fmt: skip
 
 
