@@ -24,7 +24,7 @@ from store.errors import (
     UnknownTopic,
 )
 from store.format.arrow_schema import MESSAGE_SCHEMA
-from store.format.ids import ascii_rows, ascii_rows_array, encode_msg_id, msg_id_chars
+from store.format.ids import ascii_rows, ascii_rows_array, decode_msg_id, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
@@ -82,11 +82,18 @@ from store.types import (
 )
 from store.write.columns import MAX_PROPERTY_COLUMNS, UNPLACED, ProduceColumns, ProduceOutcome
 from store.write.delay_levels import parse_delay_levels, parse_duration_ms
+from store.write.encoded import EncodedRecords
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
+from store.write.relocator import RelocationPointers
 from store.write.results import BatchPutResult
 from store.write.routing import sharding_queue, sharding_queues
-from store.write.sendback import DEFAULT_MAX_RECONSUME_TIMES, LADDER_BASE_LEVEL, sendback_request
+from store.write.sendback import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    LADDER_BASE_LEVEL,
+    sendback_request,
+    sendback_requests,
+)
 from store.write.timers import TIMER_REQUEST_PROPERTIES, TimerIllegal, is_timer_request
 from store.write.transactions import TxOutcome
 
@@ -129,6 +136,7 @@ __all__ = [
     "Boundary",
     "Clock",
     "DataLost",
+    "EncodedRecords",
     "FlushDiskType",
     "GetResult",
     "GetStatus",
@@ -146,6 +154,7 @@ __all__ = [
     "QueueReadApi",
     "Relocation",
     "RelocationKind",
+    "RelocationPointers",
     "ServiceHealth",
     "SparkMQError",
     "StoreClosed",
@@ -163,6 +172,7 @@ __all__ = [
     "UnknownTopic",
     "ascii_rows",
     "ascii_rows_array",
+    "decode_msg_id",
     "dlq_topic",
     "encode_msg_id",
     "existing_config",
@@ -179,6 +189,7 @@ __all__ = [
     "request_uniq_keys",
     "retry_topic",
     "sendback_request",
+    "sendback_requests",
     "sharding_queue",
     "sharding_queues",
     "validate_group",

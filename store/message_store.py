@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from store.commitlog.commitlog import CommitLog
+from store.commitlog.gather import GatheredRecords, gather_records
 from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
@@ -479,6 +480,17 @@ class MessageStore:
     def new_uniq_key(self) -> str:
         """A fresh UNIQ_KEY (RocketMQ ``MessageClientIDSetter``), for records the broker writes."""
         return self._appender.new_uniq_keys(1)[0]
+
+    def new_uniq_keys(self, count: int) -> list[str]:
+        """``count`` fresh UNIQ_KEYs."""
+        return self._appender.new_uniq_keys(count)
+
+    def read_records(self, offsets: npt.ArrayLike) -> GatheredRecords:
+        """The stored bytes of the records at CommitLog ``offsets``, back to back in one buffer
+        (one pass, no Python object per record); absent ones are skipped (``rows`` says which
+        offset each record is)."""
+        self._ensure_open()
+        return gather_records(self._commitlog, offsets)
 
     def committed_half_offsets(self, from_offset: int) -> Iterator[tuple[int, int]]:
         """``(CommitLog offset, preparedTransactionOffset)`` of every COMMIT-type record from

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from store import (
     LADDER_BASE_LEVEL,
     SENDBACK_TOPIC,
     SYSTEM_PROPERTIES,
+    EncodedRecords,
     InvalidArgument,
     Message,
     MessageStore,
@@ -29,11 +31,12 @@ from store import (
     PutResult,
     SparkMQError,
     UnknownTopic,
+    decode_msg_id,
     dlq_topic,
     read_json,
     request_uniq_keys,
     retry_topic,
-    sendback_request,
+    sendback_requests,
     validate_group,
     validate_topic,
     write_json_atomically,
@@ -115,6 +118,16 @@ def _find(store: MessageStore, group: str, topic: str, msg_id: str) -> MessageVi
     raise UnknownMessage(f"no message {msg_id!r} (offsetMsgId or UNIQ_KEY) in topic {topic!r} or {retry!r}")
 
 
+@dataclass(frozen=True)
+class SendBackItem:
+    """One message to send back: ``msg_id`` is its offsetMsgId or UNIQ_KEY in ``topic``."""
+
+    topic: str
+    msg_id: str
+    delay_level: int = 0
+    max_reconsume_times: int | None = None
+
+
 def send_back(
     store: MessageStore,
     configs: GroupConfigs,
@@ -126,58 +139,116 @@ def send_back(
     max_reconsume_times: int | None = None,
     producer: ProducerRef | None = None,
 ) -> SendBack:
+    """Send one message back (:func:`send_back_many` of one)."""
+    item = SendBackItem(topic, msg_id, delay_level, max_reconsume_times)
+    return send_back_many(store, configs, group, [item], producer=producer)[0]
+
+
+def send_back_many(
+    store: MessageStore,
+    configs: GroupConfigs,
+    group: str,
+    items: Sequence[SendBackItem],
+    *,
+    producer: ProducerRef | None = None,
+) -> list[SendBack]:
+    """Store one send-back request per item, all in one atomic append (all or none: a refused
+    item names its index). With ``producer`` (an ``Idempotency-Key``) a retried request stores
+    nothing new. Lookups by offsetMsgId decode the CommitLog offset; a UNIQ_KEY is looked up in
+    the group's retry topic, then in the topic. The request records are built column by column
+    (:func:`store.write.sendback.sendback_requests`)."""
     validate_group(group)
-    validate_topic(topic)
-    if delay_level < -1:
-        raise InvalidArgument(
-            f"delay_level must be -1 (the DLQ), 0 (the ladder) or a level >= 1, got {delay_level}"
-        )
-    if max_reconsume_times is not None and not 0 <= max_reconsume_times <= 10_000:
-        raise InvalidArgument(f"max_reconsume_times must be in [0, 10000], got {max_reconsume_times}")
-    if not store.has_topic(topic):
-        raise UnknownTopic(f"topic {topic!r} does not exist")
+    if not items:
+        raise InvalidArgument("no message to send back")
+    for i, item in enumerate(items):
+        _check_item(store, i, item)
     config = configs.get(group)
     if config is None and group not in store.groups():
         raise UnknownGroup(f"consumer group {group!r} is unknown (no offsets, no PUT /groups/{group})")
-    view = _find(store, group, topic, msg_id)
-    raw = store.read_record(view.commitlog_offset)
-    if raw is None:
-        raise UnknownMessage(f"message {msg_id!r} is gone (retention)")
-    maximum = max_reconsume_times
-    if maximum is None:
-        maximum = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
+    default_max = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
+    maximums = [default_max if it.max_reconsume_times is None else it.max_reconsume_times for it in items]
     queues = (config or {}).get("retry_queues", 1)
+    offsets = [_locate(store, group, i, item) for i, item in enumerate(items)]
+    found = store.read_records(offsets)
+    if found.present < len(items):
+        missing = sorted(set(range(len(items))) - set(found.rows.tolist()))[0]
+        raise UnknownMessage(f"messages[{missing}]: message {items[missing].msg_id!r} is gone (retention)")
     for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
         if not store.has_topic(name):
             store.create_topic(name, count)
-    request_id = request_uniq_keys(producer, 1)[0] if producer is not None else store.new_uniq_key()
-    existing = store.get_by_uniq_key(SENDBACK_TOPIC, request_id) if producer is not None else None
-    if existing is None:
-        request = sendback_request(
-            raw,
-            group=group,
-            delay_level=delay_level,
-            max_reconsume_times=maximum,
-            retry_queues=queues,
-            uniq_key=request_id,
-            born_ms=store.now_ms(),
-            store_host=(store.config.store_host, store.config.store_port),
-        )
-        store.append_records([request])
-    times = view.reconsume_times
-    to_dlq = times >= maximum or delay_level < 0
-    level = 0 if to_dlq else min(delay_level or LADDER_BASE_LEVEL + times, len(store.delay_levels))
-    return SendBack(
-        group=group,
-        topic=topic,
-        msg_id=view.msg_id,
-        uniq_key=view.uniq_key,
-        request_id=request_id,
-        attempt=times,
-        outcome="dlq" if to_dlq else "retry",
-        delay_level=level,
-        target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
+    request_ids = (
+        request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))
     )
+    built = sendback_requests(
+        found.buffer,
+        found.starts,
+        group=group,
+        delay_levels=[it.delay_level for it in items],
+        max_reconsume_times=maximums,
+        retry_queues=queues,
+        uniq_keys=request_ids,
+        born_ms=store.now_ms(),
+        store_host=(store.config.store_host, store.config.store_port),
+    )
+    for i, (item, stored_topic) in enumerate(zip(items, built.topics, strict=True)):
+        if stored_topic not in (item.topic, retry_topic(group)):
+            raise UnknownMessage(
+                f"messages[{i}]: message {item.msg_id} is in topic {stored_topic!r}, not {item.topic!r}"
+            )
+    # One append per request: if its first record is there, a retry of the request finds all.
+    if producer is None or store.get_by_uniq_key(SENDBACK_TOPIC, request_ids[0]) is None:
+        store.append_encoded(EncodedRecords.of_batch(built.records, SENDBACK_TOPIC))
+    out = []
+    levels = len(store.delay_levels)
+    for i, item in enumerate(items):
+        times = int(built.attempts[i])
+        to_dlq = times >= maximums[i] or item.delay_level < 0
+        level = 0 if to_dlq else min(item.delay_level or LADDER_BASE_LEVEL + times, levels)
+        out.append(
+            SendBack(
+                group=group,
+                topic=item.topic,
+                msg_id=built.msg_ids[i],
+                uniq_key=built.uniq_keys[i],
+                request_id=request_ids[i],
+                attempt=times,
+                outcome="dlq" if to_dlq else "retry",
+                delay_level=level,
+                target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
+            )
+        )
+    return out
+
+
+def _check_item(store: MessageStore, index: int, item: SendBackItem) -> None:
+    try:
+        validate_topic(item.topic)
+        if item.delay_level < -1:
+            raise InvalidArgument(
+                f"delay_level must be -1 (the DLQ), 0 (the ladder) or a level >= 1, got {item.delay_level}"
+            )
+        if item.max_reconsume_times is not None and not 0 <= item.max_reconsume_times <= 10_000:
+            raise InvalidArgument(
+                f"max_reconsume_times must be in [0, 10000], got {item.max_reconsume_times}"
+            )
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"messages[{index}]: {exc}") from None
+    if not store.has_topic(item.topic):
+        raise UnknownTopic(f"messages[{index}]: topic {item.topic!r} does not exist")
+
+
+def _locate(store: MessageStore, group: str, index: int, item: SendBackItem) -> int:
+    """The CommitLog offset of the message an item names (offsetMsgId: decoded, no read)."""
+    if len(item.msg_id) == 32:
+        try:
+            _, offset = decode_msg_id(item.msg_id)
+            return offset
+        except InvalidArgument:
+            pass
+    try:
+        return _find(store, group, item.topic, item.msg_id).commitlog_offset
+    except UnknownMessage as exc:
+        raise UnknownMessage(f"messages[{index}]: {exc}") from None
 
 
 def resend_dead_letter(store: MessageStore, group: str, msg_id: str) -> PutResult:

@@ -47,6 +47,14 @@ class EncodedRecords:
         )
 
     @staticmethod
+    def of_batch(batch: EncodedBatch, topic: str, queue_id: int = 0) -> EncodedRecords:
+        """Every record of ``batch`` bound for ``topic`` / ``queue_id``, without TAGS or KEYS."""
+        n = len(batch)
+        return EncodedRecords(
+            batch, (topic,) * n, np.full(n, queue_id, dtype=np.int32), (None,) * n, (None,) * n
+        )
+
+    @staticmethod
     def of_fields(records: Sequence[RecordFields]) -> EncodedRecords:
         return EncodedRecords.of_relocated(
             [Relocated(encode_record(r), r.topic, r.queue_id, r.properties or {}) for r in records]

@@ -297,25 +297,66 @@ def _offset_gap(end: Any, latest: Any) -> int:
     return 0
 
 
+#: A query that fails is restarted from its checkpoint (exactly once holds: Spark replays the
+#: uncommitted batch) up to this many times in :data:`RESTART_WINDOW_S`; then the job exits.
+MAX_QUERY_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+#: How long the job waits for a query's first batch before it starts the next query.
+STAGGER_S = 60.0
+
+
 def run(config: JobConfig, stop: threading.Event) -> int:
-    """Run the resolver queries until ``stop`` is set or a query fails (exit status 1)."""
+    """Run the resolver queries until ``stop`` is set; a failed query is restarted from its
+    checkpoint (a Python worker that did not connect back in time on a loaded machine, a lost
+    executor in local mode) unless it failed too often: then exit status 1."""
     client = BrokerClient(config)
     doc = client.settings()
     spark = session(config)
-    queries = {DELAY_OPERATOR: start_delay_query(spark, config, client, delay_settings(doc, config.shards))}
-    queries[TRANSACTION_OPERATOR] = start_transaction_query(spark, config, client, transaction_settings(doc))
-    queries[RETRY_OPERATOR] = start_retry_query(spark, config, client)
-    for name in queries:
+    starters: dict[str, Callable[[], Any]] = {
+        DELAY_OPERATOR: lambda: start_delay_query(spark, config, client, delay_settings(doc, config.shards)),
+        TRANSACTION_OPERATOR: lambda: start_transaction_query(
+            spark, config, client, transaction_settings(doc)
+        ),
+        RETRY_OPERATOR: lambda: start_retry_query(spark, config, client),
+    }
+    queries: dict[str, Any] = {}
+    failures: dict[str, list[float]] = {name: [] for name in starters}
+    for name, start in starters.items():
+        # One at a time: each query's first batch starts Python workers, which must connect
+        # back to the JVM within 10 s; started together on a loaded machine they time out.
+        queries[name] = query = start()
         log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
+        deadline = time.monotonic() + STAGGER_S
+        while (
+            query.isActive
+            and query.lastProgress is None
+            and time.monotonic() < deadline
+            and not stop.is_set()
+        ):
+            stop.wait(0.5)
     try:
-        while not stop.is_set() and all(q.isActive for q in queries.values()):
+        while not stop.is_set():
+            for name, query in list(queries.items()):
+                if query.isActive:
+                    continue
+                now = time.monotonic()
+                recent = failures[name] = [t for t in failures[name] if now - t < RESTART_WINDOW_S] + [now]
+                log.error("operator %s stopped: %s", name, query.exception())
+                if len(recent) > MAX_QUERY_RESTARTS:
+                    log.error(
+                        "operator %s failed %d times in %.0f s: giving up",
+                        name,
+                        len(recent),
+                        RESTART_WINDOW_S,
+                    )
+                    return 1
+                stop.wait(min(2.0 ** len(recent), 30.0))
+                queries[name] = starters[name]()
+                log.info("operator %s restarted from its checkpoint", name)
             for name, query in queries.items():
                 client.put_status(name, query_status(query))
             stop.wait(1.0)
-        failed = [name for name, q in queries.items() if q.exception() is not None]
-        for name in failed:
-            log.error("operator %s failed: %s", name, queries[name].exception())
-        return 1 if failed else 0
+        return 0
     finally:
         for name, query in queries.items():
             query.stop()

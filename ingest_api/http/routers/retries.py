@@ -1,8 +1,8 @@
 """The consumer retry ladder and dead letters (RocketMQ's send-back, %RETRY%group, %DLQ%group).
 
 * ``PUT  /groups/{group}`` ``{"max_reconsume_times", "retry_queues"}`` and ``GET /groups/{group}/config``;
-* ``POST /groups/{group}/messages:sendBack`` ``{"topic", "msg_id", "delay_level"?, "max_reconsume_times"?}``
-  (``Idempotency-Key`` as for produce);
+* ``POST /groups/{group}/messages:sendBack`` ``{"topic", "msg_id", "delay_level"?, "max_reconsume_times"?}``,
+  or a list of them stored together (``Idempotency-Key`` as for produce);
 * ``GET  /groups/{group}/dlq`` and ``POST /groups/{group}/dlq/{msg_id}:resend``.
 """
 
@@ -19,7 +19,7 @@ from ingest_api.http.auth import Right, authorize
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.errors import ApiError
 from ingest_api.http.params import GroupPath
-from ingest_api.http.retries import GroupConfigs, as_dict, resend_dead_letter, send_back
+from ingest_api.http.retries import GroupConfigs, SendBackItem, as_dict, resend_dead_letter, send_back_many
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
 from store import dlq_topic
 
@@ -100,29 +100,35 @@ async def get_group_config(group: GroupPath, broker: BrokerDep, principal: Princ
     return GroupConfigOut(group=group, **doc)
 
 
-@router.post("/{group}/messages:sendBack", response_model=SendBackOut)
-async def send_back_message(
+#: Most messages one send-back request may carry.
+MAX_SENDBACK_BATCH = 10_000
+
+
+@router.post("/{group}/messages:sendBack", response_model=SendBackOut | list[SendBackOut])
+async def send_back_messages(
     group: GroupPath,
-    body: SendBackIn,
+    body: SendBackIn | Annotated[list[SendBackIn], Field(min_length=1, max_length=MAX_SENDBACK_BATCH)],
     broker: BrokerDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> SendBackOut:
-    """Send a message this group failed to consume back into the retry ladder (or the DLQ)."""
-    authorize(principal, Right.CONSUME, body.topic)
+) -> SendBackOut | list[SendBackOut]:
+    """Send messages this group failed to consume back into the retry ladder (or the DLQ): one
+    object, or a list of them stored together (all or none; a refusal names the item's index).
+    An ``Idempotency-Key`` makes a retried request store nothing new."""
+    items = body if isinstance(body, list) else [body]
+    for item in items:
+        authorize(principal, Right.CONSUME, item.topic)
     producer = producing.idempotency_ref(f"sendback:{group}", idempotency_key)
-    result = await run_in_threadpool(
-        send_back,
+    results = await run_in_threadpool(
+        send_back_many,
         broker.store,
         configs_of(broker),
         group,
-        body.topic,
-        body.msg_id,
-        delay_level=body.delay_level,
-        max_reconsume_times=body.max_reconsume_times,
+        [SendBackItem(i.topic, i.msg_id, i.delay_level, i.max_reconsume_times) for i in items],
         producer=producer,
     )
-    return SendBackOut(**as_dict(result))
+    out = [SendBackOut(**as_dict(r)) for r in results]
+    return out if isinstance(body, list) else out[0]
 
 
 @router.get("/{group}/dlq", response_model=DeadLettersOut)
