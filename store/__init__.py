@@ -9,6 +9,7 @@ Usable on its own as a library::
 See docs/store_api.md.
 """
 
+from store.commitlog.gather import GatheredRecords
 from store.config import DEFAULT_DELAY_LEVELS, MIB, FlushDiskType, StoreConfig
 from store.errors import (
     DataLost,
@@ -138,6 +139,7 @@ __all__ = [
     "DataLost",
     "EncodedRecords",
     "FlushDiskType",
+    "GatheredRecords",
     "GetResult",
     "GetStatus",
     "IndexBehind",

@@ -23,6 +23,7 @@ from store import (
     SENDBACK_TOPIC,
     SYSTEM_PROPERTIES,
     EncodedRecords,
+    GatheredRecords,
     InvalidArgument,
     Message,
     MessageStore,
@@ -168,11 +169,7 @@ def send_back_many(
     default_max = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
     maximums = [default_max if it.max_reconsume_times is None else it.max_reconsume_times for it in items]
     queues = (config or {}).get("retry_queues", 1)
-    offsets = [_locate(store, group, i, item) for i, item in enumerate(items)]
-    found = store.read_records(offsets)
-    if found.present < len(items):
-        missing = sorted(set(range(len(items))) - set(found.rows.tolist()))[0]
-        raise UnknownMessage(f"messages[{missing}]: message {items[missing].msg_id!r} is gone (retention)")
+    found = _sources(store, group, items)
     for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
         if not store.has_topic(name):
             store.create_topic(name, count)
@@ -237,18 +234,40 @@ def _check_item(store: MessageStore, index: int, item: SendBackItem) -> None:
         raise UnknownTopic(f"messages[{index}]: topic {item.topic!r} does not exist")
 
 
-def _locate(store: MessageStore, group: str, index: int, item: SendBackItem) -> int:
-    """The CommitLog offset of the message an item names (offsetMsgId: decoded, no read)."""
-    if len(item.msg_id) == 32:
-        try:
-            _, offset = decode_msg_id(item.msg_id)
-            return offset
-        except InvalidArgument:
-            pass
+def _sources(store: MessageStore, group: str, items: Sequence[SendBackItem]) -> GatheredRecords:
+    """The records the items name, read in one pass. An offsetMsgId is decoded (no lookup) and
+    taken when a record of the item's topic (or the group's retry topic) starts there; anything
+    else is looked up as a UNIQ_KEY (a UNIQ_KEY is 32 hex characters too)."""
+    offsets = [_decoded_offset(item.msg_id) for item in items]
+    found = store.read_records([o if o is not None else 0 for o in offsets])
+    topics, physical = found.headlines()
+    at = dict(zip(found.rows.tolist(), range(found.present), strict=True))
+    retry = retry_topic(group)
+    redo = False
+    for i, item in enumerate(items):
+        j = at.get(i)
+        ok = offsets[i] is not None and j is not None and topics[j] in (item.topic, retry)
+        if not ok or j is None or int(physical[j]) != offsets[i]:
+            try:
+                offsets[i] = _find(store, group, item.topic, item.msg_id).commitlog_offset
+            except UnknownMessage as exc:
+                raise UnknownMessage(f"messages[{i}]: {exc}") from None
+            redo = True
+    if redo:
+        found = store.read_records([o if o is not None else 0 for o in offsets])
+    if found.present < len(items):
+        missing = sorted(set(range(len(items))) - set(found.rows.tolist()))[0]
+        raise UnknownMessage(f"messages[{missing}]: message {items[missing].msg_id!r} is gone (retention)")
+    return found
+
+
+def _decoded_offset(msg_id: str) -> int | None:
+    if len(msg_id) != 32:
+        return None
     try:
-        return _find(store, group, item.topic, item.msg_id).commitlog_offset
-    except UnknownMessage as exc:
-        raise UnknownMessage(f"messages[{index}]: {exc}") from None
+        return decode_msg_id(msg_id)[1]
+    except InvalidArgument:
+        return None
 
 
 def resend_dead_letter(store: MessageStore, group: str, msg_id: str) -> PutResult:

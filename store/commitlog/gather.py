@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from store.commitlog.commitlog import CommitLog
 from store.format.arrow_ranges import gather_ranges
-from store.format.record import BLANK_RECORD, TOTAL_SIZE_POS
-from store.format.record_check import overlapping
+from store.format.record import BLANK_RECORD, PHYSICAL_OFFSET_POS, TOTAL_SIZE_POS
+from store.format.record_check import check_records, gather_headers, header_field, overlapping
 
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -37,6 +37,30 @@ class GatheredRecords(NamedTuple):
     @property
     def present(self) -> int:
         return len(self.rows)
+
+    def headlines(self) -> tuple[list[str | None], I64]:
+        """Each record's topic and PHYSICALOFFSET (None / -1 where the bytes are no record)."""
+        topics: list[str | None] = [None] * self.present
+        physical = np.full(self.present, -1, dtype=np.int64)
+        lo = 0
+        while lo < self.present:
+            starts = self.starts[lo:]
+            spans = check_records(self.buffer, starts)
+            good = np.arange(lo, lo + spans.valid)
+            if len(good):
+                r = spans.ranges
+                names = gather_ranges(
+                    pa.py_buffer(self.buffer),
+                    r.topic_begin[: spans.valid],
+                    r.topic_len[: spans.valid],
+                    pa.binary(),
+                )
+                for i, name in zip(good.tolist(), names.to_pylist(), strict=True):
+                    topics[i] = name.decode("utf-8", "replace")
+                headers = gather_headers(self.buffer, starts[: spans.valid])
+                physical[good] = header_field(headers, PHYSICAL_OFFSET_POS)
+            lo += spans.valid + 1  # the record after the first bad one
+        return topics, physical
 
 
 def gather_records(

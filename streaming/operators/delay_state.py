@@ -198,8 +198,8 @@ def fire(entries: Iterable[Entry], now_ms: int, burst_cap: int) -> Fired:
         if entry.kind == ENTRY_RANGE:
             ranges.append((entry.src_queue, entry.first_offset, take, entry.action_ms))
             if take < entry.messages:
-                rest = entry.messages - take
-                keep.append(entry._replace(first_offset=entry.first_offset + take, messages=rest))
+                left = entry.messages - take
+                keep.append(entry._replace(first_offset=entry.first_offset + take, messages=left))
             continue
         pointers = unpack_pointers(entry.pointers or b"", entry.messages)
         emitted.append(pointers.take(slice(0, take)))
