@@ -89,6 +89,11 @@ class TransactionIn(BaseModel):
         pattern=f"^{NAME_PATTERN}$",
         description="Producer group; check-backs go to its check_url (PUT /producer-groups/{group}).",
     )
+    commit: bool = Field(
+        False,
+        description="Commit the transaction in the same request, once its halves are stored (one "
+        "request instead of two; the answer then names the committed messages).",
+    )
 
 
 class ProduceIn(BaseModel):

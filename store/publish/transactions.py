@@ -292,12 +292,9 @@ class TransactionService:
                 parts.append(
                     EncodedRecords.of_fields([discard_record(h, check_times) for h in self._halves(tx, run)])
                 )
-            elif run.real_topic == TRANS_OFFSETS_TOPIC or bool((run.real_queue_ids == UNKNOWN_QUEUE).any()):
-                halves = self._halves(tx, run)  # one by one: REAL_QID read from each
-                if run.real_topic == TRANS_OFFSETS_TOPIC:
-                    offsets.extend(
-                        (count + i, parse_offsets_body(h.fields.body)) for i, h in enumerate(halves)
-                    )
+            elif run.real_topic == TRANS_OFFSETS_TOPIC:
+                halves = self._halves(tx, run)  # one by one: their bodies are read too
+                offsets.extend((count + i, parse_offsets_body(h.fields.body)) for i, h in enumerate(halves))
                 parts.append(EncodedRecords.of_fields([final_record(h) for h in halves]))
             else:
                 parts.append(self._finals(tx, run))

@@ -86,9 +86,19 @@ def _out(tx: Transaction, now_ms: int) -> TransactionOut:
 @router.post("/transactions/{transaction_id}", response_model=EndTransactionOut)
 async def end_transaction(
     transaction_id: TransactionPath, body: EndTransactionIn, broker: BrokerDep, principal: PrincipalDep
-) -> EndTransactionOut:
+) -> Response:
     """Commit or roll back a transaction. Idempotent: a second end (a retry, or an end racing a
     check-back answer) changes nothing and reports the first outcome."""
+    answer = await end_transaction_json(broker, principal, transaction_id, body)
+    return Response(answer, media_type="application/json")
+
+
+async def end_transaction_json(
+    broker: Broker, principal: Principal | None, transaction_id: str, body: EndTransactionIn
+) -> bytes:
+    """End one transaction and render the 200 answer's body: the route above and the fast lane
+    (:mod:`ingest_api.http.fastlane`) both end here; refusals are raised for the one error
+    mapping."""
     board = board_of(broker)
     tx = board.service.get(transaction_id)
     if tx is None:
@@ -104,11 +114,12 @@ async def end_transaction(
     outcome = TxOutcome.COMMIT if body.action == "commit" else TxOutcome.ROLLBACK
     ended = await board.ends.end(EndRequest(transaction_id, outcome, body.producer_group))
     out = _out(ended.transaction, broker.store.now_ms())
-    return EndTransactionOut(
+    answer = EndTransactionOut(
         **out.model_dump(),
         ended_now=ended.ended_now,
         results=[ProduceOut.of(r) for r in ended.transaction.results],
     )
+    return answer.model_dump_json().encode()
 
 
 @router.get("/transactions", response_model=TransactionListOut)
