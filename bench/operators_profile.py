@@ -267,7 +267,8 @@ def profile_one(spark: Any, root: Path, kind: str, n: int) -> dict[str, Any]:
             query.stop()
         handlers = [json.loads(line) for line in Path(out_path).read_text().splitlines()]
         return {"kind": kind, "n": n, "produce_s": produce_s, "read": read, "progress": progress,
-                "timings": timings, "broker": timer.rows, "profiles": timer.profiles, "handlers": handlers}  # fmt: skip
+                "timings": timings, "broker": timer.rows, "profiles": timer.profiles,
+                "handlers": handlers}  # fmt: skip
     finally:
         broker.stop()
 
@@ -311,7 +312,8 @@ def report(results: list[dict[str, Any]]) -> str:
         "# Delay resolver: one micro-batch, profiled",
         "",
         f"`python -m bench.operators_profile` on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
-        f"load {os.getloadavg()[0]:.1f}; local[2], 2 shuffle partitions, RocksDB state, trigger 500 ms, path mode.",
+        f"load {os.getloadavg()[0]:.1f}; local[2], 2 shuffle partitions, RocksDB state, trigger 500 ms, "
+        "path mode.",
         "",
     ]
     for r in results:
@@ -319,20 +321,24 @@ def report(results: list[dict[str, Any]]) -> str:
         read = r["read"]
         lines += [
             f"* produced in-process in {r['produce_s']:.2f} s",
-            f"* source read alone: store `read_batch` of the {r['n']:,} records {read['store_read_s'] * 1000:.0f} ms; "
-            f"Spark batch read to a noop sink {read['spark_read_s']:.2f} s, with the resolver's input projection "
+            f"* source read alone: store `read_batch` of the {r['n']:,} records "
+            f"{read['store_read_s'] * 1000:.0f} ms; Spark batch read to a noop sink "
+            f"{read['spark_read_s']:.2f} s, with the resolver's input projection "
             f"{read['spark_resolver_input_s']:.2f} s",
             "",
-            "| batch | input rows | relocated | trigger total | latestOffset | planning | getBatch | walCommit | "
+            "| batch | input rows | relocated | trigger total | latestOffset | planning | getBatch "
+            "| walCommit | "
             "addBatch | commitOffsets | toArrow (read+shuffle+TWS) | POST | broker commit |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for b in _batch_rows(r):
             d = b["progress"].get("durationMs", {})
             lines.append(
-                f"| {b['progress']['batchId']} | {b['progress'].get('numInputRows', 0):,} | {b['relocated']:,} | "
+                f"| {b['progress']['batchId']} | {b['progress'].get('numInputRows', 0):,} "
+                f"| {b['relocated']:,} | "
                 + " | ".join(f"{d.get(k, 0) / 1000:.2f}" for k in
-                             ("triggerExecution", "latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch",
+                             ("triggerExecution", "latestOffset", "queryPlanning", "getBatch", "walCommit",
+                              "addBatch",
                               "commitOffsets"))
                 + f" | {b['post'].get('compute_s', 0):.2f} | {b['post'].get('post_s', 0):.2f} | "
                 f"{b['broker'].get('wall_s', 0):.2f} |"
@@ -343,7 +349,8 @@ def report(results: list[dict[str, Any]]) -> str:
             op = ops[0]
             custom = op.get("customMetrics", {})
             lines.append(
-                f"* batch {b['progress']['batchId']} state operator: rows total {op.get('numRowsTotal')}, updated "
+                f"* batch {b['progress']['batchId']} state operator: rows total {op.get('numRowsTotal')}, "
+                "updated "
                 f"{op.get('numRowsUpdated')}, allUpdatesTimeMs {op.get('allUpdatesTimeMs')}, commitTimeMs "
                 f"{op.get('commitTimeMs')}, memory {op.get('memoryUsedBytes', 0) / 2**20:.1f} MiB, timers "
                 f"registered {custom.get('numRegisteredTimers')}"

@@ -252,13 +252,17 @@ class OperatorBoard:
 
 
 def _crash_hook(fault: str | None) -> Any:
-    """Test only: SIGKILL this broker once, after the relocation step named in ``fault``."""
+    """Test only: SIGKILL this broker once, after the relocation step named in ``fault``
+    (``<step>:<marker file>``); ``sleep-chunk:<ms>`` slows every chunk down instead (so a test
+    can kill the operator driver while a publish is under way)."""
     if not fault:
         return None
     point, marker = fault.split(":", 1)
 
     def hit(event: str) -> None:
-        if event == point and not os.path.exists(marker):
+        if point == "sleep-chunk" and event.startswith("chunk-"):
+            time.sleep(int(marker) / 1000)
+        elif event == point and not os.path.exists(marker):
             Path(marker).write_text(event)
             log.warning("test fault: killing the broker after relocation step %s", event)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-
 import pyarrow as pa
 import pyarrow.compute as pc
 

@@ -2,7 +2,7 @@
 against one broker.
 
 ``sparkmq serve`` starts it in a child process (``local[2]`` by default); ``sparkmq operators
---endpoint URL --master URL`` (or ``spark-submit -m streaming.operators``) runs the same job
+--endpoint URL --master URL`` (or ``spark-submit ./streaming/operators/__main__.py``) runs the same job
 on a cluster. Each resolver is its own streaming query with its own checkpoint under
 ``<checkpoint_dir>/<operator>``:
 
@@ -65,8 +65,9 @@ class JobConfig:
     shards: int = 2
     auth_token: str | None = None
     request_timeout_s: float = 60.0
-    #: Test only: ``<before_post|after_post>:<marker file>`` kills this driver (SIGKILL) once,
-    #: at that point of a batch with relocations (``SPARKMQ_TEST_OPERATOR_FAULT``).
+    #: Test only: ``<before_post|mid_post|after_post>:<marker file>`` kills this driver (SIGKILL)
+    #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
+    #: the broker publishes) (``SPARKMQ_TEST_OPERATOR_FAULT``).
     fault: str | None = None
 
 
@@ -153,6 +154,8 @@ def batch_poster(
         relocations = decisions(table)
         if relocations:
             _maybe_die(fault, "before_post")
+            if fault and fault.startswith("mid_post:"):
+                threading.Timer(0.3, _maybe_die, (fault, "mid_post")).start()
         client.post_batch(operator, batch_id, table)
         if relocations:
             _maybe_die(fault, "after_post")
@@ -169,9 +172,9 @@ def session(config: JobConfig) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(config.master) if config.master else SparkSession.builder
     builder = (
-        SparkSession.builder.master(config.master)
-        .appName("sparkmq-operators")
+        builder.appName("sparkmq-operators")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(config.shards))
@@ -367,7 +370,11 @@ def run(config: JobConfig, stop: threading.Event) -> int:
 def parse_args(argv: Sequence[str]) -> JobConfig:
     parser = argparse.ArgumentParser(prog="sparkmq operators", description=__doc__.splitlines()[0])
     parser.add_argument("--endpoint", required=True, help="the broker's HTTP base URL")
-    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL (default local[2]; under spark-submit, spark-submit's --master)",
+    )
     parser.add_argument("--checkpoint-dir", default="checkpoints/operators", type=Path)
     parser.add_argument("--path", default=None, help="the broker's store directory (same machine only)")
     parser.add_argument("--trigger-ms", default=500, type=int)
@@ -377,13 +384,18 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     return JobConfig(
         endpoint=args.endpoint.rstrip("/"),
         checkpoint_dir=args.checkpoint_dir,
-        master=args.master,
+        master=args.master if args.master is not None else _default_master(),
         path=args.path,
         trigger_ms=args.trigger_ms,
         shards=args.shards,
         auth_token=args.auth_token,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
     )
+
+
+def _default_master() -> str:
+    """``local[2]``, or nothing under ``spark-submit`` (its ``--master`` and confs apply)."""
+    return "" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

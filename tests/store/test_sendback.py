@@ -134,9 +134,9 @@ def test_one_retry_per_attempt() -> None:
 def test_a_batch_of_requests_is_the_golden_request_byte_for_byte(tmp_path: Path) -> None:
     """sendback_requests (column by column, many at once) writes what sendback_request writes."""
     raw = source_record(tmp_path)
-    again = encode_record(
-        sendback_record(bytes.fromhex(GOLDEN_REQUEST_HEX))._replace(topic="%RETRY%billing", physical_offset=4096)
-    )  # a retry sent back again: ORIGIN_MESSAGE_ID is kept, not the retry's own msg id
+    # a retry sent back again: ORIGIN_MESSAGE_ID is kept, not the retry's own msg id
+    retry = sendback_record(bytes.fromhex(GOLDEN_REQUEST_HEX))
+    again = encode_record(retry._replace(topic="%RETRY%billing", physical_offset=4096))
     sources = [raw, again, raw]
     levels, keys = [0, 3, -1], ["REQ00000000000000000000000000001", "R2", "R3"]
     buffer = np.frombuffer(b"".join(sources), dtype=np.uint8)
