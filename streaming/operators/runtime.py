@@ -61,7 +61,12 @@ class JobConfig:
     master: str = "local[2]"
     #: The broker's store directory, when the job runs on the same machine (faster reads).
     path: str | None = None
+    #: The delay resolver's trigger (its lateness is about a trigger plus a batch).
     trigger_ms: int = 500
+    #: The transaction and retry resolvers' trigger: their decisions are not due to the second
+    #: (check-backs every 30 s, the ladder's first retry after 10 s), and every trigger runs a
+    #: batch (transformWithState always does), so they leave the cores to the delay resolver.
+    background_trigger_ms: int = 2000
     shards: int = 2
     auth_token: str | None = None
     request_timeout_s: float = 60.0
@@ -221,13 +226,13 @@ def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: i
     return reader.load()
 
 
-def _start(decisions: Any, name: str, config: JobConfig, poster: Any) -> Any:
+def _start(decisions: Any, name: str, config: JobConfig, poster: Any, trigger_ms: int | None = None) -> Any:
     """An operator's query: its decisions posted to the broker once per micro-batch."""
     return (
         decisions.writeStream.queryName(name)
         .foreachBatch(poster)
         .option("checkpointLocation", str(config.checkpoint_dir / name))
-        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+        .trigger(processingTime=f"{trigger_ms or config.trigger_ms} milliseconds")
         .start()
     )
 
@@ -254,13 +259,17 @@ def start_transaction_query(
     halves_and_ops = _system_input(spark, config, f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}", 100_000)
     columns = [field.name for field in transactions.OUTPUT_SCHEMA.fields]
     poster = batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows)
-    return _start(transactions.resolve(halves_and_ops, settings), TRANSACTION_OPERATOR, config, poster)
+    decisions = transactions.resolve(halves_and_ops, settings)
+    # Never coarser than half a check interval (tests run with intervals of a second or two).
+    trigger = min(config.background_trigger_ms, max(config.trigger_ms, settings.check_interval_ms // 2))
+    return _start(decisions, TRANSACTION_OPERATOR, config, poster, trigger)
 
 
 def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> Any:
     requests = _system_input(spark, config, SENDBACK_TOPIC, 100_000)
     poster = batch_poster(client, RETRY_OPERATOR, config.fault)
-    return _start(retry.resolve(requests, retry.RetrySettings()), RETRY_OPERATOR, config, poster)
+    decisions = retry.resolve(requests, retry.RetrySettings())
+    return _start(decisions, RETRY_OPERATOR, config, poster, config.background_trigger_ms)
 
 
 def query_status(query: Any) -> dict[str, Any]:

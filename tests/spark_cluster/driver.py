@@ -36,7 +36,10 @@ def session(master: str) -> Any:
 
 def read(master: str, endpoint: str, topic: str, checkpoint: str) -> None:
     spark = session(master)
-    stream = spark.readStream.format("sparkmq").option("endpoint", endpoint).option("topic", topic).load()
+    stream = (
+        spark.readStream.format("sparkmq").option("endpoint", endpoint).option("topic", topic)
+        .option("startingOffsets", "earliest").load()
+    )  # fmt: skip
     keys: list[str] = []
 
     def collect(df: Any, batch_id: int) -> None:
@@ -53,7 +56,10 @@ def read(master: str, endpoint: str, topic: str, checkpoint: str) -> None:
 
 def sink(master: str, endpoint: str, source: str, target: str, checkpoint: str) -> None:
     spark = session(master)
-    stream = spark.readStream.format("sparkmq").option("endpoint", endpoint).option("topic", source).load()
+    stream = (
+        spark.readStream.format("sparkmq").option("endpoint", endpoint).option("topic", source)
+        .option("startingOffsets", "earliest").load()
+    )  # fmt: skip
     query = (
         stream.selectExpr("body", "uniq_key AS keys")
         .writeStream.format("sparkmq").option("endpoint", endpoint).option("topic", target)
