@@ -242,7 +242,7 @@ def profile_one(spark: Any, root: Path, kind: str, n: int) -> dict[str, Any]:
         config = runtime.JobConfig(
             endpoint=broker.url, checkpoint_dir=checkpoint, path=str(store_dir), shards=2
         )
-        client = runtime.BrokerClient(config)
+        client = runtime.BrokerClient(config.endpoint)
         settings = runtime.delay_settings(client.settings(), config.shards)
         produced_at = time.monotonic()
         _produce(app_broker.store, kind, n)

@@ -19,7 +19,6 @@ Never ``Trigger.AvailableNow`` (with timers it never ends): a processing-time tr
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import os
@@ -32,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from streaming.operators import retry, transactions
+from streaming.operators.client import BrokerClient
 from streaming.operators.delay import ROW_RELOCATION, DelaySettings, resolve
 
 log = logging.getLogger("sparkmq.operators")
@@ -61,6 +60,10 @@ class JobConfig:
     master: str = "local[2]"
     #: The broker's store directory, when the job runs on the same machine (faster reads).
     path: str | None = None
+    #: Local mode: the driver JVM's heap (it runs the executors too); RocksDB's native memory
+    #: for all state stores together.
+    driver_memory: str = "768m"
+    state_memory_mb: int = 256
     #: The delay resolver's trigger (its lateness is about a trigger plus a batch).
     trigger_ms: int = 500
     #: The transaction and retry resolvers' trigger: their decisions are not due to the second
@@ -74,53 +77,6 @@ class JobConfig:
     #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
     #: the broker publishes) (``SPARKMQ_TEST_OPERATOR_FAULT``).
     fault: str | None = None
-
-
-class BrokerClient:
-    """The job's HTTP calls to the broker (retried while the broker restarts)."""
-
-    def __init__(self, config: JobConfig) -> None:
-        headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
-        self.http = httpx.Client(base_url=config.endpoint, headers=headers, timeout=config.request_timeout_s)
-
-    def _call(self, method: str, url: str, **kwargs: Any) -> Any:
-        delay = 0.2
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                resp = self.http.request(method, url, **kwargs)
-                if resp.status_code < 500:
-                    if resp.status_code >= 400:
-                        raise RuntimeError(f"{method} {url}: {resp.status_code} {resp.text}")
-                    return resp.json() if resp.content else None
-                problem = f"{resp.status_code} {resp.text[:200]}"
-            except httpx.TransportError as exc:
-                problem = str(exc)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} {url}: broker unavailable: {problem}")
-            log.warning("%s %s failed (%s); retrying", method, url, problem)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def settings(self) -> dict[str, Any]:
-        return dict(self._call("GET", "/operators/settings"))
-
-    def post_batch(self, operator: str, batch_id: int, table: pa.Table) -> Any:
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return self._call(
-            "POST",
-            f"/operators/{operator}/batches/{batch_id}",
-            content=sink.getvalue(),
-            headers={"content-type": "application/vnd.apache.arrow.stream"},
-        )
-
-    def put_status(self, operator: str, status: dict[str, Any]) -> None:
-        try:
-            self.http.put(f"/operators/{operator}/status", json=status, timeout=5)
-        except httpx.HTTPError as exc:
-            log.debug("status report failed: %s", exc)
 
 
 def _maybe_die(fault: str | None, point: str) -> None:
@@ -188,11 +144,18 @@ def session(config: JobConfig) -> Any:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        # State is ranges and packed pointers (kilobytes per key): cap RocksDB's native memory
+        # (block cache and write buffers of every store instance together) instead of letting
+        # each of the queries' partitions take RocksDB's defaults.
+        .config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
+        .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(config.state_memory_mb))
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if config.master.startswith("local"):
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
-            "spark.driver.host", "127.0.0.1"
+    if config.master.startswith("local"):  # the executors live in the driver's JVM
+        builder = (
+            builder.config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.memory", config.driver_memory)
         )
     spark = builder.getOrCreate()
     from streaming.register import register
@@ -321,7 +284,7 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     """Run the resolver queries until ``stop`` is set; a failed query is restarted from its
     checkpoint (a Python worker that did not connect back in time on a loaded machine, a lost
     executor in local mode) unless it failed too often: then exit status 1."""
-    client = BrokerClient(config)
+    client = BrokerClient(config.endpoint, config.auth_token, config.request_timeout_s)
     doc = client.settings()
     spark = session(config)
     starters: dict[str, Callable[[], Any]] = {
