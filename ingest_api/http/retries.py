@@ -37,6 +37,7 @@ from store import (
     read_json,
     request_uniq_keys,
     retry_topic,
+    sendback_request,
     sendback_requests,
     validate_group,
     validate_topic,
@@ -129,6 +130,10 @@ class SendBackItem:
     max_reconsume_times: int | None = None
 
 
+#: Requests of at most this many items are built record by record.
+SMALL_BATCH = 8
+
+
 def send_back(
     store: MessageStore,
     configs: GroupConfigs,
@@ -169,6 +174,8 @@ def send_back_many(
     default_max = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
     maximums = [default_max if it.max_reconsume_times is None else it.max_reconsume_times for it in items]
     queues = (config or {}).get("retry_queues", 1)
+    if len(items) <= SMALL_BATCH:
+        return _send_back_each(store, group, items, maximums, queues, producer)
     found = _sources(store, group, items)
     for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
         if not store.has_topic(name):
@@ -195,26 +202,88 @@ def send_back_many(
     # One append per request: if its first record is there, a retry of the request finds all.
     if producer is None or store.get_by_uniq_key(SENDBACK_TOPIC, request_ids[0]) is None:
         store.append_encoded(EncodedRecords.of_batch(built.records, SENDBACK_TOPIC))
-    out = []
     levels = len(store.delay_levels)
+    return [
+        _answer(group, item, built.msg_ids[i], built.uniq_keys[i], request_ids[i], int(built.attempts[i]),
+                maximums[i], levels)
+        for i, item in enumerate(items)
+    ]  # fmt: skip
+
+
+def _send_back_each(
+    store: MessageStore,
+    group: str,
+    items: Sequence[SendBackItem],
+    maximums: list[int],
+    queues: int,
+    producer: ProducerRef | None,
+) -> list[SendBack]:
+    """:func:`send_back_many` for a few items, record by record (no Arrow kernel's fixed cost):
+    the same records, one append."""
+    views = []
     for i, item in enumerate(items):
-        times = int(built.attempts[i])
-        to_dlq = times >= maximums[i] or item.delay_level < 0
-        level = 0 if to_dlq else min(item.delay_level or LADDER_BASE_LEVEL + times, levels)
-        out.append(
-            SendBack(
-                group=group,
-                topic=item.topic,
-                msg_id=built.msg_ids[i],
-                uniq_key=built.uniq_keys[i],
-                request_id=request_ids[i],
-                attempt=times,
-                outcome="dlq" if to_dlq else "retry",
-                delay_level=level,
-                target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
-            )
+        try:
+            views.append(_find(store, group, item.topic, item.msg_id))
+        except UnknownMessage as exc:
+            raise UnknownMessage(f"messages[{i}]: {exc}") from None
+    raws = [store.read_record(v.commitlog_offset) for v in views]
+    for i, raw in enumerate(raws):
+        if raw is None:
+            raise UnknownMessage(f"messages[{i}]: message {items[i].msg_id!r} is gone (retention)")
+    for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
+        if not store.has_topic(name):
+            store.create_topic(name, count)
+    request_ids = (
+        request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))
+    )
+    if producer is None or store.get_by_uniq_key(SENDBACK_TOPIC, request_ids[0]) is None:
+        host = (store.config.store_host, store.config.store_port)
+        store.append_records(
+            [
+                sendback_request(
+                    raw,
+                    group=group,
+                    delay_level=item.delay_level,
+                    max_reconsume_times=maximum,
+                    retry_queues=queues,
+                    uniq_key=key,
+                    born_ms=store.now_ms(),
+                    store_host=host,
+                )
+                for raw, item, maximum, key in zip(raws, items, maximums, request_ids, strict=True)
+                if raw is not None
+            ]
         )
-    return out
+    levels = len(store.delay_levels)
+    return [
+        _answer(group, item, view.msg_id, view.uniq_key, key, view.reconsume_times, maximum, levels)
+        for item, view, maximum, key in zip(items, views, maximums, request_ids, strict=True)
+    ]
+
+
+def _answer(
+    group: str,
+    item: SendBackItem,
+    msg_id: str,
+    uniq_key: str | None,
+    request_id: str,
+    times: int,
+    maximum: int,
+    levels: int,
+) -> SendBack:
+    to_dlq = times >= maximum or item.delay_level < 0
+    level = 0 if to_dlq else min(item.delay_level or LADDER_BASE_LEVEL + times, levels)
+    return SendBack(
+        group=group,
+        topic=item.topic,
+        msg_id=msg_id,
+        uniq_key=uniq_key,
+        request_id=request_id,
+        attempt=times,
+        outcome="dlq" if to_dlq else "retry",
+        delay_level=level,
+        target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
+    )
 
 
 def _check_item(store: MessageStore, index: int, item: SendBackItem) -> None:

@@ -60,3 +60,17 @@ def test_a_refused_item_names_its_index_and_nothing_is_stored(client: httpx.Clie
     assert bad.status_code == 400 and "messages[1]" in bad.json()["message"]
     assert client.post("/groups/billing/messages:sendBack", json=[]).status_code == 422
     assert requests_stored(client) == before
+
+
+def test_a_long_list_takes_the_columnar_path_and_answers_the_same(client: httpx.Client, topic: str) -> None:
+    """More than a few items are read and built column by column: same answers, same records."""
+    messages = produced(client, topic, 12)
+    before = requests_stored(client)
+    items = [
+        {"topic": topic, "msg_id": m["msg_id"] if i % 2 else m["uniq_key"]} for i, m in enumerate(messages)
+    ]
+    answers = client.post("/groups/billing/messages:sendBack", json=items).json()
+    assert [a["uniq_key"] for a in answers] == [m["uniq_key"] for m in messages]
+    assert [a["msg_id"] for a in answers] == [m["msg_id"] for m in messages]
+    assert {a["outcome"] for a in answers} == {"retry"} and {a["attempt"] for a in answers} == {0}
+    assert requests_stored(client) == before + 12
