@@ -296,21 +296,20 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     }
     queries: dict[str, Any] = {}
     failures: dict[str, list[float]] = {name: [] for name in starters}
-    for name, start in starters.items():
-        # One at a time: each query's first batch starts Python workers, which must connect
-        # back to the JVM within 10 s; started together on a loaded machine they time out.
-        queries[name] = query = start()
-        log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
-        deadline = time.monotonic() + STAGGER_S
-        while (
-            query.isActive
-            and query.lastProgress is None
-            and time.monotonic() < deadline
-            and not stop.is_set()
-        ):
-            stop.wait(0.5)
+    waiting = list(starters)  # started one at a time, in the loop below
+    last_start = 0.0
     try:
         while not stop.is_set():
+            # One query at a time: each one's first batch starts Python workers, which must
+            # connect back to the JVM within 10 s; started together on a loaded machine they
+            # time out. The next starts once the last has made progress (or after STAGGER_S).
+            previous = queries.get(list(queries)[-1]) if queries else None
+            settled = previous is None or previous.lastProgress is not None or not previous.isActive
+            if waiting and (settled or time.monotonic() - last_start > STAGGER_S):
+                name = waiting.pop(0)
+                queries[name] = starters[name]()
+                last_start = time.monotonic()
+                log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
             for name, query in list(queries.items()):
                 if query.isActive:
                     continue
