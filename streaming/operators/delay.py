@@ -173,9 +173,11 @@ class DelayResolver(StatefulProcessor):
         )  # fmt: skip
         self.entries.appendList([tuple(e) for e in added])  # type: ignore[arg-type]
         # One timer per key for deliveries (the bucket's end, never before a due time in it),
-        # plus one per roll time: never a timer per message.
+        # plus one at the roll time of pointers due past the roll window (their action time lies
+        # before the bucket; one inside it is served by the bucket's timer): never one per message.
         bucket_end, shard = _key(key)
-        for when in sorted({bucket_end, *(e.action_ms for e in added if e.action_ms > bucket_end)}):
+        rolls = {e.action_ms for e in added if e.action_ms <= bucket_end - self.settings.bucket_ms}
+        for when in sorted({bucket_end, *rolls}):
             self.handle.registerTimer(int(when))
         old = self.summary.get() if self.summary.exists() else None
         merged = merge_summaries(unpack_summary(old[0] if old else None), summarize(added))

@@ -198,3 +198,16 @@ def test_processor_carries_over_an_earlier_versions_pointers() -> None:
     ]
     assert relocations["enqueue_ms"].tolist() == [0, 11, 12]
     assert tester.peekListState("pending", key) == [] and tester.peekListState("entries", key) == []
+
+
+def test_processor_rolls_a_timer_due_past_the_roll_window_when_the_window_has_passed() -> None:
+    tester = TwsTester(
+        DelayResolver(DelaySettings(level_delays_ms=(1000,), roll_window_ms=2000)), timeMode="ProcessingTime"
+    )
+    key = (60_000, 0)
+    tester.testInPandas(key, _input([(KIND_TIMER, 60_000, 70, 5, -1, 0)]))  # due 60 s ahead, window 2 s
+    assert tester.setProcessingTime(1999).empty
+    out = tester.setProcessingTime(2000)  # the roll timer, long before the bucket's end
+    rows = out[out["row_type"] == ROW_RELOCATION]
+    assert rows[["commitlog_offset", "kind", "due_ms"]].values.tolist() == [[70, 1, 60_000]]  # 1 = ROLL
+    assert tester.peekListState("entries", key) == []
