@@ -51,10 +51,10 @@ cluster: venv zookeeper
 test: venv
 	$(BIN)/python -m pytest -q
 
-# The quick loop while editing (no Spark, no Kafka clients, no end-to-end kill tests);
+# The quick loop while editing (no Spark, no Spark cluster, no Kafka clients, no end-to-end kill tests);
 # `make test` stays the full suite that CI runs.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not spark and not kafka and not cluster"
+	$(BIN)/python -m pytest -q -m "not slow and not spark and not kafka and not cluster and not spark_cluster"
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,12 +1,15 @@
-"""Delayed delivery figures: resolution throughput, lateness, a hot second, 1M pending, recovery.
+"""Delayed delivery figures: resolution throughput (level and timer messages), lateness, a hot
+second, 1M pending, recovery; plain batch produce of the same run beside them.
 
 Runs a real ``sparkmq serve`` (with its operator job: local Spark, transformWithState on
 RocksDB) on a temporary store, produces over HTTP, and reads the delivered records back with
 their store timestamps. Lateness = delivered store time - due time (parked store time + level
-delay), computed per message from the records themselves. Prints figures; asserts nothing.
+delay; a timer message: its requested time rounded up to the second), computed per message from
+the records themselves. Prints figures; asserts nothing.
 
-    python -m bench.operators_bench            # all scenarios (~10 min on 2 cores)
+    python -m bench.operators_bench            # all scenarios (~20 min on 2 cores)
     python -m bench.operators_bench --quick    # smaller counts
+    python -m bench.operators_bench --only throughput-level hot   # some scenarios
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,13 +37,24 @@ ARROW = "application/vnd.apache.arrow.stream"
 LEVEL_MS = {1: 1000, 2: 5000, 3: 10_000, 18: 7_200_000}
 
 
-def produce(http: httpx.Client, topic: str, count: int, level: int, batch: int = 5000) -> None:
+def produce(
+    http: httpx.Client,
+    topic: str,
+    count: int,
+    level: int,
+    batch: int = 5000,
+    deliver_at_ms: int | None = None,
+) -> None:
+    """``count`` messages of 100 B: delayed by ``level``, or timer messages due at ``deliver_at_ms``
+    (or plain when both are 0/None)."""
+    entry: dict[str, object] = {"body": "x" * 100}
+    if deliver_at_ms is not None:
+        entry["deliver_at_ms"] = deliver_at_ms
+    elif level:
+        entry["delay_level"] = level
     for lo in range(0, count, batch):
         n = min(batch, count - lo)
-        resp = http.post(
-            f"/topics/{topic}/messages:batch",
-            json={"messages": [{"body": "x" * 100, "delay_level": level}] * n},
-        )
+        resp = http.post(f"/topics/{topic}/messages:batch", json={"messages": [entry] * n})
         resp.raise_for_status()
 
 
@@ -131,16 +145,35 @@ def du_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def throughput(root: Path, count: int) -> None:
+def plain_produce(root: Path, count: int) -> None:
+    """The baseline of the same run: plain HTTP JSON batch produce (5,000 per request)."""
+    with running_broker(root) as broker, broker.http as http:
+        started = time.monotonic()
+        produce(http, "plain", count, 0)
+        seconds = time.monotonic() - started
+        rate = count / seconds
+        print(f"plain batch produce (baseline): {count:,} msgs in {seconds:.1f} s -> {rate:,.0f} msg/s")
+
+
+def throughput(root: Path, count: int, kind: str) -> None:
+    """All ``count`` messages due together (level 1: 1 s after their store time; timer
+    messages: one second a few seconds ahead); the rate counts from the due time."""
     with running_broker(root) as broker, broker.http as http:
         before = relocated(broker)
-        produce(http, "tput", count, 1)
-        produced_at = time.monotonic()
-        wait_until(lambda: relocated(broker) - before >= count, 600, f"{count} deliveries", poll_s=0.2)
-        seconds = time.monotonic() - produced_at - 1.0  # the level delay itself is not work
-        rate = count / seconds
+        if kind == "level":
+            produce(http, "tput", count, 1)
+            due_at = time.monotonic() + 1.0  # the level delay itself is not work
+        else:  # one second, due once production has surely ended
+            deliver_at = (int(time.time()) + int(count / 5_000) + 10) * 1000 + 500  # loaded machines
+            produce(http, "tput", count, 0, deliver_at_ms=deliver_at)
+            due_epoch_ms = (deliver_at // 1000 + 1) * 1000  # rounded up to the second
+            due_at = time.monotonic() + (due_epoch_ms - time.time() * 1000) / 1000
+            assert due_at > time.monotonic(), "production did not end before the due time"
+        wait_until(lambda: relocated(broker) - before >= count, 900, f"{count} deliveries", poll_s=0.1)
+        seconds = time.monotonic() - due_at
         print(
-            f"resolution throughput: {count:,} delayed msgs in {seconds:.1f} s after due -> {rate:,.0f} msg/s"
+            f"resolution throughput ({kind}): {count:,} delayed msgs in {seconds:.2f} s after due -> "
+            f"{count / seconds:,.0f} msg/s"
         )
 
 
@@ -156,30 +189,39 @@ def lateness(root: Path, rate: int, seconds: float) -> None:
 
 
 def hot_second(root: Path, count: int) -> None:
+    """``count`` timer messages all due in one second (``deliver_at_ms`` = one exact second)."""
     with running_broker(root) as broker, broker.http as http:
-        start = time.monotonic()
-        produce(http, "hot", count, 3)  # 10 s: all due within the production time
-        spread = time.monotonic() - start
+        deliver_at = (int(time.time()) + 60) * 1000 + 500  # rounded up: due at the next second
+        produce(http, "hot", count, 0, deliver_at_ms=deliver_at)
+        due = deliver_at // 1000 * 1000 + 1000
+        assert time.time() * 1000 < due, "production did not end before the hot second"
         wait_until(lambda: relocated(broker) >= count + 10, 600, f"{count} deliveries", poll_s=0.5)
-        late = lateness_ms(http, "hot", 3) / 1000
-        p50, p99 = np.percentile(late, 50), np.percentile(late, 99)
+        delivered = read_all(http, "hot").column("store_timestamp").to_numpy()
+        late = (delivered - due) / 1000
+        p50, p99, early = np.percentile(late, 50), np.percentile(late, 99), int((late < 0).sum())
         print(
-            f"hot second: {count:,} msgs due within {spread:.1f} s -> all delivered {late.max():.1f} s "
-            f"after due (p50 {p50:.1f} s, p99 {p99:.1f} s)"
+            f"hot second: {count:,} timer msgs due in one second -> all delivered {late.max():.1f} s after "
+            f"due (p50 {p50:.1f} s, p99 {p99:.1f} s, early {early})"
         )
 
 
-def pending_million(root: Path, count: int) -> None:
+def pending_million(root: Path, count: int, kind: str = "level") -> None:
     with running_broker(root) as broker, broker.http as http:
-        produce(http, "far", count, 18)  # 2 h: all stay pending
+        if kind == "level":
+            produce(http, "far", count, 18)  # 2 h: all stay pending
+        else:  # timer messages spread over an hour
+            now_s = int(time.time())
+            for lo in range(0, count, 5000):
+                produce(http, "far", min(5000, count - lo), 0, deliver_at_ms=(now_s + 600 + lo % 3600) * 1000)
         wait_until(
             lambda: broker.delay_operator().get("pending", 0) >= count, 900, f"{count} pending", poll_s=1
         )
         time.sleep(5)
         job = broker.operators()["job"]["pid"]
+        rss, checkpoint, store = tree_rss_mb(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
         print(
-            f"{count:,} pending: operator job RSS {tree_rss_mb(job):,.0f} MB (driver, JVM, Python workers), "
-            f"checkpoint {du_mb(broker.checkpoint_dir):,.1f} MB, store {du_mb(broker.store_dir):,.0f} MB"
+            f"{count:,} pending ({kind}): operator job RSS {rss:,.0f} MB (driver, JVM, Python workers), "
+            f"checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB"
         )
 
 
@@ -205,20 +247,26 @@ def recovery(root: Path, count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", nargs="*", default=None, help="scenarios to run (default: all)")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"operators bench: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     root = Path(tempfile.mkdtemp(prefix="sparkmq-ops-bench-"))
+    scenarios: tuple[tuple[str, Callable[[Path], None]], ...] = (
+        ("plain", lambda d: plain_produce(d, int(300_000 * scale))),
+        ("throughput-level", lambda d: throughput(d, int(300_000 * scale), "level")),
+        ("throughput-timer", lambda d: throughput(d, int(300_000 * scale), "timer")),
+        ("lateness-5k", lambda d: lateness(d, 5_000, 60 * scale)),
+        ("hot", lambda d: hot_second(d, int(100_000 * scale))),
+        ("pending", lambda d: pending_million(d, int(1_000_000 * scale))),
+        ("pending-timer", lambda d: pending_million(d, int(1_000_000 * scale), "timer")),
+        ("recovery", lambda d: recovery(d, int(20_000 * scale))),
+    )
     try:
-        for name, run in (
-            ("throughput", lambda d: throughput(d, int(300_000 * scale))),
-            ("lateness-1k", lambda d: lateness(d, 1_000, 20 * scale + 5)),
-            ("lateness-20k", lambda d: lateness(d, 20_000, 20 * scale + 5)),
-            ("hot", lambda d: hot_second(d, int(100_000 * scale))),
-            ("pending", lambda d: pending_million(d, int(1_000_000 * scale))),
-            ("recovery", lambda d: recovery(d, int(20_000 * scale))),
-        ):
+        for name, run in scenarios:
+            if args.only is not None and name not in args.only:
+                continue
             directory = root / name
             directory.mkdir()
             try:

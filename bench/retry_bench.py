@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +68,44 @@ def http_send_backs(broker: Broker, seconds: float) -> None:
     )
 
 
+def http_send_back_batches(broker: Broker, rounds: int, size: int = 1000) -> None:
+    """Send-backs of ``size`` messages per request beside plain JSON batches of ``size`` messages
+    (one client, interleaved rounds, medians)."""
+    with httpx.Client(base_url=broker.url, timeout=120) as http:
+        http.put("/groups/benchb", json={})
+        http.post(
+            "/topics/sbb/messages:batch", json={"messages": [{"body": "x" * 100}] * size}
+        ).raise_for_status()
+        ids = [
+            m["msg_id"]
+            for m in http.get("/topics/sbb/queues/0/messages", params={"max_messages": size}).json()[
+                "messages"
+            ]
+        ]
+        for queue in range(1, 8):
+            page = http.get(f"/topics/sbb/queues/{queue}/messages", params={"max_messages": size}).json()
+            ids += [m["msg_id"] for m in page["messages"]]
+        items = [{"topic": "sbb", "msg_id": m} for m in ids[:size]]
+        plain_s, batch_s = [], []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            for _ in range(5):
+                http.post(
+                    "/topics/plainb/messages:batch", json={"messages": [{"body": "x" * 100}] * size}
+                ).raise_for_status()
+            plain_s.append((time.perf_counter() - started) / 5)
+            started = time.perf_counter()
+            for _ in range(5):
+                http.post("/groups/benchb/messages:sendBack", json=items).raise_for_status()
+            batch_s.append((time.perf_counter() - started) / 5)
+    plain, sent = size / statistics.median(plain_s), size / statistics.median(batch_s)
+    print(
+        f"HTTP send-backs, {size} per request: {sent:,.0f}/s; plain {size}-message JSON batches "
+        f"{plain:,.0f} msg/s "
+        f"in the same run: ratio {sent / plain:.2f}x (medians of {rounds} interleaved rounds)"
+    )
+
+
 def spark_send_backs(broker: Broker, rows: int) -> None:
     from streaming.register import local_session_builder, register
     from streaming.sendback import send_back
@@ -94,6 +133,7 @@ def main() -> None:
         broker = start_broker(root, extra_args=("--operators", "off"))
         try:
             http_send_backs(broker, 3.0 if args.quick else 10.0)
+            http_send_back_batches(broker, 3 if args.quick else 7)
             spark_send_backs(broker, 2000 if args.quick else 10_000)
         finally:
             broker.stop(signal.SIGTERM)

@@ -9,6 +9,7 @@ Usable on its own as a library::
 See docs/store_api.md.
 """
 
+from store.commitlog.gather import GatheredRecords
 from store.config import DEFAULT_DELAY_LEVELS, MIB, FlushDiskType, StoreConfig
 from store.errors import (
     DataLost,
@@ -30,7 +31,7 @@ from store.errors import (
     UnknownTopic,
 )
 from store.format.arrow_schema import MESSAGE_SCHEMA
-from store.format.ids import ascii_rows, ascii_rows_array, encode_msg_id, msg_id_chars
+from store.format.ids import ascii_rows, ascii_rows_array, decode_msg_id, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
 from store.format.kafka_arrow import HEADERS_TYPE as KAFKA_HEADERS_TYPE
 from store.format.kafka_arrow import KafkaView, kafka_to_message_columns, kafka_view
@@ -111,11 +112,18 @@ from store.types import (
 )
 from store.write.columns import MAX_PROPERTY_COLUMNS, UNPLACED, ProduceColumns, ProduceOutcome
 from store.write.delay_levels import parse_delay_levels, parse_duration_ms
+from store.write.encoded import EncodedRecords
 from store.write.idempotence import MAX_PRODUCER_ID_CHARS, ProducerRef, request_uniq_keys
 from store.write.relocate import NotRelocatable, Relocation, RelocationKind
+from store.write.relocator import RelocationPointers
 from store.write.results import BatchPutResult
 from store.write.routing import sharding_queue, sharding_queues
-from store.write.sendback import DEFAULT_MAX_RECONSUME_TIMES, LADDER_BASE_LEVEL, sendback_request
+from store.write.sendback import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    LADDER_BASE_LEVEL,
+    sendback_request,
+    sendback_requests,
+)
 from store.write.timers import TimerIllegal, is_timer_request
 from store.write.transactions import TxOutcome
 
@@ -171,8 +179,10 @@ __all__ = [
     "Boundary",
     "Clock",
     "DataLost",
+    "EncodedRecords",
     "FlushDiskType",
     "FlushSlaveTimeout",
+    "GatheredRecords",
     "GetResult",
     "GetStatus",
     "IndexBehind",
@@ -192,6 +202,7 @@ __all__ = [
     "QueueReadApi",
     "Relocation",
     "RelocationKind",
+    "RelocationPointers",
     "ReplicaFenced",
     "ReplicatedDataCorrupt",
     "ReplicationGap",
@@ -213,6 +224,7 @@ __all__ = [
     "UnknownTopic",
     "ascii_rows",
     "ascii_rows_array",
+    "decode_msg_id",
     "dlq_topic",
     "encode_msg_id",
     "existing_config",
@@ -235,6 +247,7 @@ __all__ = [
     "request_uniq_keys",
     "retry_topic",
     "sendback_request",
+    "sendback_requests",
     "sharding_queue",
     "sharding_queues",
     "stored_kafka_headers",

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from store.commitlog.commitlog import CommitLog
+from store.commitlog.gather import GatheredRecords, gather_records
 from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
@@ -78,7 +79,9 @@ from store.write.columns import ProduceColumns, ProduceOutcome, put_columns, put
 from store.write.delay_levels import parse_delay_levels
 from store.write.encoded import EncodedRecords
 from store.write.idempotence import ProducerRef
-from store.write.relocate import Relocated, Relocation, relocated_bytes
+from store.write.relocate import Relocation
+from store.write.relocate_batch import RelocatedRecords
+from store.write.relocator import RelocateOutcome, RelocationPointers, Relocator
 from store.write.replica_log import ReplicaLog
 from store.write.replication import Standby
 from store.write.results import BatchPutResult
@@ -196,6 +199,9 @@ class MessageStore:
             appender=self._appender,
             visibility=self._visibility,
             delay_levels=self.delay_levels,
+        )
+        self._relocator = Relocator(
+            self._commitlog, self._appender, self.delay_levels, cfg.timer_precision_ms
         )
         self._closed = False
         self._start_services()
@@ -434,31 +440,52 @@ class MessageStore:
         """Deliver (or roll) parked messages: one new record per request, appended atomically.
 
         Each request names a parked record by CommitLog offset; the new record is rebuilt from
-        its bytes (:func:`store.write.relocate.relocated_record`). The result is ``None`` where
-        RocketMQ drops the message (a delayed half message) or the parked record is gone
-        (deleted by retention: logged). Raises :class:`NotRelocatable` for a position that
-        does not hold a parked record, with nothing written.
+        its bytes (:mod:`store.write.relocate`). The result is ``None`` where RocketMQ drops the
+        message (a delayed half message) or the parked record is gone (deleted by retention:
+        logged). Raises :class:`NotRelocatable` for a position that does not hold a parked
+        record, with nothing written. :meth:`relocate_pointers` is the columnar form.
         """
+        pointers = RelocationPointers.of(
+            [r.commitlog_offset for r in requests],
+            [int(r.kind) for r in requests],
+            [r.enqueue_ms for r in requests],
+            [r.dequeue_ms for r in requests],
+        )
+        outcome = self.relocate_pointers(pointers)
+        out: list[PutResult | None] = [None] * len(requests)
+        if outcome.result is not None:
+            for row, result in zip(
+                outcome.rows.tolist(), outcome.result.results(outcome.topics), strict=True
+            ):
+                out[row] = result
+        return out
+
+    def relocate_pointers(self, pointers: RelocationPointers) -> RelocateOutcome:
+        """:meth:`relocate` for requests as columns, without a result object per record: the
+        parked records read in one pass, rebuilt by byte edits (:mod:`store.write.relocator`),
+        appended in one atomic append."""
         self._ensure_open()
-        records: list[Relocated | None] = []
-        for req in requests:
-            raw = self._commitlog.read_record(req.commitlog_offset)
-            if raw is None:
-                log.error("relocation: no record at CommitLog offset %d (retention?)", req.commitlog_offset)
-                records.append(None)
-                continue
-            records.append(
-                relocated_bytes(
-                    raw,
-                    req.kind,
-                    enqueue_ms=req.enqueue_ms,
-                    dequeue_ms=req.dequeue_ms,
-                    max_level=len(self.delay_levels),
-                )
-            )
-        kept = [r for r in records if r is not None]
-        stored = iter(self._appender.put_relocated(kept))
-        return [None if r is None else next(stored) for r in records]
+        return self._relocator.relocate(pointers)
+
+    def relocated_records(self, pointers: RelocationPointers) -> RelocatedRecords:
+        """What :meth:`relocate_pointers` would append now, without appending it (how a resumed
+        relocation tells which requests it had written)."""
+        self._ensure_open()
+        return self._relocator.build(pointers)
+
+    def queue_units(
+        self, topic: str, queue_id: int, offset: int, count: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(CommitLog offsets, sizes)`` of queue offsets ``[offset, offset + count)`` of a queue,
+        those still stored (units below the queue's min offset are gone: skipped)."""
+        self._ensure_open()
+        queue = self._reader.queue(topic, queue_id)
+        if queue is None or count <= 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        start = max(offset, queue.min_offset)
+        units = queue.read_units(start, offset + count - start)
+        return units["offset"].astype(np.int64), units["size"].astype(np.int64)
 
     def append_records(self, records: Sequence[RecordFields]) -> list[PutResult]:
         """Append records built whole elsewhere (a transaction's final messages and its op) in
@@ -488,6 +515,17 @@ class MessageStore:
     def new_uniq_key(self) -> str:
         """A fresh UNIQ_KEY (RocketMQ ``MessageClientIDSetter``), for records the broker writes."""
         return self._appender.new_uniq_keys(1)[0]
+
+    def new_uniq_keys(self, count: int) -> list[str]:
+        """``count`` fresh UNIQ_KEYs."""
+        return self._appender.new_uniq_keys(count)
+
+    def read_records(self, offsets: npt.ArrayLike) -> GatheredRecords:
+        """The stored bytes of the records at CommitLog ``offsets``, back to back in one buffer
+        (one pass, no Python object per record); absent ones are skipped (``rows`` says which
+        offset each record is)."""
+        self._ensure_open()
+        return gather_records(self._commitlog, offsets)
 
     def committed_half_offsets(self, from_offset: int) -> Iterator[tuple[int, int]]:
         """``(CommitLog offset, preparedTransactionOffset)`` of every COMMIT-type record from

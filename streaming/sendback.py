@@ -12,10 +12,11 @@ Use it inside ``foreachBatch`` on the rows your job could not process (they carr
 
     stream.writeStream.foreachBatch(handle).option("checkpointLocation", ...).start()
 
-Each row becomes ``POST /groups/{group}/messages:sendBack`` with the ``Idempotency-Key``
-``spark:{query}:{batch_id}:{msg_id}``: a replayed micro-batch (after a driver crash) repeats the
-same keys and stores nothing new, and the broker's retry resolver accepts one retry per
-delivery attempt anyway. Rows are sent from the driver, in order, ``concurrency`` at a time.
+The failed rows go in requests of up to ``chunk_rows`` (``POST /groups/{group}/messages:sendBack``
+with a list: one atomic append per request), their ids sorted so that a replayed micro-batch
+(after a driver crash) makes the same requests, each with the ``Idempotency-Key``
+``spark:{query}:{batch_id}:{k}``: the replay stores nothing new, and the broker's retry resolver
+accepts one retry per delivery attempt anyway.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 import httpx
 
 MAX_KEY_CHARS = 200
+#: Messages per request (the broker takes up to 10,000).
+DEFAULT_CHUNK_ROWS = 1000
 
 
 class SendBackError(RuntimeError):
@@ -43,24 +46,31 @@ def send_back(
     msg_id_column: str = "msg_id",
     delay_level: int = 0,
     auth_token: str | None = None,
-    concurrency: int = 8,
+    concurrency: int = 2,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
 ) -> list[dict[str, Any]]:
     """Send every row of ``df`` back for ``group``; returns the broker's answers in row order."""
     ids = [row[0] for row in df.select(msg_id_column).collect()]
+    ordered = sorted(set(ids))
+    chunks = [ordered[lo : lo + max(1, chunk_rows)] for lo in range(0, len(ordered), max(1, chunk_rows))]
     headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-    with httpx.Client(base_url=endpoint.rstrip("/"), headers=headers, timeout=30) as http:
+    with httpx.Client(base_url=endpoint.rstrip("/"), headers=headers, timeout=60) as http:
 
-        def one(msg_id: str) -> dict[str, Any]:
-            key = f"spark:{query}:{batch_id}:{msg_id}"[:MAX_KEY_CHARS]
+        def one(k: int) -> list[dict[str, Any]]:
+            key = f"spark:{query}:{batch_id}:{k}"[:MAX_KEY_CHARS]
             response = http.post(
                 f"/groups/{group}/messages:sendBack",
-                json={"topic": topic, "msg_id": msg_id, "delay_level": delay_level},
+                json=[{"topic": topic, "msg_id": m, "delay_level": delay_level} for m in chunks[k]],
                 headers={"Idempotency-Key": key},
             )
             if response.status_code != 200:
-                raise SendBackError(f"send-back of {msg_id} refused: {response.status_code} {response.text}")
-            answer: dict[str, Any] = response.json()
-            return answer
+                raise SendBackError(
+                    f"send-back of {len(chunks[k])} rows refused: {response.status_code} {response.text}"
+                )
+            answers: list[dict[str, Any]] = response.json()
+            return answers
 
         with ThreadPoolExecutor(max(1, concurrency)) as pool:
-            return list(pool.map(one, ids))
+            answered = [a for chunk in pool.map(one, range(len(chunks))) for a in chunk]
+    by_id = dict(zip(ordered, answered, strict=True))
+    return [by_id[m] for m in ids]

@@ -1,13 +1,15 @@
-"""A pure-ASGI fast lane in front of the whole app for the hottest happy path.
+"""A pure-ASGI fast lane in front of the whole app for the hottest happy paths.
 
 ``POST /topics/{topic}/messages`` with ``Content-Type: application/json`` costs about 0.3 ms
 of FastAPI dependency solving and body handling per request, several times what storing the
 message costs. The fast lane recognises that request by its method, path and exact
 Content-Type, reads the body, and only when everything the route would check passes (topic
 pattern, size limit, auth, ``ProduceIn.model_validate_json``) calls the route's own
-:func:`ingest_api.http.routers.messages.produce_one_json`. Anything else (another path or content
-type, a failed check, a client that went away mid-body) is handed to the app unchanged,
-with the body messages already read replayed, so every refusal is the app's own answer and
+:func:`ingest_api.http.routers.messages.produce_one_json`. ``POST /transactions/{transaction_id}``
+(the end of a transaction: half of a single-message transaction's requests) takes the same
+lane to :func:`ingest_api.http.routers.transactions.end_transaction_json`. Anything else
+(another path or content type, a failed check, a client that went away mid-body) is handed to
+the app unchanged, with the body messages already read replayed, so every refusal is the app's own answer and
 the OpenAPI spec still documents the real route. Errors raised while producing (unknown
 topic without auto-creation, queue out of range, store faults) are rendered by the app's
 exception mapping (:func:`ingest_api.http.errors.response_for`), so they are the same bytes too.
@@ -30,12 +32,13 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingest_api.http import cluster_produce
-from ingest_api.http.auth import Right, authenticate, authorize
+from ingest_api.http.auth import Principal, Right, authenticate, authorize
 from ingest_api.http.broker import Broker
 from ingest_api.http.errors import ApiError, response_for
 from ingest_api.http.params import TOPIC_PATTERN
 from ingest_api.http.routers.messages import produce_one_json
-from ingest_api.http.schemas import ProduceIn
+from ingest_api.http.routers.transactions import end_transaction_json
+from ingest_api.http.schemas import EndTransactionIn, ProduceIn
 from ingest_api.http.timing import ROUTE_KEY
 from store import SparkMQError
 
@@ -46,6 +49,23 @@ _PREFIX = "/topics/"
 _ROUTE = "/topics/{topic}/messages"
 _JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 _SUFFIX = "/messages"
+_END_PREFIX = "/transactions/"
+_END_ROUTE = "/transactions/{transaction_id}"
+#: TransactionPath's max_length.
+_MAX_TRANSACTION_ID = 128
+
+
+def _end_transaction_id(scope: Scope) -> str | None:
+    """The id of a ``POST /transactions/{transaction_id}`` the route would accept."""
+    if scope["method"] != "POST" or scope.get("root_path"):
+        return None
+    path: str = scope["path"]
+    if not path.startswith(_END_PREFIX):
+        return None
+    transaction_id = path[len(_END_PREFIX) :]
+    if not transaction_id or len(transaction_id) > _MAX_TRANSACTION_ID or "/" in transaction_id:
+        return None
+    return transaction_id
 
 
 def _single_produce_topic(scope: Scope) -> str | None:
@@ -70,7 +90,8 @@ class FastLane:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         topic = _single_produce_topic(scope) if scope["type"] == "http" else None
-        if topic is None:
+        transaction_id = _end_transaction_id(scope) if topic is None and scope["type"] == "http" else None
+        if topic is None and transaction_id is None:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -106,39 +127,57 @@ class FastLane:
             ):
                 break
         broker: Broker = scope["app"].state.broker
-        entry = None
-        if message["type"] == "http.request" and size <= self.max_bytes:
+        complete = message["type"] == "http.request" and size <= self.max_bytes
+        answer_call = None
+        if complete and topic is not None:
             entry = _accepted_entry(broker, topic, authorization, received)
-        if entry is None:
+            if entry is not None:
+                route = _ROUTE
+                if authorization is not None:
+                    cluster_headers["authorization"] = authorization
+                answer_call = lambda: _produce(broker, topic, entry, cluster_headers)  # noqa: E731
+        elif complete and transaction_id is not None:
+            accepted = _accepted_end(broker, authorization, received)
+            if accepted is not None:
+                principal, body = accepted
+                route = _END_ROUTE
+                if authorization is not None:
+                    cluster_headers["authorization"] = authorization
+                answer_call = lambda: end_transaction_json(  # noqa: E731
+                    broker, principal, transaction_id, body, cluster_headers
+                )
+        if answer_call is None:
             await self.app(scope, _replay(received, receive), send)
             return
-        scope[ROUTE_KEY] = _ROUTE
+        scope[ROUTE_KEY] = route
         status = 500
         try:
             try:
-                if broker.cluster is None:
-                    answer, answered = await produce_one_json(broker, topic, entry), 201
-                else:
-                    if authorization is not None:
-                        cluster_headers["authorization"] = authorization
-                    answered, answer = await cluster_produce.produce_single(
-                        broker, topic, entry, cluster_headers, None
-                    )
+                ok_status, answer = await answer_call()
             except (ApiError, SparkMQError) as exc:
                 response = response_for(exc)
                 status = response.status_code
                 await response(scope, receive, send)
                 return
-            status = answered
+            status = ok_status
             headers = [(b"content-length", str(len(answer)).encode()), _JSON_CONTENT_TYPE]
-            await send({"type": "http.response.start", "status": answered, "headers": headers})
+            await send({"type": "http.response.start", "status": ok_status, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         except Exception:
             if status == 500:  # nothing sent yet: Starlette's ServerErrorMiddleware answer
                 await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
         finally:
-            broker.metrics.http_request("POST", _ROUTE, status, time.perf_counter() - started)
+            broker.metrics.http_request("POST", route, status, time.perf_counter() - started)
+
+
+async def _produce(
+    broker: Broker, topic: str, entry: ProduceIn, headers: dict[str, str]
+) -> tuple[int, bytes]:
+    """One produce: stored here (a lone broker), or by its queue's owner (a cluster)."""
+    if broker.cluster is None:
+        return 201, await produce_one_json(broker, topic, entry)
+    return await cluster_produce.produce_single(broker, topic, entry, headers, None)
 
 
 def install(app: Starlette, max_bytes: int) -> None:
@@ -166,6 +205,24 @@ def _accepted_entry(
     )
     try:
         return ProduceIn.model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+def _accepted_end(
+    broker: Broker, authorization: str | None, received: list[Message]
+) -> tuple[Principal | None, EndTransactionIn] | None:
+    """The principal and the validated body when the end route would accept them, else None
+    (the route then answers: 401, 422, ...)."""
+    principal = None
+    if broker.tokens is not None:
+        try:
+            principal = authenticate(broker.tokens, authorization)
+        except ApiError:
+            return None
+    raw = b"".join(m.get("body", b"") for m in received)
+    try:
+        return principal, EndTransactionIn.model_validate_json(raw)
     except ValidationError:
         return None
 

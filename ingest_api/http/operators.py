@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,15 +52,15 @@ class LatenessHistogram:
     total: int = 0
     sum_s: float = 0.0
 
-    def observe_many(self, lateness_ms: Sequence[int]) -> None:
-        for ms in lateness_ms:
-            seconds = max(ms, 0) / 1000
-            i = next(
-                (k for k, bound in enumerate(LATENESS_BUCKETS_S) if seconds <= bound), len(LATENESS_BUCKETS_S)
-            )
-            self.counts[i] += 1
-            self.total += 1
-            self.sum_s += seconds
+    def observe_many(self, lateness_ms: npt.ArrayLike) -> None:
+        seconds = np.maximum(np.asarray(lateness_ms, dtype=np.int64), 0) / 1000
+        if not len(seconds):
+            return
+        buckets = np.searchsorted(np.asarray(LATENESS_BUCKETS_S), seconds, side="left")
+        for i, count in enumerate(np.bincount(buckets, minlength=len(self.counts)).tolist()):
+            self.counts[i] += count
+        self.total += len(seconds)
+        self.sum_s += float(seconds.sum())
 
 
 KeySummary = tuple[int, int | None, int | None]
@@ -142,9 +144,10 @@ class OperatorBoard:
                     state.pending_by_key[key] = (int(pending), next_ms, min_offset)
                 else:
                     state.pending_by_key.pop(key, None)
-        if outcome.appended and "due_ms" in relocations.column_names:
+        delivered = outcome.due_ms[outcome.due_ms > 0]  # rolls and send-backs were not due
+        if len(delivered):
             now = self.store.now_ms()  # just after the append: the delivered store time
-            state.lateness.observe_many([now - int(d) for d in relocations.column("due_ms").to_pylist()])
+            state.lateness.observe_many(now - delivered)
         state.relocated_total += outcome.appended
         state.last_published_batch = max(state.last_published_batch, batch_id)
         return outcome
@@ -249,13 +252,17 @@ class OperatorBoard:
 
 
 def _crash_hook(fault: str | None) -> Any:
-    """Test only: SIGKILL this broker once, after the relocation step named in ``fault``."""
+    """Test only: SIGKILL this broker once, after the relocation step named in ``fault``
+    (``<step>:<marker file>``); ``sleep-chunk:<ms>`` slows every chunk down instead (so a test
+    can kill the operator driver while a publish is under way)."""
     if not fault:
         return None
     point, marker = fault.split(":", 1)
 
     def hit(event: str) -> None:
-        if event == point and not os.path.exists(marker):
+        if point == "sleep-chunk" and event.startswith("chunk-"):
+            time.sleep(int(marker) / 1000)
+        elif event == point and not os.path.exists(marker):
             Path(marker).write_text(event)
             log.warning("test fault: killing the broker after relocation step %s", event)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -22,6 +22,8 @@ from store import (
     LADDER_BASE_LEVEL,
     SENDBACK_TOPIC,
     SYSTEM_PROPERTIES,
+    EncodedRecords,
+    GatheredRecords,
     InvalidArgument,
     Message,
     MessageStore,
@@ -30,11 +32,13 @@ from store import (
     PutResult,
     SparkMQError,
     UnknownTopic,
+    decode_msg_id,
     dlq_topic,
     read_json,
     request_uniq_keys,
     retry_topic,
     sendback_request,
+    sendback_requests,
     validate_group,
     validate_topic,
     write_json_atomically,
@@ -118,6 +122,49 @@ def _find(store: MessageStore, group: str, topic: str, msg_id: str) -> MessageVi
     raise UnknownMessage(f"no message {msg_id!r} (offsetMsgId or UNIQ_KEY) in topic {topic!r} or {retry!r}")
 
 
+def holds(store: MessageStore, group: str, topic: str, msg_id: str) -> bool:
+    """Whether this store holds the message a send-back names (by offsetMsgId or UNIQ_KEY)."""
+    try:
+        _find(store, group, topic, msg_id)
+    except UnknownMessage:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class SendBackItem:
+    """One message to send back: ``msg_id`` is its offsetMsgId or UNIQ_KEY in ``topic``."""
+
+    topic: str
+    msg_id: str
+    delay_level: int = 0
+    max_reconsume_times: int | None = None
+
+
+#: Requests of at most this many items are built record by record.
+SMALL_BATCH = 8
+
+
+#: In a cluster: ``own_queues(topic, count)`` gives this broker's queue ids of the group's retry
+#: or DLQ topic, placing ``count`` of them here first when it has none (they are consecutive).
+OwnQueues = Callable[[str, int], Sequence[int]]
+
+
+def _placed_here(
+    store: MessageStore, group: str, queues: int, own_queues: OwnQueues | None
+) -> tuple[int, int, int]:
+    """``(retry queues, first retry queue id, DLQ queue id)`` of this broker, the topics created
+    (a lone broker: ``queues`` ids from 0, DLQ queue 0)."""
+    if own_queues is None:
+        for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
+            if not store.has_topic(name):
+                store.create_topic(name, count)
+        return queues, 0, 0
+    retry_ids = sorted(own_queues(retry_topic(group), queues))
+    dlq_ids = sorted(own_queues(dlq_topic(group), 1))
+    return len(retry_ids), retry_ids[0], dlq_ids[0]
+
+
 def send_back(
     store: MessageStore,
     configs: GroupConfigs,
@@ -128,73 +175,200 @@ def send_back(
     delay_level: int = 0,
     max_reconsume_times: int | None = None,
     producer: ProducerRef | None = None,
-    own_queues: Callable[[str, int], Sequence[int]] | None = None,
+    own_queues: OwnQueues | None = None,
 ) -> SendBack:
-    """Store a send-back request for ``msg_id`` (stored here). ``own_queues(topic, count)``
-    gives this broker's queue ids of the group's retry and DLQ topics in a cluster (placing them
-    when needed); a lone broker creates them with ``count`` queues, ids from 0."""
+    """Send one message back (:func:`send_back_many` of one)."""
+    item = SendBackItem(topic, msg_id, delay_level, max_reconsume_times)
+    return send_back_many(store, configs, group, [item], producer=producer, own_queues=own_queues)[0]
+
+
+def send_back_many(
+    store: MessageStore,
+    configs: GroupConfigs,
+    group: str,
+    items: Sequence[SendBackItem],
+    *,
+    producer: ProducerRef | None = None,
+    own_queues: OwnQueues | None = None,
+) -> list[SendBack]:
+    """Store one send-back request per item, all in one atomic append (all or none: a refused
+    item names its index). With ``producer`` (an ``Idempotency-Key``) a retried request stores
+    nothing new. Lookups by offsetMsgId decode the CommitLog offset; a UNIQ_KEY is looked up in
+    the group's retry topic, then in the topic. The request records are built column by column
+    (:func:`store.write.sendback.sendback_requests`)."""
     validate_group(group)
-    validate_topic(topic)
-    if delay_level < -1:
-        raise InvalidArgument(
-            f"delay_level must be -1 (the DLQ), 0 (the ladder) or a level >= 1, got {delay_level}"
-        )
-    if max_reconsume_times is not None and not 0 <= max_reconsume_times <= 10_000:
-        raise InvalidArgument(f"max_reconsume_times must be in [0, 10000], got {max_reconsume_times}")
-    if not store.has_topic(topic):
-        raise UnknownTopic(f"topic {topic!r} does not exist")
+    if not items:
+        raise InvalidArgument("no message to send back")
+    for i, item in enumerate(items):
+        _check_item(store, i, item)
     config = configs.get(group)
     if config is None and own_queues is None and group not in store.groups():
         raise UnknownGroup(f"consumer group {group!r} is unknown (no offsets, no PUT /groups/{group})")
-    view = _find(store, group, topic, msg_id)
-    raw = store.read_record(view.commitlog_offset)
-    if raw is None:
-        raise UnknownMessage(f"message {msg_id!r} is gone (retention)")
-    maximum = max_reconsume_times
-    if maximum is None:
-        maximum = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
-    queues = (config or {}).get("retry_queues", 1)
-    bases = []
-    for name, count in ((retry_topic(group), queues), (dlq_topic(group), 1)):
-        if own_queues is not None:
-            mine = sorted(own_queues(name, count))  # placed together when first needed: consecutive
-            bases.append(mine[0])
-            if name == retry_topic(group):
-                queues = len(mine)
-        else:
-            if not store.has_topic(name):
-                store.create_topic(name, count)
-            bases.append(0)
-    request_id = request_uniq_keys(producer, 1)[0] if producer is not None else store.new_uniq_key()
-    existing = store.get_by_uniq_key(SENDBACK_TOPIC, request_id) if producer is not None else None
-    if existing is None:
-        request = sendback_request(
-            raw,
-            group=group,
-            delay_level=delay_level,
-            max_reconsume_times=maximum,
-            retry_queues=queues,
-            uniq_key=request_id,
-            born_ms=store.now_ms(),
-            store_host=(store.config.store_host, store.config.store_port),
-            retry_queue_base=bases[0],
-            dlq_queue_id=bases[1],
+    default_max = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
+    maximums = [default_max if it.max_reconsume_times is None else it.max_reconsume_times for it in items]
+    queues, retry_base, dlq_queue = _placed_here(
+        store, group, (config or {}).get("retry_queues", 1), own_queues
+    )
+    if len(items) <= SMALL_BATCH or retry_base or dlq_queue:  # a cluster's own queue ids: by record
+        return _send_back_each(store, group, items, maximums, (queues, retry_base, dlq_queue), producer)
+    found = _sources(store, group, items)
+    request_ids = (
+        request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))
+    )
+    built = sendback_requests(
+        found.buffer,
+        found.starts,
+        group=group,
+        delay_levels=[it.delay_level for it in items],
+        max_reconsume_times=maximums,
+        retry_queues=queues,
+        uniq_keys=request_ids,
+        born_ms=store.now_ms(),
+        store_host=(store.config.store_host, store.config.store_port),
+    )
+    for i, (item, stored_topic) in enumerate(zip(items, built.topics, strict=True)):
+        if stored_topic not in (item.topic, retry_topic(group)):
+            raise UnknownMessage(
+                f"messages[{i}]: message {item.msg_id} is in topic {stored_topic!r}, not {item.topic!r}"
+            )
+    # One append per request: if its first record is there, a retry of the request finds all.
+    if producer is None or store.get_by_uniq_key(SENDBACK_TOPIC, request_ids[0]) is None:
+        store.append_encoded(EncodedRecords.of_batch(built.records, SENDBACK_TOPIC))
+    levels = len(store.delay_levels)
+    return [
+        _answer(group, item, built.msg_ids[i], built.uniq_keys[i], request_ids[i], int(built.attempts[i]),
+                maximums[i], levels)
+        for i, item in enumerate(items)
+    ]  # fmt: skip
+
+
+def _send_back_each(
+    store: MessageStore,
+    group: str,
+    items: Sequence[SendBackItem],
+    maximums: list[int],
+    placed: tuple[int, int, int],
+    producer: ProducerRef | None,
+) -> list[SendBack]:
+    """:func:`send_back_many` for a few items, record by record (no Arrow kernel's fixed cost):
+    the same records, one append."""
+    views = []
+    for i, item in enumerate(items):
+        try:
+            views.append(_find(store, group, item.topic, item.msg_id))
+        except UnknownMessage as exc:
+            raise UnknownMessage(f"messages[{i}]: {exc}") from None
+    raws = [store.read_record(v.commitlog_offset) for v in views]
+    for i, raw in enumerate(raws):
+        if raw is None:
+            raise UnknownMessage(f"messages[{i}]: message {items[i].msg_id!r} is gone (retention)")
+    queues, retry_base, dlq_queue = placed
+    request_ids = (
+        request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))
+    )
+    if producer is None or store.get_by_uniq_key(SENDBACK_TOPIC, request_ids[0]) is None:
+        host = (store.config.store_host, store.config.store_port)
+        store.append_records(
+            [
+                sendback_request(
+                    raw,
+                    group=group,
+                    delay_level=item.delay_level,
+                    max_reconsume_times=maximum,
+                    retry_queues=queues,
+                    uniq_key=key,
+                    born_ms=store.now_ms(),
+                    store_host=host,
+                    retry_queue_base=retry_base,
+                    dlq_queue_id=dlq_queue,
+                )
+                for raw, item, maximum, key in zip(raws, items, maximums, request_ids, strict=True)
+                if raw is not None
+            ]
         )
-        store.append_records([request])
-    times = view.reconsume_times
-    to_dlq = times >= maximum or delay_level < 0
-    level = 0 if to_dlq else min(delay_level or LADDER_BASE_LEVEL + times, len(store.delay_levels))
+    levels = len(store.delay_levels)
+    return [
+        _answer(group, item, view.msg_id, view.uniq_key, key, view.reconsume_times, maximum, levels)
+        for item, view, maximum, key in zip(items, views, maximums, request_ids, strict=True)
+    ]
+
+
+def _answer(
+    group: str,
+    item: SendBackItem,
+    msg_id: str,
+    uniq_key: str | None,
+    request_id: str,
+    times: int,
+    maximum: int,
+    levels: int,
+) -> SendBack:
+    to_dlq = times >= maximum or item.delay_level < 0
+    level = 0 if to_dlq else min(item.delay_level or LADDER_BASE_LEVEL + times, levels)
     return SendBack(
         group=group,
-        topic=topic,
-        msg_id=view.msg_id,
-        uniq_key=view.uniq_key,
+        topic=item.topic,
+        msg_id=msg_id,
+        uniq_key=uniq_key,
         request_id=request_id,
         attempt=times,
         outcome="dlq" if to_dlq else "retry",
         delay_level=level,
         target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
     )
+
+
+def _check_item(store: MessageStore, index: int, item: SendBackItem) -> None:
+    try:
+        validate_topic(item.topic)
+        if item.delay_level < -1:
+            raise InvalidArgument(
+                f"delay_level must be -1 (the DLQ), 0 (the ladder) or a level >= 1, got {item.delay_level}"
+            )
+        if item.max_reconsume_times is not None and not 0 <= item.max_reconsume_times <= 10_000:
+            raise InvalidArgument(
+                f"max_reconsume_times must be in [0, 10000], got {item.max_reconsume_times}"
+            )
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"messages[{index}]: {exc}") from None
+    if not store.has_topic(item.topic):
+        raise UnknownTopic(f"messages[{index}]: topic {item.topic!r} does not exist")
+
+
+def _sources(store: MessageStore, group: str, items: Sequence[SendBackItem]) -> GatheredRecords:
+    """The records the items name, read in one pass. An offsetMsgId is decoded (no lookup) and
+    taken when a record of the item's topic (or the group's retry topic) starts there; anything
+    else is looked up as a UNIQ_KEY (a UNIQ_KEY is 32 hex characters too)."""
+    offsets = [_decoded_offset(item.msg_id) for item in items]
+    found = store.read_records([o if o is not None else 0 for o in offsets])
+    topics, physical = found.headlines()
+    at = dict(zip(found.rows.tolist(), range(found.present), strict=True))
+    retry = retry_topic(group)
+    redo = False
+    for i, item in enumerate(items):
+        j = at.get(i)
+        ok = offsets[i] is not None and j is not None and topics[j] in (item.topic, retry)
+        if not ok or j is None or int(physical[j]) != offsets[i]:
+            try:
+                offsets[i] = _find(store, group, item.topic, item.msg_id).commitlog_offset
+            except UnknownMessage as exc:
+                raise UnknownMessage(f"messages[{i}]: {exc}") from None
+            redo = True
+    if redo:
+        found = store.read_records([o if o is not None else 0 for o in offsets])
+    if found.present < len(items):
+        missing = sorted(set(range(len(items))) - set(found.rows.tolist()))[0]
+        raise UnknownMessage(f"messages[{missing}]: message {items[missing].msg_id!r} is gone (retention)")
+    return found
+
+
+def _decoded_offset(msg_id: str) -> int | None:
+    if len(msg_id) != 32:
+        return None
+    try:
+        return decode_msg_id(msg_id)[1]
+    except InvalidArgument:
+        return None
 
 
 def resend_dead_letter(store: MessageStore, group: str, msg_id: str) -> PutResult:

@@ -50,6 +50,11 @@ class TransactionIn(BaseModel):
     producer_group: GroupName = Field(
         description="Producer group; check-backs go to its check_url (PUT /producer-groups/{group}).",
     )
+    commit: bool = Field(
+        False,
+        description="Commit the transaction in the same request, once its halves are stored (one "
+        "request instead of two; the answer then names the committed messages).",
+    )
 
 
 #: Checked by the model (422).

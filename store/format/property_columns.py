@@ -14,6 +14,7 @@ to appear once per record (the encoder writes a mapping).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -53,25 +54,42 @@ def decode_property_columns(
     by spaces). Used by CommitLog scans to build dispatch batches without a Python dict per
     record; the other properties are not gathered.
     """
+    found = decode_named_properties(buf, begins, lengths, (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS))
+    return found.values[PROPERTY_UNIQ_KEY], found.values[PROPERTY_TAGS], found.values[PROPERTY_KEYS]
+
+
+class NamedProperties(NamedTuple):
+    """Values of some properties, one string array per name (null where a record lacks it);
+    ``canonical``: every string was in the encoder's canonical form (``name\\x01value\\x02``
+    pairs with non-empty names and values, valid UTF-8, each of the names at most once)."""
+
+    values: dict[str, pa.Array]
+    canonical: bool
+
+
+def decode_named_properties(
+    buf: SliceBytes, begins: npt.ArrayLike, lengths: npt.ArrayLike, names: Sequence[str]
+) -> NamedProperties:
+    """The values of the properties ``names`` in the properties strings at
+    ``buf[begins[i]:][:lengths[i]]``.
+
+    The ranges must be ascending and disjoint. Strings not in the canonical encoding are
+    decoded row by row with :func:`store.format.record.decode_properties` (same answers).
+    """
     data = as_bytes(buf)
     source = pa.py_buffer(data)
     props = gather_ranges(
         source, np.asarray(begins, dtype=np.int64), np.asarray(lengths, dtype=np.int64), pa.string()
     )
-    ranges = _parse_properties(props)
+    wanted = frozenset(names)
+    ranges = _parse_properties(props, wanted, keep_rest=False)
     if ranges is None:  # non-canonical: decode_properties, row by row
         decoded = [decode_properties(raw) for raw in props.cast(pa.binary()).to_pylist()]
-        uniq, tags, keys = (
-            pa.array([d.get(name) for d in decoded], pa.string())
-            for name in (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS)
+        return NamedProperties(
+            {name: pa.array([d.get(name) for d in decoded], pa.string()) for name in names}, False
         )
-        return uniq, tags, keys
     blob = _blob_buffer(props)
-    return (
-        ranges.nullable_strings(blob, PROPERTY_UNIQ_KEY),
-        ranges.nullable_strings(blob, PROPERTY_TAGS),
-        ranges.nullable_strings(blob, PROPERTY_KEYS),
-    )
+    return NamedProperties({name: ranges.nullable_strings(blob, name) for name in names}, True)
 
 
 class PropertyColumns(NamedTuple):
@@ -98,12 +116,16 @@ class _PropertyRanges:
     at their own start so that the ranges stay ascending. Other pairs: lists per chunk.
     """
 
-    def __init__(self, row_bytes: I64) -> None:
+    def __init__(
+        self, row_bytes: I64, names: frozenset[str] = COLUMN_PROPERTIES, keep_rest: bool = True
+    ) -> None:
         count = len(row_bytes) - 1
         self.row_bytes = row_bytes
-        self.begin = {name: row_bytes[:-1].copy() for name in COLUMN_PROPERTIES}
-        self.length = {name: np.zeros(count, dtype=np.int64) for name in COLUMN_PROPERTIES}
-        self.present = {name: np.zeros(count, dtype=np.bool_) for name in COLUMN_PROPERTIES}
+        self.names = names
+        self.keep_rest = keep_rest
+        self.begin = {name: row_bytes[:-1].copy() for name in names}
+        self.length = {name: np.zeros(count, dtype=np.int64) for name in names}
+        self.present = {name: np.zeros(count, dtype=np.bool_) for name in names}
         self.map_entries = np.zeros(count, dtype=np.int64)
         self.kept: list[tuple[I64, I64, I64, I64]] = []
 
@@ -115,7 +137,7 @@ class _PropertyRanges:
         pairs = _canonical_pairs(segment, local)
         if pairs is None:
             return False
-        found = _find_names(segment, pairs.name_begin, pairs.name_len, COLUMN_PROPERTIES)
+        found = _find_names(segment, pairs.name_begin, pairs.name_len, self.names)
         pairs_per_row = np.diff(pairs.row_pairs)
         pair_rows = np.repeat(np.arange(lo, hi, dtype=np.int64), pairs_per_row)
         kept = np.ones(len(pairs.name_begin), dtype=np.bool_)
@@ -131,6 +153,8 @@ class _PropertyRanges:
             self.present[name][at] = True
             self.map_entries[at] -= 1
             kept[idx] = False
+        if not self.keep_rest:
+            return True
         if len(found) and not bool(kept.all()):
             keep = np.flatnonzero(kept)
             pairs = _Pairs(
@@ -191,9 +215,12 @@ def _blob_buffer(props: pa.Array) -> pa.Buffer:
     return props.buffers()[2] if props.buffers()[2] is not None else pa.py_buffer(b"")
 
 
-def _parse_properties(props: pa.Array) -> _PropertyRanges | None:
-    """Where every pair of each record's properties string lies; None when they are not all
-    in the canonical encoding (then :func:`_property_columns_per_row` decodes them)."""
+def _parse_properties(
+    props: pa.Array, names: frozenset[str] = COLUMN_PROPERTIES, keep_rest: bool = True
+) -> _PropertyRanges | None:
+    """Where the pairs ``names`` (and, with ``keep_rest``, every other pair) of each record's
+    properties string lie; None when they are not all in the canonical encoding (then the
+    caller decodes them row by row)."""
     count = len(props)
     row_bytes = np.frombuffer(props.buffers()[1], dtype=np.int32, count=count + 1).astype(np.int64)
     blob_buffer = _blob_buffer(props)
@@ -202,7 +229,7 @@ def _parse_properties(props: pa.Array) -> _PropertyRanges | None:
     )
     if not is_utf8(props):
         return None
-    ranges = _PropertyRanges(row_bytes)
+    ranges = _PropertyRanges(row_bytes, names, keep_rest)
     for lo in range(0, count, CHUNK_ROWS):
         if not ranges.parse(blob, lo, min(lo + CHUNK_ROWS, count)):
             return None

@@ -23,6 +23,13 @@ resolver query ends in a list of relocation requests (pointers to parked records
 
 Requests are ordered and batches are published in order, so per operator at most one decided
 batch is ever unpublished.
+
+A request is either one parked record (its CommitLog offset) or a **range** of a delay level's
+queue: ``count`` consecutive queue offsets of ``SCHEDULE_TOPIC_XXXX`` queue ``queue_id`` from
+``queue_offset``. Level queues are FIFO (a message's due time is its store time plus the level's
+delay), so the resolver keeps a few ranges per level and 100 ms bucket instead of a pointer per
+message. Publishing expands the ranges through the ConsumeQueue (units never change once written,
+so a resumed publish expands them to the same records), then relocates the records in order.
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from store.config import FlushDiskType
@@ -42,8 +51,10 @@ from store.errors import InvalidArgument, StoreError
 from store.io.atomic_file import write_atomically, write_json_atomically
 from store.io.file_names import offset_to_file_name
 from store.message_store import MessageStore
+from store.names import SCHEDULE_TOPIC
 from store.publish.sink_parts import check_id
-from store.write.relocate import Relocation, RelocationKind, relocated_record
+from store.write.relocate import RelocationKind
+from store.write.relocator import RelocationPointers
 
 log = logging.getLogger("sparkmq.operators")
 
@@ -62,6 +73,17 @@ RELOCATION_SCHEMA = pa.schema(
         pa.field("dequeue_ms", pa.int64(), nullable=False),
     ]
 )
+#: Optional columns of a range request (a row without them, or with ``queue_id`` -1, is one
+#: record at ``commitlog_offset``): SCHEDULE_TOPIC_XXXX queue ``queue_id``, ``count`` queue
+#: offsets from ``queue_offset``.
+RANGE_FIELDS = (
+    pa.field("queue_id", pa.int32(), nullable=False),
+    pa.field("queue_offset", pa.int64(), nullable=False),
+    pa.field("count", pa.int64(), nullable=False),
+)
+#: A decision file: the requests with their range columns.
+DECISION_SCHEMA = pa.schema([*RELOCATION_SCHEMA, *RANGE_FIELDS])
+_RANGE_DEFAULTS = {"queue_id": -1, "queue_offset": -1, "count": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,30 +95,71 @@ class RelocationOutcome:
     appended: int
     decided_now: bool
     already_published: bool = False
-
-
-def requests_of(table: pa.Table) -> list[Relocation]:
-    """The relocation requests of a decision table (:data:`RELOCATION_SCHEMA`)."""
-    cols = [table.column(name).to_pylist() for name in RELOCATION_SCHEMA.names]
-    return [
-        Relocation(int(off), RelocationKind(int(kind)), int(enq), int(deq))
-        for off, kind, enq, deq in zip(*cols, strict=True)
-    ]
+    #: When each record appended by this call was due (for lateness; a roll or send-back: 0).
+    due_ms: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def check_relocation_table(table: pa.Table) -> pa.Table:
-    """``table`` cast to :data:`RELOCATION_SCHEMA`; InvalidArgument naming what is wrong."""
+    """``table`` cast to :data:`DECISION_SCHEMA` (absent range columns: single records);
+    InvalidArgument naming what is wrong."""
     missing = [n for n in RELOCATION_SCHEMA.names if n not in table.column_names]
     if missing:
         raise InvalidArgument(f"relocation batch lacks columns {missing}")
+    for name, default in _RANGE_DEFAULTS.items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.array(np.full(table.num_rows, default, dtype=np.int64)))
     try:
-        cast = table.select(RELOCATION_SCHEMA.names).cast(RELOCATION_SCHEMA)
+        cast = table.select(DECISION_SCHEMA.names).cast(DECISION_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
-        raise InvalidArgument(f"relocation batch does not match {RELOCATION_SCHEMA}: {exc}") from exc
-    kinds = set(cast.column("kind").to_pylist())
+        raise InvalidArgument(f"relocation batch does not match {DECISION_SCHEMA}: {exc}") from exc
+    kinds = set(np.unique(cast.column("kind").to_numpy()).tolist())
     if not kinds <= {k.value for k in RelocationKind}:
         raise InvalidArgument(f"unknown relocation kind in {sorted(kinds)}")
+    ranges = cast.column("queue_id").to_numpy() >= 0
+    if bool(ranges.any()):
+        counts = cast.column("count").to_numpy()[ranges]
+        if int(counts.min()) < 1 or int(cast.column("queue_offset").to_numpy()[ranges].min()) < 0:
+            raise InvalidArgument("a range request needs queue_offset >= 0 and count >= 1")
+        if bool((cast.column("kind").to_numpy()[ranges] != RelocationKind.DELIVER).any()):
+            raise InvalidArgument("only deliveries come as ranges (of delay level queues)")
     return cast
+
+
+def expand_requests(store: MessageStore, table: pa.Table) -> RelocationPointers:
+    """The decision's requests (:data:`DECISION_SCHEMA`), ranges expanded into their records
+    through the ConsumeQueue, in order."""
+    offsets = table.column("commitlog_offset").to_numpy()
+    kinds = table.column("kind").to_numpy()
+    enqueue = table.column("enqueue_ms").to_numpy()
+    dequeue = table.column("dequeue_ms").to_numpy()
+    queue_ids = table.column("queue_id").to_numpy()
+    is_range = queue_ids >= 0
+    if not bool(is_range.any()):
+        return RelocationPointers.of(offsets, kinds, enqueue, dequeue)
+    first, counts = table.column("queue_offset").to_numpy(), table.column("count").to_numpy()
+    range_rows = np.flatnonzero(is_range)
+    bounds = np.unique(np.concatenate(([0, len(offsets)], range_rows, range_rows + 1)))
+    found_offsets, found_sizes, found_rows = [], [], []
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if not is_range[lo]:  # a run of single records
+            found_offsets.append(offsets[lo:hi])
+            found_sizes.append(np.zeros(hi - lo, dtype=np.int64))
+            found_rows.append(np.arange(lo, hi, dtype=np.int64))
+            continue
+        queue, start, count = int(queue_ids[lo]), int(first[lo]), int(counts[lo])
+        units, sizes = store.queue_units(SCHEDULE_TOPIC, queue, start, count)
+        if len(units) < count:
+            log.error(
+                "relocation: %d of level queue %d's offsets [%d, %d) are gone (retention?): skipped",
+                count - len(units), queue, start, start + count,
+            )  # fmt: skip
+        found_offsets.append(units)
+        found_sizes.append(sizes)
+        found_rows.append(np.full(len(units), lo, dtype=np.int64))
+    rows = np.concatenate(found_rows)
+    return RelocationPointers.of(
+        np.concatenate(found_offsets), kinds[rows], enqueue[rows], dequeue[rows], np.concatenate(found_sizes)
+    )
 
 
 class RelocationLog:
@@ -169,10 +232,12 @@ class RelocationLog:
                 decided_now = _create_exclusive(path, table, self.store.commitlog_max_offset)
             decided, after = _load_decision(path)
             self._event("decided")
-            appended = self._publish(operator, requests_of(decided), after, resume=not decided_now)
+            appended, due = self._publish(
+                operator, expand_requests(self.store, decided), after, resume=not decided_now
+            )
             self._event("published")
             self._mark_published(operator, batch_id, path)
-            return RelocationOutcome(operator, batch_id, decided.num_rows, appended, decided_now)
+            return RelocationOutcome(operator, batch_id, decided.num_rows, appended, decided_now, due_ms=due)
 
     def recover(self) -> list[RelocationOutcome]:
         """Publish every decided-but-unpublished batch (run at broker start)."""
@@ -192,37 +257,41 @@ class RelocationLog:
         log.info(
             "operator %s: resuming relocation batch %d (%d requests)", operator, batch_id, decided.num_rows
         )
-        appended = self._publish(operator, requests_of(decided), after, resume=True)
+        appended, due = self._publish(operator, expand_requests(self.store, decided), after, resume=True)
         self._mark_published(operator, batch_id, path)
-        return RelocationOutcome(operator, batch_id, decided.num_rows, appended, False)
+        return RelocationOutcome(operator, batch_id, decided.num_rows, appended, False, due_ms=due)
 
-    def _publish(self, operator: str, requests: Sequence[Relocation], after: int, *, resume: bool) -> int:
-        start = self._stored_prefix(requests, after) if resume else 0
-        appended = 0
-        for k, lo in enumerate(range(start, len(requests), self.chunk_rows)):
-            results = self.store.relocate(requests[lo : lo + self.chunk_rows])
-            appended += sum(r is not None for r in results)
+    def _publish(
+        self, operator: str, pointers: RelocationPointers, after: int, *, resume: bool
+    ) -> tuple[int, npt.NDArray[np.int64]]:
+        """Relocate ``pointers`` from the first not yet written, a chunk per atomic append;
+        ``(records appended, when each was due)``."""
+        start = self._stored_prefix(pointers, after) if resume else 0
+        appended, due = 0, []
+        for k, lo in enumerate(range(start, len(pointers), self.chunk_rows)):
+            outcome = self.store.relocate_pointers(pointers.rows(lo, lo + self.chunk_rows))
+            appended += outcome.appended
+            due.append(outcome.due_ms)
             self._event(f"chunk-{k}")
         self.appended_total[operator] += appended
-        return appended
+        return appended, np.concatenate(due) if due else np.zeros(0, dtype=np.int64)
 
-    def _stored_prefix(self, requests: Sequence[Relocation], after: int) -> int:
+    def _stored_prefix(self, pointers: RelocationPointers, after: int) -> int:
         """How many leading requests are already relocated (written after ``after``)."""
         written = Counter(self.store.stored_identities(after))
         if not written:
             return 0
-        for i, req in enumerate(requests):
-            raw = self.store.read_record(req.commitlog_offset)
-            if raw is None:
-                continue  # gone: relocate() skips it too
-            rec = relocated_record(raw, req.kind, enqueue_ms=req.enqueue_ms, dequeue_ms=req.dequeue_ms)
-            if rec is None:
-                continue
-            identity = (rec.topic, (rec.properties or {}).get("UNIQ_KEY"))
-            if written[identity] <= 0:
-                return i
-            written[identity] -= 1
-        return len(requests)
+        for lo in range(0, len(pointers), self.chunk_rows):
+            built = self.store.relocated_records(pointers.rows(lo, lo + self.chunk_rows))
+            identities = zip(
+                built.rows.tolist(), built.records.topics, built.records.batch.uniq_keys, strict=True
+            )
+            for row, topic, uniq in identities:
+                identity = (topic, uniq or None)
+                if written[identity] <= 0:
+                    return lo + int(row)
+                written[identity] -= 1
+        return len(pointers)
 
     def _mark_published(self, operator: str, batch_id: int, decision: Path) -> None:
         if self.store.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
@@ -233,7 +302,8 @@ class RelocationLog:
 
 def _create_exclusive(path: Path, table: pa.Table, after_offset: int) -> bool:
     """Write the decision unless it exists. True when this call wrote it."""
-    schema = RELOCATION_SCHEMA.with_metadata({_AFTER_KEY: str(after_offset).encode()})
+    schema = DECISION_SCHEMA.with_metadata({_AFTER_KEY: str(after_offset).encode()})
+    table = check_relocation_table(table)
 
     def fill(temp: Path) -> None:
         with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
@@ -246,4 +316,4 @@ def _load_decision(path: Path) -> tuple[pa.Table, int]:
     with pa.memory_map(str(path), "r") as source:
         table = pa.ipc.open_file(source).read_all()
     after = int((table.schema.metadata or {})[_AFTER_KEY])
-    return table, after
+    return check_relocation_table(table), after  # a decision of an earlier version: no ranges

@@ -47,9 +47,32 @@ class EncodedRecords:
         )
 
     @staticmethod
+    def of_batch(batch: EncodedBatch, topic: str, queue_id: int = 0) -> EncodedRecords:
+        """Every record of ``batch`` bound for ``topic`` / ``queue_id``, without TAGS or KEYS."""
+        n = len(batch)
+        return EncodedRecords(
+            batch, (topic,) * n, np.full(n, queue_id, dtype=np.int32), (None,) * n, (None,) * n
+        )
+
+    @staticmethod
     def of_fields(records: Sequence[RecordFields]) -> EncodedRecords:
         return EncodedRecords.of_relocated(
             [Relocated(encode_record(r), r.topic, r.queue_id, r.properties or {}) for r in records]
+        )
+
+    def take(self, order: npt.ArrayLike) -> EncodedRecords:
+        """The records in ``order`` (indexes into these records; a copy)."""
+        rows = np.asarray(order, dtype=np.int64).tolist()
+        uniq_keys = list(self.batch.uniq_keys)
+        batch = EncodedBatch.from_records(
+            [self.batch.record(i) for i in rows], [uniq_keys[i] for i in rows] if uniq_keys else []
+        )
+        return EncodedRecords(
+            batch,
+            tuple(self.topics[i] for i in rows),
+            self.queue_ids[rows].astype(np.int32),
+            tuple(self.tags[i] for i in rows),
+            tuple(self.keys[i] for i in rows),
         )
 
     @staticmethod

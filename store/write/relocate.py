@@ -37,6 +37,7 @@ from store.format.record import (
     TOPIC_LEN_V2,
     RecordFields,
     encode_record,
+    topic_length_prefix,
 )
 from store.format.record_check import RecordStatus, check_record
 from store.format.vocabulary import (
@@ -164,20 +165,22 @@ def relocated_bytes(
             return None
         return Relocated(encode_record(rec), rec.topic, rec.queue_id, rec.properties or {})
     header = check.header
-    magic = int.from_bytes(raw[4:8], "big")
-    topic_prefix = TOPIC_LEN_V1 if magic == MAGIC_V1 else TOPIC_LEN_V2
+    old_prefix = TOPIC_LEN_V1 if int.from_bytes(raw[4:8], "big") == MAGIC_V1 else TOPIC_LEN_V2
     old_topic_len_pos = BODY_POS + header.body_len
-    props_len_pos = old_topic_len_pos + topic_prefix.size + len(check.topic.encode("utf-8"))
+    props_len_pos = old_topic_len_pos + old_prefix.size + len(check.topic.encode("utf-8"))
     topic_bytes = real_topic.encode("utf-8")
-    if len(topic_bytes) >= 1 << (8 * topic_prefix.size):
-        raise NotRelocatable(f"REAL_TOPIC {real_topic!r} is too long for the record's magic")
+    try:
+        magic, topic_prefix = topic_length_prefix(topic_bytes)  # as encode_record chooses
+    except InvalidArgument as exc:
+        raise NotRelocatable(f"REAL_TOPIC {real_topic!r}: {exc}") from None
     queue_id = int(real_qid)
     tail = raw[props_len_pos:]
     size = old_topic_len_pos + topic_prefix.size + len(topic_bytes) + len(tail)
     data = b"".join(
         (
             size.to_bytes(4, "big"),
-            raw[4:QUEUE_ID_POS],
+            magic.to_bytes(4, "big"),
+            raw[8:QUEUE_ID_POS],
             queue_id.to_bytes(4, "big", signed=True),
             raw[QUEUE_ID_POS + 4 : PREPARED_TX_OFFSET_POS],
             bytes(8),  # preparedTransactionOffset

@@ -19,12 +19,28 @@ group, which attempt and what to do (``SENDBACK_*``). The retry resolver
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 
 from store.errors import InvalidArgument
-from store.format.ids import encode_msg_id
+from store.format.arrow_ranges import gather_ranges
+from store.format.batch_encode import BatchColumns, EncodedBatch, encode_columns
+from store.format.ids import ascii_rows, encode_msg_id, hex_of_bytes, hex_of_ints
 from store.format.java_hash import java_string_hash
-from store.format.record import BODY_POS, RecordFields
-from store.format.record_check import RecordStatus, check_record
+from store.format.property_columns import decode_named_properties
+from store.format.record import (
+    BODY_POS,
+    PHYSICAL_OFFSET_POS,
+    RECONSUME_TIMES_POS,
+    STORE_HOST_POS,
+    BodyPolicy,
+    RecordFields,
+)
+from store.format.record_check import RecordStatus, check_record, check_records, gather_headers, header_field
 from store.format.vocabulary import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -154,3 +170,76 @@ def sendback_record(request_raw: bytes | memoryview, max_level: int = 18) -> Rec
     return source._replace(
         topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props, reconsume_times=times + 1
     )
+
+
+# --- many send-backs at once -----------------------------------------------------------------------
+
+
+class SendBackBatch(NamedTuple):
+    """The request records of a batch of send-backs and what the answer says of each source."""
+
+    #: The request records (all bound for ``rmq_sys_sendback`` queue 0).
+    records: EncodedBatch
+    #: Per source: its reconsume times (the attempt sent back), offsetMsgId, UNIQ_KEY, topic.
+    attempts: npt.NDArray[np.int64]
+    msg_ids: list[str]
+    uniq_keys: list[str | None]
+    topics: list[str]
+
+
+def sendback_requests(
+    sources: npt.NDArray[np.uint8],
+    starts: npt.NDArray[np.int64],
+    *,
+    group: str,
+    delay_levels: Sequence[int],
+    max_reconsume_times: Sequence[int],
+    retry_queues: int,
+    uniq_keys: Sequence[str],
+    born_ms: int,
+    store_host: tuple[str, int],
+) -> SendBackBatch:
+    """:func:`sendback_request` for many stored records (back to back in ``sources``) in one
+    pass: header fields and properties read vectorised, the requests encoded column by column.
+    The same bytes as the record-by-record function (tests/store/test_sendback.py)."""
+    count = len(starts)
+    spans = check_records(sources, starts)
+    if spans.valid < count:
+        raise InvalidArgument(f"messages[{spans.valid}] is not a valid record: {spans.verdict.reason}")
+    if any(level < -1 for level in delay_levels):
+        raise InvalidArgument("delay_level must be -1 (DLQ), 0 (the ladder) or a level")
+    r = spans.ranges
+    headers = gather_headers(sources, starts)
+    attempts = header_field(headers, RECONSUME_TIMES_POS).astype(np.int64)
+    physical = header_field(headers, PHYSICAL_OFFSET_POS).astype(np.int64)
+    hosts = np.ascontiguousarray(headers[:, STORE_HOST_POS : STORE_HOST_POS + 8])
+    msg_ids = ascii_rows(np.concatenate((hex_of_bytes(hosts), hex_of_ints(physical, 8)), axis=1))
+    props = decode_named_properties(
+        sources, r.props_begin, r.props_len, (PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_UNIQ_KEY)
+    )
+    origins = [
+        o or m for o, m in zip(props.values[PROPERTY_ORIGIN_MESSAGE_ID].to_pylist(), msg_ids, strict=True)
+    ]
+    topics = gather_ranges(pa.py_buffer(sources), r.topic_begin, r.topic_len, pa.string()).to_pylist()
+    ends = starts + spans.total_size
+    bodies = [sources[lo:hi].tobytes() for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
+    columns = BatchColumns(
+        topic=SENDBACK_TOPIC,
+        bodies=bodies,
+        properties={
+            PROPERTY_SENDBACK_GROUP: group,
+            PROPERTY_SENDBACK_ORIGIN: origins,
+            PROPERTY_SENDBACK_ATTEMPT: [str(a) for a in attempts.tolist()],
+            PROPERTY_SENDBACK_DELAY_LEVEL: [str(level) for level in delay_levels],
+            PROPERTY_SENDBACK_MAX_RECONSUME: [str(m) for m in max_reconsume_times],
+            PROPERTY_SENDBACK_RETRY_QUEUES: str(retry_queues),
+            PROPERTY_UNIQ_KEY: list(uniq_keys),
+        },
+        born_timestamps_ms=born_ms,
+        born_host=store_host,
+        store_host=store_host,
+    )
+    biggest = max(map(len, bodies), default=0)
+    batch = encode_columns(columns, BodyPolicy(max(biggest, 1), max(biggest, 1)))  # bodies kept whole
+    batch.uniq_keys = list(uniq_keys)
+    return SendBackBatch(batch, attempts, msg_ids, props.values[PROPERTY_UNIQ_KEY].to_pylist(), topics)

@@ -1,25 +1,27 @@
 """The delay resolver: delay levels and timer messages delivered by a ``transformWithState`` query.
 
 Input: the parked records of ``SCHEDULE_TOPIC_XXXX`` (18 level queues) and ``rmq_sys_wheel_timer``
-(queue 0), read by the ``sparkmq`` source with system topics enabled. Each record becomes a
-*pointer*, never a body copy: ``(commitlog_offset, due_ms, action_ms, kind, enqueue_ms)``.
+(queue 0), read by the ``sparkmq`` source with system topics enabled. State holds where the
+parked records are, never a body copy (:mod:`streaming.operators.delay_state`):
 
 * ``due_ms``: a level message is due at its store timestamp + the level's delay (RocketMQ's
   ConsumeQueue tagsCode, computed with the level table the resolver runs with); a timer message
   at ``TIMER_OUT_MS`` + precision (RocketMQ 5 rounds the requested time *up* to the next
   precision boundary, so delivery is never early).
-* Key: ``(bucket_ms, shard)``: the due time rounded up to ``bucket_ms`` (100 ms), and a hash of
-  (REAL_TOPIC, UNIQ_KEY) modulo the shard count, so a hot second spreads over partitions.
-  One ``ListState`` of pointers and about one timer per key (operators.md §4.4: a timer per
-  message runs at ~6k/s here, a timer per bucket at ~50k/s).
+* Key: ``(bucket_ms, shard)``: the due time rounded up to ``bucket_ms`` (100 ms), and for a level
+  message its level queue modulo the shard count (a bucket of one level queue is then one run
+  of queue offsets: one range), for a timer message a hash of (REAL_TOPIC, UNIQ_KEY) modulo the
+  shard count, so a hot second spreads over partitions.
+* Per key: a ``ListState`` of entries (ranges of level queues, packed timer pointers: one element
+  per run or action time and batch), a ``ValueState`` summary, and one timer at the bucket's end
+  (plus one per roll time): never a state element or a timer per message.
 * On fire (processing time, ``timerValues`` only — never the wall clock, so a replayed batch
-  computes the same output): every pointer whose action time has come is emitted, ordered by
-  (due, CommitLog offset), at most ``burst_cap`` per key per batch (the rest re-arm the timer
-  one millisecond later: catch-up after down-time is spread over batches). A timer message due
-  further out than ``roll_window_ms`` is emitted as a ROLL when the window has passed, so no
-  pointer outlives CommitLog retention (RocketMQ's roll).
-* Each touched key also emits one summary row (pending count, next action time): the broker's
-  ``GET /operators`` adds them up.
+  computes the same output): every entry whose action time has come is emitted, at most
+  ``burst_cap`` messages per key per batch (the rest re-arm the timer one millisecond later:
+  catch-up after down-time is spread over batches). A range goes out as one row; a timer message
+  as one row, a ROLL when its action came from the roll window (RocketMQ's roll).
+* Each touched key also emits summary rows (pending count, next action time, smallest queue
+  offset per parked queue): the broker's ``GET /operators`` adds them up.
 
 The output rows are relocation requests, published exactly once by the broker
 (:mod:`store.publish.relocations`) through ``foreachBatch`` in :mod:`streaming.operators.runtime`.
@@ -27,7 +29,7 @@ The output rows are relocation requests, published exactly once by the broker
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,12 +46,32 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from store import TIMER_TOPIC
+from streaming.operators.delay_state import (
+    ENTRY_POINTERS,
+    ENTRY_SCHEMA,
+    KIND_LEVEL,
+    KIND_TIMER,
+    SUMMARY_SCHEMA,
+    Entry,
+    Pointers,
+    Summary,
+    entries_of,
+    fire,
+    merge_summaries,
+    next_timer,
+    pack_pointers,
+    pack_summary,
+    summarize,
+    unpack_summary,
+)
 
-KIND_LEVEL, KIND_TIMER = 0, 1
+__all__ = ["KIND_LEVEL", "KIND_TIMER", "OUTPUT_SCHEMA", "DelayResolver", "DelaySettings", "resolve"]
+
 RELOCATE_DELIVER, RELOCATE_ROLL = 0, 1
 ROW_RELOCATION, ROW_SUMMARY = 0, 1
 
-PENDING_SCHEMA = StructType(
+#: The state of an earlier version (a pointer per message), read once to carry it over.
+LEGACY_PENDING_SCHEMA = StructType(
     [
         StructField("commitlog_offset", LongType()),
         StructField("due_ms", LongType()),
@@ -60,9 +82,8 @@ PENDING_SCHEMA = StructType(
         StructField("src_queue_offset", LongType()),
     ]
 )
-
-STATS_KEY_SCHEMA = StructType([StructField("queue", IntegerType())])
-STATS_VALUE_SCHEMA = StructType(
+LEGACY_STATS_KEY_SCHEMA = StructType([StructField("queue", IntegerType())])
+LEGACY_STATS_VALUE_SCHEMA = StructType(
     [
         StructField("count", LongType()),
         StructField("next_action_ms", LongType()),
@@ -86,6 +107,11 @@ OUTPUT_SCHEMA = StructType(
         #: queue offset still pending in this key (the broker mirrors delayOffset.json from it).
         StructField("src_queue", IntegerType()),
         StructField("min_queue_offset", LongType()),
+        #: Range rows: SCHEDULE_TOPIC_XXXX queue ``queue_id``, ``count`` offsets from
+        #: ``queue_offset`` (-1, -1, 1 for a single record at ``commitlog_offset``).
+        StructField("queue_id", IntegerType()),
+        StructField("queue_offset", LongType()),
+        StructField("count", LongType()),
     ]
 )
 
@@ -102,64 +128,32 @@ class DelaySettings:
     shards: int = 2
     #: Timer messages due further out than this are rolled (re-parked) instead of kept.
     roll_window_ms: int = 86_400_000
-    #: Most pointers one key emits per batch (the rest follow in the next batches).
+    #: Most messages one key emits per batch (the rest follow in the next batches).
     burst_cap: int = 100_000
 
 
-#: commitlog_offset, due_ms, action_ms, kind, enqueue_ms, src_queue, src_queue_offset
-Pending = tuple[int, int, int, int, int, int, int]
-
-
-def _stats(pending: Iterable[Pending]) -> dict[int, tuple[int, int, int]]:
-    """Per parked queue: (count, earliest action ms, smallest queue offset)."""
-    out: dict[int, tuple[int, int, int]] = {}
-    for p in pending:
-        old = out.get(p[5])
-        out[p[5]] = (1, p[2], p[6]) if old is None else (old[0] + 1, min(old[1], p[2]), min(old[2], p[6]))
-    return out
-
-
-def action_time(due_ms: int, kind: int, now_ms: int, roll_window_ms: int) -> int:
-    """When a pointer must be acted on: its due time, or the end of the roll window."""
-    if kind == KIND_TIMER and due_ms - now_ms > roll_window_ms:
-        return now_ms + roll_window_ms
-    return due_ms
-
-
-def fire(pending: Iterable[Pending], now_ms: int, burst_cap: int) -> tuple[list[Pending], list[Pending]]:
-    """Split ``pending`` into (to emit now, in (due, offset) order, at most ``burst_cap``; to keep)."""
-    ready: list[Pending] = []
-    keep: list[Pending] = []
-    for p in pending:
-        (ready if p[2] <= now_ms else keep).append(p)
-    ready.sort(key=lambda p: (p[1], p[0]))
-    return ready[:burst_cap], keep + ready[burst_cap:]
-
-
-def next_timer(keep: Iterable[Pending], now_ms: int) -> int | None:
-    """The timer to arm for what is kept: ``now+1`` if some is already due (burst cap), else the
-    earliest action time; None when nothing is kept."""
-    times = [p[2] for p in keep]
-    if not times:
-        return None
-    earliest = min(times)
-    return now_ms + 1 if earliest <= now_ms else earliest
+def _key(key: Any) -> tuple[int, int]:
+    """(bucket_ms, shard) of a grouping key (``TwsTester`` wraps a tuple key once more)."""
+    if len(key) == 1 and isinstance(key[0], tuple):
+        key = key[0]
+    return int(key[0]), int(key[1])
 
 
 class DelayResolver(StatefulProcessor):
     """Keyed by (bucket_ms, shard); see the module docstring. Runs on PySpark's pandas API
-    (``transformWithStateInPandas``): rows arrive and leave as DataFrames, so the per-message
-    Python work is a few NumPy operations, not a ``Row`` per message."""
+    (``transformWithStateInPandas``): rows arrive and leave as DataFrames, and a key's state
+    calls do not grow with its messages."""
 
     def __init__(self, settings: DelaySettings) -> None:
         self.settings = settings
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.pending = handle.getListState("pending", PENDING_SCHEMA)
-        #: Per parked queue of this key: (count, next action ms, min queue offset), so input
-        #: batches update the summary without reading the pointer list back.
-        self.stats = handle.getMapState("stats", STATS_KEY_SCHEMA, STATS_VALUE_SCHEMA)
+        self.entries = handle.getListState("entries", ENTRY_SCHEMA)
+        self.summary = handle.getValueState("summary", SUMMARY_SCHEMA)
+        # An earlier version's state, carried over when its key fires.
+        self.legacy = handle.getListState("pending", LEGACY_PENDING_SCHEMA)
+        self.legacy_stats = handle.getMapState("stats", LEGACY_STATS_KEY_SCHEMA, LEGACY_STATS_VALUE_SCHEMA)
 
     def handleInputRows(  # noqa: N802 (Spark's name)
         self,
@@ -172,29 +166,23 @@ class DelayResolver(StatefulProcessor):
         if not frames:
             return
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        due = frame["due_ms"].to_numpy(dtype=np.int64)
-        kind = frame["kind"].to_numpy(dtype=np.int64)
-        window = self.settings.roll_window_ms
-        action = np.where((kind == KIND_TIMER) & (due - now > window), now + window, due)
-        columns = [
-            frame["commitlog_offset"].to_numpy(dtype=np.int64), due, action, kind,
-            frame["enqueue_ms"].to_numpy(dtype=np.int64), frame["src_queue"].to_numpy(dtype=np.int64),
-            frame["src_queue_offset"].to_numpy(dtype=np.int64),
-        ]  # fmt: skip
-        added: list[Pending] = list(zip(*(c.tolist() for c in columns), strict=True))
-        self.pending.appendList(added)  # type: ignore[arg-type]
-        # One timer per key for deliveries (the bucket's end, never before any due time in
-        # it), plus one per distinct roll time: never a timer per message.
-        bucket_end = int(key[0])
-        for when in sorted({bucket_end, *np.unique(action[action != due]).tolist()}):
+        added = entries_of(
+            _int64(frame, "kind"), _int64(frame, "due_ms"), _int64(frame, "commitlog_offset"),
+            _int64(frame, "enqueue_ms"), _int64(frame, "src_queue"), _int64(frame, "src_queue_offset"),
+            now_ms=now, roll_window_ms=self.settings.roll_window_ms,
+        )  # fmt: skip
+        self.entries.appendList([tuple(e) for e in added])  # type: ignore[arg-type]
+        # One timer per key for deliveries (the bucket's end, never before a due time in it),
+        # plus one at the roll time of pointers due past the roll window (their action time lies
+        # before the bucket; one inside it is served by the bucket's timer): never one per message.
+        bucket_end, shard = _key(key)
+        rolls = {e.action_ms for e in added if e.action_ms <= bucket_end - self.settings.bucket_ms}
+        for when in sorted({bucket_end, *rolls}):
             self.handle.registerTimer(int(when))
-        summaries = []
-        for queue, new in sorted(_stats(added).items()):
-            old = self.stats.getValue((queue,)) if self.stats.containsKey((queue,)) else None
-            merged = new if old is None else (new[0] + old[0], min(new[1], old[1]), min(new[2], old[2]))
-            self.stats.updateValue((queue,), merged)
-            summaries.append((queue, *merged))
-        yield _summary_frame(key, summaries)
+        old = self.summary.get() if self.summary.exists() else None
+        merged = merge_summaries(unpack_summary(old[0] if old else None), summarize(added))
+        self.summary.update((pack_summary(merged),))
+        yield _summary_frame(bucket_end, shard, merged, gone=())
 
     def handleExpiredTimer(  # noqa: N802 (Spark's name)
         self,
@@ -203,70 +191,109 @@ class DelayResolver(StatefulProcessor):
         expiredTimerInfo: ExpiredTimerInfo,  # noqa: N803
     ) -> Iterator[pd.DataFrame]:
         now = timerValues.getCurrentProcessingTimeInMs()
-        emit, keep = fire(self._pending(), now, self.settings.burst_cap)
-        if not emit:
+        entries = [Entry(*row) for row in self.entries.get()] if self.entries.exists() else []
+        before = summarize(entries)
+        if self.legacy.exists():
+            entries += _carried_over(self.legacy.get())
+            self.legacy.clear()
+            self.legacy_stats.clear()
+        fired = fire(entries, now, self.settings.burst_cap)
+        if not fired.ranges and not len(fired.pointers):
             return
-        if keep:
-            self.pending.put(keep)  # type: ignore[arg-type]
-            when = next_timer(keep, now)
+        if fired.keep:
+            self.entries.put([tuple(e) for e in fired.keep])  # type: ignore[arg-type]
+            when = next_timer(fired.keep, now)
             if when is not None and when != expiredTimerInfo.getExpiryTimeInMs():
                 self.handle.registerTimer(when)
         else:
-            self.pending.clear()
-        self.stats.clear()
-        remaining = _stats(keep)
-        for queue, value in remaining.items():
-            self.stats.updateValue((queue,), value)
-        out = np.asarray(emit, dtype=np.int64).reshape(len(emit), 7)
-        due, kind = out[:, 1], out[:, 3]
-        n = len(emit)
-        yield pd.DataFrame(
-            {
-                "row_type": np.full(n, ROW_RELOCATION, dtype=np.int32),
-                "commitlog_offset": out[:, 0],
-                "kind": np.where(due <= now, RELOCATE_DELIVER, RELOCATE_ROLL).astype(np.int32),
-                "enqueue_ms": np.where(kind == KIND_TIMER, out[:, 4], 0),
-                "dequeue_ms": np.full(n, now, dtype=np.int64),
-                "due_ms": due,
-                "bucket_ms": np.full(n, int(key[0]), dtype=np.int64),
-                "shard": np.full(n, int(key[1]), dtype=np.int32),
-                "pending": pd.array([None] * n, dtype="Int64"),
-                "next_action_ms": pd.array([None] * n, dtype="Int64"),
-                "src_queue": pd.array([None] * n, dtype="Int32"),
-                "min_queue_offset": pd.array([None] * n, dtype="Int64"),
-            }
-        )
-        gone = {p[5] for p in emit} - set(remaining)
-        yield _summary_frame(
-            key, [(q, *remaining[q]) for q in sorted(remaining)] + [(q, 0, None, None) for q in sorted(gone)]
-        )
-
-    def _pending(self) -> Iterator[Pending]:
-        if not self.pending.exists():
-            return iter(())
-        return (tuple(int(v) for v in p) for p in self.pending.get())  # type: ignore[misc]
+            self.entries.clear()
+        remaining = summarize(fired.keep)
+        if remaining:
+            self.summary.update((pack_summary(remaining),))
+        else:
+            self.summary.clear()
+        bucket, shard = _key(key)
+        yield _relocation_frame(bucket, shard, fired.ranges, fired.pointers, now)
+        yield _summary_frame(bucket, shard, remaining, gone=sorted(set(before) - set(remaining)))
 
     def close(self) -> None:
         pass
 
 
-def _summary_frame(key: Any, rows: list[tuple[int, int, int | None, int | None]]) -> pd.DataFrame:
-    """Summary rows (queue, pending, next action, min queue offset) of one key."""
+def _int64(frame: pd.DataFrame, name: str) -> np.ndarray[Any, np.dtype[np.int64]]:
+    values: np.ndarray[Any, np.dtype[np.int64]] = frame[name].to_numpy(dtype=np.int64)
+    return values
+
+
+def _carried_over(rows: Iterator[Any]) -> list[Entry]:
+    """An earlier version's pointers (one list element per message) as packed entries."""
+    legacy = np.asarray([tuple(int(v) for v in row) for row in rows], dtype=np.int64).reshape(-1, 7)
+    out = []
+    for action, queue in sorted({(int(a), int(q)) for a, q in legacy[:, [2, 5]].tolist()}):
+        group = legacy[(legacy[:, 2] == action) & (legacy[:, 5] == queue)]
+        group = group[np.lexsort((group[:, 0], group[:, 1]))]
+        pointers = Pointers(group[:, 0], group[:, 4], group[:, 1])
+        out.append(
+            Entry(ENTRY_POINTERS, action, queue, int(group[:, 6].min()), len(group), pack_pointers(pointers))
+        )
+    return out
+
+
+def _nulls(n: int, dtype: str) -> Any:
+    return pd.array([None] * n, dtype=dtype)
+
+
+def _relocation_frame(
+    bucket: int, shard: int, ranges: list[tuple[int, int, int, int]], pointers: Pointers, now: int
+) -> pd.DataFrame:
+    """Range rows, then pointer rows (DELIVER when due, else ROLL)."""
+    r, p = len(ranges), len(pointers)
+    n = r + p
+    queue, first, count, action = (np.asarray([x[i] for x in ranges], dtype=np.int64) for i in range(4))
+    due = np.concatenate((action, pointers.due_ms))
+    return pd.DataFrame(
+        {
+            "row_type": np.full(n, ROW_RELOCATION, dtype=np.int32),
+            "commitlog_offset": np.concatenate((np.full(r, -1, dtype=np.int64), pointers.commitlog_offsets)),
+            "kind": np.where(due <= now, RELOCATE_DELIVER, RELOCATE_ROLL).astype(np.int32),
+            "enqueue_ms": np.concatenate((np.zeros(r, dtype=np.int64), pointers.enqueue_ms)),
+            "dequeue_ms": np.full(n, now, dtype=np.int64),
+            "due_ms": due,
+            "bucket_ms": np.full(n, bucket, dtype=np.int64),
+            "shard": np.full(n, shard, dtype=np.int32),
+            "pending": _nulls(n, "Int64"),
+            "next_action_ms": _nulls(n, "Int64"),
+            "src_queue": _nulls(n, "Int32"),
+            "min_queue_offset": _nulls(n, "Int64"),
+            "queue_id": np.concatenate((queue, np.full(p, -1, dtype=np.int64))).astype(np.int32),
+            "queue_offset": np.concatenate((first, np.full(p, -1, dtype=np.int64))),
+            "count": np.concatenate((count, np.ones(p, dtype=np.int64))),
+        }
+    )
+
+
+def _summary_frame(bucket: int, shard: int, summary: Summary, gone: Any) -> pd.DataFrame:
+    """Summary rows (queue, pending, next action, min queue offset) of one key; ``gone``
+    queues report 0 pending."""
+    rows = [(q, *summary[q]) for q in sorted(summary)] + [(q, 0, None, None) for q in gone]
     n = len(rows)
     return pd.DataFrame(
         {
             "row_type": np.full(n, ROW_SUMMARY, dtype=np.int32),
-            "commitlog_offset": pd.array([None] * n, dtype="Int64"),
-            "kind": pd.array([None] * n, dtype="Int32"),
-            "enqueue_ms": pd.array([None] * n, dtype="Int64"),
-            "dequeue_ms": pd.array([None] * n, dtype="Int64"),
-            "due_ms": pd.array([None] * n, dtype="Int64"),
-            "bucket_ms": np.full(n, int(key[0]), dtype=np.int64),
-            "shard": np.full(n, int(key[1]), dtype=np.int32),
+            "commitlog_offset": _nulls(n, "Int64"),
+            "kind": _nulls(n, "Int32"),
+            "enqueue_ms": _nulls(n, "Int64"),
+            "dequeue_ms": _nulls(n, "Int64"),
+            "due_ms": _nulls(n, "Int64"),
+            "bucket_ms": np.full(n, bucket, dtype=np.int64),
+            "shard": np.full(n, shard, dtype=np.int32),
             "pending": pd.array([r[1] for r in rows], dtype="Int64"),
             "next_action_ms": pd.array([r[2] for r in rows], dtype="Int64"),
             "src_queue": pd.array([r[0] for r in rows], dtype="Int32"),
             "min_queue_offset": pd.array([r[3] for r in rows], dtype="Int64"),
+            "queue_id": _nulls(n, "Int32"),
+            "queue_offset": _nulls(n, "Int64"),
+            "count": _nulls(n, "Int64"),
         }
     )
 
@@ -295,12 +322,16 @@ def resolver_input(parked: DataFrame, settings: DelaySettings) -> DataFrame:
             F.unix_millis(F.col("store_timestamp")).alias("enqueue_ms"),
             F.when(F.col("topic") == TIMER_TOPIC, F.lit(-1)).otherwise(F.col("queue_id")).alias("src_queue"),
             F.col("queue_offset").alias("src_queue_offset"),
-            F.pmod(
-                F.hash(F.col("properties")["REAL_TOPIC"], F.col("uniq_key")), F.lit(settings.shards)
-            ).alias("shard"),
+            F.when(
+                F.col("topic") == TIMER_TOPIC, F.hash(F.col("properties")["REAL_TOPIC"], F.col("uniq_key"))
+            )
+            .otherwise(F.col("queue_id"))
+            .alias("shard_hash"),
         )
         .where(F.col("due_ms").isNotNull())
         .withColumn("bucket_ms", F.ceil(F.col("due_ms") / F.lit(width)).cast("long") * F.lit(width))
+        .withColumn("shard", F.pmod(F.col("shard_hash"), F.lit(settings.shards)))
+        .drop("shard_hash")
     )
 
 

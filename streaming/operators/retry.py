@@ -93,6 +93,9 @@ class RetryResolver(StatefulProcessor):
                 "next_action_ms": pd.array([None] * n, dtype="Int64"),
                 "src_queue": pd.array([None] * n, dtype="Int32"),
                 "min_queue_offset": pd.array([None] * n, dtype="Int64"),
+                "queue_id": np.full(n, -1, dtype=np.int32),
+                "queue_offset": np.full(n, -1, dtype=np.int64),
+                "count": np.ones(n, dtype=np.int64),
             }
         )
 

@@ -2,7 +2,7 @@
 against one broker.
 
 ``sparkmq serve`` starts it in a child process (``local[2]`` by default); ``sparkmq operators
---endpoint URL --master URL`` (or ``spark-submit -m streaming.operators``) runs the same job
+--endpoint URL --master URL`` (or ``spark-submit ./streaming/operators/__main__.py``) runs the same job
 on a cluster. Each resolver is its own streaming query with its own checkpoint under
 ``<checkpoint_dir>/<operator>``:
 
@@ -19,7 +19,6 @@ Never ``Trigger.AvailableNow`` (with timers it never ends): a processing-time tr
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import os
@@ -32,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from streaming.operators import retry, transactions
+from streaming.operators.client import BrokerClient
 from streaming.operators.delay import ROW_RELOCATION, DelaySettings, resolve
 
 log = logging.getLogger("sparkmq.operators")
@@ -48,7 +47,7 @@ RETRY_OPERATOR = "retry"
 #: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
 POST_COLUMNS = (
     "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
-    "pending", "next_action_ms", "src_queue", "min_queue_offset",
+    "pending", "next_action_ms", "src_queue", "min_queue_offset", "queue_id", "queue_offset", "count",
 )  # fmt: skip
 
 
@@ -61,60 +60,23 @@ class JobConfig:
     master: str = "local[2]"
     #: The broker's store directory, when the job runs on the same machine (faster reads).
     path: str | None = None
+    #: Local mode: the driver JVM's heap (it runs the executors too); RocksDB's native memory
+    #: for all state stores together.
+    driver_memory: str = "768m"
+    state_memory_mb: int = 256
+    #: The delay resolver's trigger (its lateness is about a trigger plus a batch).
     trigger_ms: int = 500
+    #: The transaction and retry resolvers' trigger: their decisions are not due to the second
+    #: (check-backs every 30 s, the ladder's first retry after 10 s), and every trigger runs a
+    #: batch (transformWithState always does), so they leave the cores to the delay resolver.
+    background_trigger_ms: int = 2000
     shards: int = 2
     auth_token: str | None = None
     request_timeout_s: float = 60.0
-    #: Test only: ``<before_post|after_post>:<marker file>`` kills this driver (SIGKILL) once,
-    #: at that point of a batch with relocations (``SPARKMQ_TEST_OPERATOR_FAULT``).
+    #: Test only: ``<before_post|mid_post|after_post>:<marker file>`` kills this driver (SIGKILL)
+    #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
+    #: the broker publishes) (``SPARKMQ_TEST_OPERATOR_FAULT``).
     fault: str | None = None
-
-
-class BrokerClient:
-    """The job's HTTP calls to the broker (retried while the broker restarts)."""
-
-    def __init__(self, config: JobConfig) -> None:
-        headers = {"authorization": f"Bearer {config.auth_token}"} if config.auth_token else {}
-        self.http = httpx.Client(base_url=config.endpoint, headers=headers, timeout=config.request_timeout_s)
-
-    def _call(self, method: str, url: str, **kwargs: Any) -> Any:
-        delay = 0.2
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                resp = self.http.request(method, url, **kwargs)
-                if resp.status_code < 500:
-                    if resp.status_code >= 400:
-                        raise RuntimeError(f"{method} {url}: {resp.status_code} {resp.text}")
-                    return resp.json() if resp.content else None
-                problem = f"{resp.status_code} {resp.text[:200]}"
-            except httpx.TransportError as exc:
-                problem = str(exc)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{method} {url}: broker unavailable: {problem}")
-            log.warning("%s %s failed (%s); retrying", method, url, problem)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def settings(self) -> dict[str, Any]:
-        return dict(self._call("GET", "/operators/settings"))
-
-    def post_batch(self, operator: str, batch_id: int, table: pa.Table) -> Any:
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return self._call(
-            "POST",
-            f"/operators/{operator}/batches/{batch_id}",
-            content=sink.getvalue(),
-            headers={"content-type": "application/vnd.apache.arrow.stream"},
-        )
-
-    def put_status(self, operator: str, status: dict[str, Any]) -> None:
-        try:
-            self.http.put(f"/operators/{operator}/status", json=status, timeout=5)
-        except httpx.HTTPError as exc:
-            log.debug("status report failed: %s", exc)
 
 
 def _maybe_die(fault: str | None, point: str) -> None:
@@ -153,6 +115,8 @@ def batch_poster(
         relocations = decisions(table)
         if relocations:
             _maybe_die(fault, "before_post")
+            if fault and fault.startswith("mid_post:"):
+                threading.Timer(0.3, _maybe_die, (fault, "mid_post")).start()
         client.post_batch(operator, batch_id, table)
         if relocations:
             _maybe_die(fault, "after_post")
@@ -169,9 +133,9 @@ def session(config: JobConfig) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(config.master) if config.master else SparkSession.builder
     builder = (
-        SparkSession.builder.master(config.master)
-        .appName("sparkmq-operators")
+        builder.appName("sparkmq-operators")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(config.shards))
@@ -180,11 +144,18 @@ def session(config: JobConfig) -> Any:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        # State is ranges and packed pointers (kilobytes per key): cap RocksDB's native memory
+        # (block cache and write buffers of every store instance together) instead of letting
+        # each of the queries' partitions take RocksDB's defaults.
+        .config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
+        .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(config.state_memory_mb))
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if config.master.startswith("local"):
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
-            "spark.driver.host", "127.0.0.1"
+    if config.master.startswith("local"):  # the executors live in the driver's JVM
+        builder = (
+            builder.config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.memory", config.driver_memory)
         )
     spark = builder.getOrCreate()
     from streaming.register import register
@@ -218,13 +189,13 @@ def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: i
     return reader.load()
 
 
-def _start(decisions: Any, name: str, config: JobConfig, poster: Any) -> Any:
+def _start(decisions: Any, name: str, config: JobConfig, poster: Any, trigger_ms: int | None = None) -> Any:
     """An operator's query: its decisions posted to the broker once per micro-batch."""
     return (
         decisions.writeStream.queryName(name)
         .foreachBatch(poster)
         .option("checkpointLocation", str(config.checkpoint_dir / name))
-        .trigger(processingTime=f"{config.trigger_ms} milliseconds")
+        .trigger(processingTime=f"{trigger_ms or config.trigger_ms} milliseconds")
         .start()
     )
 
@@ -251,13 +222,17 @@ def start_transaction_query(
     halves_and_ops = _system_input(spark, config, f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}", 100_000)
     columns = [field.name for field in transactions.OUTPUT_SCHEMA.fields]
     poster = batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows)
-    return _start(transactions.resolve(halves_and_ops, settings), TRANSACTION_OPERATOR, config, poster)
+    decisions = transactions.resolve(halves_and_ops, settings)
+    # Never coarser than half a check interval (tests run with intervals of a second or two).
+    trigger = min(config.background_trigger_ms, max(config.trigger_ms, settings.check_interval_ms // 2))
+    return _start(decisions, TRANSACTION_OPERATOR, config, poster, trigger)
 
 
 def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> Any:
     requests = _system_input(spark, config, SENDBACK_TOPIC, 100_000)
     poster = batch_poster(client, RETRY_OPERATOR, config.fault)
-    return _start(retry.resolve(requests, retry.RetrySettings()), RETRY_OPERATOR, config, poster)
+    decisions = retry.resolve(requests, retry.RetrySettings())
+    return _start(decisions, RETRY_OPERATOR, config, poster, config.background_trigger_ms)
 
 
 def query_status(query: Any) -> dict[str, Any]:
@@ -297,25 +272,65 @@ def _offset_gap(end: Any, latest: Any) -> int:
     return 0
 
 
+#: A query that fails is restarted from its checkpoint (exactly once holds: Spark replays the
+#: uncommitted batch) up to this many times in :data:`RESTART_WINDOW_S`; then the job exits.
+MAX_QUERY_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+#: How long the job waits for a query's first batch before it starts the next query.
+STAGGER_S = 60.0
+
+
 def run(config: JobConfig, stop: threading.Event) -> int:
-    """Run the resolver queries until ``stop`` is set or a query fails (exit status 1)."""
-    client = BrokerClient(config)
+    """Run the resolver queries until ``stop`` is set; a failed query is restarted from its
+    checkpoint (a Python worker that did not connect back in time on a loaded machine, a lost
+    executor in local mode) unless it failed too often: then exit status 1."""
+    client = BrokerClient(config.endpoint, config.auth_token, config.request_timeout_s)
     doc = client.settings()
     spark = session(config)
-    queries = {DELAY_OPERATOR: start_delay_query(spark, config, client, delay_settings(doc, config.shards))}
-    queries[TRANSACTION_OPERATOR] = start_transaction_query(spark, config, client, transaction_settings(doc))
-    queries[RETRY_OPERATOR] = start_retry_query(spark, config, client)
-    for name in queries:
-        log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
+    starters: dict[str, Callable[[], Any]] = {
+        DELAY_OPERATOR: lambda: start_delay_query(spark, config, client, delay_settings(doc, config.shards)),
+        TRANSACTION_OPERATOR: lambda: start_transaction_query(
+            spark, config, client, transaction_settings(doc)
+        ),
+        RETRY_OPERATOR: lambda: start_retry_query(spark, config, client),
+    }
+    queries: dict[str, Any] = {}
+    failures: dict[str, list[float]] = {name: [] for name in starters}
+    waiting = list(starters)  # started one at a time, in the loop below
+    last_start = 0.0
     try:
-        while not stop.is_set() and all(q.isActive for q in queries.values()):
+        while not stop.is_set():
+            # One query at a time: each one's first batch starts Python workers, which must
+            # connect back to the JVM within 10 s; started together on a loaded machine they
+            # time out. The next starts once the last has made progress (or after STAGGER_S).
+            previous = queries.get(list(queries)[-1]) if queries else None
+            settled = previous is None or previous.lastProgress is not None or not previous.isActive
+            if waiting and (settled or time.monotonic() - last_start > STAGGER_S):
+                name = waiting.pop(0)
+                queries[name] = starters[name]()
+                last_start = time.monotonic()
+                log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
+            for name, query in list(queries.items()):
+                if query.isActive:
+                    continue
+                now = time.monotonic()
+                recent = failures[name] = [t for t in failures[name] if now - t < RESTART_WINDOW_S] + [now]
+                log.error("operator %s stopped: %s", name, query.exception())
+                if len(recent) > MAX_QUERY_RESTARTS:
+                    log.error(
+                        "operator %s failed %d times in %.0f s: giving up",
+                        name,
+                        len(recent),
+                        RESTART_WINDOW_S,
+                    )
+                    return 1
+                stop.wait(min(2.0 ** len(recent), 30.0))
+                queries[name] = starters[name]()
+                log.info("operator %s restarted from its checkpoint", name)
             for name, query in queries.items():
                 client.put_status(name, query_status(query))
             stop.wait(1.0)
-        failed = [name for name, q in queries.items() if q.exception() is not None]
-        for name in failed:
-            log.error("operator %s failed: %s", name, queries[name].exception())
-        return 1 if failed else 0
+        return 0
     finally:
         for name, query in queries.items():
             query.stop()
@@ -326,7 +341,11 @@ def run(config: JobConfig, stop: threading.Event) -> int:
 def parse_args(argv: Sequence[str]) -> JobConfig:
     parser = argparse.ArgumentParser(prog="sparkmq operators", description=__doc__.splitlines()[0])
     parser.add_argument("--endpoint", required=True, help="the broker's HTTP base URL")
-    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL (default local[2]; under spark-submit, spark-submit's --master)",
+    )
     parser.add_argument("--checkpoint-dir", default="checkpoints/operators", type=Path)
     parser.add_argument("--path", default=None, help="the broker's store directory (same machine only)")
     parser.add_argument("--trigger-ms", default=500, type=int)
@@ -336,13 +355,18 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     return JobConfig(
         endpoint=args.endpoint.rstrip("/"),
         checkpoint_dir=args.checkpoint_dir,
-        master=args.master,
+        master=args.master if args.master is not None else _default_master(),
         path=args.path,
         trigger_ms=args.trigger_ms,
         shards=args.shards,
         auth_token=args.auth_token,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
     )
+
+
+def _default_master() -> str:
+    """``local[2]``, or nothing under ``spark-submit`` (its ``--master`` and confs apply)."""
+    return "" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -180,7 +180,11 @@ class TransactionResolver(StatefulProcessor):
         )  # fmt: skip
         if new_state is not None:
             self.state.update(new_state)
-            self._replace_timer(timer)
+            if current is None:  # a new key has no timer to replace: one state call less
+                if timer is not None:
+                    self.handle.registerTimer(int(timer))
+            else:
+                self._replace_timer(timer)
         return iter(())
 
     def handleExpiredTimer(  # noqa: N802 (Spark's name)

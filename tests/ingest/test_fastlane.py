@@ -308,3 +308,40 @@ def test_a_bug_on_the_lane_is_a_bare_500(
         'sparkmq_http_request_duration_seconds_count{method="POST",route="/topics/{topic}/messages",'
         'status="5xx"} 1' in lines
     )
+
+
+def test_transaction_ends_take_the_lane_and_answer_as_the_route(
+    pair: tuple[httpx.Client, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ended: list[str] = []
+    original = fastlane.end_transaction_json
+
+    async def counted(broker: Broker, principal: Any, transaction_id: str, body: Any) -> Any:
+        ended.append(transaction_id)
+        return await original(broker, principal, transaction_id, body)
+
+    monkeypatch.setattr(fastlane, "end_transaction_json", counted)
+    txids = []
+    for client in pair:
+        half = client.post("/topics/tx/messages", json={"body": "a", "transaction": {"producer_group": "pg"}})
+        assert half.status_code == 201, half.text
+        txids.append(half.json()["transaction_id"])
+    answers = [
+        client.post(
+            f"/transactions/{txid}", content=b'{"action": "commit", "producer_group": "pg"}', headers=JSON
+        )
+        for client, txid in zip(pair, txids, strict=True)
+    ]
+    assert [a.status_code for a in answers] == [200, 200]
+    volatile = ("transaction_id", "born_timestamp", "age_ms", "results")
+    fast, plain = ({k: v for k, v in a.json().items() if k not in volatile} for a in answers)
+    assert fast == plain and fast["state"] == "committed" and fast["ended_now"]
+    assert ended == [txids[0]], "only the fast broker's end took the lane"
+    for path, body in (
+        (f"/transactions/{txids[0]}", b'{"action": "commit"}'),  # no producer group: the route's 422
+        ("/transactions/unknown-id", b'{"action": "commit", "producer_group": "pg"}'),  # 404
+        (f"/transactions/{txids[0]}/x", b'{"action": "commit", "producer_group": "pg"}'),
+    ):
+        got = pair[0].post(path, content=body, headers=JSON)
+        expected = pair[1].post(path.replace(txids[0], txids[1]), content=body, headers=JSON)
+        assert got.status_code == expected.status_code and got.status_code >= 400

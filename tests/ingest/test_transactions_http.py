@@ -157,3 +157,29 @@ def test_pending_transactions_survive_a_restart(broker_factory: BrokerFactory, a
         assert end(http, pending["transaction_id"], action).json()["ended_now"] is True
         assert bodies(http, "orders") == (["done", "later"] if action == "commit" else ["done"])
         assert end(http, done["transaction_id"], "commit").json()["ended_now"] is False
+
+
+def test_one_request_commit_stores_half_final_and_op(client: httpx.Client, topic: str) -> None:
+    """``"commit": true``: the transaction ends in the request that stores its halves."""
+    one = client.post(
+        f"/topics/{topic}/messages",
+        json={"body": "now", "transaction": {"producer_group": "pg", "commit": True}},
+    )
+    assert one.status_code == 201, one.text
+    answer = one.json()
+    assert answer["topic"] == topic, "the answer names the committed message, not the half"
+    assert bodies(client, topic) == ["now"]
+    state = client.get(f"/transactions/{answer['transaction_id']}").json()
+    assert state["state"] == "committed" and state["messages"] == 1
+    batch = client.post(
+        f"/topics/{topic}/messages:batch",
+        json={
+            "messages": [{"body": "b1"}, {"body": "b2"}],
+            "transaction": {"producer_group": "pg", "commit": True},
+        },
+    )
+    assert batch.status_code == 201, batch.text
+    assert {r["topic"] for r in batch.json()["results"]} == {topic}
+    assert bodies(client, topic) == ["b1", "b2", "now"]
+    again = end(client, answer["transaction_id"], "rollback")
+    assert again.status_code == 200 and again.json()["state"] == "committed" and not again.json()["ended_now"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from store import Message, MessageStore, StoreConfig, java_string_hash
 from store.format.record import encode_record
 from store.format.record_check import check_record
-from store.write.sendback import origin_id, sendback_record, sendback_request
+from store.write.sendback import origin_id, sendback_record, sendback_request, sendback_requests
 from streaming.operators.retry import accepted
 
 NOW = 1_700_000_000_000
@@ -151,3 +153,30 @@ def test_cluster_request_names_this_brokers_own_retry_and_dlq_queues(tmp_path: P
         )
     )  # fmt: skip
     assert sendback_record(dead).topic == "%DLQ%billing" and sendback_record(dead).queue_id == 3
+
+
+def test_a_batch_of_requests_is_the_golden_request_byte_for_byte(tmp_path: Path) -> None:
+    """sendback_requests (column by column, many at once) writes what sendback_request writes."""
+    raw = source_record(tmp_path)
+    # a retry sent back again: ORIGIN_MESSAGE_ID is kept, not the retry's own msg id
+    retry = sendback_record(bytes.fromhex(GOLDEN_REQUEST_HEX))
+    again = encode_record(retry._replace(topic="%RETRY%billing", physical_offset=4096))
+    sources = [raw, again, raw]
+    levels, keys = [0, 3, -1], ["REQ00000000000000000000000000001", "R2", "R3"]
+    buffer = np.frombuffer(b"".join(sources), dtype=np.uint8)
+    starts = np.cumsum([0, *(len(s) for s in sources[:-1])]).astype(np.int64)
+    batch = sendback_requests(
+        buffer, starts, group="billing", delay_levels=levels, max_reconsume_times=[16, 16, 16],
+        retry_queues=1, uniq_keys=keys, born_ms=NOW, store_host=HOST,
+    )  # fmt: skip
+    got = [batch.records.record(i) for i in range(3)]
+    assert got[0].hex() == GOLDEN_REQUEST_HEX
+    for i in (1, 2):
+        expected = sendback_request(
+            sources[i], group="billing", delay_level=levels[i], max_reconsume_times=16, retry_queues=1,
+            uniq_key=keys[i], born_ms=NOW, store_host=HOST,
+        )  # fmt: skip
+        assert got[i] == encode_record(expected)
+    assert batch.attempts.tolist() == [2, 3, 2] and batch.topics == ["work", "%RETRY%billing", "work"]
+    assert batch.msg_ids[0] == "7F00000100002A9F0000000000000000"
+    assert batch.uniq_keys == ["UNIQ0000000000000000000000000001"] * 3

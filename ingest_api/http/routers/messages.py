@@ -35,9 +35,11 @@ from store import (
     MessageView,
     ProducerRef,
     PutResult,
+    TxOutcome,
     UnknownTopic,
     validate_topic,
 )
+from store.publish import EndRequest
 
 router = APIRouter(tags=["messages"])
 
@@ -145,6 +147,9 @@ async def produce_one_json(
             txid, (half,) = producing.transaction_messages(store, topic, [entry], group)
             result = await broker.producer.put(half)
             board.service.register(txid, group, [result], result.store_timestamp_ms, [topic])
+            if entry.transaction.commit:  # grouped with concurrent ends into one append
+                ended = await board.ends.end(EndRequest(txid, TxOutcome.COMMIT, group))
+                result = ended.transaction.results[0] if ended.transaction.results else result
             broker.metrics.produced(topic, 1, len(half.body), "single", time.perf_counter() - started)
             out = TransactionalProduceOut(**ProduceOut.of(result).model_dump(), transaction_id=txid)
             return out.model_dump_json().encode()
@@ -189,7 +194,11 @@ def _put_transaction(
     board = broker.operators.transactions if broker.operators is not None else None
     if board is None:
         raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
-    return producing.put_transaction(broker.store, board.service, topic, entries, group, producer)
+    txid, results = producing.put_transaction(broker.store, board.service, topic, entries, group, producer)
+    if any(e.transaction is not None and e.transaction.commit for e in entries):
+        ended = board.service.end(txid, TxOutcome.COMMIT, group)
+        results = ended.transaction.results or results
+    return txid, results
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """The consumer retry ladder and dead letters (RocketMQ's send-back, %RETRY%group, %DLQ%group).
 
 * ``PUT  /groups/{group}`` ``{"max_reconsume_times", "retry_queues"}`` and ``GET /groups/{group}/config``;
-* ``POST /groups/{group}/messages:sendBack`` ``{"topic", "msg_id", "delay_level"?, "max_reconsume_times"?}``
-  (``Idempotency-Key`` as for produce);
+* ``POST /groups/{group}/messages:sendBack`` ``{"topic", "msg_id", "delay_level"?, "max_reconsume_times"?}``,
+  or a list of them stored together (``Idempotency-Key`` as for produce);
 * ``GET  /groups/{group}/dlq`` and ``POST /groups/{group}/dlq/{msg_id}:resend``.
 """
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -24,7 +26,16 @@ from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
 from ingest_api.http.membership import CONSUMER_GROUPS
 from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
 from ingest_api.http.peers import passed_headers
-from ingest_api.http.retries import GroupConfigs, UnknownMessage, as_dict, resend_dead_letter, send_back
+from ingest_api.http.retries import (
+    GroupConfigs,
+    SendBackItem,
+    UnknownMessage,
+    as_dict,
+    holds,
+    resend_dead_letter,
+    send_back_many,
+)
+from ingest_api.http.routing import SCOPE_HEADER
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
 from store import UnknownTopic, dlq_topic
 
@@ -110,20 +121,44 @@ async def get_group_config(group: GroupPath, broker: BrokerDep, principal: Princ
     return GroupConfigOut(group=group, **doc)
 
 
-@router.post("/{group}/messages:sendBack", response_model=SendBackOut)
-async def send_back_message(
+#: Most messages one send-back request may carry.
+MAX_SENDBACK_BATCH = 10_000
+
+
+@router.post("/{group}/messages:sendBack", response_model=SendBackOut | list[SendBackOut])
+async def send_back_messages(
     group: GroupPath,
-    body: SendBackIn,
+    body: SendBackIn | Annotated[list[SendBackIn], Field(min_length=1, max_length=MAX_SENDBACK_BATCH)],
     request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
     idempotency_key: IdempotencyKeyHeader = None,
-) -> Response | SendBackOut:
-    """Send a message this group failed to consume back into the retry ladder (or the DLQ). In
-    a cluster the request goes to the broker that stores the message, and the retry lands on
-    that broker's own queues of ``%RETRY%group``."""
-    authorize(principal, Right.CONSUME, body.topic)
-    producer = producing.idempotency_ref(f"sendback:{group}", idempotency_key)
+) -> Response | SendBackOut | list[SendBackOut]:
+    """Send messages this group failed to consume back into the retry ladder (or the DLQ): one
+    object, or a list of them stored together (all or none; a refusal names the item's index).
+    An ``Idempotency-Key`` makes a retried request store nothing new. In a cluster each message
+    is sent back by the broker that stores it, and its retry lands on that broker's own queues
+    of ``%RETRY%group``."""
+    items = body if isinstance(body, list) else [body]
+    for item in items:
+        authorize(principal, Right.CONSUME, item.topic)
+    try:
+        results = await _send_back_here(
+            broker, group, items, idempotency_key, request.headers.get(SCOPE_HEADER)
+        )
+    except (UnknownMessage, UnknownTopic):
+        if is_local_request(broker, request.headers):
+            raise
+        return await _send_back_at_holders(broker, group, body, request, idempotency_key)
+    out = [SendBackOut(**as_dict(r)) for r in results]
+    return out if isinstance(body, list) else out[0]
+
+
+async def _send_back_here(
+    broker: Broker, group: str, items: list[SendBackIn], key: str | None, scope: str | None
+) -> list[Any]:
+    """Store the send-back requests of messages this broker holds (one atomic append)."""
+    producer = producing.idempotency_ref(f"sendback:{group}" + (f"#{scope}" if scope else ""), key)
     own_queues = None
     node = broker.cluster
     if node is not None:
@@ -134,43 +169,68 @@ async def send_back_message(
             broker.local_topics.ensure_local(topic, placement.queue_count if placement else max(mine) + 1)
             return mine
 
-    try:
-        result = await run_in_threadpool(
-            send_back,
+    results: list[Any] = await run_in_threadpool(
+        partial(
+            send_back_many,
             broker.store,
             configs_of(broker),
             group,
-            body.topic,
-            body.msg_id,
-            delay_level=body.delay_level,
-            max_reconsume_times=body.max_reconsume_times,
+            [SendBackItem(i.topic, i.msg_id, i.delay_level, i.max_reconsume_times) for i in items],
             producer=producer,
             own_queues=own_queues,
         )
-    except (UnknownMessage, UnknownTopic):
-        if is_local_request(broker, request.headers):
-            raise
-        return await _send_back_at_holder(broker, group, body, request)
-    return SendBackOut(**as_dict(result))
+    )
+    return results
 
 
-async def _send_back_at_holder(broker: Broker, group: str, body: SendBackIn, request: Request) -> Response:
-    """Forward a send-back to the broker that stores the message (404 when none does)."""
+async def _send_back_at_holders(
+    broker: Broker,
+    group: str,
+    body: SendBackIn | list[SendBackIn],
+    request: Request,
+    key: str | None,
+) -> Response:
+    """Forward send-backs to the brokers that store their messages (404 naming one that no
+    broker holds). One holder: the request as it came; several: one part each, deduplicated per
+    broker (``{key}#{broker}``), answers merged in item order."""
     node = broker.cluster
     assert node is not None
-    found = await ask_others(broker, f"/messages/{body.msg_id}", request.headers, {"topic": body.topic})
-    if not found:
-        raise UnknownMessage(f"no message {body.msg_id!r} in topic {body.topic!r} on any broker")
-    holder = next(iter(found))
-    answer = await broker.peers.request(
-        node.view.master_of(holder),
-        holder,
-        "POST",
-        f"/groups/{group}/messages:sendBack",
-        headers={**passed_headers(request.headers), "content-type": "application/json"},
-        content=body.model_dump_json(exclude_none=True).encode(),
-    )
-    return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+    items = body if isinstance(body, list) else [body]
+    holders: list[str] = []
+    for i, item in enumerate(items):
+        found = await ask_others(broker, f"/messages/{item.msg_id}", request.headers, {"topic": item.topic})
+        held = node.serving and await run_in_threadpool(holds, broker.store, group, item.topic, item.msg_id)
+        here = node.name if held else None
+        holder = here or next(iter(found), None)
+        if holder is None:
+            where = f"messages[{i}]: " if isinstance(body, list) else ""
+            raise UnknownMessage(f"{where}no message {item.msg_id!r} in topic {item.topic!r} on any broker")
+        holders.append(holder)
+    groups: dict[str, list[int]] = {}
+    for i, holder in enumerate(holders):
+        groups.setdefault(holder, []).append(i)
+    spans = len(groups) > 1
+    answers: dict[int, Any] = {}
+    for holder, indexes in groups.items():
+        part = [items[i] for i in indexes]
+        headers = {**passed_headers(request.headers), "content-type": "application/json"}
+        if spans:
+            headers[SCOPE_HEADER] = holder
+        payload = part if isinstance(body, list) else part[0]
+        content = (
+            json.dumps([p.model_dump(exclude_none=True) for p in payload]).encode()
+            if isinstance(payload, list)
+            else payload.model_dump_json(exclude_none=True).encode()
+        )
+        answer = await broker.peers.request(
+            node.view.master_of(holder), holder, "POST", f"/groups/{group}/messages:sendBack",
+            headers=headers, content=content,
+        )  # fmt: skip
+        if answer.status_code != 200 or not spans:
+            return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+        for i, result in zip(indexes, answer.json(), strict=True):
+            answers[i] = result
+    return Response(json.dumps([answers[i] for i in range(len(items))]), media_type="application/json")
 
 
 @router.get("/{group}/dlq", response_model=DeadLettersOut)

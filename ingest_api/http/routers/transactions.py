@@ -12,6 +12,7 @@ Half messages are produced with ``"transaction": {"producer_group": ...}`` on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -81,12 +82,14 @@ def _out(tx: Transaction, now_ms: int) -> TransactionOut:
     )
 
 
-async def _elsewhere(broker: Broker, transaction_id: str, request: Request) -> tuple[str, dict[str, Any]]:
+async def _elsewhere(
+    broker: Broker, transaction_id: str, headers: Mapping[str, str]
+) -> tuple[str, dict[str, Any]]:
     """In a cluster: the broker that holds an unknown-here transaction (it lives where its
     halves were stored); 404 when no broker knows it."""
-    if is_local_request(broker, request.headers):
+    if is_local_request(broker, headers):
         raise UnknownTransaction(f"no transaction {transaction_id!r}")
-    found = await ask_others(broker, f"/transactions/{transaction_id}", request.headers)
+    found = await ask_others(broker, f"/transactions/{transaction_id}", headers)
     if not found:
         raise UnknownTransaction(f"no transaction {transaction_id!r} on any broker")
     return next(iter(found.items()))
@@ -103,24 +106,38 @@ async def end_transaction(
     request: Request,
     broker: BrokerDep,
     principal: PrincipalDep,
-) -> Response | EndTransactionOut:
+) -> Response:
     """Commit or roll back a transaction. Idempotent: a second end (a retry, or an end racing a
     check-back answer) changes nothing and reports the first outcome. In a cluster any broker
     may be asked: the end goes to the broker that holds the transaction."""
+    status, answer = await end_transaction_json(broker, principal, transaction_id, body, request.headers)
+    return Response(answer, status_code=status, media_type="application/json")
+
+
+async def end_transaction_json(
+    broker: Broker,
+    principal: Principal | None,
+    transaction_id: str,
+    body: EndTransactionIn,
+    headers: Mapping[str, str],
+) -> tuple[int, bytes]:
+    """End one transaction: ``(status, JSON body)``. The route above and the fast lane
+    (:mod:`ingest_api.http.fastlane`) both end here; refusals are raised for the one error
+    mapping. In a cluster a transaction held by another broker is ended there."""
     board = board_of(broker)
     tx = board.service.get(transaction_id)
     if tx is None:
-        holder, _ = await _elsewhere(broker, transaction_id, request)
+        holder, _ = await _elsewhere(broker, transaction_id, headers)
         assert broker.cluster is not None
-        answer = await broker.peers.request(
+        forwarded = await broker.peers.request(
             broker.cluster.view.master_of(holder),
             holder,
             "POST",
             f"/transactions/{transaction_id}",
-            headers={**passed_headers(request.headers), "content-type": "application/json"},
+            headers={**passed_headers(headers), "content-type": "application/json"},
             content=body.model_dump_json().encode(),
         )
-        return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+        return forwarded.status_code, forwarded.content
     _authorize_topics(principal, tx)
     if tx.producer_group.startswith(KAFKA_PRODUCER_GROUP_PREFIX):
         raise ApiError(
@@ -132,11 +149,12 @@ async def end_transaction(
     outcome = TxOutcome.COMMIT if body.action == "commit" else TxOutcome.ROLLBACK
     ended = await board.ends.end(EndRequest(transaction_id, outcome, body.producer_group))
     out = _out(ended.transaction, broker.store.now_ms())
-    return EndTransactionOut(
+    answer = EndTransactionOut(
         **out.model_dump(),
         ended_now=ended.ended_now,
         results=[ProduceOut.of(r) for r in ended.transaction.results],
     )
+    return 200, answer.model_dump_json().encode()
 
 
 @router.get("/transactions", response_model=TransactionListOut)
@@ -171,7 +189,7 @@ async def get_transaction(
     """One transaction: state, topics, age and check-backs (in a cluster: from any broker)."""
     tx = board_of(broker).service.get(transaction_id)
     if tx is None:
-        _, found = await _elsewhere(broker, transaction_id, request)
+        _, found = await _elsewhere(broker, transaction_id, request.headers)
         return TransactionOut.model_validate(found)
     _authorize_topics(principal, tx)
     return _out(tx, broker.store.now_ms())

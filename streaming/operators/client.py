@@ -1,0 +1,64 @@
+"""The operator job's HTTP calls to its broker: settings, one POST per micro-batch, status.
+
+Calls are retried (with back-off, up to 5 minutes) while the broker restarts: a batch's POST is
+idempotent on the broker's side (decided once per batch id), so retrying it is safe.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from typing import Any
+
+import httpx
+import pyarrow as pa
+
+log = logging.getLogger("sparkmq.operators")
+
+
+class BrokerClient:
+    """The job's HTTP calls to the broker (retried while the broker restarts)."""
+
+    def __init__(self, endpoint: str, auth_token: str | None = None, timeout_s: float = 60.0) -> None:
+        headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
+        self.http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s)
+
+    def _call(self, method: str, url: str, **kwargs: Any) -> Any:
+        delay = 0.2
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                resp = self.http.request(method, url, **kwargs)
+                if resp.status_code < 500:
+                    if resp.status_code >= 400:
+                        raise RuntimeError(f"{method} {url}: {resp.status_code} {resp.text}")
+                    return resp.json() if resp.content else None
+                problem = f"{resp.status_code} {resp.text[:200]}"
+            except httpx.TransportError as exc:
+                problem = str(exc)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{method} {url}: broker unavailable: {problem}")
+            log.warning("%s %s failed (%s); retrying", method, url, problem)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/operators/settings"))
+
+    def post_batch(self, operator: str, batch_id: int, table: pa.Table) -> Any:
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return self._call(
+            "POST",
+            f"/operators/{operator}/batches/{batch_id}",
+            content=sink.getvalue(),
+            headers={"content-type": "application/vnd.apache.arrow.stream"},
+        )
+
+    def put_status(self, operator: str, status: dict[str, Any]) -> None:
+        try:
+            self.http.put(f"/operators/{operator}/status", json=status, timeout=5)
+        except httpx.HTTPError as exc:
+            log.debug("status report failed: %s", exc)
