@@ -50,7 +50,7 @@ class TransactionIn(BaseModel):
     producer_group: GroupName = Field(
         description="Producer group; check-backs go to its check_url (PUT /producer-groups/{group}).",
     )
-    commit: bool = Field(
+    commit: Flag = Field(
         False,
         description="Commit the transaction in the same request, once its halves are stored (one "
         "request instead of two; the answer then names the committed messages).",

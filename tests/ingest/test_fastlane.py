@@ -316,9 +316,9 @@ def test_transaction_ends_take_the_lane_and_answer_as_the_route(
     ended: list[str] = []
     original = fastlane.end_transaction_json
 
-    async def counted(broker: Broker, principal: Any, transaction_id: str, body: Any) -> Any:
+    async def counted(broker: Broker, principal: Any, transaction_id: str, body: Any, headers: Any) -> Any:
         ended.append(transaction_id)
-        return await original(broker, principal, transaction_id, body)
+        return await original(broker, principal, transaction_id, body, headers)
 
     monkeypatch.setattr(fastlane, "end_transaction_json", counted)
     txids = []
