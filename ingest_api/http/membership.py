@@ -105,6 +105,8 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
         group,
     )
     group.replica = ha
+    if broker.operators is not None:  # what an earlier master may have relocated is not again
+        broker.operators.relocations.inherited_before = lambda: _leadership_start(ha)
     loop = asyncio.get_running_loop()
     group.on_lead.append(lambda epoch: _rebuild_after_election(broker, loop))
     await run_in_threadpool(ha.start)
@@ -119,6 +121,12 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
         group.close()
         await follower.stop()
         await run_in_threadpool(ha.close)
+
+
+def _leadership_start(ha: ReplicaController) -> int | None:
+    """Where this master's current epoch began in the CommitLog (``None`` when not master)."""
+    status = ha.status()
+    return status.epoch_start_offset if status.role.name == "MASTER" else None
 
 
 def _rebuild_after_election(broker: Broker, loop: asyncio.AbstractEventLoop) -> None:

@@ -184,6 +184,13 @@ class RelocationLog:
         self._locks: dict[str, threading.Lock] = {}
         #: Records appended per operator since this broker started (for /operators and metrics).
         self.appended_total: Counter[str] = Counter()
+        #: A replica that leads after a failover: the CommitLog offset where its leadership began.
+        #: Records parked before it may have been relocated already by an earlier master, whose
+        #: decisions stayed on its disk; those found in their target topic (by UNIQ_KEY, written
+        #: after the parked record) are not relocated again. ``None``: nothing inherited.
+        self.inherited_before: Callable[[], int | None] = lambda: None
+        #: Requests skipped because an earlier master had relocated them.
+        self.skipped_inherited = 0
 
     def _event(self, name: str) -> None:
         if self._on_event is not None:
@@ -267,6 +274,10 @@ class RelocationLog:
         """Relocate ``pointers`` from the first not yet written, a chunk per atomic append;
         ``(records appended, when each was due)``."""
         start = self._stored_prefix(pointers, after) if resume else 0
+        bound = self.inherited_before()
+        if bound:
+            pointers = self._not_relocated_before(pointers.rows(start, len(pointers)), bound)
+            start = 0
         appended, due = 0, []
         for k, lo in enumerate(range(start, len(pointers), self.chunk_rows)):
             outcome = self.store.relocate_pointers(pointers.rows(lo, lo + self.chunk_rows))
@@ -275,6 +286,34 @@ class RelocationLog:
             self._event(f"chunk-{k}")
         self.appended_total[operator] += appended
         return appended, np.concatenate(due) if due else np.zeros(0, dtype=np.int64)
+
+    def _not_relocated_before(self, pointers: RelocationPointers, bound: int) -> RelocationPointers:
+        """``pointers`` less the records parked before ``bound`` that their target topic already
+        holds: a record with the same UNIQ_KEY stored after the parked one (relocated records
+        keep the producer's UNIQ_KEY). One key lookup per record parked before the bound."""
+        old = np.flatnonzero(pointers.commitlog_offsets < bound)
+        if len(old) == 0:
+            return pointers
+        keep = np.ones(len(pointers), dtype=np.bool_)
+        for lo in range(0, len(old), self.chunk_rows):
+            rows = old[lo : lo + self.chunk_rows]
+            picked = pointers.take(rows)
+            built = self.store.relocated_records(picked)
+            identities = zip(
+                built.rows.tolist(), built.records.topics, built.records.batch.uniq_keys, strict=True
+            )
+            for row, topic, uniq in identities:
+                parked_at = int(picked.commitlog_offsets[row])
+                if uniq and any(
+                    view.uniq_key == uniq and view.commitlog_offset > parked_at
+                    for view in self.store.query_by_key(topic, uniq, max_results=16)
+                ):
+                    keep[rows[row]] = False
+        skipped = int(len(keep) - keep.sum())
+        if skipped:
+            self.skipped_inherited += skipped
+            log.warning("relocation: %d record(s) already relocated by an earlier master: skipped", skipped)
+        return pointers.take(np.flatnonzero(keep))
 
     def _stored_prefix(self, pointers: RelocationPointers, after: int) -> int:
         """How many leading requests are already relocated (written after ``after``)."""

@@ -43,6 +43,16 @@ class RelocationPointers:
     def __len__(self) -> int:
         return len(self.commitlog_offsets)
 
+    def take(self, rows: npt.NDArray[np.integer]) -> RelocationPointers:
+        """The requests at ``rows``, in that order."""
+        return RelocationPointers(
+            self.commitlog_offsets[rows],
+            self.kinds[rows],
+            self.enqueue_ms[rows],
+            self.dequeue_ms[rows],
+            self.sizes[rows],
+        )
+
     def rows(self, lo: int, hi: int) -> RelocationPointers:
         return RelocationPointers(
             self.commitlog_offsets[lo:hi],

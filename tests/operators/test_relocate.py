@@ -151,3 +151,26 @@ def test_torn_publish_resumes_without_duplicates(tmp_path: Path) -> None:
         assert bodies == [b"m%d" % i for i in range(7)]
         again = log.commit("delay", 0, _table(offsets))
         assert again.already_published
+
+
+def test_a_new_master_does_not_relocate_again_what_an_earlier_one_did(tmp_path: Path) -> None:
+    """After a failover the new master's operator job starts over (its checkpoint and the old
+    master's decisions were not replicated). Records parked before its leadership began and
+    already found in their topic (same UNIQ_KEY, stored after them) are skipped; the rest go."""
+    import shutil
+
+    with open_store(tmp_path) as ms:
+        parked = [
+            ms.put_message(Message(topic="t", body=b"m%d" % i, delay_level=1, queue_id=0)) for i in range(4)
+        ]
+        offsets = [p.commitlog_offset for p in parked]
+        earlier = RelocationLog(ms, chunk_rows=2)
+        assert earlier.commit("delay", 0, _table(offsets[:2])).appended == 2  # the old master's job
+        leadership = ms.commitlog_max_offset
+        shutil.rmtree(earlier.root)  # its decisions stayed on the old master's disk
+        later = RelocationLog(ms, chunk_rows=2)
+        later.inherited_before = lambda: leadership
+        outcome = later.commit("delay", 0, _table(offsets))  # the new job decides everything again
+        assert outcome.appended == 2 and later.skipped_inherited == 2
+        bodies = [m.body for m in ms.get_messages("t", 0, 0, 100).messages]
+        assert bodies == [b"m0", b"m1", b"m2", b"m3"]
