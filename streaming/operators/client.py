@@ -43,6 +43,18 @@ class BrokerClient:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    def leads(self) -> bool:
+        """Whether the broker may take this job's decisions: a lone broker always; a member of a
+        replica group only while it is the master (a slave's parked records are its master's)."""
+        try:
+            resp = self.http.get("/replica/status")
+        except httpx.TransportError:
+            return False
+        if resp.status_code != 200:
+            return resp.status_code == 404  # a broker without the route: no replication
+        role = (resp.json() or {}).get("role")
+        return role is None or role == "master"
+
     def settings(self) -> dict[str, Any]:
         return dict(self._call("GET", "/operators/settings"))
 

@@ -300,6 +300,15 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     last_start = 0.0
     try:
         while not stop.is_set():
+            if not client.leads():  # a replica group's slave: wait until this member leads
+                if queries:
+                    log.warning("the broker no longer leads its replica group: stopping the operators")
+                    for name, query in queries.items():
+                        query.stop()
+                        client.put_status(name, {"state": "waiting: the broker is not its group's master"})
+                    waiting, queries = list(starters), {}
+                stop.wait(1.0)
+                continue
             # One query at a time: each one's first batch starts Python workers, which must
             # connect back to the JVM within 10 s; started together on a loaded machine they
             # time out. The next starts once the last has made progress (or after STAGGER_S).
