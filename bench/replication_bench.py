@@ -37,6 +37,7 @@ import httpx
 
 from bench import ha_bench
 from bench.cluster_bench import CLIENT_PROCESSES, CONNECTIONS, _batch_worker, _create, _single_worker, _spread
+from bench.cluster_spark import cpu_seconds
 from bench.http_bench import BODY, _free_port, local_broker
 from cluster.local_zookeeper import LocalZooKeeper
 
@@ -69,6 +70,19 @@ class Member:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=60)
+
+
+def _pid_serving(url: str) -> int | None:
+    """The pid of the ``sparkmq serve`` process listening at ``url`` (from /proc cmdlines)."""
+    port = url.rsplit(":", 1)[1]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"serve" in argv and b"--port" in argv and argv[argv.index(b"--port") + 1] == port.encode():
+                return int(entry.name)
+    return None
 
 
 def _role(member: Member) -> str | None:
@@ -163,12 +177,23 @@ def main(argv: list[str] | None = None) -> None:
             _create(url, "bench", 8)
         pool = stack.enter_context(ProcessPoolExecutor(CLIENT_PROCESSES))
         figures: dict[str, list[float]] = {}
+        groups = {"async": asynchronous, "sync": synchronous}
         for round_no in range(1, args.rounds + 1):
             print(f"round {round_no}", flush=True)
             for label, url in targets.items():
+                members = groups.get(label, [])
+                pids = [m.process.pid for m in members if m.process is not None]
+                if label == "lone":
+                    pids = [pid for pid in [_pid_serving(url)] if pid is not None]
+                before = [cpu_seconds([pid]) for pid in pids]
+                started = time.perf_counter()
                 rate = _spread(pool, [url] * CLIENT_PROCESSES, _batch_worker, "bench", args.seconds, BATCH)
+                sent = rate * (time.perf_counter() - started)
                 figures.setdefault(f"batched, {label}", []).append(rate)
-                print(f"  batched produce, {label:<5} {rate:>12,.0f} msg/s", flush=True)
+                used = [cpu_seconds([pid]) - b for pid, b in zip(pids, before, strict=True)]
+                names = [_role(m) or "?" for m in members] or ["broker"]
+                per = ", ".join(f"{n} {u / sent * 1e6:.1f} us/msg" for n, u in zip(names, used, strict=True))
+                print(f"  batched produce, {label:<5} {rate:>12,.0f} msg/s   {per}", flush=True)
             for label in ("lone", "sync"):
                 rate = _spread(
                     pool,

@@ -29,7 +29,7 @@ import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 
 from cluster import TopicPlacement
-from ingest_api.http import batches, json_batch
+from ingest_api.http import batches, json_batch, producing, render
 from ingest_api.http.broker import Broker
 from ingest_api.http.errors import ApiError, response_for
 from ingest_api.http.peers import PeerUnavailable, passed_headers
@@ -206,6 +206,9 @@ async def produce_json_batch(
     """A JSON or NDJSON batch in a cluster: ``(status, body, media type, stored count)``."""
     cluster = broker.cluster
     assert cluster is not None
+    local = await _all_here(broker, topic, content_type, raw, headers, key, arrow_results)
+    if local is not None:
+        return local
     entries, transaction = decoded_entries(content_type, raw, broker.config.max_batch_messages)
     topics = list(dict.fromkeys([topic, *(str(e["topic"]) for e in entries if e.get("topic"))]))
     if authorize_topic is not None:
@@ -246,6 +249,51 @@ async def produce_json_batch(
         (status, body, media, count) = outcomes[0]
         return status, body, media, count
     return _merge(groups, outcomes, arrow_results)
+
+
+async def _all_here(
+    broker: Broker,
+    topic: str,
+    content_type: str,
+    raw: bytes,
+    headers: Mapping[str, str],
+    key: str | None,
+    arrow_results: bool,
+) -> tuple[int, bytes | memoryview, str, int] | None:
+    """The common case, without re-encoding: a plain batch (no transaction, no other topic)
+    that msgspec decodes and whose every entry is planned on this broker is stored here at once,
+    with the planned queue ids. ``None``: take the general path."""
+    cluster = broker.cluster
+    assert cluster is not None
+    assert broker.planner is not None
+    limit = broker.config.max_batch_messages
+    decode = (
+        json_batch.decode_ndjson_batch if content_type == batches.NDJSON else json_batch.decode_json_batch
+    )
+    fast = decode(raw, limit)
+    if fast is None:
+        return None
+    entries, bodies = fast
+    placement = await routed(broker, topic)
+    plan = broker.planner.plan(
+        cluster.view,
+        [topic] * len(entries),
+        [e.queue_id for e in entries],
+        [e.sharding_key for e in entries],
+        anchor=key,
+        forwarded=FORWARDED_HEADER in headers,
+        serving=cluster.serving,
+    )
+    if any(owner != cluster.name for owner in plan.owners) or not cluster.serving:
+        return None
+    for entry, queue in zip(entries, plan.queue_ids.tolist(), strict=True):
+        entry.queue_id, entry.sharding_key = queue, None  # decoded structs: ours to place
+    await local_ready(broker, {topic: placement})
+    producer = scoped_producer(topic, key, headers.get(SCOPE_HEADER))
+    outcome, _ = await run_in_threadpool(producing.put_fields, broker.store, topic, entries, bodies, producer)
+    if arrow_results:
+        return 201, render.produce_results_stream(outcome), batches.ARROW_STREAM, len(outcome)
+    return 201, render.produce_batch_json(outcome, cluster.name), "application/json", len(outcome)
 
 
 async def _send_part(

@@ -55,8 +55,9 @@ def _msg_id_array(outcome: BatchPutResult) -> pa.StringArray:
     return ascii_rows_array(msg_id_chars(outcome.store_host, outcome.commitlog_offsets))
 
 
-class _ResultRow(msgspec.Struct, gc=False):
-    """:class:`ProduceOut`'s fields, in its order, for msgspec's encoder."""
+class _ResultRow(msgspec.Struct, gc=False, omit_defaults=True):
+    """:class:`ProduceOut`'s fields, in its order, for msgspec's encoder (``broker`` in a
+    cluster only)."""
 
     msg_id: str
     uniq_key: str
@@ -65,6 +66,7 @@ class _ResultRow(msgspec.Struct, gc=False):
     queue_offset: int
     commitlog_offset: int
     store_timestamp: int
+    broker: str | None = None
 
 
 class _Results(msgspec.Struct, gc=False):
@@ -74,9 +76,9 @@ class _Results(msgspec.Struct, gc=False):
 _ENCODER = msgspec.json.Encoder()
 
 
-def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> bytes:
+def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult], broker: str | None = None) -> bytes:
     """:class:`ProduceBatchOut` as JSON, built without a pydantic model per message (the same
-    bytes as ``model_dump_json``; tested)."""
+    bytes as ``model_dump_json``; tested). In a cluster each result names the ``broker``."""
     if isinstance(outcome, BatchPutResult):
         n = len(outcome)
         rows = list(
@@ -89,13 +91,14 @@ def produce_batch_json(outcome: BatchPutResult | Sequence[PutResult]) -> bytes:
                 outcome.queue_offsets.tolist(),
                 outcome.commitlog_offsets.tolist(),
                 repeat(outcome.store_timestamp_ms, n),
+                repeat(broker, n),
             )
         )
     else:
         rows = [
             _ResultRow(
                 r.msg_id, r.uniq_key, r.topic, r.queue_id, r.queue_offset, r.commitlog_offset,
-                r.store_timestamp_ms,
+                r.store_timestamp_ms, broker,
             )
             for r in outcome
         ]  # fmt: skip
