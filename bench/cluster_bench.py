@@ -119,12 +119,28 @@ def _batch_worker(url: str, topic: str, seconds: float, batch: int) -> int:
     return sent
 
 
+def machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs so far (``/proc/stat``)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+#: The machine's CPU use during the last :func:`_spread` (0..1 of every core).
+LAST_BUSY = [0.0]
+
+
 def _spread(pool: ProcessPoolExecutor, targets: list[str], job: Callable[..., int], *args: object) -> float:
-    """Run ``job(url, *args)`` in one client process per target at once; messages per second."""
+    """Run ``job(url, *args)`` in one client process per target at once; messages per second.
+    How busy the whole machine was meanwhile is left in :data:`LAST_BUSY`."""
+    busy0, total0 = machine_busy()
     started = time.perf_counter()
     futures = [pool.submit(job, url, *args) for url in targets]
     total = sum(future.result() for future in futures)
-    return total / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    busy1, total1 = machine_busy()
+    LAST_BUSY[0] = (busy1 - busy0) / max(1, total1 - total0)
+    return total / elapsed
 
 
 def _create(url: str, topic: str, queues: int) -> None:
@@ -160,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def record(name: str, value: float) -> None:
             figures.setdefault(name, []).append(value)
-            print(f"  {name:<44} {value:>12,.0f} msg/s", flush=True)
+            print(f"  {name:<44} {value:>12,.0f} msg/s   machine CPU {LAST_BUSY[0]:.0%} busy", flush=True)
 
         for round_no in range(1, args.rounds + 1):
             print(f"round {round_no}", flush=True)

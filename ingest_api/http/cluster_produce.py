@@ -106,19 +106,23 @@ async def produce_single(
     assert broker.planner is not None
     forwarded = FORWARDED_HEADER in headers
     placement = await routed(broker, topic)
-    plan = broker.planner.plan(
+    serving = cluster.serving
+    owner, queue = broker.planner.plan_one(
         cluster.view,
-        [topic],
-        [entry.queue_id],
-        [entry.sharding_key],
+        topic,
+        entry.queue_id,
+        entry.sharding_key,
         anchor=idempotency_key,
         forwarded=forwarded,
-        serving=cluster.serving,
+        serving=serving,
     )
-    owner, queue = plan.owners[0], int(plan.queue_ids[0])
-    placed = entry.model_copy(update={"queue_id": None if queue == UNPLACED else queue, "sharding_key": None})
-    if owner == cluster.name and cluster.serving:
-        await local_ready(broker, {topic: placement})
+    # The request's own validated entry: placed in place (no copy on the hot path).
+    entry.queue_id, entry.sharding_key = (None if queue == UNPLACED else queue), None
+    placed = entry
+    if owner == cluster.name and serving:
+        store = broker.store
+        if not store.has_topic(topic) or store.queue_count(topic) < placement.queue_count:
+            await local_ready(broker, {topic: placement})
         producer = scoped_producer(topic, idempotency_key, headers.get(SCOPE_HEADER))
         answer = await produce_one_json(broker, topic, placed, producer)
         return 201, with_broker(answer, cluster.name)

@@ -58,6 +58,7 @@ class QueuePlanner:
         self.me = me
         self._turns: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._mine_cache: dict[str, tuple[int, int, tuple[int, ...]]] = {}
 
     def _next(self, topic: str, count: int) -> npt.NDArray[np.int64]:
         """The next ``count`` round-robin turns of ``topic`` (reserved under a lock: batches are
@@ -66,6 +67,40 @@ class QueuePlanner:
             start = self._turns.get(topic, 0)
             self._turns[topic] = start + count
         return start + np.arange(count, dtype=np.int64)
+
+    def plan_one(
+        self,
+        view: ClusterView,
+        topic: str,
+        queue_id: int | None,
+        sharding_key: str | None,
+        *,
+        anchor: str | None = None,
+        forwarded: bool = False,
+        serving: bool = True,
+    ) -> tuple[str, int]:
+        """:meth:`plan` of one message without arrays (the hot single produce): ``(owner,
+        queue id or UNPLACED)``."""
+        placement = view.placement(topic)
+        if placement is None:
+            raise ApiError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
+        if queue_id is None and sharding_key is None and anchor is None and serving:
+            mine = self._mine(topic, placement.owners, placement.version)
+            if mine:  # the usual case: an unkeyed message stays here
+                turn = self._next(topic, 1)[0]
+                return self.me, mine[int(turn) % len(mine)]
+        plan = self.plan(
+            view, [topic], [queue_id], [sharding_key], anchor=anchor, forwarded=forwarded, serving=serving
+        )
+        return plan.owners[0], int(plan.queue_ids[0])
+
+    def _mine(self, topic: str, owners: tuple[str, ...], version: int) -> tuple[int, ...]:
+        """This broker's queue ids of ``topic`` (cached per placement version)."""
+        cached = self._mine_cache.get(topic)
+        if cached is None or cached[0] != version or cached[1] != len(owners):
+            cached = (version, len(owners), tuple(q for q, o in enumerate(owners) if o == self.me))
+            self._mine_cache[topic] = cached
+        return cached[2]
 
     def plan(
         self,
