@@ -122,6 +122,17 @@ def _find(store: MessageStore, group: str, topic: str, msg_id: str) -> MessageVi
     raise UnknownMessage(f"no message {msg_id!r} (offsetMsgId or UNIQ_KEY) in topic {topic!r} or {retry!r}")
 
 
+def _find_each(store: MessageStore, group: str, items: Sequence[SendBackItem]) -> list[MessageView]:
+    """Every item's message (``UnknownMessage`` naming the first item not found)."""
+    views = []
+    for i, item in enumerate(items):
+        try:
+            views.append(_find(store, group, item.topic, item.msg_id))
+        except UnknownMessage as exc:
+            raise UnknownMessage(f"messages[{i}]: {exc}") from None
+    return views
+
+
 def holds(store: MessageStore, group: str, topic: str, msg_id: str) -> bool:
     """Whether this store holds the message a send-back names (by offsetMsgId or UNIQ_KEY)."""
     try:
@@ -206,11 +217,15 @@ def send_back_many(
         raise UnknownGroup(f"consumer group {group!r} is unknown (no offsets, no PUT /groups/{group})")
     default_max = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
     maximums = [default_max if it.max_reconsume_times is None else it.max_reconsume_times for it in items]
+    # In a cluster the messages are found before this broker claims queues of the group's
+    # retry and DLQ topics: a broker that holds none of them forwards and places nothing.
+    views = _find_each(store, group, items) if own_queues is not None else None
     queues, retry_base, dlq_queue = _placed_here(
         store, group, (config or {}).get("retry_queues", 1), own_queues
     )
     if len(items) <= SMALL_BATCH or retry_base or dlq_queue:  # a cluster's own queue ids: by record
-        return _send_back_each(store, group, items, maximums, (queues, retry_base, dlq_queue), producer)
+        placed = (queues, retry_base, dlq_queue)
+        return _send_back_each(store, group, items, maximums, placed, producer, views)
     found = _sources(store, group, items)
     request_ids = (
         request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))
@@ -249,15 +264,12 @@ def _send_back_each(
     maximums: list[int],
     placed: tuple[int, int, int],
     producer: ProducerRef | None,
+    views: list[MessageView] | None = None,
 ) -> list[SendBack]:
     """:func:`send_back_many` for a few items, record by record (no Arrow kernel's fixed cost):
     the same records, one append."""
-    views = []
-    for i, item in enumerate(items):
-        try:
-            views.append(_find(store, group, item.topic, item.msg_id))
-        except UnknownMessage as exc:
-            raise UnknownMessage(f"messages[{i}]: {exc}") from None
+    if views is None:
+        views = _find_each(store, group, items)
     raws = [store.read_record(v.commitlog_offset) for v in views]
     for i, raw in enumerate(raws):
         if raw is None:

@@ -107,9 +107,10 @@ def test_pending_messages_are_reported_with_their_due_time(broker: Broker) -> No
     wait_until(lambda: broker.delay_operator().get("pending") == 3, 120, "3 pending delayed messages")
     op = broker.delay_operator()
     due = min(r["store_timestamp"] for r in parked) + 60_000
+    bucket_end = -(-due // 100) * 100  # a level range is acted on at the latest due in its 100 ms bucket
     # delayOffset.json (RocketMQ's meaning): level 5's next offset to examine is the first pending.
     wait_until(lambda: _delay_offsets(broker).get(5) == 0, 30, "delayOffset.json to hold level 5 at 0")
-    assert op["next_due_ms"] == due
+    assert due <= op["next_due_ms"] <= bucket_end
     assert op["relocated_total"] == 0
     assert all_messages(broker, "later") == [], "never visible before its due time"
 
