@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from streaming.register import local_session_builder
 from tests.cluster import jepsen
 from tests.support.cluster import ProcessCluster
 
@@ -42,13 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         workers = [jepsen.HttpProducer(cluster, history, stop), jepsen.KafkaProducer(cluster, history, stop)]
         for worker in workers:
             worker.start()
+        spark = local_session_builder("jepsen").config("spark.default.parallelism", "2").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        reader = jepsen.SparkReader(spark, cluster, Path(root))
         try:
             jepsen.nemesis(cluster, history, cycles=args.cycles, seed=args.seed)
         finally:
             stop.set()
             for worker in workers:
                 worker.join(timeout=180)
-        verdict = jepsen.check(cluster, history)
+        try:
+            verdict = jepsen.check(cluster, history, reader)
+        finally:
+            reader.stop()
+            spark.stop()
     for at, what in history.events:
         print(f"{at:8.2f} s  {what}")
     kills = sorted(took for kind, took in verdict.failovers if kind == "kill-master")

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from cluster.local_zookeeper import LocalZooKeeper
+from tests.streaming.conftest import spark  # noqa: F401 (the session's SparkSession, for the Jepsen run)
 from tests.support.network import free_port
 
 _chroots = itertools.count()

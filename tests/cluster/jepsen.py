@@ -85,7 +85,8 @@ def describe(cluster: ProcessCluster) -> dict[str, Any] | None:
             continue
         with contextlib.suppress(httpx.HTTPError, StopIteration, ValueError):
             answer = httpx.get(f"{broker.url}/cluster", timeout=3).json()
-            return next(b for b in answer["brokers"] if b["name"] == GROUP)
+            entry: dict[str, Any] = next(b for b in answer["brokers"] if b["name"] == GROUP)
+            return entry
     return None
 
 
@@ -211,6 +212,62 @@ class KafkaProducer(threading.Thread):
         producer.flush(90)
 
 
+class SparkReader:
+    """A Structured Streaming query reading the topic across the group (``endpoint`` mode,
+    ``failOnDataLoss=false``: it waits out failovers) into Parquet files; the checker then wants
+    every acknowledged message in its output exactly once."""
+
+    WORKER_START_FLAKE = "Python worker failed to connect back"
+
+    def __init__(self, spark: Any, cluster: ProcessCluster, root: Path) -> None:
+        self.spark, self.cluster = spark, cluster
+        self.output, self.checkpoint = str(root / "spark-out"), str(root / "spark-checkpoint")
+        self.query = self._start()
+
+    def _start(self) -> Any:
+        endpoint = self.cluster.brokers[MEMBERS[0]].url
+        return (
+            self.spark.readStream.format("sparkmq")
+            .option("endpoint", endpoint)
+            .option("topic", TOPIC)
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", "false")
+            .option("requestTimeoutMs", "5000")
+            .load()
+            .selectExpr("CAST(body AS STRING) AS body")
+            .writeStream.format("parquet")
+            .option("path", self.output)
+            .option("checkpointLocation", self.checkpoint)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+
+    def healthy(self) -> None:
+        """Restart after a Python worker that missed Spark's connect-back on a loaded machine;
+        any other failure is the checker's business."""
+        error = self.query.exception()
+        if error is not None:
+            if self.WORKER_START_FLAKE not in str(error):
+                raise AssertionError(f"the Spark query failed: {str(error)[:3000]}")
+            self.query.stop()
+            self.query = self._start()
+
+    def bodies(self) -> list[str]:
+        try:
+            frame = self.spark.read.parquet(self.output)
+        except Exception:
+            return []
+        return [row.body for row in frame.collect()]
+
+    def caught_up(self, expected: int) -> list[str] | None:
+        self.healthy()
+        bodies = [b for b in self.bodies() if not b.startswith("probe-")]
+        return bodies if len(bodies) >= expected else None
+
+    def stop(self) -> None:
+        self.query.stop()
+
+
 # -- the nemesis ----------------------------------------------------------------------------------
 
 
@@ -300,6 +357,7 @@ def heal(cluster: ProcessCluster) -> str:
         return len(members) == len(MEMBERS) and len(offsets) == 1 and None not in offsets
 
     wait_until(converged, 180, "every replica at the master's offset")
+    assert master is not None
     return master
 
 
@@ -329,20 +387,24 @@ class Verdict:
     aborted: list[str]
     divergent: list[str]
     failovers: list[tuple[str, float]]
+    #: What the Spark query's output lacks or holds twice (``None``: no Spark query ran).
+    spark_missing: list[str] | None = None
+    spark_duplicated: list[str] | None = None
 
     @property
     def valid(self) -> bool:
-        return not (self.lost or self.duplicated or self.aborted or self.divergent)
+        spark_ok = not (self.spark_missing or self.spark_duplicated)
+        return spark_ok and not (self.lost or self.duplicated or self.aborted or self.divergent)
 
 
-def check(cluster: ProcessCluster, history: History) -> Verdict:
+def check(cluster: ProcessCluster, history: History, spark: SparkReader | None = None) -> Verdict:
     master = heal(cluster)
     bodies = [b for b in drain(cluster.brokers[master].url) if not b.startswith("probe-")]
     counts = Counter(bodies)
     acknowledged = history.acknowledged()
     ends = {m["http"]: m["replicated_offset"] for m in (describe(cluster) or {}).get("members") or []}
     divergent = compare_logs(cluster, master, ends)
-    return Verdict(
+    verdict = Verdict(
         acknowledged=len(acknowledged),
         lost=sorted(acknowledged - set(counts)),
         duplicated=sorted(v for v, n in counts.items() if n > 1),
@@ -350,6 +412,14 @@ def check(cluster: ProcessCluster, history: History) -> Verdict:
         divergent=divergent,
         failovers=list(history.failovers),
     )
+    if spark is not None:  # the query read across every failover: each message once
+        read = wait_until(
+            lambda: spark.caught_up(len(bodies)), 600, "the Spark query to catch up", poll_s=1.0
+        )
+        seen = Counter(read)
+        verdict.spark_missing = sorted(set(counts) - set(seen))
+        verdict.spark_duplicated = sorted(v for v, n in seen.items() if n > 1)
+    return verdict
 
 
 def compare_logs(cluster: ProcessCluster, master: str, ends: dict[str, int]) -> list[str]:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.cluster import jepsen
 from tests.support.cluster import ProcessCluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.kafka]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark]
 
 
-def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(tmp_path: Path) -> None:
+def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
+    spark: Any, tmp_path: Path
+) -> None:
     with ProcessCluster.started(tmp_path, []) as cluster:
         jepsen.start_group(cluster)
         history = jepsen.History()
@@ -23,13 +26,17 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(tmp_
         workers = [jepsen.HttpProducer(cluster, history, stop), jepsen.KafkaProducer(cluster, history, stop)]
         for worker in workers:
             worker.start()
+        reader = jepsen.SparkReader(spark, cluster, tmp_path)
         try:
             jepsen.nemesis(cluster, history, cycles=3)
         finally:
             stop.set()
             for worker in workers:
                 worker.join(timeout=120)
-        verdict = jepsen.check(cluster, history)
+        try:
+            verdict = jepsen.check(cluster, history, reader)
+        finally:
+            reader.stop()
         for at, what in history.events:
             print(f"{at:7.2f} s  {what}")
         assert verdict.acknowledged > 100
@@ -37,4 +44,5 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(tmp_
         assert verdict.duplicated == [], f"stored twice: {verdict.duplicated[:20]}"
         assert verdict.aborted == [], f"refused but stored: {verdict.aborted[:20]}"
         assert verdict.divergent == []
+        assert verdict.spark_missing == [] and verdict.spark_duplicated == []
         assert len(verdict.failovers) == 2
