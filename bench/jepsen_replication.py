@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         f"lost {len(verdict.lost)}, duplicated {len(verdict.duplicated)}, refused-but-stored "
         f"{len(verdict.aborted)}, divergent replicas {len(verdict.divergent)}"
     )
+    if verdict.spark_missing is not None:
+        print(
+            f"Spark query across the faults: {len(verdict.spark_missing)} acknowledged missing, "
+            f"{len(verdict.spark_duplicated or [])} read twice"
+        )
     print("VALID" if verdict.valid else f"INVALID: {verdict}")
     return 0 if verdict.valid else 1
 
