@@ -382,7 +382,7 @@ _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 5.0
 class IndexDispatcher:
     def __init__(self, index: IndexService, indexed_to: int) -> None:
         self.index = index
-        self._queue: queue.Queue[DispatchBatch | None] = queue.Queue()
+        self._queue: queue.SimpleQueue[DispatchBatch | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._indexed_to = indexed_to

@@ -267,11 +267,13 @@ class TransactionService:
             if parts:
                 records = EncodedRecords.concat(parts)
                 stored = self.store.append_encoded(records)
+                every: list[PutResult] | None = None  # built once for the coalesced batch
                 for i, tx, outcome, lo, hi in spans:
                     self._table.end(tx, outcome)
                     if outcome is TxOutcome.COMMIT and requests[i].want_results:
-                        results = stored.results(records.topics)[lo:hi]
-                        tx.results = [r for r in results if r.topic != TRANS_OFFSETS_TOPIC]
+                        if every is None:
+                            every = stored.results(records.topics)
+                        tx.results = [r for r in every[lo:hi] if r.topic != TRANS_OFFSETS_TOPIC]
                     out[i] = EndResult(tx, outcome, ended_now=True)
                 for index, entry in offsets:
                     self.store.apply_transaction_offsets(int(stored.queue_offsets[index]), entry)
