@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from store import (
     DEFAULT_MAX_RECONSUME_TIMES,
@@ -249,10 +248,10 @@ def send_back_many(
     # One append per request: if its first record is there, a retry of the request finds all.
     if producer is None or store.get_by_uniq_key(SENDBACK_TOPIC, request_ids[0]) is None:
         store.append_encoded(EncodedRecords.of_batch(built.records, SENDBACK_TOPIC))
-    levels = len(store.delay_levels)
+    levels, targets = len(store.delay_levels), (retry_topic(group), dlq_topic(group))
     return [
         _answer(group, item, built.msg_ids[i], built.uniq_keys[i], request_ids[i], int(built.attempts[i]),
-                maximums[i], levels)
+                maximums[i], levels, targets)
         for i, item in enumerate(items)
     ]  # fmt: skip
 
@@ -298,9 +297,9 @@ def _send_back_each(
                 if raw is not None
             ]
         )
-    levels = len(store.delay_levels)
+    levels, targets = len(store.delay_levels), (retry_topic(group), dlq_topic(group))
     return [
-        _answer(group, item, view.msg_id, view.uniq_key, key, view.reconsume_times, maximum, levels)
+        _answer(group, item, view.msg_id, view.uniq_key, key, view.reconsume_times, maximum, levels, targets)
         for item, view, maximum, key in zip(items, views, maximums, request_ids, strict=True)
     ]
 
@@ -314,7 +313,9 @@ def _answer(
     times: int,
     maximum: int,
     levels: int,
+    targets: tuple[str, str],
 ) -> SendBack:
+    """One item's answer; ``targets``: the group's retry and DLQ topics."""
     to_dlq = times >= maximum or item.delay_level < 0
     level = 0 if to_dlq else min(item.delay_level or LADDER_BASE_LEVEL + times, levels)
     return SendBack(
@@ -326,7 +327,7 @@ def _answer(
         attempt=times,
         outcome="dlq" if to_dlq else "retry",
         delay_level=level,
-        target_topic=dlq_topic(group) if to_dlq else retry_topic(group),
+        target_topic=targets[1] if to_dlq else targets[0],
     )
 
 
@@ -420,17 +421,3 @@ def _find_in(store: MessageStore, topic: str, msg_id: str) -> MessageView:
     if found is None:
         raise UnknownMessage(f"no message {msg_id!r} in {topic!r}")
     return found
-
-
-def as_dict(result: SendBack) -> dict[str, Any]:
-    return {
-        "group": result.group,
-        "topic": result.topic,
-        "msg_id": result.msg_id,
-        "uniq_key": result.uniq_key,
-        "request_id": result.request_id,
-        "attempt": result.attempt,
-        "outcome": result.outcome,
-        "delay_level": result.delay_level,
-        "target_topic": result.target_topic,
-    }

@@ -74,3 +74,13 @@ def test_a_long_list_takes_the_columnar_path_and_answers_the_same(client: httpx.
     assert [a["msg_id"] for a in answers] == [m["msg_id"] for m in messages]
     assert {a["outcome"] for a in answers} == {"retry"} and {a["attempt"] for a in answers} == {0}
     assert requests_stored(client) == before + 12
+
+
+def test_the_answer_the_route_renders_has_the_documented_fields_in_order() -> None:
+    # The route renders retries.SendBack with msgspec; its fields are SendBackOut's (the schema).
+    from dataclasses import fields
+
+    from ingest_api.http.retries import SendBack
+    from ingest_api.http.routers.retries import SendBackOut
+
+    assert [f.name for f in fields(SendBack)] == list(SendBackOut.model_fields)

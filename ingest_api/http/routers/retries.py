@@ -12,6 +12,7 @@ import json
 from functools import partial
 from typing import Annotated, Any
 
+import msgspec
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -30,7 +31,6 @@ from ingest_api.http.retries import (
     GroupConfigs,
     SendBackItem,
     UnknownMessage,
-    as_dict,
     holds,
     resend_dead_letter,
     send_back_many,
@@ -121,6 +121,8 @@ async def get_group_config(group: GroupPath, broker: BrokerDep, principal: Princ
     return GroupConfigOut(group=group, **doc)
 
 
+_JSON = msgspec.json.Encoder()
+
 #: Most messages one send-back request may carry.
 MAX_SENDBACK_BATCH = 10_000
 
@@ -150,8 +152,10 @@ async def send_back_messages(
         if is_local_request(broker, request.headers):
             raise
         return await _send_back_at_holders(broker, group, body, request, idempotency_key)
-    out = [SendBackOut(**as_dict(r)) for r in results]
-    return out if isinstance(body, list) else out[0]
+    # SendBack has SendBackOut's fields in its order: msgspec renders a list of 10,000 without a
+    # pydantic model each (they took a third of a batched send-back's time).
+    answer = _JSON.encode(results if isinstance(body, list) else results[0])
+    return Response(answer, media_type="application/json")
 
 
 async def _send_back_here(
