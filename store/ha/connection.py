@@ -69,8 +69,8 @@ class SlaveConnection:
     def start(self) -> None:
         for name, target in (("reader", self._read_loop), ("writer", self._write_loop)):
             thread = threading.Thread(target=target, name=f"sparkmq-ha-{name}-{self.address}", daemon=True)
-            self._threads.append(thread)
             thread.start()
+            self._threads.append(thread)  # started: a concurrent join() may wait for it
 
     @property
     def closed(self) -> bool:
@@ -87,8 +87,8 @@ class SlaveConnection:
         self._session.unregister(self, reason)
 
     def join(self, timeout_s: float) -> None:
-        for thread in self._threads:
-            if thread is not threading.current_thread():
+        for thread in list(self._threads):
+            if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(timeout_s)
 
     # --- reader ---------------------------------------------------------------------------
