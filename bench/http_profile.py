@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bench.http_bench import BODY, batch_request
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from ingest_api.http.routers import messages, queues
 from store import MessageStore, StoreConfig
 

@@ -138,7 +138,7 @@ def _free_port() -> int:
 _SERVE = """
 import sys
 from pathlib import Path
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from ingest_api.http.server import serve
 from store import StoreConfig
 cfg = ServerConfig(store=StoreConfig(store_dir=Path(sys.argv[1])).validate(), port=int(sys.argv[2]),

@@ -173,7 +173,7 @@ def owner_config(store_dir: str) -> StoreConfig:
 # -- endpoint mode -----------------------------------------------------------------------------
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-#: The broker's cap on ``max_messages`` per pull (``ingest_api.http.config.MAX_PULL_MESSAGES``).
+#: The broker's cap on ``max_messages`` per pull (``broker.config.MAX_PULL_MESSAGES``).
 MAX_PULL_MESSAGES = 100_000
 
 

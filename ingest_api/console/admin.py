@@ -10,14 +10,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
+from broker.auth import Right
+from broker.errors import BrokerError
+from broker.resets import ResetRow, ResetTarget, apply_reset, plan_reset
+from broker.threads import run_blocking
 from ingest_api.console.messages import parse_when
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
-from ingest_api.http.auth import Right
-from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
-from ingest_api.http.resets import ResetRow, ResetTarget, apply_reset, plan_reset
 from store import MessageStore, SparkMQError, UnknownTopic, validate_topic
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -72,8 +72,8 @@ async def _reset(
         if execute and confirm != group:
             raise ValueError(f"type the group name {group!r} to confirm the reset")
         action = _execute if execute else _plan
-        rows = await run_in_threadpool(action, viewer.broker.store, group, topic, to, at, shift_by)
-    except (SparkMQError, ApiError, ValueError) as exc:
+        rows = await run_blocking(action, viewer.broker.store, group, topic, to, at, shift_by)
+    except (SparkMQError, BrokerError, ValueError) as exc:
         error, execute = str(exc), False
     return page(
         request, "reset.html", viewer, status_code=200 if error is None else 400, section="groups",
@@ -131,5 +131,5 @@ async def delete_topic(
             request, "message_box.html", viewer, status_code=400, section="topics",
             title="Not deleted", text=f"Type the topic name {topic!r} exactly to delete it.",
         )  # fmt: skip
-    await run_in_threadpool(_delete, viewer.broker.store, topic)
+    await run_blocking(_delete, viewer.broker.store, topic)
     return RedirectResponse(f"{PREFIX}/topics", status_code=303)

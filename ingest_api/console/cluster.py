@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from broker.errors import BrokerError
 from ingest_api.console import data
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
-from ingest_api.http.errors import ApiError
 from ingest_api.http.routers.cluster import describe_cluster, topic_route
 from store import UnknownTopic
 
@@ -48,7 +48,7 @@ async def queue_owners(viewer: Viewer, topic: str) -> list[dict[str, Any]]:
     without a route (one only this broker has)."""
     try:
         route = await topic_route(topic, viewer.broker, viewer.principal)
-    except (ApiError, UnknownTopic):
+    except (BrokerError, UnknownTopic):
         return []
     return list(route["queues"])
 
@@ -68,7 +68,7 @@ async def cluster_page(
     for topic in cut.items:
         try:
             placements.append(placement(await topic_route(topic, viewer.broker, viewer.principal)))
-        except (ApiError, UnknownTopic):  # no route yet, or deleted meanwhile: shown without queues
+        except (BrokerError, UnknownTopic):  # no route yet, or deleted meanwhile: shown without queues
             placements.append(Placement(topic, 0, {}, frozenset()))
     rows = data.Page(placements, cut.page, cut.page_size, cut.total)
     return page(request, "cluster.html", viewer, section="cluster", cluster=described, rows=rows, name=name)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from ingest_api.http.lag import GroupQueueRow, group_topic_rows, lag_seconds, stored_at
+from broker.lag import GroupQueueRow, group_topic_rows, lag_seconds, stored_at
 from store import MessageStore, MessageView
 
 __all__ = ["GroupQueueRow", "group_topic_rows", "lag_seconds", "stored_at"]

@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse
-from starlette.concurrency import run_in_threadpool
 
+from broker.auth import Right
+from broker.retries import resend_dead_letter
+from broker.threads import run_blocking
 from ingest_api.console.web import PREFIX, ViewerDep, page
-from ingest_api.http.auth import Right
-from ingest_api.http.retries import resend_dead_letter
 from ingest_api.http.schemas import ErrorOut, MessageOut
 from store import (
     dlq_topic,
@@ -50,7 +50,7 @@ def _transactions(viewer: Any, state: str) -> list[dict[str, Any]]:
 async def transactions(request: Request, viewer: ViewerDep, state: str = "prepared") -> HTMLResponse:
     """Transactions (open ones by default): age, check-backs, topics."""
     state = state if state in ("prepared", "committed", "rolled_back", "discarded", "all") else "prepared"
-    rows = await run_in_threadpool(_transactions, viewer, state)
+    rows = await run_blocking(_transactions, viewer, state)
     return page(request, "transactions.html", viewer, section="transactions", rows=rows, state=state)
 
 
@@ -70,7 +70,7 @@ async def dead_letters(
 ) -> HTMLResponse:
     """A group's dead letters (``%DLQ%group``), a page at a time, each with a re-send button."""
     viewer.require(Right.CONSUME, dlq_topic(group))
-    letters, next_offset = await run_in_threadpool(_dead_letters, viewer, group, max(0, offset))
+    letters, next_offset = await run_blocking(_dead_letters, viewer, group, max(0, offset))
     return page(
         request, "dlq.html", viewer, section="groups", group=group, letters=letters,
         next_offset=next_offset, offset=offset, resent=resent,
@@ -88,13 +88,13 @@ async def resend(
     """Re-send one dead letter to its original topic; the message id typed in confirms it."""
     viewer.require(Right.CONSUME, dlq_topic(group))
     if confirm != "resend":
-        letters, next_offset = await run_in_threadpool(_dead_letters, viewer, group, 0)
+        letters, next_offset = await run_blocking(_dead_letters, viewer, group, 0)
         return page(
             request, "dlq.html", viewer, status_code=400, section="groups", group=group, letters=letters,
             next_offset=next_offset, offset=0, resent="", error="Type resend to confirm.",
         )  # fmt: skip
-    result = await run_in_threadpool(resend_dead_letter, viewer.broker.store, group, msg_id)
-    letters, next_offset = await run_in_threadpool(_dead_letters, viewer, group, 0)
+    result = await run_blocking(resend_dead_letter, viewer.broker.store, group, msg_id)
+    letters, next_offset = await run_blocking(_dead_letters, viewer, group, 0)
     text = f"Re-sent to {result.topic} queue {result.queue_id} offset {result.queue_offset}"
     return page(
         request, "dlq.html", viewer, section="groups", group=group, letters=letters,

@@ -14,13 +14,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 
+from broker.auth import Right
+from broker.errors import BrokerError
+from broker.threads import run_blocking
 from ingest_api.console import browsing
 from ingest_api.console.data import consumed_by
 from ingest_api.console.web import PREFIX, ViewerDep, page
-from ingest_api.http.auth import Right
-from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
 from ingest_api.http.routers.messages import produce_one
 from ingest_api.http.schemas import ProduceIn
@@ -99,7 +99,7 @@ async def browse(
     """Non-destructive: reads commit nothing."""
     viewer.require_read(topic)
     query = _query(topic, mode, queue, offset, begin, end, limit)
-    result, queues = await run_in_threadpool(_browse, viewer.broker.store, query)
+    result, queues = await run_blocking(_browse, viewer.broker.store, query)
     rows = [(m, browsing.render_body(m.body, view)) for m in result.messages]
     return page(
         request, "browse.html", viewer, section="topics", topic=topic, query=query, result=result,
@@ -116,9 +116,9 @@ def _message(store: MessageStore, msg_id: str) -> tuple[MessageView, list[tuple[
 async def message(
     request: Request, msg_id: str, viewer: ViewerDep, view: Annotated[browsing.BodyView, Query()] = "text"
 ) -> HTMLResponse:
-    found = await run_in_threadpool(_message, viewer.broker.store, msg_id[:128])
+    found = await run_blocking(_message, viewer.broker.store, msg_id[:128])
     if found is None:
-        raise ApiError(404, "message_not_found", f"no message with id {msg_id!r}")
+        raise BrokerError(404, "message_not_found", f"no message with id {msg_id!r}")
     message_view, groups = found
     viewer.require_read(message_view.properties.get("REAL_TOPIC", message_view.topic))
     body = browsing.render_body(message_view.body, view)
@@ -149,7 +149,7 @@ async def lookup(
     error = None
     if value.strip():
         try:
-            found = await run_in_threadpool(_lookup, viewer.broker.store, kind, value, topic.strip() or None)
+            found = await run_blocking(_lookup, viewer.broker.store, kind, value, topic.strip() or None)
         except SparkMQError as exc:
             found, error = [], str(exc)
         hits = [(m, g) for m, g in found if viewer.may_read(m.properties.get("REAL_TOPIC", m.topic))]
@@ -204,7 +204,7 @@ async def produce(
         )
         answer = await produce_one(viewer.broker, topic, entry)
         result = json.loads(bytes(answer.body))
-    except (ValidationError, SparkMQError, ApiError) as exc:
+    except (ValidationError, SparkMQError, BrokerError) as exc:
         error = str(exc)
     status = 201 if result is not None else 400
     return page(
@@ -216,7 +216,7 @@ async def produce(
 @router.get("/topics/{topic}/tail", response_class=HTMLResponse)
 async def tail_page(request: Request, topic: TopicPath, viewer: ViewerDep) -> HTMLResponse:
     viewer.require_read(topic)
-    await run_in_threadpool(_check_topic, viewer.broker.store, topic)
+    await run_blocking(_check_topic, viewer.broker.store, topic)
     return page(request, "tail.html", viewer, section="topics", topic=topic)
 
 
@@ -252,13 +252,13 @@ async def tail_events(request: Request, topic: TopicPath, viewer: ViewerDep) -> 
     """Server-sent events: one ``message`` event per new message of every queue, from now on."""
     viewer.require_read(topic)
     store = viewer.broker.store
-    positions = await run_in_threadpool(_tail_start, store, topic)
+    positions = await run_blocking(_tail_start, store, topic)
 
     async def events() -> AsyncIterator[str]:
         yield "event: ready\ndata: {}\n\n"
         deadline = time.monotonic() + TAIL_MAX_S
         while time.monotonic() < deadline and not store.closed:
-            rows = await run_in_threadpool(_tail_step, store, topic, positions)
+            rows = await run_blocking(_tail_step, store, topic, positions)
             for row in rows:
                 yield f"event: message\ndata: {json.dumps(row, ensure_ascii=False)}\n\n"
             if not rows:
@@ -300,7 +300,7 @@ async def export(
     """The same selection as the browse page, as NDJSON or CSV (a download)."""
     viewer.require_read(topic)
     query = _query(topic, mode, queue, offset, begin, end, limit)
-    result, _ = await run_in_threadpool(_browse, viewer.broker.store, query)
+    result, _ = await run_blocking(_browse, viewer.broker.store, query)
     rows = _export_rows(result.messages)
     if format == "csv":
         out = io.StringIO()

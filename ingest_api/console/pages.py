@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
-from starlette.concurrency import run_in_threadpool
 
+from broker.errors import BrokerError
+from broker.state import Broker
+from broker.threads import run_blocking
 from ingest_api.console import data
 from ingest_api.console.cluster import queue_owners
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
-from ingest_api.http.broker import Broker
-from ingest_api.http.errors import ApiError
 from ingest_api.http.params import TopicPath
 from ingest_api.http.routers.cluster import LOCAL_BROKER
 from ingest_api.http.schemas import ErrorOut
@@ -63,7 +63,7 @@ def _overview(store: MessageStore, viewer: Viewer) -> tuple[StoreStats, int, int
 
 @router.get("/", response_class=HTMLResponse)
 async def overview(request: Request, viewer: ViewerDep) -> HTMLResponse:
-    stats, topics, groups = await run_in_threadpool(_overview, viewer.broker.store, viewer)
+    stats, topics, groups = await run_blocking(_overview, viewer.broker.store, viewer)
     return page(
         request,
         "overview.html",
@@ -102,7 +102,7 @@ async def topics(
     page_number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
     size: SizeQuery = data.DEFAULT_PAGE_SIZE,
 ) -> HTMLResponse:
-    rows = await run_in_threadpool(_topics, viewer.broker.store, viewer, name, page_number, size)
+    rows = await run_blocking(_topics, viewer.broker.store, viewer, name, page_number, size)
     template = "topics_rows.html" if request.headers.get("hx-request") else "topics.html"
     return page(request, template, viewer, section="topics", rows=rows, name=name)
 
@@ -117,7 +117,7 @@ def _topic(store: MessageStore, topic: str) -> data.TopicDetail:
 @router.get("/topics/{topic}", response_class=HTMLResponse)
 async def topic_detail(request: Request, topic: TopicPath, viewer: ViewerDep) -> HTMLResponse:
     viewer.require_read(topic)
-    detail = await run_in_threadpool(_topic, viewer.broker.store, topic)
+    detail = await run_blocking(_topic, viewer.broker.store, topic)
     owners = {q["queue_id"]: q for q in await queue_owners(viewer, topic)}
     me = viewer.broker.name or LOCAL_BROKER
     return page(request, "topic.html", viewer, section="topics", topic=detail, owners=owners, me=me)
@@ -149,7 +149,7 @@ async def groups(
     size: SizeQuery = data.DEFAULT_PAGE_SIZE,
 ) -> HTMLResponse:
     kafka = kafka_groups(viewer.broker)
-    rows = await run_in_threadpool(_groups, viewer.broker.store, viewer, kafka, name, page_number, size)
+    rows = await run_blocking(_groups, viewer.broker.store, viewer, kafka, name, page_number, size)
     template = "groups_rows.html" if request.headers.get("hx-request") else "groups.html"
     return page(request, template, viewer, section="groups", rows=rows, name=name)
 
@@ -161,7 +161,7 @@ def _group(
     topics = [t for t in store.groups().get(group, []) if viewer.may_read(t) and store.has_topic(t)]
     info = kafka.get(group)
     if not topics and info is None:
-        raise ApiError(404, "group_not_found", f"group {group!r} has no committed offsets you may read")
+        raise BrokerError(404, "group_not_found", f"group {group!r} has no committed offsets you may read")
     detail = data.GroupDetail(group, "kafka" if info else "offset table", info)
     stamp = now_ms()
     for topic in topics:
@@ -172,7 +172,7 @@ def _group(
 @router.get("/groups/{group}", response_class=HTMLResponse)
 async def group_detail(request: Request, group: str, viewer: ViewerDep) -> HTMLResponse:
     kafka = kafka_groups(viewer.broker) if viewer.is_global_admin else {}
-    detail = await run_in_threadpool(_group, viewer.broker.store, viewer, group, kafka)
+    detail = await run_blocking(_group, viewer.broker.store, viewer, group, kafka)
     topics = sorted({row.topic for row in detail.queues})
     return page(request, "group.html", viewer, section="groups", group=detail, topics=topics)
 
@@ -188,5 +188,5 @@ def _operators(broker: Broker) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 async def operators(request: Request, viewer: ViewerDep) -> HTMLResponse:
     """The operator job and each resolver query (``GET /operators``' data); admins on '*'."""
     viewer.require_global_admin()
-    job, rows = await run_in_threadpool(_operators, viewer.broker)
+    job, rows = await run_blocking(_operators, viewer.broker)
     return page(request, "operators.html", viewer, section="operators", job=job, rows=rows)

@@ -17,10 +17,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from starlette.concurrency import run_in_threadpool
-
-from ingest_api.http.broker import Broker
-from ingest_api.http.metrics import BrokerMetrics, Histogram
+from broker.metrics import BrokerMetrics, Histogram
+from broker.state import Broker
+from broker.threads import run_blocking
 from store import MessageStore, SparkMQError
 
 log = logging.getLogger(__name__)
@@ -148,7 +147,7 @@ class Sampler:
 async def _sample_forever(broker: Broker, sampler: Sampler, interval_s: float) -> None:
     while True:
         try:
-            lag = await run_in_threadpool(total_lag, broker.store)
+            lag = await run_blocking(total_lag, broker.store)
         except SparkMQError as exc:  # e.g. the store closing under a sample: the chart shows a gap
             log.warning("console sampler: cannot read group lag: %s", exc)
             lag = 0

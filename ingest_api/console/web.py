@@ -23,9 +23,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ingest_api.http.auth import Principal, Right, authenticate
-from ingest_api.http.broker import Broker
-from ingest_api.http.errors import ApiError
+from broker.auth import Principal, Right, authenticate
+from broker.errors import BrokerError
+from broker.state import Broker
 
 PREFIX = "/console"
 COOKIE = "sparkmq_console"
@@ -113,14 +113,14 @@ class Viewer:
 
     def require(self, right: Right, topic: str) -> None:
         if not self.may(right, topic):
-            raise ApiError(403, "forbidden", f"{self.name!r} may not {right.value} topic {topic!r}")
+            raise BrokerError(403, "forbidden", f"{self.name!r} may not {right.value} topic {topic!r}")
 
     def require_read(self, topic: str) -> None:
         self.require(Right.CONSUME, topic)
 
     def require_global_admin(self) -> None:
         if not self.is_global_admin:
-            raise ApiError(403, "forbidden", f"{self.name!r} lacks admin rights on '*'")
+            raise BrokerError(403, "forbidden", f"{self.name!r} lacks admin rights on '*'")
 
 
 def _login_redirect(request: Request) -> HTTPException:
@@ -142,18 +142,18 @@ async def get_viewer(request: Request) -> Viewer:
     token came (pages), or 401 (``HX-Request``s, where a redirect would land inside a fragment)."""
     broker: Broker = request.app.state.broker
     if request.method not in ("GET", "HEAD") and not _same_origin(request):
-        raise ApiError(403, "cross_origin", "console forms must be posted from the console itself")
+        raise BrokerError(403, "cross_origin", "console forms must be posted from the console itself")
     if broker.tokens is None:
         return Viewer(broker, None)
     header = request.headers.get("authorization")
     cookie = request.cookies.get(COOKIE)
     if not header and not cookie:
         if request.headers.get("hx-request"):
-            raise ApiError(401, "unauthorized", "log in to the console first")
+            raise BrokerError(401, "unauthorized", "log in to the console first")
         raise _login_redirect(request)
     try:
         principal = authenticate(broker.tokens, header or f"Bearer {cookie}")
-    except ApiError:
+    except BrokerError:
         if header or request.headers.get("hx-request"):
             raise
         raise _login_redirect(request) from None
@@ -197,7 +197,7 @@ async def login(
 ) -> Response:
     broker: Broker = request.app.state.broker
     if not _same_origin(request):
-        raise ApiError(403, "cross_origin", "log in from the console's own page")
+        raise BrokerError(403, "cross_origin", "log in from the console's own page")
     target = _safe_next(next)
     if broker.tokens is None:
         return RedirectResponse(target, status_code=303)
@@ -218,7 +218,7 @@ async def login(
 @router.post("/logout", response_model=None)
 async def logout(request: Request) -> Response:
     if not _same_origin(request):
-        raise ApiError(403, "cross_origin", "log out from the console's own page")
+        raise BrokerError(403, "cross_origin", "log out from the console's own page")
     response = RedirectResponse(f"{PREFIX}/login", status_code=303)
     response.delete_cookie(COOKIE, path=PREFIX)
     return response

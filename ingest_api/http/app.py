@@ -17,25 +17,26 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
-from starlette.concurrency import run_in_threadpool
 
 import sparkmq
+from broker.auth import load_token_table
+from broker.coalescer import ProduceCoalescer
+from broker.config import ServerConfig
+from broker.longpoll import ArrivalHub
+from broker.membership import cluster_membership
+from broker.metrics import BrokerMetrics
+from broker.operators import OperatorBoard
+from broker.retries import GroupConfigs
+from broker.sinks import sink_recovery
+from broker.state import Broker
+from broker.threads import run_blocking
+from broker.transactions import TransactionBoard
 from ingest_api.console import install_console
 from ingest_api.console.samples import sampling
 from ingest_api.http import fastlane
-from ingest_api.http.auth import load_token_table
-from ingest_api.http.broker import Broker
-from ingest_api.http.coalescer import ProduceCoalescer
-from ingest_api.http.config import ServerConfig
 from ingest_api.http.errors import install_error_handlers
 from ingest_api.http.limits import RequestSizeLimit
-from ingest_api.http.longpoll import ArrivalHub
-from ingest_api.http.membership import cluster_membership
-from ingest_api.http.metrics import BrokerMetrics
 from ingest_api.http.openapi import openapi_document
-from ingest_api.http.operators import OperatorBoard
-from ingest_api.http.replica_sync import router as replica_router
-from ingest_api.http.retries import GroupConfigs
 from ingest_api.http.routers import (
     cluster,
     groups,
@@ -50,9 +51,9 @@ from ingest_api.http.routers import (
     topics,
     transactions,
 )
+from ingest_api.http.routers.replica import router as replica_router
 from ingest_api.http.schemas import ProduceBatchIn
 from ingest_api.http.timing import RequestTiming
-from ingest_api.http.transactions import TransactionBoard
 from store import MessageStore, StoreConfig, parse_delay_levels
 
 #: Something run alongside the HTTP API for the broker's lifetime (e.g. a Kafka gateway).
@@ -67,7 +68,7 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tokens = load_token_table(config.auth_file) if config.auth_file is not None else None
-        store = await run_in_threadpool(open_store, config.store)
+        store = await run_blocking(open_store, config.store)
         try:
             hub = ArrivalHub(asyncio.get_running_loop())
             store.add_arrival_listener(hub.on_arrival)
@@ -77,7 +78,7 @@ def _lifespan(
                 chunk_rows=config.relocation_chunk_rows,
                 fault=config.relocation_fault,
             )
-            board.transactions = await run_in_threadpool(TransactionBoard.open, store)
+            board.transactions = await run_blocking(TransactionBoard.open, store)
             board.group_configs = GroupConfigs(store.config.store_dir / "config")
             broker = Broker(
                 config=config,
@@ -94,9 +95,9 @@ def _lifespan(
                     # Joined first, left last: the broker is a member exactly while it serves.
                     await stack.enter_async_context(cluster_membership(broker))
                     # Sink batches decided before the last stop are published before serving.
-                    await stack.enter_async_context(sinks.sink_recovery(broker))
+                    await stack.enter_async_context(sink_recovery(broker))
                     # So are relocation batches of the operators (delayed messages).
-                    await run_in_threadpool(board.relocations.recover)
+                    await run_blocking(board.relocations.recover)
                     await stack.enter_async_context(sampling(broker, config.console_sample_interval_s))
                     for companion in companions:
                         await stack.enter_async_context(companion(broker))
@@ -106,7 +107,7 @@ def _lifespan(
                 hub.close()
                 store.remove_arrival_listener(hub.on_arrival)
         finally:
-            await run_in_threadpool(store.close)
+            await run_blocking(store.close)
 
     return lifespan
 

@@ -1,6 +1,6 @@
 """Decoding ``messages:batch`` request bodies: JSON, NDJSON and Arrow IPC streams.
 
-Pure functions on bytes. Every refusal is an :class:`ApiError` naming the offending entry's
+Pure functions on bytes. Every refusal is an :class:`BrokerError` naming the offending entry's
 ``index``, raised before anything reaches the store, so a bad batch writes nothing.
 """
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import ValidationError
 
-from ingest_api.http.errors import ApiError
+from broker.errors import BrokerError
 from ingest_api.http.fields import RESERVED_PROPERTIES
 from ingest_api.http.schemas import ProduceBatchIn, ProduceEntryIn
 
@@ -28,25 +28,25 @@ ARROW_COLUMNS = (
 )  # fmt: skip
 
 
-def _too_many(count: int, limit: int) -> ApiError:
-    return ApiError(413, "batch_too_large", f"batch has {count} messages; the limit is {limit}", limit=limit)
+def _too_many(count: int, limit: int) -> BrokerError:
+    return BrokerError(413, "batch_too_large", f"batch has {count} messages; the limit is {limit}", limit=limit)
 
 
-def _empty() -> ApiError:
-    return ApiError(400, "empty_batch", "the batch has no messages")
+def _empty() -> BrokerError:
+    return BrokerError(400, "empty_batch", "the batch has no messages")
 
 
-def _invalid_entry(index: int, message: str) -> ApiError:
-    return ApiError(422, "invalid_batch_entry", f"messages[{index}]: {message}", index=index)
+def _invalid_entry(index: int, message: str) -> BrokerError:
+    return BrokerError(422, "invalid_batch_entry", f"messages[{index}]: {message}", index=index)
 
 
-def schedule_error(message: str, field: str, index: int | None) -> ApiError:
+def schedule_error(message: str, field: str, index: int | None) -> BrokerError:
     """A 400 for a refused delay_level / deliver_at_ms / delay_ms, naming the field (and entry)."""
     where = f"messages[{index}]: " if index is not None else ""
-    return ApiError(400, "invalid_schedule", f"{where}{message}", field=field, index=index)
+    return BrokerError(400, "invalid_schedule", f"{where}{message}", field=field, index=index)
 
 
-def _from_validation_error(exc: ValidationError, index_offset: int = 0) -> ApiError:
+def _from_validation_error(exc: ValidationError, index_offset: int = 0) -> BrokerError:
     first = exc.errors()[0]
     loc = list(first["loc"])
     if len(loc) >= 2 and loc[0] == "messages" and isinstance(loc[1], int):
@@ -56,7 +56,7 @@ def _from_validation_error(exc: ValidationError, index_offset: int = 0) -> ApiEr
     if index_offset or not loc:
         where = ".".join(str(part) for part in loc)
         return _invalid_entry(index_offset, f"{where}: {first['msg']}" if where else str(first["msg"]))
-    return ApiError(422, "validation_error", f"{'.'.join(map(str, loc))}: {first['msg']}")
+    return BrokerError(422, "validation_error", f"{'.'.join(map(str, loc))}: {first['msg']}")
 
 
 def parse_json_batch(raw: bytes, limit: int) -> list[ProduceEntryIn]:
@@ -68,7 +68,7 @@ def parse_json_batch(raw: bytes, limit: int) -> list[ProduceEntryIn]:
         if first["type"] == "too_short" and list(first["loc"]) == ["messages"]:
             raise _empty() from None
         if first["type"] == "json_invalid":
-            raise ApiError(400, "invalid_json", f"request body is not valid JSON: {first['msg']}") from None
+            raise BrokerError(400, "invalid_json", f"request body is not valid JSON: {first['msg']}") from None
         raise _from_validation_error(exc) from None
     if len(batch.messages) > limit:
         raise _too_many(len(batch.messages), limit)
@@ -137,7 +137,7 @@ def _cast_column(table: pa.Table, name: str, target: pa.DataType) -> pa.Array | 
     try:
         return column.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ApiError(
+        raise BrokerError(
             400,
             "invalid_arrow_batch",
             f"column {name!r} of type {column.type} cannot be read as {target}: {exc}",
@@ -155,7 +155,7 @@ def read_arrow_table(raw: bytes) -> pa.Table:
         with pa.ipc.open_stream(pa.BufferReader(raw)) as reader:
             return reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise ApiError(400, "invalid_arrow_batch", f"body is not an Arrow IPC stream: {exc}") from None
+        raise BrokerError(400, "invalid_arrow_batch", f"body is not an Arrow IPC stream: {exc}") from None
 
 
 def parse_arrow_batch(raw: bytes, limit: int) -> ArrowBatch:
@@ -163,7 +163,7 @@ def parse_arrow_batch(raw: bytes, limit: int) -> ArrowBatch:
     table = read_arrow_table(raw)
     unknown = sorted(set(table.column_names) - set(ARROW_COLUMNS))
     if unknown:
-        raise ApiError(
+        raise BrokerError(
             400, "invalid_arrow_batch", f"unknown columns {unknown}; allowed: {list(ARROW_COLUMNS)}"
         )
     if table.num_rows == 0:
@@ -171,7 +171,7 @@ def parse_arrow_batch(raw: bytes, limit: int) -> ArrowBatch:
     if table.num_rows > limit:
         raise _too_many(table.num_rows, limit)
     if "body" not in table.column_names:
-        raise ApiError(400, "invalid_arrow_batch", "the batch has no 'body' column")
+        raise BrokerError(400, "invalid_arrow_batch", "the batch has no 'body' column")
     body = _cast_column(table, "body", pa.binary())
     assert body is not None
     batch = ArrowBatch(
@@ -287,7 +287,7 @@ def check_body_sizes(sizes: pa.Array, max_bytes: int) -> None:
     """413 naming the first entry whose body is larger than ``max_bytes``."""
     bad = _first_true(pc.greater(sizes, max_bytes))
     if bad is not None:
-        raise ApiError(
+        raise BrokerError(
             413,
             "message_too_large",
             f"messages[{bad}]: body is larger than {max_bytes} bytes",

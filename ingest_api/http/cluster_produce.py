@@ -1,6 +1,6 @@
 """Producing in a cluster: each message stored by the broker that owns its queue.
 
-The receiving broker plans every entry (:mod:`ingest_api.http.routing`), stores its own part
+The receiving broker plans every entry (:mod:`broker.routing`), stores its own part
 through the ordinary local paths (:mod:`ingest_api.http.routers.messages`) and forwards the
 rest, one request per owner, with every queue id resolved; the owners answer with their broker
 name and the answers are merged in entry order.
@@ -26,14 +26,16 @@ from typing import Any
 import msgspec
 import numpy as np
 import pyarrow as pa
-from starlette.concurrency import run_in_threadpool
 
+from broker.errors import BrokerError
+from broker.peers import PeerUnavailable, passed_headers
+from broker.routing import FORWARDED_HEADER, SCOPE_HEADER, Plan
+from broker.sinks import local_ready
+from broker.state import Broker
+from broker.threads import run_blocking
 from cluster import TopicPlacement
 from ingest_api.http import batches, json_batch, producing, render
-from ingest_api.http.broker import Broker
-from ingest_api.http.errors import ApiError, response_for
-from ingest_api.http.peers import PeerUnavailable, passed_headers
-from ingest_api.http.routing import FORWARDED_HEADER, SCOPE_HEADER, Plan
+from ingest_api.http.errors import response_for
 from ingest_api.http.schemas import ProduceIn
 from store import UNPLACED, ProducerRef, SparkMQError, UnknownTopic, validate_topic
 
@@ -56,26 +58,7 @@ async def routed(broker: Broker, topic: str) -> TopicPlacement:
     validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
     if not cluster.config.auto_create_topics:
         raise UnknownTopic(f"topic {topic!r} does not exist")
-    return await run_in_threadpool(cluster.ensure_topic, topic)
-
-
-async def local_ready(broker: Broker, placements: Mapping[str, TopicPlacement]) -> None:
-    """The local store has every routed topic with its full queue count (the route watch may
-    not have been applied yet when a forwarded write arrives)."""
-    store = broker.store
-    missing = [
-        (topic, p.queue_count)
-        for topic, p in placements.items()
-        if not store.has_topic(topic) or store.queue_count(topic) < p.queue_count
-    ]
-    if missing:
-        sync = broker.local_topics
-
-        def create() -> None:
-            for topic, count in missing:
-                sync.ensure_local(topic, count)
-
-        await run_in_threadpool(create)
+    return await run_blocking(cluster.ensure_topic, topic)
 
 
 def scoped_producer(topic: str, key: str | None, scope: str | None) -> ProducerRef | None:
@@ -85,9 +68,9 @@ def scoped_producer(topic: str, key: str | None, scope: str | None) -> ProducerR
     return ProducerRef(f"http:{topic}:{key}" + (f"#{scope}" if scope else ""))
 
 
-def error_entry(index: int, broker: str, exc: ApiError | SparkMQError) -> dict[str, Any]:
+def error_entry(index: int, broker: str, exc: BrokerError | SparkMQError) -> dict[str, Any]:
     """A per-entry failure of a spanning batch."""
-    if isinstance(exc, ApiError):
+    if isinstance(exc, BrokerError):
         return {"index": index, "error": exc.code, "message": exc.message, "broker": broker}
     return {"index": index, "error": exc.code, "message": str(exc), "broker": broker}
 
@@ -224,7 +207,7 @@ async def produce_json_batch(
     groups = plan.groups()
     transactional = transaction is not None or any(e.get("transaction") for e in entries)
     if transactional and len(groups) > 1:
-        raise ApiError(
+        raise BrokerError(
             400,
             "transaction_spans_brokers",
             f"a transaction lives on one broker, and these messages map to queues of {', '.join(groups)}: "
@@ -294,7 +277,7 @@ async def _all_here(
         entry.queue_id, entry.sharding_key = queue, None  # decoded structs: ours to place
     await local_ready(broker, {topic: placement})
     producer = scoped_producer(topic, key, headers.get(SCOPE_HEADER))
-    outcome, _ = await run_in_threadpool(producing.put_fields, broker.store, topic, entries, bodies, producer)
+    outcome, _ = await run_blocking(producing.put_fields, broker.store, topic, entries, bodies, producer)
     if arrow_results:
         return 201, render.produce_results_stream(outcome), batches.ARROW_STREAM, len(outcome)
     return 201, render.produce_batch_json(outcome, cluster.name), "application/json", len(outcome)
@@ -322,8 +305,8 @@ async def _send_part(
         await local_ready(broker, placements)
         request = _BatchRequest(topic, content_type, body, arrow_results, scoped_producer(topic, key, scope))
         try:
-            payload, count, _ = await run_in_threadpool(_produce_batch, broker, request)
-        except (ApiError, SparkMQError) as exc:
+            payload, count, _ = await run_blocking(_produce_batch, broker, request)
+        except (BrokerError, SparkMQError) as exc:
             response = response_for(exc)
             return response.status_code, bytes(response.body), "application/json", 0
         if arrow_results:

@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ingest_api.http.auth import Principal, authenticate
-from ingest_api.http.broker import Broker
-from ingest_api.http.errors import ApiError
+from broker.auth import Principal, authenticate
+from broker.errors import BrokerError
+from broker.state import Broker
 
-#: Declares the bearer scheme in OpenAPI; the check itself is :func:`ingest_api.http.auth.authenticate`.
+#: Declares the bearer scheme in OpenAPI; the check itself is :func:`broker.auth.authenticate`.
 _bearer_scheme = HTTPBearer(auto_error=False, description="Only when the broker runs with --auth-file.")
 
 
@@ -50,7 +50,7 @@ async def require_json_body(request: Request) -> None:
     """415 unless the request body is declared as JSON (an absent Content-Type is accepted)."""
     declared = media_type(request)
     if declared and declared != "application/json" and not declared.endswith("+json"):
-        raise ApiError(415, "unsupported_media_type", f"expected application/json, got {declared!r}")
+        raise BrokerError(415, "unsupported_media_type", f"expected application/json, got {declared!r}")
 
 
 JsonBody = Depends(require_json_body)

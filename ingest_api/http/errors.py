@@ -1,7 +1,8 @@
 """Every HTTP error is ``{"error": CODE, "message": ...}`` with a fitting status.
 
-Store faults (:mod:`store.errors`) carry a stable ``code``; :data:`STATUS_BY_CODE` maps each to
-its HTTP status in one place. Faults of the HTTP layer itself are :class:`ApiError`.
+Refusals of the broker core (:class:`broker.errors.BrokerError`) and store faults
+(:mod:`store.errors`) carry a stable ``code``; :func:`broker.errors.error_body` gives each its
+status and body, in one place. This module registers that mapping with FastAPI.
 """
 
 from __future__ import annotations
@@ -14,48 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from broker.errors import BrokerError, error_body
 from ingest_api.http.routes import allowed_methods
 from store import SparkMQError
 
 log = logging.getLogger(__name__)
-
-#: Store error code -> HTTP status. Codes not listed (unexpected faults) are 500.
-STATUS_BY_CODE: dict[str, int] = {
-    "invalid_argument": 400,
-    "invalid_topic": 400,
-    "invalid_group": 400,
-    "unknown_topic": 404,
-    "unknown_queue": 404,
-    "unknown_transaction": 404,
-    "unknown_message": 404,
-    "unknown_group": 404,
-    "producer_group_mismatch": 409,
-    "not_a_half_message": 400,
-    "message_too_large": 413,
-    "store_closed": 503,
-    "store_not_writable": 503,
-    "flush_timeout": 503,
-    "index_behind": 503,
-    "store_locked": 503,
-    "data_lost": 410,
-    "corrupt_store": 500,
-    # the cluster layer (cluster.errors)
-    "cluster_unavailable": 503,
-    "queue_unavailable": 503,
-    "no_live_broker": 503,
-    "invalid_placement": 409,  # well formed, but not placeable on the cluster as it is
-    "invalid_broker_name": 400,
-    "broker_name_taken": 409,
-    "store_belongs_elsewhere": 409,
-    "corrupt_route": 500,
-    # replication (store.ha): refusals carry RocketMQ's status in the body
-    "not_master": 503,
-    "replica_fenced": 503,
-    "slave_not_available": 503,
-    "flush_slave_timeout": 503,
-    "replication_gap": 503,
-    "replicated_data_corrupt": 500,
-}
 
 #: Generic codes for statuses raised by the framework (404 route, 405 method, ...).
 _CODE_BY_STATUS: dict[int, str] = {
@@ -71,30 +35,6 @@ _CODE_BY_STATUS: dict[int, str] = {
 }
 
 
-class ApiError(Exception):
-    """A refusal decided by the HTTP layer (bad batch entry, missing token, ...).
-
-    ``extra`` fields are merged into the JSON body (e.g. ``index`` of a bad batch entry).
-    """
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        headers: dict[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers
-        #: Extra fields with a value (``None`` values are dropped).
-        self.extra = {name: value for name, value in extra.items() if value is not None}
-
-
 def error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
 ) -> JSONResponse:
@@ -103,22 +43,19 @@ def error_response(
 
 
 def _api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers, **exc.extra)
+    assert isinstance(exc, BrokerError)
+    status, body, headers = error_body(exc)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _store_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SparkMQError)
-    status = STATUS_BY_CODE.get(exc.code, 500)
+    status, body, headers = error_body(exc)
     if status == 500 or (status > 500 and not exc.retriable):
         log.error("store fault answered with %d: %s", status, exc, exc_info=status == 500)
     elif status > 500:  # a retriable refusal (no master yet, too few in sync): the client retries
         log.info("answered %d (retriable): %s", status, exc)
-    headers = {"Retry-After": "1"} if exc.retriable else None
-    broker = getattr(exc, "broker", None)  # a cluster fault names the broker it is about
-    return error_response(
-        status, exc.code, str(exc) or exc.code, headers, retriable=exc.retriable, broker=broker
-    )
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:
@@ -147,16 +84,16 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, str(exc.detail), headers)
 
 
-def response_for(exc: ApiError | SparkMQError) -> JSONResponse:
+def response_for(exc: BrokerError | SparkMQError) -> JSONResponse:
     """The answer the app's exception handlers give for ``exc`` (the fast lane renders its
     errors with this, so they are the same bytes)."""
-    handler = _api_error if isinstance(exc, ApiError) else _store_error
+    handler = _api_error if isinstance(exc, BrokerError) else _store_error
     return handler(None, exc)  # type: ignore[arg-type]
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register the one mapping from exceptions to ``{"error", "message"}`` bodies."""
-    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(BrokerError, _api_error)
     app.add_exception_handler(SparkMQError, _store_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

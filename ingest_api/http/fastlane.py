@@ -31,10 +31,11 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from broker.auth import Principal, Right, authenticate, authorize
+from broker.errors import BrokerError
+from broker.state import Broker
 from ingest_api.http import cluster_produce
-from ingest_api.http.auth import Principal, Right, authenticate, authorize
-from ingest_api.http.broker import Broker
-from ingest_api.http.errors import ApiError, response_for
+from ingest_api.http.errors import response_for
 from ingest_api.http.params import TOPIC_PATTERN
 from ingest_api.http.routers.messages import produce_one_json
 from ingest_api.http.routers.transactions import end_transaction_json
@@ -154,7 +155,7 @@ class FastLane:
         try:
             try:
                 ok_status, answer = await answer_call()
-            except (ApiError, SparkMQError) as exc:
+            except (BrokerError, SparkMQError) as exc:
                 response = response_for(exc)
                 status = response.status_code
                 await response(scope, receive, send)
@@ -198,7 +199,7 @@ def _accepted_entry(
     if broker.tokens is not None:
         try:
             authorize(authenticate(broker.tokens, authorization), Right.PRODUCE, topic)
-        except ApiError:
+        except BrokerError:
             return None
     raw = (
         received[0].get("body", b"") if len(received) == 1 else b"".join(m.get("body", b"") for m in received)
@@ -218,7 +219,7 @@ def _accepted_end(
     if broker.tokens is not None:
         try:
             principal = authenticate(broker.tokens, authorization)
-        except ApiError:
+        except BrokerError:
             return None
     raw = b"".join(m.get("body", b"") for m in received)
     try:

@@ -18,8 +18,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.metrics import ClusterGauges, StoreGauges
 from cluster import ClusterNode, ClusterView, SessionState
-from ingest_api.http.metrics import ClusterGauges, StoreGauges
 from ingest_api.http.routers.cluster import LOCAL_BROKER
 from store import MessageStore
 

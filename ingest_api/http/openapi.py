@@ -36,7 +36,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from ingest_api.http.deps import get_broker, get_principal, require_json_body
 from ingest_api.http.routes import api_routes
 

@@ -56,26 +56,6 @@ GroupPath = Annotated[str, Path(**GROUP, description="Consumer group name.")]
 QueuePath = Annotated[int, Path(ge=0, le=65535, description="Queue id within the topic.")]
 
 
-def _ipv6_pattern() -> str:
-    """RFC 3986's ``IPv6address`` (what ``urlparse`` accepts between brackets)."""
-    h16 = "[0-9A-Fa-f]{1,4}"
-    octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-    ls32 = rf"(?:{h16}:{h16}|{octet}(?:\.{octet}){{3}})"
-    forms = [rf"(?:{h16}:){{6}}{ls32}", rf"::(?:{h16}:){{5}}{ls32}"]
-    for before, after in ((0, 4), (1, 3), (2, 2), (3, 1), (4, 0)):
-        head = f"(?:(?:{h16}:){{0,{before}}}{h16})?" if before else f"(?:{h16})?"
-        forms.append(f"{head}::" + (f"(?:{h16}:){{{after}}}" if after else "") + ls32)
-    forms += [rf"(?:(?:{h16}:){{0,5}}{h16})?::{h16}", rf"(?:(?:{h16}:){{0,6}}{h16})?::"]
-    return "(?:" + "|".join(forms) + ")"
-
-
-#: A producer group's check-back URL: absolute http(s), a host (or a bracketed IPv6 address),
-#: printable ASCII (``TransactionBoard`` checks it, then ``urlparse``: 400 ``invalid_argument``).
-CHECK_URL_PATTERN = (
-    r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[A-Za-z0-9._~%!$&'()*+,;=:-]*@)?"
-    rf"(?:\[{_ipv6_pattern()}\]|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::[0-9]*)?(?:[/?#][\x21-\x7e]*)?$"
-)
-
 #: Longest accepted ``Idempotency-Key`` header value.
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 #: 1-200 visible ASCII characters (checked by ``producing.idempotency_ref``: 400

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.errors import BrokerError
 from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes, schedule_error
-from ingest_api.http.errors import ApiError
 from ingest_api.http.fields import decode_body
 from ingest_api.http.json_batch import EntryFields
 from ingest_api.http.params import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS
@@ -55,7 +55,7 @@ def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
     if key is None:
         return None
     if _IDEMPOTENCY_KEY.fullmatch(key) is None:
-        raise ApiError(
+        raise BrokerError(
             400,
             "invalid_idempotency_key",
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters",
@@ -80,9 +80,9 @@ def known_queue_count(store: MessageStore, topic: str) -> int | None:
     return store.queue_count(topic) if store.has_topic(topic) else None
 
 
-def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | None = None) -> ApiError:
+def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | None = None) -> BrokerError:
     where = f"messages[{index}]: " if index is not None else ""
-    return ApiError(
+    return BrokerError(
         409,  # well formed, but the topic has fewer queues (409 Conflict: it may grow)
         "unknown_queue",
         f"{where}queue_id {queue_id} is outside topic {topic!r}'s {queue_count} queues",
@@ -90,9 +90,9 @@ def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | Non
     )
 
 
-def _too_large(size: int, limit: int, index: int | None = None) -> ApiError:
+def _too_large(size: int, limit: int, index: int | None = None) -> BrokerError:
     where = f"messages[{index}]: " if index is not None else ""
-    return ApiError(
+    return BrokerError(
         413, "message_too_large", f"{where}body is {size} bytes; the limit is {limit}", index=index
     )
 
@@ -353,7 +353,7 @@ def transaction_messages(
             field = next(
                 f for f in ("delay_level", "deliver_at_ms", "delay_ms") if getattr(entry, f) is not None
             )
-            raise ApiError(
+            raise BrokerError(
                 400,
                 "invalid_transaction",
                 f"messages[{i}]: a transactional message cannot be delayed ({field})",

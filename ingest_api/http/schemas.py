@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from broker.transactions import CHECK_URL_PATTERN
 from cluster import BROKER_NAME_PATTERN
 from ingest_api.http.fields import (
     BASE64_PATTERN,
@@ -37,7 +38,6 @@ from ingest_api.http.fields import (
     config_limit,
     decode_body,
 )
-from ingest_api.http.params import CHECK_URL_PATTERN
 from ingest_api.http.schema_rules import AtMostOne, ExactlyOne, Excludes, GivenWhen, check, given, schema_of
 from store import GROUP_MAX_LENGTH, Message, MessageView, PutResult
 

@@ -18,8 +18,8 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from broker.config import ServerConfig
 from ingest_api.http.app import Companion, StoreOpener, create_app
-from ingest_api.http.config import ServerConfig
 from store import MessageStore
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -11,7 +11,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ingest_api.http.metrics import BrokerMetrics
+from broker.metrics import BrokerMetrics
 
 #: Set in the scope by a handler that answers without routing (the fast lane).
 ROUTE_KEY = "sparkmq.route"

@@ -29,7 +29,7 @@ from ingest_api.kafka.topology import CoordinatorChoice, CoordinatorKind, KafkaN
 
 
 class PeerPort(Protocol):
-    """``ingest_api.http.peers.PeerClient``: one request to a broker's live master."""
+    """``broker.peers.PeerClient``: one request to a broker's live master."""
 
     async def request(
         self,

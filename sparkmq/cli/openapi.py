@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
+from broker.config import ServerConfig
 from ingest_api.http.app import broker_openapi
-from ingest_api.http.config import ServerConfig
 from sparkmq.cli.root import app
 from store import InvalidArgument, StoreConfig, parse_duration_ms
 

@@ -17,9 +17,9 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from broker.config import ServerConfig
 from cluster import ClusterConfig, InvalidBrokerName, InvalidClusterAddress, parse_cluster_address
 from ingest_api.http.app import Companion
-from ingest_api.http.config import ServerConfig
 from ingest_api.http.server import serve as run_server
 from sparkmq.cli.root import app
 from store import DEFAULT_DELAY_LEVELS, FlushDiskType, InvalidArgument, StoreConfig, parse_duration_ms
@@ -59,7 +59,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
     """The operator job as a supervised child process, unless ``--operators off``."""
     if options.extra.get("operators", "local") != "local":
         return []
-    from ingest_api.http.operators import OperatorSupervisor, job_argv, supervised
+    from broker.operators import OperatorSupervisor, job_argv, supervised
 
     cfg = options.config
     host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host

@@ -5,7 +5,7 @@
 is alive, its HTTP address). A lone broker answers as a one-broker cluster named ``local``; its
 address is then the URL the client reached it through (it may advertise a loopback address).
 
-:func:`plan` applies the brokers' own queue rule (``ingest_api/http/routing.py``), so a message
+:func:`plan` applies the brokers' own queue rule (``broker/routing.py``), so a message
 sent straight to the owner lands where a broker would have put it:
 
 * ``queue_id`` given: that queue, at its owner;

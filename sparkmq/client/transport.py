@@ -18,10 +18,10 @@ from sparkmq.client.config import ClientConfig
 from sparkmq.client.errors import BrokerUnreachable, error_from_answer
 
 #: Request header scoping the Idempotency-Key of one broker's part of a request (the brokers'
-#: own ``ingest_api.http.routing.SCOPE_HEADER``).
+#: own ``broker.routing.SCOPE_HEADER``).
 SCOPE_HEADER = "x-sparkmq-idempotency-scope"
 #: Marks a request the client has already routed to the queue's owner, as a broker marks what
-#: it forwards (``ingest_api.http.routing.FORWARDED_HEADER``): the receiver serves it from its
+#: it forwards (``broker.routing.FORWARDED_HEADER``): the receiver serves it from its
 #: own store and never forwards it again (a produce whose queue is not its own: ``421``).
 ROUTED = {"x-sparkmq-forwarded": "sparkmq-client"}
 

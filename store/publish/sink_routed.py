@@ -1,7 +1,7 @@
 """The coordinator's half of a sink batch decided across brokers: routes in, chunks out.
 
 The cluster is reached only through :class:`SinkRouter`, which the HTTP door implements over
-its cluster view and peer client (``ingest_api.http.sink_peers``); this module is protocol
+its cluster view and peer client (``broker.sink_peers``); this module is protocol
 only (design: docs/exactly_once.md, "Across brokers"):
 
 * :func:`check_routed` runs before the decision: every row gets its queue from the routes

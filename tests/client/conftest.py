@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from sparkmq.client import Consumer
 from tests.cluster.conftest import zk_url, zookeeper
 from tests.cluster.inprocess import InProcessCluster

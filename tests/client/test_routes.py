@@ -1,6 +1,6 @@
 """The client's route parsing and queue planning, without a network.
 
-The client must place every message where a broker would (``ingest_api/http/routing.py``):
+The client must place every message where a broker would (``broker/routing.py``):
 a differential test runs both planners on the same routes, keys and queue ids."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.routing import QueuePlanner
 from cluster import BrokerGroup, ClusterView, MemberInfo, TopicPlacement
-from ingest_api.http.routing import QueuePlanner
 from sparkmq.client.errors import NoLiveBroker
 from sparkmq.client.routes import ClusterInfo, QueuePicker, Target, TopicRoute, plan
 from store import sharding_queue

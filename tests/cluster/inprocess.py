@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
+from broker.config import ServerConfig
 from cluster import ClusterConfig, parse_cluster_address
-from ingest_api.http.config import ServerConfig
 from tests.ingest.conftest import RunningBroker, start_broker
 from tests.support.network import free_port
 from tests.support.stores import light_config

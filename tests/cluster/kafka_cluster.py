@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.config import ServerConfig
 from cluster import ClusterConfig, parse_cluster_address
-from ingest_api.http.config import ServerConfig
 from ingest_api.kafka import GatewayConfig
 from ingest_api.kafka.companion import KafkaCompanion
 from tests.cluster.inprocess import InProcessCluster

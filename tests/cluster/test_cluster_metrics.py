@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_api.http.config import ServerConfig
-from ingest_api.http.metrics import BrokerMetrics, ClusterGauges, StoreGauges, render
+from broker.config import ServerConfig
+from broker.metrics import BrokerMetrics, ClusterGauges, StoreGauges, render
 from tests.cluster.inprocess import InProcessCluster
 from tests.ingest.conftest import RunningBroker, start_broker
 from tests.support.stores import light_config

@@ -28,7 +28,7 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from store import java_string_hash
 from tests.cluster.kafka_cluster import KafkaCluster
 from tests.cluster.test_kafka_cluster import NAMES, OWNERS, create_topic, pulled

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from tests.ingest.conftest import RunningBroker, start_broker
 from tests.support.stores import light_config
 

@@ -37,7 +37,7 @@ import pyarrow as pa
 import schemathesis
 from hypothesis import strategies as st
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from tests.support.stores import light_config
 
 #: Long-polls of the run wait at most this long (ms).

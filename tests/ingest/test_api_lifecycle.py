@@ -159,7 +159,7 @@ def test_serve_freezes_the_heap_once_started(tmp_path: Path) -> None:
     collector's generations, so full collections do not walk it while serving."""
     import gc
 
-    from ingest_api.http.config import ServerConfig
+    from broker.config import ServerConfig
     from tests.support.stores import light_config
 
     from .conftest import start_broker

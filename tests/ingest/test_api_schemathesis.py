@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from tests.support.stores import light_config
 
 from .conftest import RunningBroker, start_broker

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.http.auth import (
+from broker.auth import (
     Right,
     authenticate,
     authorize,
@@ -16,9 +16,9 @@ from ingest_api.http.auth import (
     load_token_table,
     parse_token_table,
 )
-from ingest_api.http.errors import ApiError
-from ingest_api.http.longpoll import ArrivalHub
-from ingest_api.http.metrics import BrokerMetrics, StoreGauges, render
+from broker.errors import BrokerError
+from broker.longpoll import ArrivalHub
+from broker.metrics import BrokerMetrics, StoreGauges, render
 from store.errors import InvalidArgument
 
 TABLE = {
@@ -37,16 +37,16 @@ class TestAuth:
         assert writer.name == "writer"
         authorize(writer, Right.PRODUCE, "orders")
         authorize(writer, Right.PRODUCE, "logs-app")
-        with pytest.raises(ApiError) as info:
+        with pytest.raises(BrokerError) as info:
             authorize(writer, Right.CONSUME, "orders")
         assert info.value.status == 403
-        with pytest.raises(ApiError):
+        with pytest.raises(BrokerError):
             authorize_global_admin(writer)
         authorize_global_admin(authenticate(table, "bearer ops-token-1"))
 
     @pytest.mark.parametrize("header", [None, "", "Basic abc", "Bearer ", "Bearer wrong-token"])
     def test_bad_credentials_are_401(self, header: str | None) -> None:
-        with pytest.raises(ApiError) as info:
+        with pytest.raises(BrokerError) as info:
             authenticate(parse_token_table(TABLE), header)
         assert info.value.status == 401
         assert info.value.headers == {"WWW-Authenticate": "Bearer"}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from broker.errors import BrokerError
 from ingest_api.http import batches
-from ingest_api.http.errors import ApiError
 from ingest_api.http.producing import check_arrow_queue_ids
 from store import ProduceColumns, sharding_queue
 
@@ -21,8 +21,8 @@ def arrow_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def refused(call: object, *args: object) -> ApiError:
-    with pytest.raises(ApiError) as info:
+def refused(call: object, *args: object) -> BrokerError:
+    with pytest.raises(BrokerError) as info:
         call(*args)  # type: ignore[operator]
     return info.value
 
@@ -286,7 +286,7 @@ def test_column_entries_store_what_the_message_path_stores(tmp_path: Path) -> No
                     rows.append(row)
             stored.append(sorted(rows, key=lambda r: (str(r["queue_id"]), str(r["queue_offset"]))))
         with MessageStore.open(light_config(tmp_path / f"{name}-small", max_message_size_bytes=4)) as store:
-            with pytest.raises(ApiError) as info:
+            with pytest.raises(BrokerError) as info:
                 producing.put_entries(store, "t", entries)
             assert (info.value.status, info.value.extra) == (413, {"index": 0})
     assert stored[0] == stored[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.http.coalescer import ProduceCoalescer, store_each
+from broker.coalescer import ProduceCoalescer, store_each
 from store.errors import MessageTooLarge, UnknownQueue
 from store.message_store import MessageStore
 from store.types import Message

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from broker.state import Broker
 from ingest_api.http import fastlane
-from ingest_api.http.broker import Broker
 from ingest_api.http.schemas import ProduceIn
 
 from .conftest import BrokerFactory, RunningBroker

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.errors import BrokerError
 from ingest_api.http import batches, json_batch
-from ingest_api.http.errors import ApiError
 from ingest_api.http.producing import entry_columns
 from store import ProduceColumns
 
@@ -81,7 +81,7 @@ def columns_equal(left: ProduceColumns, right: ProduceColumns) -> None:
 def outcome(call: Any) -> ProduceColumns | tuple[int, str, str]:
     try:
         return call()  # type: ignore[no-any-return]
-    except ApiError as exc:
+    except BrokerError as exc:
         return (exc.status, exc.code, exc.message)
 
 

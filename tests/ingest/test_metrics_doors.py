@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from ingest_api.kafka import GatewayConfig
 from ingest_api.kafka.companion import KafkaCompanion
 from tests.streaming.eo_helpers import part_batch

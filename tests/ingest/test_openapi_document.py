@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ingest_api.http.params import CHECK_URL_PATTERN
+from broker.transactions import CHECK_URL_PATTERN
 from ingest_api.http.schema_rules import AtMostOne, ExactlyOne, Excludes, GivenWhen, Rule
 from sparkmq.cli import app as cli
 from store import GROUP_NAME_PATTERN, SYSTEM_TOPICS, TOPIC_NAME_PATTERN

@@ -80,7 +80,7 @@ def test_the_answer_the_route_renders_has_the_documented_fields_in_order() -> No
     # The route renders retries.SendBack with msgspec; its fields are SendBackOut's (the schema).
     from dataclasses import fields
 
-    from ingest_api.http.retries import SendBack
+    from broker.retries import SendBack
     from ingest_api.http.routers.retries import SendBackOut
 
     assert [f.name for f in fields(SendBack)] == list(SendBackOut.model_fields)

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from ingest_api.http.server import BrokerServer, build_server
 from ingest_api.kafka.companion import KafkaCompanion, serve_companions
 from store import Message, MessageStore

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from ingest_api.http.server import build_server
 from store import Message, MessageStore, StoreConfig
 from streaming.register import local_session_builder

@@ -295,7 +295,7 @@ def start_broker(store_dir: Path, port: int, log_path: Path, fault: str | None =
 def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
     import contextlib
 
-    from ingest_api.http.config import ServerConfig
+    from broker.config import ServerConfig
     from ingest_api.http.routers import sinks
     from ingest_api.http.server import build_server
     from store.publish.sink_staging import SinkStaging

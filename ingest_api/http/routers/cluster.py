@@ -12,14 +12,14 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from broker.auth import Right, authorize
+from broker.errors import BrokerError
+from broker.peers import PeerUnavailable
+from broker.replication import replica_status
+from broker.state import Broker
 from cluster import BrokerGroup, MemberInfo
-from ingest_api.http.auth import Right, authorize
-from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.errors import ApiError
 from ingest_api.http.params import AnyTopicPath
-from ingest_api.http.peers import PeerUnavailable
-from ingest_api.http.replica_sync import replica_status
 from ingest_api.http.schemas import ClusterOut, ErrorOut, TopicRouteOut
 from store import UnknownTopic, is_system_topic, validate_topic
 
@@ -147,7 +147,7 @@ async def topic_route(topic: AnyTopicPath, broker: BrokerDep, principal: Princip
             ],
         }
     if route is None:
-        raise ApiError(404, "unknown_topic", f"topic {topic!r} does not exist in the cluster")
+        raise BrokerError(404, "unknown_topic", f"topic {topic!r} does not exist in the cluster")
     replicas = {name: _replicas(node.view.group(name)) for name in {r.broker_name for r in route}}
     return {
         "topic": topic,

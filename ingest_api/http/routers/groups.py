@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import cluster_groups
-from ingest_api.http.auth import Right, authorize, authorize_global_admin
-from ingest_api.http.broker import Broker
-from ingest_api.http.cluster_reads import is_local_request
+from broker import cluster_groups
+from broker.auth import Right, authorize, authorize_global_admin
+from broker.cluster_groups import local_name, placement_owners
+from broker.errors import BrokerError
+from broker.lag import GroupQueueRow, group_topic_rows
+from broker.peers import is_local_request, passed_headers
+from broker.resets import apply_reset, plan_reset
+from broker.routing import FORWARDED_HEADER
+from broker.state import Broker
+from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
-from ingest_api.http.errors import ApiError
-from ingest_api.http.lag import GroupQueueRow, group_topic_rows
 from ingest_api.http.params import USER_TOPIC, GroupPath, TopicQuery
-from ingest_api.http.resets import apply_reset, plan_reset
-from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import (
     ErrorOut,
     GroupDescribeOut,
@@ -65,7 +66,7 @@ async def list_groups(request: Request, broker: BrokerDep, principal: PrincipalD
     """Every group with committed offsets, and the topics it has them for (in a cluster: on any
     broker)."""
     authorize_global_admin(principal)
-    local = await run_in_threadpool(broker.store.groups)
+    local = await run_blocking(broker.store.groups)
     if is_local_request(broker, request.headers):
         return GroupListOut(groups=local)
     return GroupListOut(groups=await cluster_groups.group_lists(broker, request.headers, local))
@@ -79,7 +80,7 @@ async def get_offsets(
     In a cluster each queue's offset comes from its owner."""
     authorize(principal, Right.CONSUME, topic)
     if is_local_request(broker, request.headers):
-        return await run_in_threadpool(_offsets, broker.store, group, topic)
+        return await run_blocking(_offsets, broker.store, group, topic)
     return await _cluster_offsets(broker, group, topic, request)
 
 
@@ -89,7 +90,7 @@ async def _cluster_offsets(broker: Broker, group: str, topic: str, request: Requ
     owners = cluster_groups.placement_owners(broker.cluster.view, topic)
     local = None
     if broker.store.has_topic(topic):
-        local = (await run_in_threadpool(_offsets, broker.store, group, topic)).offsets
+        local = (await run_blocking(_offsets, broker.store, group, topic)).offsets
     answers, unavailable = await cluster_groups.gather_topic(
         broker, topic, f"/groups/{group}/offsets", request.headers, {"topic": topic}, local,
         lambda body: {int(q): o for q, o in body["offsets"].items()},
@@ -102,12 +103,12 @@ def _commit(store: MessageStore, group: str, topic: str, offsets: dict[int, int]
     queues = _queue_count(store, group, topic)
     for queue_id, offset in sorted(offsets.items()):
         if queue_id >= queues:
-            raise ApiError(  # 409: the request conflicts with the topic's current state
+            raise BrokerError(  # 409: the request conflicts with the topic's current state
                 409, "unknown_queue", f"queue {queue_id} does not exist; topic {topic!r} has {queues}"
             )
         high = store.max_offset(topic, queue_id)
         if offset > high:
-            raise ApiError(
+            raise BrokerError(
                 409,
                 "offset_out_of_range",
                 f"offset {offset} for queue {queue_id} is past its max offset {high}",
@@ -128,11 +129,11 @@ async def put_offsets(
     cluster each queue's offset is committed at the queue's owner."""
     authorize(principal, Right.CONSUME, spec.topic)
     if is_local_request(broker, request.headers):
-        return await run_in_threadpool(_commit, broker.store, group, spec.topic, dict(spec.offsets))
+        return await run_blocking(_commit, broker.store, group, spec.topic, dict(spec.offsets))
     validate_group(group)
     mine = await cluster_groups.split_commit(broker, group, spec.topic, dict(spec.offsets), request.headers)
     if mine:
-        await run_in_threadpool(_commit, broker.store, group, spec.topic, mine)
+        await run_blocking(_commit, broker.store, group, spec.topic, mine)
     return await _cluster_offsets(broker, group, spec.topic, request)
 
 
@@ -175,17 +176,17 @@ async def reset_offsets(
     With ``dry_run`` nothing is committed: the answer is the per-queue plan (current, target)."""
     authorize(principal, Right.CONSUME, spec.topic)
     if broker.cluster is None:
-        return await run_in_threadpool(_reset, broker.store, group, spec)
+        return await run_blocking(_reset, broker.store, group, spec)
     validate_group(group)
     owns = partial(cluster_groups.owned, broker, spec.topic)
     local = None
     if broker.store.has_topic(spec.topic):
-        local = await run_in_threadpool(_reset, broker.store, group, spec, owns)
+        local = await run_blocking(_reset, broker.store, group, spec, owns)
     if FORWARDED_HEADER in request.headers:
         return local or GroupResetOut(
             group=group, topic=spec.topic, dry_run=spec.dry_run, offsets={}, queues=[]
         )
-    return await cluster_groups.gather_resets(broker, group, spec, request.headers, local)
+    return await gather_resets(broker, group, spec, request.headers, local)
 
 
 def _describe(store: MessageStore, group: str, topics: list[str] | None) -> list[GroupQueueRow]:
@@ -217,7 +218,7 @@ async def describe_group(
     kafka = (
         next((g for g in broker.kafka_groups() if g.group_id == group), None) if broker.kafka_groups else None
     )
-    rows = await run_in_threadpool(_describe, broker.store, group, [topic] if topic else None)
+    rows = await run_blocking(_describe, broker.store, group, [topic] if topic else None)
     unavailable: list[str] = []
     kafka_state = kafka.state.name if kafka is not None else None
     members = [
@@ -233,7 +234,7 @@ async def describe_group(
             members = [KafkaMemberOut.model_validate(m) for m in remote["members"]]
     is_kafka = kafka is not None or kafka_state is not None
     if not rows and not is_kafka:
-        raise ApiError(404, "group_not_found", f"group {group!r} has no committed offsets and no members")
+        raise BrokerError(404, "group_not_found", f"group {group!r} has no committed offsets and no members")
     return GroupDescribeOut(
         group=group,
         kind="kafka" if is_kafka else "offset table",
@@ -277,14 +278,14 @@ async def get_lag(
     offset), and the total. In a cluster each queue's row comes from its owner."""
     authorize(principal, Right.CONSUME, topic)
     if is_local_request(broker, request.headers):
-        return await run_in_threadpool(_lag, broker.store, group, topic)
+        return await run_blocking(_lag, broker.store, group, topic)
     assert broker.cluster is not None
     validate_group(group)
     owners = cluster_groups.placement_owners(broker.cluster.view, topic)
     local = None
     if broker.store.has_topic(topic):
         local = {
-            row.queue_id: row for row in (await run_in_threadpool(_lag, broker.store, group, topic)).queues
+            row.queue_id: row for row in (await run_blocking(_lag, broker.store, group, topic)).queues
         }
     answers, unavailable = await cluster_groups.gather_topic(
         broker, topic, f"/groups/{group}/lag", request.headers, {"topic": topic}, local,
@@ -298,4 +299,40 @@ async def get_lag(
         queues=rows,
         total_lag=sum(r.lag for r in rows),
         unavailable=unavailable or None,
+    )
+
+
+async def gather_resets(
+    broker: Broker, group: str, spec: GroupResetIn, headers: Mapping[str, str], local: GroupResetOut | None
+) -> GroupResetOut:
+    """The reset asked of every owner of the topic (each resets its own queues); rows merged."""
+    node = broker.cluster
+    assert node is not None
+    owners = placement_owners(node.view, spec.topic)
+    served = local if local_name(broker) is not None else None
+    rows: dict[int, ResetQueueOut] = {row.queue_id: row for row in (served.queues if served else ())}
+    for name in sorted(set(owners) - {local_name(broker)}):
+        answer = await broker.peers.request(
+            node.view.master_of(name),
+            name,
+            "POST",
+            f"/groups/{group}/reset",
+            headers={**passed_headers(headers), "content-type": "application/json"},
+            content=spec.model_dump_json(exclude_none=True).encode(),
+        )
+        if answer.status_code != 200:
+            body = answer.json()
+            raise BrokerError(
+                answer.status_code, body.get("error", "peer_error"), body.get("message", ""), broker=name
+            )
+        for row in answer.json()["queues"]:
+            if owners[row["queue_id"]] == name:
+                rows[row["queue_id"]] = ResetQueueOut.model_validate(row)
+    ordered = [rows[q] for q in sorted(rows)]
+    return GroupResetOut(
+        group=group,
+        topic=spec.topic,
+        dry_run=spec.dry_run,
+        offsets={row.queue_id: row.target for row in ordered},
+        queues=ordered,
     )

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from ingest_api.http.auth import authorize_global_admin
+from broker.auth import authorize_global_admin
+from broker.errors import BrokerError
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.errors import ApiError
 
 router = APIRouter(prefix="/kafka/peer", tags=["kafka"], include_in_schema=False)
 
@@ -29,6 +29,6 @@ async def kafka_peer_call(op: str, request: Request, broker: BrokerDep, principa
     authorize_global_admin(principal)
     service = broker.kafka_peer
     if service is None:
-        raise ApiError(503, "kafka_unavailable", "no Kafka gateway runs on this broker", retriable=True)
+        raise BrokerError(503, "kafka_unavailable", "no Kafka gateway runs on this broker", retriable=True)
     answer: bytes = await service.handle(op, await request.body())
     return Response(answer, media_type="application/json")

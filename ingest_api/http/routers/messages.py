@@ -9,13 +9,14 @@ from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import batches, cluster_produce, cluster_reads, json_batch, producing, render
-from ingest_api.http.auth import Right, authorize
-from ingest_api.http.broker import Broker
+from broker import peers
+from broker.auth import Right, authorize
+from broker.errors import BrokerError
+from broker.state import Broker
+from broker.threads import run_blocking
+from ingest_api.http import batches, cluster_produce, json_batch, producing, render
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
-from ingest_api.http.errors import ApiError
 from ingest_api.http.fields import config_limit
 from ingest_api.http.params import USER_TOPIC, IdempotencyKeyHeader, TopicPath
 from ingest_api.http.render import produce_batch_json, produce_results_stream
@@ -135,7 +136,7 @@ async def produce_one_json(
 ) -> bytes:
     """Store one validated, authorised entry and render the 201 answer's body. The route above
     and the fast lane (:mod:`ingest_api.http.fastlane`) both end here; errors are raised as
-    :class:`ApiError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
+    :class:`BrokerError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
     started = time.perf_counter()
     store = broker.store
     if entry.transaction is not None and producer is None and broker.operators is not None:
@@ -143,7 +144,7 @@ async def produce_one_json(
         if board is not None:  # group commit of halves, like plain single produces
             group = entry.transaction.producer_group
             if producing.known_queue_count(store, topic) is None:
-                await run_in_threadpool(store.ensure_topic, topic)
+                await run_blocking(store.ensure_topic, topic)
             txid, (half,) = producing.transaction_messages(store, topic, [entry], group)
             result = await broker.producer.put(half)
             board.service.register(txid, group, [result], result.store_timestamp_ms, [topic])
@@ -154,13 +155,13 @@ async def produce_one_json(
             out = TransactionalProduceOut(**ProduceOut.of(result).model_dump(), transaction_id=txid)
             return out.model_dump_json().encode()
     if entry.transaction is not None:
-        txid, results = await run_in_threadpool(_put_transaction, broker, topic, [entry], producer)
+        txid, results = await run_blocking(_put_transaction, broker, topic, [entry], producer)
         broker.metrics.produced(topic, 1, 0, "single", time.perf_counter() - started)
         out = TransactionalProduceOut(**ProduceOut.of(results[0]).model_dump(), transaction_id=txid)
         return out.model_dump_json().encode()
     queue_count = producing.known_queue_count(store, topic)
     if queue_count is None:
-        queue_count = await run_in_threadpool(store.ensure_topic, topic)
+        queue_count = await run_blocking(store.ensure_topic, topic)
     config = store.config
     message = producing.entry_message(
         topic,
@@ -174,7 +175,7 @@ async def produce_one_json(
     if producer is None:
         result = await broker.producer.put(message)
     else:  # not coalesced: the request is its own idempotent unit
-        (result,) = await run_in_threadpool(store.put_messages, [message], producer=producer)
+        (result,) = await run_blocking(store.put_messages, [message], producer=producer)
     broker.metrics.produced(topic, 1, len(message.body), "single", time.perf_counter() - started)
     return render.produce_one_json(result)
 
@@ -184,7 +185,7 @@ def _put_transaction(
 ) -> tuple[str, list[PutResult]]:
     groups = {e.transaction.producer_group if e.transaction else None for e in entries}
     if len(groups) != 1 or None in groups:
-        raise ApiError(
+        raise BrokerError(
             400,
             "invalid_transaction",
             "a batch is one transaction: give 'transaction' once for the batch, or the same on every entry",
@@ -193,7 +194,7 @@ def _put_transaction(
     assert group is not None
     board = broker.operators.transactions if broker.operators is not None else None
     if board is None:
-        raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
+        raise BrokerError(503, "transactions_unavailable", "this broker has no transaction service")
     txid, results = producing.put_transaction(broker.store, board.service, topic, entries, group, producer)
     if any(e.transaction is not None and e.transaction.commit for e in entries):
         ended = board.service.end(txid, TxOutcome.COMMIT, group)
@@ -271,7 +272,7 @@ async def produce_batch(
     producer = producing.idempotency_ref(topic, idempotency_key)
     content_type = media_type(request) or batches.JSON
     if content_type not in (batches.JSON, batches.NDJSON, batches.ARROW_STREAM):
-        raise ApiError(
+        raise BrokerError(
             415,
             "unsupported_media_type",
             f"unsupported Content-Type {content_type!r}; use {batches.JSON}, {batches.NDJSON} "
@@ -292,7 +293,7 @@ async def produce_batch(
         producer,
         lambda other: authorize(principal, Right.PRODUCE, other),
     )
-    payload, count, body_bytes = await run_in_threadpool(_produce_batch, broker, batch_request)
+    payload, count, body_bytes = await run_blocking(_produce_batch, broker, batch_request)
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
     media = batches.ARROW_STREAM if arrow_results else "application/json"
     return Response(payload, status_code=201, media_type=media)
@@ -357,17 +358,17 @@ async def query_by_key(
     query = partial(
         _query_by_key, broker.store, topic, key, begin_ms=begin_ms, end_ms=end_ms, limit=max_results
     )
-    if cluster_reads.is_local_request(broker, request.headers):
-        return await run_in_threadpool(query)
+    if peers.is_local_request(broker, request.headers):
+        return await run_blocking(query)
     assert broker.cluster is not None
     if broker.cluster.view.placement(topic) is None:
         raise UnknownTopic(f"topic {topic!r} does not exist")
     params = {"key": key, "begin_ms": begin_ms, "end_ms": end_ms, "max": max_results}
-    others = await cluster_reads.ask_others(broker, f"/topics/{topic}/messages", request.headers, params)
+    others = await peers.ask_others(broker, f"/topics/{topic}/messages", request.headers, params)
     found = [m for answer in others.values() for m in answer["messages"]]
     if broker.store.has_topic(topic):
-        found += [m.model_dump() for m in (await run_in_threadpool(query)).messages]
-    return QueryOut.model_validate({"messages": cluster_reads.newest_first(found, max_results)})
+        found += [m.model_dump() for m in (await run_blocking(query)).messages]
+    return QueryOut.model_validate({"messages": peers.newest_first(found, max_results)})
 
 
 def _real_topic(view: MessageView) -> str:
@@ -395,7 +396,7 @@ def _find_message(store: MessageStore, msg_id: str, topic: str | None) -> Messag
                 if view is not None:
                     break
     if view is None:
-        raise ApiError(404, "message_not_found", f"no message with id {msg_id!r}")
+        raise BrokerError(404, "message_not_found", f"no message with id {msg_id!r}")
     return view
 
 
@@ -412,12 +413,12 @@ async def get_message(
     """One message by offsetMsgId (32 hex chars) or by UNIQ_KEY (searched in ``topic``, or in
     every topic when omitted). In a cluster every broker is asked."""
     try:
-        view = await run_in_threadpool(_find_message, broker.store, msg_id, topic)
-    except ApiError as missing:
-        if cluster_reads.is_local_request(broker, request.headers) or missing.status != 404:
+        view = await run_blocking(_find_message, broker.store, msg_id, topic)
+    except BrokerError as missing:
+        if peers.is_local_request(broker, request.headers) or missing.status != 404:
             raise
         params = {"topic": topic} if topic is not None else None
-        others = await cluster_reads.ask_others(broker, f"/messages/{msg_id}", request.headers, params)
+        others = await peers.ask_others(broker, f"/messages/{msg_id}", request.headers, params)
         if not others:
             raise
         found = MessageOut.model_validate(next(iter(others.values())))

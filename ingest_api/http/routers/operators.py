@@ -19,18 +19,18 @@ from typing import Annotated, Any
 import pyarrow as pa
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http.auth import authorize_global_admin
+from broker.auth import authorize_global_admin
+from broker.errors import BrokerError
+from broker.operators import OperatorBoard
+from broker.state import Broker
+from broker.threads import run_blocking
+from broker.transactions import TRANSACTION_OPERATOR
 from ingest_api.http.batches import ARROW_STREAM
-from ingest_api.http.broker import Broker
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.errors import ApiError
 from ingest_api.http.openapi import INTERNAL
-from ingest_api.http.operators import OperatorBoard
 from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
-from ingest_api.http.transactions import TRANSACTION_OPERATOR
 from store import InvalidArgument
 
 router = APIRouter(prefix="/operators", tags=["operators"], responses={400: {"model": ErrorOut}})
@@ -51,7 +51,7 @@ class RelocationOut(BaseModel):
 def board_of(broker: Broker) -> OperatorBoard:
     board = broker.operators
     if board is None:
-        raise ApiError(503, "operators_unavailable", "the broker has no operator board")
+        raise BrokerError(503, "operators_unavailable", "the broker has no operator board")
     return board
 
 
@@ -60,7 +60,7 @@ async def list_operators(broker: BrokerDep, principal: PrincipalDep) -> dict[str
     """The operator job and each resolver query with its progress and pending messages."""
     authorize_global_admin(principal)
     board = board_of(broker)
-    return {"job": board.job(), "operators": await run_in_threadpool(board.describe)}
+    return {"job": board.job(), "operators": await run_blocking(board.describe)}
 
 
 @router.get("/settings", openapi_extra=INTERNAL)
@@ -94,10 +94,10 @@ async def commit_batch(
     """Decide (first decision wins) and publish one batch of relocation requests."""
     authorize_global_admin(principal)
     board = board_of(broker)
-    table = await run_in_threadpool(_read_table, await request.body())
+    table = await run_blocking(_read_table, await request.body())
     if operator == TRANSACTION_OPERATOR:  # check-backs and discards, applied once per batch
         if board.transactions is None:
-            raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
+            raise BrokerError(503, "transactions_unavailable", "this broker has no transaction service")
         applied = await board.transactions.apply_batch(batch_id, table)
         board.state(operator).last_published_batch = max(board.state(operator).last_published_batch, batch_id)
         return RelocationOut(
@@ -108,7 +108,7 @@ async def commit_batch(
             decided_now=not applied.already_applied,
             already_published=applied.already_applied,
         )
-    outcome = await run_in_threadpool(board.commit_batch, operator, batch_id, table)
+    outcome = await run_blocking(board.commit_batch, operator, batch_id, table)
     return RelocationOut(
         operator=operator,
         batch_id=batch_id,

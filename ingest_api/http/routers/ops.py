@@ -7,15 +7,15 @@ from dataclasses import replace
 from fastapi import APIRouter, Request, Response
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
-from starlette.concurrency import run_in_threadpool
 
+from broker.auth import authorize_global_admin
+from broker.errors import BrokerError
+from broker.metrics import render
+from broker.replication import replica_status
+from broker.threads import run_blocking
 from cluster import SessionState
-from ingest_api.http.auth import authorize_global_admin
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.errors import ApiError
 from ingest_api.http.gauges import cluster_gauges, collect_store_gauges, owned_by
-from ingest_api.http.metrics import render
-from ingest_api.http.replica_sync import replica_status
 from ingest_api.http.schemas import ClusterHealthOut, ErrorOut, HealthOut
 
 router = APIRouter(tags=["ops"])
@@ -35,11 +35,11 @@ async def healthz(broker: BrokerDep) -> HealthOut:
     otherwise. Never needs a token. In a cluster it also reports the ZooKeeper session: a broker
     cut off from ZooKeeper still serves the queues it owns, and answers 200 ``degraded``."""
     if broker.store.closed:
-        raise ApiError(503, "store_closed", "the store is closed")
+        raise BrokerError(503, "store_closed", "the store is closed")
     health = broker.store.health()
     if not health.ok:
         failing = health.failing()
-        raise ApiError(
+        raise BrokerError(
             503,
             "store_degraded",
             "failing store services: "
@@ -67,13 +67,13 @@ async def metrics(broker: BrokerDep, principal: PrincipalDep) -> Response:
     authorize_global_admin(principal)
     node = broker.cluster
     owns = owned_by(node.view, node.name) if node is not None else None
-    gauges = await run_in_threadpool(collect_store_gauges, broker.store, owns)
+    gauges = await run_blocking(collect_store_gauges, broker.store, owns)
     cluster = cluster_gauges(node, broker.store)
     if broker.replica is not None:
-        cluster = replace(cluster, replication=await run_in_threadpool(replica_status, broker))
+        cluster = replace(cluster, replication=await run_blocking(replica_status, broker))
     text = render(broker.metrics, gauges, cluster)
     if broker.operators is not None:
-        text += await run_in_threadpool(broker.operators.metrics_text)
+        text += await run_blocking(broker.operators.metrics_text)
     return Response(text, media_type=PROMETHEUS_TEXT)
 
 

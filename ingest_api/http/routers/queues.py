@@ -11,13 +11,13 @@ from typing import Annotated, Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import APIRouter, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http.auth import Right, authorize
+from broker.auth import Right, authorize
+from broker.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
+from broker.state import Broker
+from broker.threads import run_blocking
 from ingest_api.http.batches import ARROW_STREAM
-from ingest_api.http.broker import Broker
 from ingest_api.http.cluster_reads import redirect_to_owner
-from ingest_api.http.config import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.render import message_stream, messages_from_batch
@@ -131,11 +131,11 @@ def _wants_arrow(request: Request) -> bool:
 async def _pull_with_wait(broker: Broker, spec: _PullSpec, wait_ms: int, arrow: bool) -> _Pulled:
     read = _pull_arrow if arrow else _pull_json
     store = broker.store
-    pulled = await run_in_threadpool(read, store, spec)
+    pulled = await run_blocking(read, store, spec)
     deadline = time.monotonic() + wait_ms / 1000
 
     async def current_max() -> int:
-        return await run_in_threadpool(store.max_offset, spec.topic, spec.queue_id)
+        return await run_blocking(store.max_offset, spec.topic, spec.queue_id)
 
     while pulled.count == 0 and pulled.status in _WAITABLE:
         remaining = deadline - time.monotonic()
@@ -144,7 +144,7 @@ async def _pull_with_wait(broker: Broker, spec: _PullSpec, wait_ms: int, arrow: 
         spec = replace(spec, offset=pulled.next_offset)
         if not await broker.hub.wait(spec.topic, spec.queue_id, spec.offset, remaining, current_max):
             break
-        pulled = await run_in_threadpool(read, store, spec)
+        pulled = await run_blocking(read, store, spec)
     return pulled
 
 
@@ -240,7 +240,7 @@ async def offset_for_timestamp(
     """The queue offset matching a store timestamp (RocketMQ ``searchOffset``)."""
     authorize(principal, Right.CONSUME, topic)
     await redirect_to_owner(topic, queue_id, request, broker)  # in a cluster: 307 to the owner
-    offset = await run_in_threadpool(
+    offset = await run_blocking(
         _offset_for_timestamp,
         broker.store,
         topic,

@@ -15,19 +15,12 @@ from typing import Annotated, Any
 import msgspec
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http import producing
-from ingest_api.http.auth import Right, authorize
-from ingest_api.http.broker import Broker
-from ingest_api.http.cluster_reads import ask_others, is_local_request
-from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.errors import ApiError
-from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
-from ingest_api.http.membership import CONSUMER_GROUPS
-from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
-from ingest_api.http.peers import passed_headers
-from ingest_api.http.retries import (
+from broker.auth import Right, authorize
+from broker.errors import BrokerError
+from broker.membership import CONSUMER_GROUPS
+from broker.peers import ask_others, is_local_request, passed_headers
+from broker.retries import (
     GroupConfigs,
     SendBackItem,
     UnknownMessage,
@@ -35,7 +28,13 @@ from ingest_api.http.retries import (
     resend_dead_letter,
     send_back_many,
 )
-from ingest_api.http.routing import SCOPE_HEADER
+from broker.routing import SCOPE_HEADER
+from broker.state import Broker
+from broker.threads import run_blocking
+from ingest_api.http import producing
+from ingest_api.http.deps import BrokerDep, PrincipalDep
+from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
+from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
 from store import UnknownTopic, dlq_topic
 
@@ -98,7 +97,7 @@ def configs_of(broker: Any) -> GroupConfigs:
     board = broker.operators
     configs = getattr(board, "group_configs", None)
     if configs is None:
-        raise ApiError(503, "retry_unavailable", "this broker has no group configuration")
+        raise BrokerError(503, "retry_unavailable", "this broker has no group configuration")
     return configs  # type: ignore[no-any-return]
 
 
@@ -108,9 +107,9 @@ async def put_group_config(
 ) -> GroupConfigOut:
     """Create or change a consumer group's retry settings (RocketMQ subscription group config)."""
     authorize(principal, Right.CONSUME, f"%RETRY%{group}")
-    doc = await run_in_threadpool(configs_of(broker).put, group, body.max_reconsume_times, body.retry_queues)
+    doc = await run_blocking(configs_of(broker).put, group, body.max_reconsume_times, body.retry_queues)
     if broker.cluster is not None:  # whichever broker receives a send-back of this group applies it
-        await run_in_threadpool(broker.cluster.put_setting, CONSUMER_GROUPS, group, dict(doc))
+        await run_blocking(broker.cluster.put_setting, CONSUMER_GROUPS, group, dict(doc))
     return GroupConfigOut(group=group, **doc)
 
 
@@ -173,7 +172,7 @@ async def _send_back_here(
             broker.local_topics.ensure_local(topic, placement.queue_count if placement else max(mine) + 1)
             return mine
 
-    results: list[Any] = await run_in_threadpool(
+    results: list[Any] = await run_blocking(
         partial(
             send_back_many,
             broker.store,
@@ -203,7 +202,7 @@ async def _send_back_at_holders(
     holders: list[str] = []
     for i, item in enumerate(items):
         found = await ask_others(broker, f"/messages/{item.msg_id}", request.headers, {"topic": item.topic})
-        held = node.serving and await run_in_threadpool(holds, broker.store, group, item.topic, item.msg_id)
+        held = node.serving and await run_blocking(holds, broker.store, group, item.topic, item.msg_id)
         here = node.name if held else None
         holder = here or next(iter(found), None)
         if holder is None:
@@ -252,7 +251,7 @@ async def list_dead_letters(
     if not store.has_topic(topic):
         return DeadLettersOut(group=group, topic=topic, messages=[], next_offset=0)
     start = max(offset, store.min_offset(topic, 0))
-    got = await run_in_threadpool(store.get_messages, topic, 0, start, max_messages)
+    got = await run_blocking(store.get_messages, topic, 0, start, max_messages)
     return DeadLettersOut(
         group=group,
         topic=topic,
@@ -270,6 +269,6 @@ async def resend(
 ) -> ProduceOut:
     """Produce a dead letter again to its original topic (same UNIQ_KEY, reconsume times 0)."""
     authorize(principal, Right.CONSUME, dlq_topic(group))
-    result = await run_in_threadpool(resend_dead_letter, broker.store, group, msg_id)
+    result = await run_blocking(resend_dead_letter, broker.store, group, msg_id)
     authorize(principal, Right.PRODUCE, result.topic)
     return ProduceOut.of(result)

@@ -20,7 +20,7 @@ docs/exactly_once.md). Every route is idempotent, so clients retry freely across
 
 In a cluster the broker receiving the commit is the batch's *coordinator*: its decision records
 the target topics' routes, and each chunk goes to the owner of its queues
-(:class:`ingest_api.http.sink_peers.PeerSinkRouter`; docs/exactly_once.md, "Across brokers").
+(:class:`broker.sink_peers.PeerSinkRouter`; docs/exactly_once.md, "Across brokers").
 
 Batches decided but not yet published when the broker stopped are published again at start
 by :func:`resume_sink_publishing` (call it from the app's lifespan) or, at the latest, by the
@@ -30,15 +30,7 @@ once the broker has joined.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import signal
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path as FilePath
 from typing import Annotated
 
 import numpy as np
@@ -46,26 +38,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http.auth import Right, authorize
-from ingest_api.http.broker import Broker
-from ingest_api.http.cluster_produce import local_ready
+from broker.auth import Right, authorize
+from broker.errors import BrokerError
+from broker.routing import FORWARDED_HEADER
+from broker.sinks import local_ready, part_topics, sink_router, staging_for
+from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
-from ingest_api.http.errors import ApiError
 from ingest_api.http.fields import Count
 from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.params import ID_PATH_PATTERN
-from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut
-from ingest_api.http.sink_peers import PeerSinkRouter
-from store import InvalidArgument, MessageStore
+from store import InvalidArgument
 from store.publish import (
     PART_SCHEMA,
     ChunkRef,
-    CommitOutcome,
-    SinkRouter,
-    SinkStaging,
     SinkStagingError,
     StagedPart,
 )
@@ -125,101 +112,6 @@ class ChunkOut(BaseModel):
     stored_before: int
 
 
-_staging_lock = threading.Lock()
-
-
-def staging_for(broker: Broker) -> SinkStaging:
-    """The broker's one :class:`SinkStaging` (built on first use, kept on the broker object)."""
-    with _staging_lock:
-        staging = getattr(broker, "_sink_staging", None)
-        if not isinstance(staging, SinkStaging) or staging.store is not broker.store:
-            staging = SinkStaging(broker.store, on_event=fault_hook(broker.config.sink_fault))
-            broker._sink_staging = staging  # type: ignore[attr-defined]
-        return staging
-
-
-def fault_hook(spec: str | None) -> Callable[[str], None] | None:
-    """Test only (``SPARKMQ_TEST_SINK_FAULT``): ``<event>:<kill|pause>:<marker>``, once per marker.
-
-    ``kill`` SIGKILLs this broker at the event; ``pause`` blocks the publishing thread there
-    until ``<marker>.release`` exists (at most 300 s). A trailing ``*`` in the event matches a
-    prefix (``stored-*``: the first chunk this broker stores as an owner)."""
-    if not spec:
-        return None
-    point, action, marker = spec.split(":", 2)
-
-    def hit(event: str) -> None:
-        matches = event.startswith(point[:-1]) if point.endswith("*") else event == point
-        if not matches or os.path.exists(marker):
-            return
-        FilePath(marker).write_text(f"{os.getpid()} {event}\n")
-        log.warning("test fault: %s at sink event %s", action, event)
-        if action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        deadline = time.monotonic() + 300
-        while not os.path.exists(f"{marker}.release") and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    return hit
-
-
-def resume_sink_publishing(store: MessageStore) -> list[CommitOutcome]:
-    """Publish every batch decided before the last stop (blocking; run in a thread at start).
-    Batches decided across brokers are left for :func:`sink_recovery`'s cluster pass."""
-    outcomes = SinkStaging(store).recover()
-    for outcome in outcomes:
-        log.info("sink %s: published batch %d (%d rows) left decided by the last run",
-                 outcome.sink_id, outcome.batch_id, outcome.rows)  # fmt: skip
-    return outcomes
-
-
-def _router(broker: Broker, headers: dict[str, str]) -> SinkRouter | None:
-    """A cluster router for one commit (``None`` on a lone broker)."""
-    if broker.cluster is None:
-        return None
-    return PeerSinkRouter(broker, asyncio.get_running_loop(), headers)
-
-
-def _log_recovery(task: asyncio.Task[list[CommitOutcome]]) -> None:
-    if task.cancelled():
-        return
-    failure = task.exception()
-    if failure is not None:
-        log.error("sink recovery across brokers failed (the next commit resumes): %r", failure)
-        return
-    for outcome in task.result():
-        log.info("sink %s: published batch %d (%d rows) decided across brokers before the last stop",
-                 outcome.sink_id, outcome.batch_id, outcome.rows)  # fmt: skip
-
-
-@asynccontextmanager
-async def sink_recovery(broker: Broker) -> AsyncIterator[None]:
-    """A companion (``create_app(..., companions=[sink_recovery])``) that runs the resume at start:
-    local decisions before serving; in a cluster, decisions across brokers in the background
-    (their owners may still be starting; a failure is logged and left for the next commit)."""
-    await run_in_threadpool(resume_sink_publishing, broker.store)
-    task: asyncio.Task[list[CommitOutcome]] | None = None
-    router = _router(broker, {})
-    if router is not None:
-        task = asyncio.create_task(run_in_threadpool(staging_for(broker).recover, router))
-        task.add_done_callback(_log_recovery)
-    try:
-        yield
-    finally:
-        if task is not None and not task.done():
-            task.cancel()
-
-
-def _part_topics(payload: bytes) -> list[str]:
-    try:
-        table = pa.ipc.open_file(pa.BufferReader(payload)).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InvalidArgument(f"a staged part must be an Arrow IPC file: {exc}") from exc
-    if "topic" not in table.schema.names:
-        raise InvalidArgument("a staged part needs a 'topic' column")
-    return [t for t in pc.unique(table.column("topic")).to_pylist() if t is not None]
-
-
 #: The staged part's body, as the sink sends it (streaming/sink_client.py).
 _PART_BODY = {
     **INTERNAL,
@@ -251,9 +143,9 @@ async def stage_part(
     """Stage one part (idempotent: the same part id overwrites itself)."""
     payload = await request.body()
     if principal is not None:
-        for topic in await run_in_threadpool(_part_topics, payload):
+        for topic in await run_blocking(part_topics, payload):
             authorize(principal, Right.PRODUCE, topic)
-    staged = await run_in_threadpool(staging_for(broker).stage_part, sink_id, batch_id, part_id, payload)
+    staged = await run_blocking(staging_for(broker).stage_part, sink_id, batch_id, part_id, payload)
     return PartOut(part_id=staged.part_id, rows=staged.rows)
 
 
@@ -275,11 +167,11 @@ async def commit_batch(
     del principal  # parts were authorised at upload; a commit only names them
     parts = [StagedPart(p.part_id, p.rows) for p in spec.parts]
     auth = request.headers.get("authorization")
-    router = _router(broker, {"authorization": auth} if auth else {})
+    router = sink_router(broker, {"authorization": auth} if auth else {})
     try:
-        outcome = await run_in_threadpool(staging_for(broker).commit, sink_id, batch_id, parts, router)
+        outcome = await run_blocking(staging_for(broker).commit, sink_id, batch_id, parts, router)
     except SinkStagingError as exc:
-        raise ApiError(409, "sink_staging_error", str(exc)) from exc
+        raise BrokerError(409, "sink_staging_error", str(exc)) from exc
     broker.metrics.sink_committed(outcome.rows, outcome.decided_now, outcome.already_published)
     return CommitOut(
         sink_id=sink_id,
@@ -296,7 +188,7 @@ async def abort_batch(
 ) -> dict[str, int]:
     """Delete a failed attempt's parts (decided parts are kept)."""
     del principal
-    removed = await run_in_threadpool(staging_for(broker).abort, sink_id, batch_id, spec.part_ids)
+    removed = await run_blocking(staging_for(broker).abort, sink_id, batch_id, spec.part_ids)
     return {"removed": removed}
 
 
@@ -305,8 +197,8 @@ async def describe_sink(sink_id: SinkPath, broker: BrokerDep, principal: Princip
     """The last published batch and the batches decided but not yet published."""
     del principal
     staging = staging_for(broker)
-    last = await run_in_threadpool(staging.last_published, sink_id)
-    pending = await run_in_threadpool(staging.pending, sink_id)
+    last = await run_blocking(staging.last_published, sink_id)
+    pending = await run_blocking(staging.pending, sink_id)
     return SinkOut(sink_id=sink_id, last_published_batch=last, pending=pending)
 
 
@@ -323,7 +215,7 @@ def _chunk_rows(payload: bytes) -> pa.Table:
     return rows
 
 
-#: A chunk's body, as a coordinator sends it (ingest_api/http/sink_peers.py).
+#: A chunk's body, as a coordinator sends it (broker/sink_peers.py).
 _CHUNK_BODY = {
     **INTERNAL,
     "requestBody": {
@@ -355,11 +247,11 @@ async def store_chunk(
     """Store chunk ``seq`` of a batch decided across brokers, exactly once (owner side)."""
     node = broker.cluster
     if node is None:
-        raise ApiError(400, "not_a_cluster", "sink chunks are sent between brokers of a cluster")
+        raise BrokerError(400, "not_a_cluster", "sink chunks are sent between brokers of a cluster")
     if FORWARDED_HEADER not in request.headers:
         problem = f"sink chunks come from the broker that decided the batch ({FORWARDED_HEADER})"
-        raise ApiError(400, "not_forwarded", problem)
-    rows = await run_in_threadpool(_chunk_rows, await request.body())
+        raise BrokerError(400, "not_forwarded", problem)
+    rows = await run_blocking(_chunk_rows, await request.body())
     topics = [t for t in pc.unique(rows.column("topic")).to_pylist() if t is not None]
     if len(topics) != 1:
         raise InvalidArgument(f"a sink chunk holds the rows of one topic, got {sorted(topics)}")
@@ -367,13 +259,13 @@ async def store_chunk(
     authorize(principal, Right.PRODUCE, topic)
     placement = node.view.placement(topic)
     if placement is None:
-        raise ApiError(503, "route_unknown", f"topic {topic!r} has no route on {node.name} yet; retry")
+        raise BrokerError(503, "route_unknown", f"topic {topic!r} has no route on {node.name} yet; retry")
     queue_ids = np.unique(np.asarray(rows.column("queue_id").to_numpy(zero_copy_only=False)))
     if queue_ids.size and (int(queue_ids[0]) < 0 or int(queue_ids[-1]) >= placement.queue_count):
         raise InvalidArgument(f"queue ids {queue_ids.tolist()} are outside topic {topic!r}'s queues")
     foreign = [int(q) for q in queue_ids if placement.owners[int(q)] != node.name]
     if foreign:
-        raise ApiError(
+        raise BrokerError(
             421,
             "misdirected",
             f"queue {foreign[0]} of {topic!r} is owned by {placement.owners[foreign[0]]}, not {node.name}",
@@ -381,5 +273,5 @@ async def store_chunk(
     await local_ready(broker, {topic: placement})
     writer = staging_for(broker).writer
     ref = ChunkRef(sink_id, batch_id, seq)
-    outcome = await run_in_threadpool(writer.store_chunk, ref, rows, fresh=fresh, flush=flush)
+    outcome = await run_blocking(writer.store_chunk, ref, rows, fresh=fresh, flush=flush)
     return ChunkOut(seq=seq, rows=outcome.rows, stored_before=outcome.stored_before)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
 
 import sparkmq
-from ingest_api.http.auth import authorize_global_admin
+from broker.auth import authorize_global_admin
+from broker.metrics import Counter
+from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.metrics import Counter
 from ingest_api.http.schemas import StatsOut
 from store import MessageStore
 
@@ -41,7 +41,7 @@ async def stats(broker: BrokerDep, principal: PrincipalDep) -> StatsOut:
     """Topic and group counts, CommitLog positions and traffic per door since the start (needs
     admin on ``*`` when auth is on, as ``/metrics``)."""
     authorize_global_admin(principal)
-    topics, groups, figures = await run_in_threadpool(_store_figures, broker.store)
+    topics, groups, figures = await run_blocking(_store_figures, broker.store)
     return StatsOut(
         version=sparkmq.__version__,
         topics=topics,

@@ -11,15 +11,15 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http.auth import Right, authorize
-from ingest_api.http.broker import Broker
+from broker.auth import Right, authorize
+from broker.errors import BrokerError
+from broker.peers import PeerUnavailable, passed_headers
+from broker.routing import FORWARDED_HEADER
+from broker.state import Broker
+from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
-from ingest_api.http.errors import ApiError
 from ingest_api.http.params import AnyTopicPath, TopicPath
-from ingest_api.http.peers import PeerUnavailable, passed_headers
-from ingest_api.http.routing import FORWARDED_HEADER
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
 from store import MessageStore, UnknownTopic, validate_topic
 
@@ -54,14 +54,14 @@ async def create_or_grow_topic(
     node = broker.cluster
     if node is None:
         if spec.brokers is not None:
-            raise ApiError(
+            raise BrokerError(
                 409, "not_a_cluster", "'brokers' places queues in a cluster; this broker runs alone"
             )
-        existed, queues = await run_in_threadpool(_create_or_grow, broker.store, topic, spec.queues)
+        existed, queues = await run_blocking(_create_or_grow, broker.store, topic, spec.queues)
     else:
         validate_topic(topic)
         existed = node.view.placement(topic) is not None
-        placement = await run_in_threadpool(node.create_or_grow_topic, topic, spec.queues, spec.brokers)
+        placement = await run_blocking(node.create_or_grow_topic, topic, spec.queues, spec.brokers)
         queues = placement.queue_count
     if existed:
         response.status_code = 200
@@ -74,7 +74,7 @@ async def list_topics(broker: BrokerDep, principal: PrincipalDep) -> TopicListOu
     if broker.cluster is not None:
         topics = {name: p.queue_count for name, p in broker.cluster.view.topics.items()}
     else:
-        topics = await run_in_threadpool(broker.store.topics)
+        topics = await run_blocking(broker.store.topics)
     return TopicListOut(
         topics=[
             TopicOut(topic=name, queues=queues)
@@ -108,7 +108,7 @@ async def describe_topic(
     if principal is not None and not principal.may_any(topic):
         authorize(principal, Right.CONSUME, topic)
     if broker.cluster is None or FORWARDED_HEADER in request.headers:
-        return await run_in_threadpool(_describe, broker.store, topic)
+        return await run_blocking(_describe, broker.store, topic)
     return await _describe_cluster(broker, topic, passed_headers(request.headers))
 
 
@@ -123,7 +123,7 @@ async def _describe_cluster(broker: Broker, topic: str, headers: dict[str, str])
 
     async def offsets_of(owner: str) -> dict[int, tuple[int, int]] | None:
         if owner == node.name and node.serving:
-            local = await run_in_threadpool(_describe, broker.store, topic)
+            local = await run_blocking(_describe, broker.store, topic)
             return {q.queue_id: (q.min_offset, q.max_offset) for q in local.queue_offsets or ()}
         try:
             answer = await broker.peers.request(
@@ -161,8 +161,8 @@ async def delete_topic(topic: TopicPath, broker: BrokerDep, principal: Principal
     In a cluster the route goes, and every owner deletes its queues when it sees that."""
     authorize(principal, Right.ADMIN, topic)
     if broker.cluster is None:
-        await run_in_threadpool(_delete, broker.store, topic)
+        await run_blocking(_delete, broker.store, topic)
         return
     validate_topic(topic)
-    if not await run_in_threadpool(broker.cluster.delete_topic, topic):
+    if not await run_blocking(broker.cluster.delete_topic, topic):
         raise UnknownTopic(f"topic {topic!r} does not exist")

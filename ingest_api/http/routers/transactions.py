@@ -16,16 +16,16 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http.auth import Principal, Right, authorize
-from ingest_api.http.broker import Broker
-from ingest_api.http.cluster_reads import ask_others, is_local_request
+from broker.auth import Principal, Right, authorize
+from broker.errors import BrokerError
+from broker.membership import PRODUCER_GROUPS
+from broker.peers import ask_others, is_local_request, passed_headers
+from broker.state import Broker
+from broker.threads import run_blocking
+from broker.transactions import TransactionBoard
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.errors import ApiError
-from ingest_api.http.membership import PRODUCER_GROUPS
 from ingest_api.http.params import GROUP
-from ingest_api.http.peers import passed_headers
 from ingest_api.http.schemas import (
     EndTransactionIn,
     EndTransactionOut,
@@ -36,7 +36,6 @@ from ingest_api.http.schemas import (
     TransactionListOut,
     TransactionOut,
 )
-from ingest_api.http.transactions import TransactionBoard
 from store import TxOutcome
 from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, EndRequest, Transaction, UnknownTransaction
 
@@ -58,7 +57,7 @@ _STATE = {
 def board_of(broker: Broker) -> TransactionBoard:
     board = broker.operators.transactions if broker.operators is not None else None
     if board is None:
-        raise ApiError(503, "transactions_unavailable", "this broker has no transaction service")
+        raise BrokerError(503, "transactions_unavailable", "this broker has no transaction service")
     return board
 
 
@@ -140,7 +139,7 @@ async def end_transaction_json(
         return forwarded.status_code, forwarded.content
     _authorize_topics(principal, tx)
     if tx.producer_group.startswith(KAFKA_PRODUCER_GROUP_PREFIX):
-        raise ApiError(
+        raise BrokerError(
             409,
             "kafka_transaction",
             f"transaction {transaction_id!r} belongs to a Kafka producer: it ends by its EndTxn "
@@ -197,7 +196,7 @@ async def get_transaction(
 
 def _may_register(principal: Principal | None) -> None:
     if principal is not None and not principal.grants.get(Right.PRODUCE):
-        raise ApiError(403, "forbidden", f"token {principal.name!r} may not produce")
+        raise BrokerError(403, "forbidden", f"token {principal.name!r} may not produce")
 
 
 def _group_out(group: str, doc: dict[str, object]) -> ProducerGroupOut:
@@ -220,10 +219,10 @@ async def put_producer_group(
     _may_register(principal)
     groups = board_of(broker).groups
     if broker.cluster is not None:  # every broker may hold this group's halves: a cluster setting
-        await run_in_threadpool(
+        await run_blocking(
             broker.cluster.put_setting, PRODUCER_GROUPS, group, {"check_url": body.check_url}
         )
-    created = await run_in_threadpool(groups.put, group, body.check_url)
+    created = await run_blocking(groups.put, group, body.check_url)
     response.status_code = 201 if created else 200
     return _group_out(group, groups.get(group) or {})
 
@@ -241,7 +240,7 @@ async def get_producer_group(
     _may_register(principal)
     doc = board_of(broker).groups.get(group)
     if doc is None:
-        raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")
+        raise BrokerError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")
     return _group_out(group, doc)
 
 
@@ -249,6 +248,6 @@ async def get_producer_group(
 async def delete_producer_group(group: GroupPath, broker: BrokerDep, principal: PrincipalDep) -> None:
     _may_register(principal)
     if broker.cluster is not None:
-        await run_in_threadpool(broker.cluster.delete_setting, PRODUCER_GROUPS, group)
-    if not await run_in_threadpool(board_of(broker).groups.delete, group):
-        raise ApiError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")
+        await run_blocking(broker.cluster.delete_setting, PRODUCER_GROUPS, group)
+    if not await run_blocking(board_of(broker).groups.delete, group):
+        raise BrokerError(404, "unknown_producer_group", f"producer group {group!r} has no check_url")

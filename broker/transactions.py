@@ -34,9 +34,8 @@ from urllib.parse import urlparse
 
 import httpx
 import pyarrow as pa
-from starlette.concurrency import run_in_threadpool
 
-from ingest_api.http.params import CHECK_URL_PATTERN
+from broker.threads import run_blocking
 from store import (
     InvalidArgument,
     MessageStore,
@@ -51,6 +50,26 @@ from store.publish import EndRequest, EndResult, TransactionService, UnknownTran
 
 log = logging.getLogger("sparkmq.transactions")
 #: What ``GroupRegistry.put`` takes as a check URL (the document states the same pattern).
+def _ipv6_pattern() -> str:
+    """RFC 3986's ``IPv6address`` (what ``urlparse`` accepts between brackets)."""
+    h16 = "[0-9A-Fa-f]{1,4}"
+    octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+    ls32 = rf"(?:{h16}:{h16}|{octet}(?:\.{octet}){{3}})"
+    forms = [rf"(?:{h16}:){{6}}{ls32}", rf"::(?:{h16}:){{5}}{ls32}"]
+    for before, after in ((0, 4), (1, 3), (2, 2), (3, 1), (4, 0)):
+        head = f"(?:(?:{h16}:){{0,{before}}}{h16})?" if before else f"(?:{h16})?"
+        forms.append(f"{head}::" + (f"(?:{h16}:){{{after}}}" if after else "") + ls32)
+    forms += [rf"(?:(?:{h16}:){{0,5}}{h16})?::{h16}", rf"(?:(?:{h16}:){{0,6}}{h16})?::"]
+    return "(?:" + "|".join(forms) + ")"
+
+
+#: A producer group's check-back URL: absolute http(s), a host (or a bracketed IPv6 address),
+#: printable ASCII (``TransactionBoard`` checks it, then ``urlparse``: 400 ``invalid_argument``).
+CHECK_URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[A-Za-z0-9._~%!$&'()*+,;=:-]*@)?"
+    rf"(?:\[{_ipv6_pattern()}\]|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::[0-9]*)?(?:[/?#][\x21-\x7e]*)?$"
+)
+
 _CHECK_URL = re.compile(CHECK_URL_PATTERN)
 
 TRANSACTION_OPERATOR = "transactions"
@@ -218,7 +237,7 @@ class CheckDispatcher:
                 if self.ends is not None:  # grouped with concurrent ends into one append
                     await self.ends.end(request)
                 else:
-                    await run_in_threadpool(self.service.end, request.transaction_id, outcome, group)
+                    await run_blocking(self.service.end, request.transaction_id, outcome, group)
             except UnknownTransaction:
                 log.warning("check answer for unknown transaction %s", check["transaction_id"])
 
@@ -276,7 +295,7 @@ class TransactionBoard:
                     tx.last_check_ms = int(row["decided_ms"])
                 if row["action"] == ACTION_DISCARD:
                     try:
-                        await run_in_threadpool(
+                        await run_blocking(
                             self.service.end,
                             txid,
                             TxOutcome.DISCARD,
@@ -299,7 +318,7 @@ class TransactionBoard:
                         }
                     )
             self.last_applied = batch_id
-            await run_in_threadpool(write_json_atomically, self._applied_path, {"lastAppliedBatch": batch_id})
+            await run_blocking(write_json_atomically, self._applied_path, {"lastAppliedBatch": batch_id})
             return AppliedBatch(len(rows), discarded, checks, already_applied=False)
 
     def metrics_text(self) -> str:
@@ -320,7 +339,7 @@ class TransactionBoard:
 class EndCoalescer:
     """Group commit for transaction ends: concurrent ``POST /transactions/{id}`` requests are
     ended by one :meth:`TransactionService.end_many` call (one append for all their final
-    messages and ops), like :class:`ingest_api.http.coalescer.ProduceCoalescer` for produce."""
+    messages and ops), like :class:`broker.coalescer.ProduceCoalescer` for produce."""
 
     MAX_GROUP = 512
     GATHER_TURNS = 4
@@ -360,7 +379,7 @@ class EndCoalescer:
                     await asyncio.sleep(0)
                 group, self._pending = self._pending[: self.MAX_GROUP], self._pending[self.MAX_GROUP :]
                 try:
-                    outcomes = await run_in_threadpool(self._end_each, [r for r, _ in group])
+                    outcomes = await run_blocking(self._end_each, [r for r, _ in group])
                 except BaseException as exc:
                     for _, future in group:
                         if not future.done():

@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from ingest_api.http.errors import ApiError
+from broker.errors import BrokerError
 from store import InvalidArgument
 
 
@@ -114,22 +114,22 @@ def authenticate(table: TokenTable | None, authorization: str | None) -> Princip
     if table is None:
         return None
     if not authorization:
-        raise ApiError(401, "unauthorized", "missing bearer token", headers=_CHALLENGE)
+        raise BrokerError(401, "unauthorized", "missing bearer token", headers=_CHALLENGE)
     scheme, _, credentials = authorization.partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
-        raise ApiError(401, "unauthorized", "expected 'Authorization: Bearer <token>'", headers=_CHALLENGE)
+        raise BrokerError(401, "unauthorized", "expected 'Authorization: Bearer <token>'", headers=_CHALLENGE)
     principal = table.lookup(credentials.strip())
     if principal is None:
-        raise ApiError(401, "unauthorized", "unknown bearer token", headers=_CHALLENGE)
+        raise BrokerError(401, "unauthorized", "unknown bearer token", headers=_CHALLENGE)
     return principal
 
 
 def authorize(principal: Principal | None, right: Right, topic: str) -> None:
     """Raise 403 unless auth is off or the principal holds ``right`` on ``topic``."""
     if principal is not None and not principal.may(right, topic):
-        raise ApiError(403, "forbidden", f"token {principal.name!r} may not {right.value} topic {topic!r}")
+        raise BrokerError(403, "forbidden", f"token {principal.name!r} may not {right.value} topic {topic!r}")
 
 
 def authorize_global_admin(principal: Principal | None) -> None:
     if principal is not None and not principal.is_global_admin:
-        raise ApiError(403, "forbidden", f"token {principal.name!r} lacks admin rights on '*'")
+        raise BrokerError(403, "forbidden", f"token {principal.name!r} lacks admin rights on '*'")

@@ -13,17 +13,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
+from broker.forwarding import ForwardCoalescer
+from broker.peers import PeerClient
+from broker.replication import SlaveMetadataFollower
+from broker.routing import QueuePlanner
+from broker.state import Broker
+from broker.threads import run_blocking
+from broker.transactions import TransactionBoard
 from cluster import ClusterNode, connect
 from cluster.local_sync import LocalTopicSync
 from cluster.replica_group import ReplicaGroup
-from ingest_api.http.broker import Broker
-from ingest_api.http.forwarding import ForwardCoalescer
-from ingest_api.http.peers import PeerClient
-from ingest_api.http.replica_sync import SlaveMetadataFollower
-from ingest_api.http.routing import QueuePlanner
-from ingest_api.http.transactions import TransactionBoard
 from store.ha import HAConfig, ReplicaController, ReplicationMode
 
 #: Setting kinds in ZooKeeper (``ClusterNode.put_setting``) and what they mirror here.
@@ -65,22 +64,22 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
         yield
         return
     node = connect(config, broker.store.config.config_dir)
-    await run_in_threadpool(node.start)
+    await run_blocking(node.start)
     peers = PeerClient(node.name, broker.config.forward_timeout_s)
     try:
         sync = LocalTopicSync(broker.store, node)
-        await run_in_threadpool(sync.start)
+        await run_blocking(sync.start)
         broker.cluster = node
         broker.planner = QueuePlanner(node.name)
         broker.peers = peers
         broker.forwarder = ForwardCoalescer(peers)
         broker.local_topics = sync
-        await run_in_threadpool(_mirror_settings, broker, node)
+        await run_blocking(_mirror_settings, broker, node)
         async with replica_role(broker, node):
             yield
     finally:
         await peers.aclose()
-        await run_in_threadpool(node.close)
+        await run_blocking(node.close)
 
 
 @asynccontextmanager
@@ -109,7 +108,7 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
         broker.operators.relocations.inherited_before = lambda: _leadership_start(ha)
     loop = asyncio.get_running_loop()
     group.on_lead.append(lambda epoch: _rebuild_after_election(broker, loop))
-    await run_in_threadpool(ha.start)
+    await run_blocking(ha.start)
     broker.replica = ha
     broker.replica_group = group
     follower = SlaveMetadataFollower(broker, node, ha)
@@ -120,7 +119,7 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
     finally:
         group.close()
         await follower.stop()
-        await run_in_threadpool(ha.close)
+        await run_blocking(ha.close)
 
 
 def _leadership_start(ha: ReplicaController) -> int | None:

@@ -14,8 +14,10 @@ from urllib.parse import quote
 
 import httpx
 
+from broker.errors import BrokerError
+from broker.routing import FORWARDED_HEADER
+from broker.state import Broker
 from cluster import ClusterView, MemberInfo, QueueUnavailable
-from ingest_api.http.routing import FORWARDED_HEADER
 
 #: Request headers passed on when forwarding (everything else is the forwarder's to set).
 PASSED_HEADERS = ("authorization", "idempotency-key", "accept", "content-type")
@@ -93,3 +95,39 @@ class PeerClient:
 def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The request headers a forwarded copy keeps."""
     return {name: value for name in PASSED_HEADERS if (value := headers.get(name)) is not None}
+
+
+def is_local_request(broker: Broker, headers: Mapping[str, str]) -> bool:
+    """True for a lone broker, and for a request another broker forwarded here."""
+    return broker.cluster is None or FORWARDED_HEADER in headers
+
+
+async def ask_others(
+    broker: Broker, path: str, headers: Mapping[str, str], params: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``GET path`` on every other live broker: name -> JSON body of each 200 answer (others
+    answering 404 are left out; an unreachable one raises :class:`PeerUnavailable`)."""
+    node = broker.cluster
+    assert node is not None
+    answers = await broker.peers.fan_out(
+        node.view, "GET", path, headers=passed_headers(headers), params=params, skip=[node.name]
+    )
+    found: dict[str, Any] = {}
+    for name, answer in answers.items():
+        if isinstance(answer, PeerUnavailable):
+            raise answer
+        if answer.status_code == 200:
+            found[name] = answer.json()
+        elif answer.status_code != 404:
+            raise BrokerError(
+                502,
+                "peer_error",
+                f"broker {name} answered {answer.status_code}: {answer.text[:300]}",
+                broker=name,
+            )
+    return found
+
+
+def newest_first(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Merged query answers, newest first as each broker answers, at most ``limit``."""
+    return sorted(messages, key=lambda m: m.get("store_timestamp", 0), reverse=True)[:limit]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from broker.errors import BrokerError
 from cluster import ClusterView, NoLiveBroker
-from ingest_api.http.errors import ApiError
 from store import UNPLACED, sharding_queue, sharding_queues
 
 #: Request header of a request one broker forwards to another (value: the sender's name).
@@ -83,7 +83,7 @@ class QueuePlanner:
         queue id or UNPLACED)``."""
         placement = view.placement(topic)
         if placement is None:
-            raise ApiError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
+            raise BrokerError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
         if queue_id is None and sharding_key is None and anchor is None and serving:
             mine = self._mine(topic, placement.owners, placement.version)
             if mine:  # the usual case: an unkeyed message stays here
@@ -117,7 +117,7 @@ class QueuePlanner:
         ``serving`` is False on a replica that is not its group's master: nothing is local then
         (its own queues go to its master).
 
-        Raises :class:`ApiError` 400 for a queue id outside its topic, 421 for a forwarded
+        Raises :class:`BrokerError` 400 for a queue id outside its topic, 421 for a forwarded
         request that is not all local, :class:`NoLiveBroker` when no broker can take a message."""
         n = len(topics)
         owners: list[str] = [""] * n
@@ -128,7 +128,7 @@ class QueuePlanner:
         for topic, rows in by_topic.items():
             placement = view.placement(topic)
             if placement is None:
-                raise ApiError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
+                raise BrokerError(503, "route_unknown", f"topic {topic!r} has no route yet; retry")
             self._plan_topic(
                 view, placement.owners, topic, rows, explicit, sharding, anchor, owners, queue_ids, serving
             )
@@ -136,7 +136,7 @@ class QueuePlanner:
             foreign = [i for i, owner in enumerate(owners) if owner != self.me or not serving]
             if foreign:
                 i = foreign[0]
-                raise ApiError(
+                raise BrokerError(
                     421,
                     "misdirected",
                     f"messages[{i}]: queue {int(queue_ids[i])} of {topics[i]!r} is served by the master of "
@@ -169,7 +169,7 @@ class QueuePlanner:
             queue = explicit[i]
             if queue is not None:
                 if queue >= count:
-                    raise ApiError(
+                    raise BrokerError(
                         409,
                         "unknown_queue",
                         f"messages[{i}]: queue_id {queue} is outside topic {topic!r}'s {count} queues",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ingest_api.http.errors import ApiError
+from broker.errors import BrokerError
 from store import Boundary, InvalidArgument, MessageStore, UnknownTopic, validate_group, validate_topic
 
 ResetTarget = Literal["earliest", "latest", "timestamp", "shift"]
@@ -58,7 +58,7 @@ def plan_reset(
         raise InvalidArgument("a shift reset needs shift_by")
     count = store.queue_count(topic)
     if queue_id is not None and not 0 <= queue_id < count:
-        raise ApiError(
+        raise BrokerError(
             409, "unknown_queue", f"queue {queue_id} does not exist; topic {topic!r} has {count} queues"
         )
     committed = store.committed_offsets(group, topic)

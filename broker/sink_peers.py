@@ -1,5 +1,5 @@
 """The exactly-once sink's view of the cluster: :class:`store.publish.SinkRouter` over this
-broker's :class:`cluster.ClusterNode` and :class:`ingest_api.http.peers.PeerClient`.
+broker's :class:`cluster.ClusterNode` and :class:`broker.peers.PeerClient`.
 
 The coordinator's publish runs on a worker thread (it blocks on files and the store); chunk
 requests to the other brokers are coroutines of the peer client, so they are run on the
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from ingest_api.http.broker import Broker
-from ingest_api.http.peers import PeerUnavailable
+from broker.peers import PeerUnavailable
+from broker.state import Broker
 from store import UnknownTopic, validate_topic
 from store.publish import ChunkOutcome, ChunkRef, OwnerUnavailable, SinkStagingError, TopicRoute
 

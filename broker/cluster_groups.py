@@ -13,15 +13,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from starlette.concurrency import run_in_threadpool
-
+from broker.errors import BrokerError
+from broker.lag import GroupQueueRow, group_topic_rows
+from broker.peers import PeerUnavailable, ask_others, passed_headers
+from broker.state import Broker
+from broker.threads import run_blocking
 from cluster import ClusterView
-from ingest_api.http.broker import Broker
-from ingest_api.http.cluster_reads import ask_others
-from ingest_api.http.errors import ApiError
-from ingest_api.http.lag import GroupQueueRow, group_topic_rows
-from ingest_api.http.peers import PeerUnavailable, passed_headers
-from ingest_api.http.schemas import GroupResetIn, GroupResetOut, ResetQueueOut
 from store import UnknownTopic
 
 T = TypeVar("T")
@@ -110,7 +107,7 @@ async def split_commit(
         )
         if answer.status_code != 200:
             body = answer.json()
-            raise ApiError(
+            raise BrokerError(
                 answer.status_code, body.get("error", "peer_error"), body.get("message", ""), broker=name
             )
     return parts.get(me, {}) if me is not None else {}
@@ -125,42 +122,6 @@ async def group_lists(
         for group, topics in answer.get("groups", {}).items():
             merged.setdefault(group, set()).update(topics)
     return {group: sorted(topics) for group, topics in sorted(merged.items())}
-
-
-async def gather_resets(
-    broker: Broker, group: str, spec: GroupResetIn, headers: Mapping[str, str], local: GroupResetOut | None
-) -> GroupResetOut:
-    """The reset asked of every owner of the topic (each resets its own queues); rows merged."""
-    node = broker.cluster
-    assert node is not None
-    owners = placement_owners(node.view, spec.topic)
-    served = local if local_name(broker) is not None else None
-    rows: dict[int, ResetQueueOut] = {row.queue_id: row for row in (served.queues if served else ())}
-    for name in sorted(set(owners) - {local_name(broker)}):
-        answer = await broker.peers.request(
-            node.view.master_of(name),
-            name,
-            "POST",
-            f"/groups/{group}/reset",
-            headers={**passed_headers(headers), "content-type": "application/json"},
-            content=spec.model_dump_json(exclude_none=True).encode(),
-        )
-        if answer.status_code != 200:
-            body = answer.json()
-            raise ApiError(
-                answer.status_code, body.get("error", "peer_error"), body.get("message", ""), broker=name
-            )
-        for row in answer.json()["queues"]:
-            if owners[row["queue_id"]] == name:
-                rows[row["queue_id"]] = ResetQueueOut.model_validate(row)
-    ordered = [rows[q] for q in sorted(rows)]
-    return GroupResetOut(
-        group=group,
-        topic=spec.topic,
-        dry_run=spec.dry_run,
-        offsets={row.queue_id: row.target for row in ordered},
-        queues=ordered,
-    )
 
 
 async def gather_describe(
@@ -207,7 +168,7 @@ async def gather_describe(
         if name_of_topic not in local_topics and broker.store.has_topic(name_of_topic):
             rows.extend(
                 row
-                for row in await run_in_threadpool(
+                for row in await run_blocking(
                     group_topic_rows, broker.store, group, name_of_topic, broker.store.now_ms()
                 )
                 if view.owner(row.topic, row.queue_id) == node.name

@@ -16,8 +16,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from starlette.concurrency import run_in_threadpool
-
+from broker.threads import run_blocking
 from store import Message, PutResult, SparkMQError
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ class ProduceCoalescer:
                     await asyncio.sleep(0)  # let requests already on the loop join this group
                 group, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
                 try:
-                    outcomes = await run_in_threadpool(store_each, self._store, [m for m, _ in group])
+                    outcomes = await run_blocking(store_each, self._store, [m for m, _ in group])
                 except BaseException as exc:  # a bug, or cancellation: every waiter must hear of it
                     for _, future in group:
                         if not future.done():

@@ -33,7 +33,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest_api.http.transactions import TransactionBoard
+from broker.transactions import TransactionBoard
 from store import MessageStore
 from store.publish import RelocationLog, RelocationOutcome
 

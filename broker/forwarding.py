@@ -2,7 +2,7 @@
 
 A single produce whose queue another broker owns costs a whole HTTP round trip to that broker.
 Under load, many arrive at once: they wait here a few event-loop turns (no timer, as
-:mod:`ingest_api.http.coalescer` does for local writes), and every one queued for the same owner
+:mod:`broker.coalescer` does for local writes), and every one queued for the same owner
 and topic goes in one ``messages:batch`` request. The owner stores the batch atomically and
 answers per message; each waiting request gets its own result. If the batch is refused as a
 whole (an owner restarting, a route that moved), its messages are sent again one by one, so
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from broker.errors import error_answer
+from broker.peers import PeerClient, PeerUnavailable
 from cluster import ClusterView
-from ingest_api.http.errors import response_for
-from ingest_api.http.peers import PeerClient, PeerUnavailable
 
 #: Most messages forwarded in one batch.
 MAX_GROUP = 1000
@@ -110,9 +110,9 @@ class ForwardCoalescer:
                 content=body,
             )
         except PeerUnavailable as exc:
-            failure = response_for(exc)
+            failure = error_answer(exc)
             for waiter in waiters:
-                _settle(waiter, (failure.status_code, bytes(failure.body)))
+                _settle(waiter, failure)
             return
         except BaseException as exc:  # a bug or cancellation: every waiter learns of it
             for waiter in waiters:

@@ -7,13 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from broker.auth import TokenTable
+from broker.coalescer import ProduceCoalescer
+from broker.config import ServerConfig
+from broker.longpoll import ArrivalHub
+from broker.metrics import BrokerMetrics
+from broker.operators import OperatorBoard
 from cluster import ClusterNode
-from ingest_api.http.auth import TokenTable
-from ingest_api.http.coalescer import ProduceCoalescer
-from ingest_api.http.config import ServerConfig
-from ingest_api.http.longpoll import ArrivalHub
-from ingest_api.http.metrics import BrokerMetrics
-from ingest_api.http.operators import OperatorBoard
 from store import MessageStore
 
 
@@ -63,9 +63,9 @@ class Broker:
     cluster: ClusterNode | None = None
     #: Pooled HTTP clients to the other brokers (forwarding and fan-out), in cluster mode.
     peers: Any = None
-    #: Forwarded single produces, batched per owner (:class:`ingest_api.http.forwarding.ForwardCoalescer`).
+    #: Forwarded single produces, batched per owner (:class:`broker.forwarding.ForwardCoalescer`).
     forwarder: Any = None
-    #: Where produced messages go in a cluster (:class:`ingest_api.http.routing.QueuePlanner`).
+    #: Where produced messages go in a cluster (:class:`broker.routing.QueuePlanner`).
     planner: Any = None
     #: The store's HA service (``store.ha.ReplicaController``) of a replica group member.
     replica: Any = None

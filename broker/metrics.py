@@ -195,7 +195,7 @@ class ClusterGauges:
     session_states: tuple[str, ...] = ()
     #: Problems recorded for an operator (also on ``/healthz`` and ``GET /cluster``).
     warnings: int = 0
-    #: A replica group member's replication status (``ingest_api.http.replica_sync.replica_status``).
+    #: A replica group member's replication status (``broker.replication.replica_status``).
     replication: dict[str, Any] | None = None
 
     @property

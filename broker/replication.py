@@ -8,7 +8,8 @@ or Kafka consumer group re-reads at most the last second's messages (at-least-on
 queries keep their offsets in their own checkpoints and are not affected. Topic configuration
 and the groups' settings live in ZooKeeper and need no copy.
 
-The master answers ``GET /replica/metadata`` (internal, left out of the OpenAPI document).
+The master answers ``GET /replica/metadata`` (internal, left out of the OpenAPI document;
+:mod:`ingest_api.http.routers.replica`).
 """
 
 from __future__ import annotations
@@ -18,20 +19,15 @@ import contextlib
 import logging
 from typing import Any
 
-from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
-
+from broker.peers import PeerUnavailable
+from broker.state import Broker
+from broker.threads import run_blocking
 from cluster import ClusterNode
-from ingest_api.http.broker import Broker
-from ingest_api.http.deps import BrokerDep
-from ingest_api.http.peers import PeerUnavailable
 from store import MessageStore
 
 log = logging.getLogger("sparkmq.replication")
 
 SYNC_INTERVAL_S = 1.0
-
-router = APIRouter(include_in_schema=False)
 
 
 def metadata_snapshot(store: MessageStore) -> dict[str, Any]:
@@ -61,12 +57,6 @@ def apply_snapshot(store: MessageStore, snapshot: dict[str, Any]) -> int:
     if delays and delays != store.delay_offsets():
         store.set_delay_offsets(delays)
     return changed
-
-
-@router.get("/replica/metadata")
-async def replica_metadata(broker: BrokerDep) -> dict[str, Any]:
-    """The side tables a slave copies (its master's consumer and delay offsets)."""
-    return await run_in_threadpool(metadata_snapshot, broker.store)
 
 
 def replica_status(broker: Broker) -> dict[str, Any] | None:
@@ -103,12 +93,6 @@ def replica_status(broker: Broker) -> dict[str, Any] | None:
     }
 
 
-@router.get("/replica/status")
-async def replica_status_route(broker: BrokerDep) -> dict[str, Any]:
-    """This member's replication status (asked by ``GET /cluster`` on any broker)."""
-    return await run_in_threadpool(lambda: replica_status(broker) or {})
-
-
 class SlaveMetadataFollower:
     """While this member is a slave, copies its master's side tables every second."""
 
@@ -140,7 +124,7 @@ class SlaveMetadataFollower:
             try:
                 answer = await self._broker.peers.request(master, self._node.name, "GET", "/replica/metadata")
                 if answer.status_code == 200:
-                    await run_in_threadpool(apply_snapshot, self._broker.store, answer.json())
+                    await run_blocking(apply_snapshot, self._broker.store, answer.json())
                     self.copies += 1
             except (PeerUnavailable, ValueError) as exc:
                 self.last_error = str(exc)
