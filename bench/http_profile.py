@@ -6,7 +6,7 @@
     python -m bench.http_profile arrow --top 40 --requests 50
 
 Runs what ``POST /topics/{topic}/messages:batch`` runs in its worker thread
-(``routers.messages._produce_batch``: decode, validate, store, render) on a temporary store,
+(``local_produce.produce_batch_here``: decode, validate, store, render) on a temporary store,
 prints the time per request beside in-process ``put_batch`` of the same bodies (for ``pull``:
 ``routers.queues._pull_arrow`` beside ``read_batch`` of the same 50,000 messages; interleaved,
 medians; the thread's CPU time, which other load barely moves, and wall time, which includes
@@ -28,7 +28,8 @@ from typing import Any
 
 from bench.http_bench import BODY, batch_request
 from broker.config import ServerConfig
-from ingest_api.http.routers import messages, queues
+from ingest_api.http import local_produce
+from ingest_api.http.routers import queues
 from store import MessageStore, StoreConfig
 
 
@@ -47,9 +48,9 @@ def main() -> None:
             broker: Any = SimpleNamespace(
                 store=store, config=ServerConfig(store=config, max_batch_messages=100_000)
             )
-            request = messages._BatchRequest("t", media, raw, args.kind == "arrow")
+            request = local_produce.BatchRequest("t", media, raw, args.kind == "arrow")
             bodies = [BODY] * size
-            route_call = lambda: messages._produce_batch(broker, request)  # noqa: E731
+            route_call = lambda: local_produce.produce_batch_here(broker, request)  # noqa: E731
             base_call, base_name = lambda: store.put_batch("t", bodies), "put_batch"
             if args.kind == "pull":
                 store.create_topic("pulled", 1)

@@ -55,7 +55,7 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def broker_app() -> Any:
     """The broker's app (``create_app``) on the store directory in ``SPARKMQ_BENCH_STORE``."""
     from broker.config import ServerConfig
-    from ingest_api.http.app import create_app
+    from ingest_api.app import create_app
     from store import StoreConfig
 
     return create_app(ServerConfig(store=StoreConfig(store_dir=Path(os.environ["SPARKMQ_BENCH_STORE"]))))

@@ -139,7 +139,7 @@ _SERVE = """
 import sys
 from pathlib import Path
 from broker.config import ServerConfig
-from ingest_api.http.server import serve
+from ingest_api.server import serve
 from store import StoreConfig
 cfg = ServerConfig(store=StoreConfig(store_dir=Path(sys.argv[1])).validate(), port=int(sys.argv[2]),
                    log_level="warning")

@@ -49,6 +49,8 @@ from store import (
 from store.publish import EndRequest, EndResult, TransactionService, UnknownTransaction
 
 log = logging.getLogger("sparkmq.transactions")
+
+
 #: What ``GroupRegistry.put`` takes as a check URL (the document states the same pattern).
 def _ipv6_pattern() -> str:
     """RFC 3986's ``IPv6address`` (what ``urlparse`` accepts between brackets)."""

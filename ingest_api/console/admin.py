@@ -17,7 +17,7 @@ from broker.resets import ResetRow, ResetTarget, apply_reset, plan_reset
 from broker.threads import run_blocking
 from ingest_api.console.messages import parse_when
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
-from ingest_api.http.params import TopicPath
+from ingest_api.params import TopicPath
 from store import MessageStore, SparkMQError, UnknownTopic, validate_topic
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from broker.cluster_info import describe_cluster, topic_route
 from broker.errors import BrokerError
 from ingest_api.console import data
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
-from ingest_api.http.routers.cluster import describe_cluster, topic_route
 from store import UnknownTopic
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -61,7 +61,7 @@ async def cluster_page(
     page_number: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
     size: Annotated[int, Query(ge=1, le=data.MAX_PAGE_SIZE)] = data.DEFAULT_PAGE_SIZE,
 ) -> HTMLResponse:
-    described = await describe_cluster(viewer.broker, viewer.principal)
+    described = await describe_cluster(viewer.broker)
     names = data.matching([t for t in viewer.broker.store.topics() if viewer.may_see(t)], name)
     cut = data.paginate(names, page_number, size)
     placements = []

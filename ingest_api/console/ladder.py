@@ -11,13 +11,9 @@ from broker.auth import Right
 from broker.retries import resend_dead_letter
 from broker.threads import run_blocking
 from ingest_api.console.web import PREFIX, ViewerDep, page
-from ingest_api.http.schemas import ErrorOut, MessageOut
-from store import (
-    dlq_topic,
-    validate_group,
-)
+from store import MessageView, dlq_topic, validate_group
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False, responses={404: {"model": ErrorOut}})
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
 PAGE_SIZE = 100
 
 
@@ -54,14 +50,29 @@ async def transactions(request: Request, viewer: ViewerDep, state: str = "prepar
     return page(request, "transactions.html", viewer, section="transactions", rows=rows, state=state)
 
 
-def _dead_letters(viewer: Any, group: str, offset: int) -> tuple[list[MessageOut], int]:
+def _letter(view: MessageView) -> dict[str, Any]:
+    """A dead letter as the page shows it (its body as text when it is UTF-8)."""
+    try:
+        body: str | None = view.body.decode("utf-8")
+    except UnicodeDecodeError:
+        body = None
+    return {
+        "queue_offset": view.queue_offset,
+        "properties": view.properties,
+        "reconsume_times": view.reconsume_times,
+        "body": body,
+        "msg_id": view.msg_id,
+    }
+
+
+def _dead_letters(viewer: Any, group: str, offset: int) -> tuple[list[dict[str, Any]], int]:
     store = viewer.broker.store
     topic = dlq_topic(validate_group(group))
     if not store.has_topic(topic):
         return [], 0
     start = max(offset, store.min_offset(topic, 0))
     got = store.get_messages(topic, 0, start, PAGE_SIZE)
-    return [MessageOut.of(v) for v in got.messages], got.next_offset
+    return [_letter(v) for v in got.messages], got.next_offset
 
 
 @router.get("/groups/{group}/dlq", response_class=HTMLResponse)

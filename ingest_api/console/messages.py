@@ -13,22 +13,31 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
-from pydantic import ValidationError
 
 from broker.auth import Right
 from broker.errors import BrokerError
+from broker.produce import check_message_fields, place_message, produce_message, topic_queue_count
+from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.console import browsing
 from ingest_api.console.data import consumed_by
 from ingest_api.console.web import PREFIX, ViewerDep, page
-from ingest_api.http.params import TopicPath
-from ingest_api.http.routers.messages import produce_one
-from ingest_api.http.schemas import ProduceIn
-from store import InvalidArgument, MessageStore, MessageView, SparkMQError, UnknownTopic, validate_topic
+from ingest_api.params import TopicPath
+from store import (
+    InvalidArgument,
+    MessageStore,
+    MessageView,
+    PutResult,
+    SparkMQError,
+    UnknownTopic,
+    validate_topic,
+)
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 MAX_EXPORT = 10_000
+#: Most keys one message may carry (the HTTP API's limit too).
+MAX_KEYS = 64
 #: A live tail closes after this long (the page offers to reconnect).
 TAIL_MAX_S = 600.0
 TAIL_POLL_S = 0.25
@@ -189,28 +198,54 @@ async def produce(
     sharding_key: Annotated[str, Form(max_length=1024)] = "",
 ) -> HTMLResponse:
     viewer.require(Right.PRODUCE, topic)
-    result: dict[str, Any] | None = None
+    result: PutResult | None = None
     error = None
     try:
-        entry = ProduceIn.model_validate(
-            {
-                "body": body,
-                "tags": tags.strip() or None,
-                "keys": keys.split(),
-                "properties": _properties(properties),
-                "queue_id": int(queue) if queue.strip().isdigit() else None,
-                "sharding_key": sharding_key.strip() or None,
-            }
-        )
-        answer = await produce_one(viewer.broker, topic, entry)
-        result = json.loads(bytes(answer.body))
-    except (ValidationError, SparkMQError, BrokerError) as exc:
+        result = await _produce(viewer.broker, topic, body, tags, keys, properties, queue, sharding_key)
+    except (ValueError, SparkMQError, BrokerError) as exc:
         error = str(exc)
     status = 201 if result is not None else 400
     return page(
         request, "produce.html", viewer, status_code=status, section="topics", topic=topic,
         result=result, error=error,
     )  # fmt: skip
+
+
+async def _produce(
+    broker: Broker,
+    topic: str,
+    body: str,
+    tags: str,
+    keys: str,
+    properties: str,
+    queue: str,
+    sharding_key: str,
+) -> PutResult:
+    """Store the form's message through the broker's rules (:mod:`broker.produce`); a refused
+    field raises ``ValueError`` or the broker's error, shown on the form."""
+    key_list = keys.split()
+    if len(key_list) > MAX_KEYS:
+        raise ValueError(f"at most {MAX_KEYS} keys")
+    fields = {"tags": tags.strip() or None, "keys": key_list, "properties": _properties(properties)}
+    check_message_fields(fields["tags"], key_list, fields["properties"])
+    queue_id = int(queue) if queue.strip().isdigit() else None
+    if queue_id is not None and sharding_key.strip():
+        raise ValueError("give at most one of 'queue' and 'sharding key'")
+    store = broker.store
+    message = place_message(
+        topic,
+        body.encode("utf-8"),
+        tags=fields["tags"],
+        keys=key_list,
+        properties=fields["properties"],
+        queue_id=queue_id,
+        sharding_key=sharding_key.strip() or None,
+        queue_count=await topic_queue_count(broker, topic),
+        max_body=store.config.max_message_size_bytes,
+        max_delay_ms=store.config.timer_max_delay_ms,
+        now_ms=store.now_ms(),
+    )
+    return await produce_message(broker, message)
 
 
 @router.get("/topics/{topic}/tail", response_class=HTMLResponse)

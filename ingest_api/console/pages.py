@@ -7,15 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
+from broker.cluster_info import LOCAL_BROKER
 from broker.errors import BrokerError
 from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.console import data
 from ingest_api.console.cluster import queue_owners
 from ingest_api.console.web import PREFIX, Viewer, ViewerDep, page
-from ingest_api.http.params import TopicPath
-from ingest_api.http.routers.cluster import LOCAL_BROKER
-from ingest_api.http.schemas import ErrorOut
+from ingest_api.params import TopicPath
 from store import (
     MessageStore,
     StoreStats,
@@ -25,7 +24,7 @@ from store import (
     wall_clock_ms,
 )
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False, responses={404: {"model": ErrorOut}})
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 PageQuery = Annotated[int, Query(ge=1, le=1_000_000)]
 SizeQuery = Annotated[int, Query(ge=1, le=data.MAX_PAGE_SIZE)]

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from broker.errors import BrokerError
-from ingest_api.http.fields import RESERVED_PROPERTIES
+from broker.produce import RESERVED_PROPERTIES, schedule_error
 from ingest_api.http.schemas import ProduceBatchIn, ProduceEntryIn
 
 JSON = "application/json"
@@ -29,7 +29,9 @@ ARROW_COLUMNS = (
 
 
 def _too_many(count: int, limit: int) -> BrokerError:
-    return BrokerError(413, "batch_too_large", f"batch has {count} messages; the limit is {limit}", limit=limit)
+    return BrokerError(
+        413, "batch_too_large", f"batch has {count} messages; the limit is {limit}", limit=limit
+    )
 
 
 def _empty() -> BrokerError:
@@ -38,12 +40,6 @@ def _empty() -> BrokerError:
 
 def _invalid_entry(index: int, message: str) -> BrokerError:
     return BrokerError(422, "invalid_batch_entry", f"messages[{index}]: {message}", index=index)
-
-
-def schedule_error(message: str, field: str, index: int | None) -> BrokerError:
-    """A 400 for a refused delay_level / deliver_at_ms / delay_ms, naming the field (and entry)."""
-    where = f"messages[{index}]: " if index is not None else ""
-    return BrokerError(400, "invalid_schedule", f"{where}{message}", field=field, index=index)
 
 
 def _from_validation_error(exc: ValidationError, index_offset: int = 0) -> BrokerError:
@@ -68,7 +64,9 @@ def parse_json_batch(raw: bytes, limit: int) -> list[ProduceEntryIn]:
         if first["type"] == "too_short" and list(first["loc"]) == ["messages"]:
             raise _empty() from None
         if first["type"] == "json_invalid":
-            raise BrokerError(400, "invalid_json", f"request body is not valid JSON: {first['msg']}") from None
+            raise BrokerError(
+                400, "invalid_json", f"request body is not valid JSON: {first['msg']}"
+            ) from None
         raise _from_validation_error(exc) from None
     if len(batch.messages) > limit:
         raise _too_many(len(batch.messages), limit)
@@ -257,7 +255,7 @@ def _validate_arrow_batch(batch: ArrowBatch) -> None:
 
 
 def _validate_arrow_schedule(batch: ArrowBatch) -> None:
-    """The scheduling rules of :func:`ingest_api.http.producing.scheduling`, vectorised (the
+    """The scheduling rules of :func:`broker.produce.scheduling`, vectorised (the
     maximum delay is checked when the rows are stored)."""
     columns = {
         name: column

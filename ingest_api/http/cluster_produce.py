@@ -36,6 +36,7 @@ from broker.threads import run_blocking
 from cluster import TopicPlacement
 from ingest_api.http import batches, json_batch, producing, render
 from ingest_api.http.errors import response_for
+from ingest_api.http.local_produce import BatchRequest, produce_batch_here, produce_one_json
 from ingest_api.http.schemas import ProduceIn
 from store import UNPLACED, ProducerRef, SparkMQError, UnknownTopic, validate_topic
 
@@ -82,7 +83,6 @@ async def produce_single(
     broker: Broker, topic: str, entry: ProduceIn, headers: Mapping[str, str], idempotency_key: str | None
 ) -> tuple[int, bytes]:
     """One message stored on its owner; ``(status, JSON body)``."""
-    from ingest_api.http.routers.messages import produce_one_json
 
     cluster = broker.cluster
     assert cluster is not None
@@ -296,16 +296,15 @@ async def _send_part(
     placements: Mapping[str, TopicPlacement],
 ) -> tuple[int, bytes | memoryview, str, int]:
     """Store one broker's part here, or forward it to its owner: ``(status, body, media, stored)``."""
-    from ingest_api.http.routers.messages import _BatchRequest, _produce_batch
 
     cluster = broker.cluster
     assert cluster is not None
     scope = owner if spans else headers.get(SCOPE_HEADER)
     if owner == cluster.name and cluster.serving:
         await local_ready(broker, placements)
-        request = _BatchRequest(topic, content_type, body, arrow_results, scoped_producer(topic, key, scope))
+        request = BatchRequest(topic, content_type, body, arrow_results, scoped_producer(topic, key, scope))
         try:
-            payload, count, _ = await run_blocking(_produce_batch, broker, request)
+            payload, count, _ = await run_blocking(produce_batch_here, broker, request)
         except (BrokerError, SparkMQError) as exc:
             response = response_for(exc)
             return response.status_code, bytes(response.body), "application/json", 0

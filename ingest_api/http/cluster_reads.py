@@ -19,7 +19,7 @@ from broker.errors import BrokerError
 from broker.threads import run_blocking
 from cluster import QueueUnavailable
 from ingest_api.http.deps import BrokerDep
-from ingest_api.http.params import AnyTopicPath, QueuePath
+from ingest_api.params import AnyTopicPath, QueuePath
 
 #: The header replica reads carry (the Spark source's ``readFrom=replica``).
 READ_FROM_HEADER = "x-sparkmq-read-from"
@@ -64,5 +64,3 @@ def _reads_here(node: Any, request: Request) -> bool:
         or request.headers.get(READ_FROM_HEADER) == "replica"
     )
     return asked or node.view.master_of(node.name) is None
-
-

@@ -5,7 +5,7 @@ of FastAPI dependency solving and body handling per request, several times what 
 message costs. The fast lane recognises that request by its method, path and exact
 Content-Type, reads the body, and only when everything the route would check passes (topic
 pattern, size limit, auth, ``ProduceIn.model_validate_json``) calls the route's own
-:func:`ingest_api.http.routers.messages.produce_one_json`. ``POST /transactions/{transaction_id}``
+:func:`ingest_api.http.local_produce.produce_one_json`. ``POST /transactions/{transaction_id}``
 (the end of a transaction: half of a single-message transaction's requests) takes the same
 lane to :func:`ingest_api.http.routers.transactions.end_transaction_json`. Anything else
 (another path or content type, a failed check, a client that went away mid-body) is handed to
@@ -36,11 +36,11 @@ from broker.errors import BrokerError
 from broker.state import Broker
 from ingest_api.http import cluster_produce
 from ingest_api.http.errors import response_for
-from ingest_api.http.params import TOPIC_PATTERN
-from ingest_api.http.routers.messages import produce_one_json
+from ingest_api.http.local_produce import produce_one_json
 from ingest_api.http.routers.transactions import end_transaction_json
 from ingest_api.http.schemas import EndTransactionIn, ProduceIn
 from ingest_api.http.timing import ROUTE_KEY
+from ingest_api.params import TOPIC_PATTERN
 from store import SparkMQError
 
 _TOPIC = re.compile(TOPIC_PATTERN)

@@ -18,13 +18,12 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, Strict
 
-from ingest_api.http.params import GROUP, USER_TOPIC
-from store import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, PROPERTY_TRANSACTION_ID, SYSTEM_PROPERTIES
+from broker.produce import RESERVED_PROPERTIES
+from broker.produce import SEPARATORS as _SEPARATORS
+from ingest_api.params import GROUP, USER_TOPIC
 
 #: Property names the broker owns (RocketMQ's system properties); a producer may not send them.
-RESERVED_PROPERTIES = SYSTEM_PROPERTIES | {PROPERTY_TRANSACTION_ID}
 #: RocketMQ's property encoding separators; they cannot appear inside names or values.
-_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
 #: The separators as a regular-expression character class body (Python and ECMA-262 alike).
 SEPARATOR_CLASS = "".join(f"\\u{ord(sep):04x}" for sep in _SEPARATORS)
@@ -99,36 +98,6 @@ PROPERTIES_SCHEMA: dict[str, Any] = {
     "propertyNames": {"minLength": 1, **_TEXT, "not": {"enum": sorted(RESERVED_PROPERTIES)}},
     "additionalProperties": {"type": "string", **_TEXT},
 }
-
-
-def _check_text(what: str, text: str) -> None:
-    if any(sep in text for sep in _SEPARATORS):
-        raise ValueError(f"{what} must not contain the control characters \\x01 or \\x02")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid Unicode text (lone surrogate)") from None
-
-
-def check_message_fields(tags: str | None, keys: list[str], properties: dict[str, str]) -> None:
-    """Refuse tags, keys and properties the CommitLog property encoding cannot carry."""
-    if tags is not None:
-        _check_text("tags", tags)
-        if "||" in tags:
-            raise ValueError("tags must not contain '||' (the tag expression separator)")
-        if tags != tags.strip():  # a tag expression strips its tags: such a tag never matches
-            raise ValueError("tags must not start or end with whitespace")
-    for key in keys:
-        _check_text("keys", key)
-        if any(ch.isspace() for ch in key):
-            raise ValueError(f"key {key!r} contains whitespace (keys are stored space-separated)")
-    for name, value in properties.items():
-        if not name:
-            raise ValueError("property names must not be empty")
-        _check_text(f"property {name!r}", name)
-        _check_text(f"property {name!r} value", value)
-        if name in RESERVED_PROPERTIES:
-            raise ValueError(f"property {name!r} is reserved for the broker")
 
 
 def decode_body(body: str | None, body_base64: str | None) -> bytes:

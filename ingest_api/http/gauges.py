@@ -18,9 +18,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.cluster_info import LOCAL_BROKER
 from broker.metrics import ClusterGauges, StoreGauges
 from cluster import ClusterNode, ClusterView, SessionState
-from ingest_api.http.routers.cluster import LOCAL_BROKER
 from store import MessageStore
 
 #: Whether this broker owns queue ``queue_id`` of ``topic``.

@@ -23,7 +23,8 @@ from typing import Annotated, Protocol
 import msgspec
 from msgspec import Meta
 
-from ingest_api.http.fields import RESERVED_PROPERTIES, WHITESPACE_CLASS
+from broker.produce import RESERVED_PROPERTIES
+from ingest_api.http.fields import WHITESPACE_CLASS
 
 #: ``NonEmpty``, ``QueueId`` and the scheduling fields' bounds of :class:`schemas.ProduceEntryIn`.
 _Text = Annotated[str, Meta(min_length=1, max_length=1024)]

@@ -11,7 +11,6 @@ and transaction halves go through ``put_messages``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from collections.abc import Sequence
 
@@ -20,16 +19,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.errors import BrokerError
-from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes, schedule_error
+from broker.produce import (
+    place_message,
+    request_ref,
+    scheduling,
+    too_large,
+    unknown_queue,
+)
+from ingest_api.http.batches import ARROW_COLUMNS, ArrowBatch, check_body_sizes
 from ingest_api.http.fields import decode_body
 from ingest_api.http.json_batch import EntryFields
-from ingest_api.http.params import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS
 from ingest_api.http.schemas import ProduceIn, entry_topic
+from ingest_api.params import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS
 from store import (
-    MAX_PRODUCER_ID_CHARS,
     PROPERTY_PGROUP,
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
     UNPLACED,
     Message,
@@ -39,8 +42,6 @@ from store import (
     ProducerRef,
     PutResult,
     request_uniq_keys,
-    sharding_queue,
-    validate_topic,
 )
 from store.publish import TransactionService
 
@@ -61,97 +62,6 @@ def idempotency_ref(topic: str, key: str | None) -> ProducerRef | None:
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters",
         )
     return request_ref(f"http:{topic}:{key}")
-
-
-def request_ref(name: str) -> ProducerRef:
-    """The store's identity of the request ``name``. The store takes names of at most
-    ``MAX_PRODUCER_ID_CHARS``; a longer one (a long topic and a long key) is replaced by its
-    digest: such names were refused before, so no stored request used them, and shorter ones
-    keep their identity (and their messages' UNIQ_KEYs) across this change."""
-    if len(name) > MAX_PRODUCER_ID_CHARS:
-        name = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
-    return ProducerRef(name)
-
-
-def known_queue_count(store: MessageStore, topic: str) -> int | None:
-    """Queue count of an existing topic, None when it does not exist. Never blocks on I/O, so
-    the event loop may call it."""
-    validate_topic(topic)
-    return store.queue_count(topic) if store.has_topic(topic) else None
-
-
-def _unknown_queue(queue_id: int, topic: str, queue_count: int, index: int | None = None) -> BrokerError:
-    where = f"messages[{index}]: " if index is not None else ""
-    return BrokerError(
-        409,  # well formed, but the topic has fewer queues (409 Conflict: it may grow)
-        "unknown_queue",
-        f"{where}queue_id {queue_id} is outside topic {topic!r}'s {queue_count} queues",
-        index=index,
-    )
-
-
-def _too_large(size: int, limit: int, index: int | None = None) -> BrokerError:
-    where = f"messages[{index}]: " if index is not None else ""
-    return BrokerError(
-        413, "message_too_large", f"{where}body is {size} bytes; the limit is {limit}", index=index
-    )
-
-
-def scheduling(
-    delay_level: int | None,
-    deliver_at_ms: int | None,
-    delay_ms: int | None,
-    *,
-    max_delay_ms: int,
-    now_ms: int,
-    index: int | None = None,
-) -> tuple[int, dict[str, str]]:
-    """``(delay level, timer properties)`` for the three scheduling fields, or a 400 naming the
-    field: at most one of them; a level >= 0 (0 = none; above the table clamps); a timer no
-    further out than ``max_delay_ms`` (the store checks that again when it parks it)."""
-    given = [
-        name
-        for name, value in (
-            ("delay_level", delay_level),
-            ("deliver_at_ms", deliver_at_ms),
-            ("delay_ms", delay_ms),
-        )
-        if value is not None
-    ]
-    if len(given) > 1:
-        raise schedule_error(
-            f"give at most one of 'delay_level', 'deliver_at_ms' and 'delay_ms' (got {' and '.join(given)})",
-            given[1],
-            index,
-        )
-    if delay_level is not None:
-        if delay_level < 0:
-            raise schedule_error(
-                f"delay_level must be >= 0 (0 = no delay), got {delay_level}", "delay_level", index
-            )
-        return delay_level, {}
-    if deliver_at_ms is None and delay_ms is None:
-        return 0, {}
-    if delay_ms is not None:
-        field, wait, prop = "delay_ms", delay_ms, {PROPERTY_TIMER_DELAY_MS: str(delay_ms)}
-        if delay_ms < 0:
-            raise schedule_error(f"delay_ms must be >= 0, got {delay_ms}", field, index)
-    else:
-        assert deliver_at_ms is not None
-        field, wait, prop = (
-            "deliver_at_ms",
-            deliver_at_ms - now_ms,
-            {PROPERTY_TIMER_DELIVER_MS: str(deliver_at_ms)},
-        )
-        if deliver_at_ms < 0:
-            raise schedule_error(
-                f"deliver_at_ms must be an epoch millisecond >= 0, got {deliver_at_ms}", field, index
-            )
-    if wait > max_delay_ms:
-        raise schedule_error(
-            f"{field} is {wait} ms ahead; the broker's --timer-max-delay is {max_delay_ms} ms", field, index
-        )
-    return 0, prop
 
 
 def entry_scheduling(
@@ -177,18 +87,24 @@ def entry_message(
     max_delay_ms: int,
     now_ms: int,
 ) -> Message:
-    """The store message for a validated entry: queue resolved, scheduling fields checked
-    against ``now_ms`` (the store's clock), body size checked."""
-    queue_id = entry.queue_id
-    if queue_id is not None and queue_id >= queue_count:
-        raise _unknown_queue(queue_id, topic, queue_count, index)
-    if entry.sharding_key is not None:
-        queue_id = sharding_queue(entry.sharding_key, queue_count)
-    level, schedule = entry_scheduling(entry, max_delay_ms, now_ms, index)
-    message = entry.to_message(topic, queue_id, level, schedule)
-    if len(message.body) > max_body:
-        raise _too_large(len(message.body), max_body, index)
-    return message
+    """The store message for a validated entry (:func:`broker.produce.place_message`)."""
+    return place_message(
+        topic,
+        decode_body(entry.body, entry.body_base64),
+        tags=entry.tags,
+        keys=entry.keys,
+        properties=entry.properties,
+        queue_id=entry.queue_id,
+        sharding_key=entry.sharding_key,
+        delay_level=entry.delay_level,
+        deliver_at_ms=entry.deliver_at_ms,
+        delay_ms=entry.delay_ms,
+        queue_count=queue_count,
+        max_body=max_body,
+        max_delay_ms=max_delay_ms,
+        now_ms=now_ms,
+        index=index,
+    )
 
 
 def put_entries(
@@ -258,14 +174,14 @@ def entry_columns(
     n = len(entries)
     if n and max(map(len, bodies)) > max_body:
         index = next(i for i, body in enumerate(bodies) if len(body) > max_body)
-        raise _too_large(len(bodies[index]), max_body, index)
+        raise too_large(len(bodies[index]), max_body, index)
     explicit = [e.queue_id for e in entries]
     queue_ids = None
     if explicit.count(None) != n:
         queue_ids = np.array([UNPLACED if q is None else q for q in explicit], np.int32)
         bad = np.flatnonzero(queue_ids >= queue_count)
         if len(bad):
-            raise _unknown_queue(int(queue_ids[bad[0]]), topic, queue_count, int(bad[0]))
+            raise unknown_queue(int(queue_ids[bad[0]]), topic, queue_count, int(bad[0]))
     properties: dict[str, list[str | None]] = {}
     levels = [0] * n
     special = [
@@ -304,7 +220,7 @@ def check_arrow_queue_ids(topic: str, batch: ArrowBatch, queue_count: int) -> No
     too_big = np.flatnonzero(explicit >= queue_count)
     if len(too_big):
         row = int(too_big[0])
-        raise _unknown_queue(int(explicit[row]), topic, queue_count, row)
+        raise unknown_queue(int(explicit[row]), topic, queue_count, row)
 
 
 def check_arrow_schedules(batch: ArrowBatch, max_delay_ms: int, now_ms: int) -> None:

@@ -9,7 +9,7 @@ OpenAPI document; :func:`schema_of` merges several into a model's ``json_schema_
     model_config = ConfigDict(extra="forbid", json_schema_extra=schema_of(_RULES))
 
 Some rules are checked outside the model with their own error code (the scheduling fields
-in :func:`ingest_api.http.producing.scheduling`, 400 ``invalid_schedule``); the document
+in :func:`broker.produce.scheduling`, 400 ``invalid_schedule``); the document
 states them all the same, so a request it calls valid is one the broker accepts.
 """
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from broker.produce import check_message_fields
 from broker.transactions import CHECK_URL_PATTERN
 from cluster import BROKER_NAME_PATTERN
 from ingest_api.http.fields import (
@@ -34,7 +35,6 @@ from ingest_api.http.fields import (
     Shift,
     Tags,
     TopicName,
-    check_message_fields,
     config_limit,
     decode_body,
 )
@@ -60,7 +60,7 @@ class TransactionIn(BaseModel):
 #: Checked by the model (422).
 _PRODUCE_RULES = (ExactlyOne("body", "body_base64"), AtMostOne("queue_id", "sharding_key"))
 #: Checked while producing with their own codes: 400 ``invalid_schedule`` and
-#: ``invalid_transaction`` (:func:`ingest_api.http.producing.scheduling`, ``put_transaction``).
+#: ``invalid_transaction`` (:func:`broker.produce.scheduling`, ``put_transaction``).
 _SCHEDULING = ("delay_level", "deliver_at_ms", "delay_ms")
 _PRODUCE_RULES_CHECKED_WHEN_PRODUCING = (AtMostOne(*_SCHEDULING), Excludes("transaction", _SCHEDULING))
 
@@ -99,7 +99,7 @@ class ProduceIn(BaseModel):
         None, description="Messages with the same key go to the same queue (so their order holds)."
     )
     # The scheduling fields keep the int32 / int64 range in the model: a negative value is
-    # refused by producing.scheduling as a 400 naming the field, which the document states.
+    # refused by broker.produce.scheduling as a 400 naming the field, which the document states.
     delay_level: Int32 | None = Field(
         None,
         json_schema_extra={"minimum": 0},
@@ -145,7 +145,7 @@ class ProduceIn(BaseModel):
         self, topic: str, queue_id: int | None, delay_level: int = 0, schedule: dict[str, str] | None = None
     ) -> Message:
         """The store message; ``delay_level`` / ``schedule`` (timer properties) come from
-        :func:`ingest_api.http.producing.scheduling`, which checks the three scheduling fields."""
+        :func:`broker.produce.scheduling`, which checks the three scheduling fields."""
         properties = dict(self.properties)
         if schedule:
             properties.update(schedule)

@@ -18,9 +18,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from broker.config import ServerConfig
+from broker.lifecycle import Companion
 from cluster import ClusterConfig, InvalidBrokerName, InvalidClusterAddress, parse_cluster_address
-from ingest_api.http.app import Companion
-from ingest_api.http.server import serve as run_server
+from ingest_api.server import serve as run_server
 from sparkmq.cli.root import app
 from store import DEFAULT_DELAY_LEVELS, FlushDiskType, InvalidArgument, StoreConfig, parse_duration_ms
 

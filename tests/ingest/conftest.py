@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from broker.config import ServerConfig
-from ingest_api.http.app import Companion, StoreOpener
-from ingest_api.http.server import BrokerServer, build_server
+from broker.lifecycle import Companion, StoreOpener
+from ingest_api.server import BrokerServer, build_server
 from store.message_store import MessageStore
 from tests.support.stores import light_config
 

@@ -29,7 +29,7 @@ _VOLATILE = ("uniq_key", "store_timestamp")
 
 @pytest.fixture
 def lane_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Topics produced through the fast lane (the route calls ``messages.produce_one_json`` itself)."""
+    """Topics produced through the fast lane (the route calls ``local_produce.produce_one_json`` itself)."""
     calls: list[str] = []
     original = fastlane.produce_one_json
 

@@ -17,8 +17,8 @@ from confluent_kafka import Consumer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from broker.config import ServerConfig
-from ingest_api.http.server import BrokerServer, build_server
 from ingest_api.kafka.companion import KafkaCompanion, serve_companions
+from ingest_api.server import BrokerServer, build_server
 from store import Message, MessageStore
 from tests.kafka.conftest import gateway_config, store_config
 from tests.kafka.test_confluent import consumer as ck_consumer

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from broker.config import ServerConfig
-from ingest_api.http.server import build_server
+from ingest_api.server import build_server
 from store import Message, MessageStore, StoreConfig
 from streaming.register import local_session_builder
 from tests.support.network import free_port

@@ -297,7 +297,7 @@ def _broker_main(store_dir: str, port: int, fault: str | None) -> None:
 
     from broker.config import ServerConfig
     from ingest_api.http.routers import sinks
-    from ingest_api.http.server import build_server
+    from ingest_api.server import build_server
     from store.publish.sink_staging import SinkStaging
     from streaming.writer import Fault
 

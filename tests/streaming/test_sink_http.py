@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest_api.http.app import create_app
+from ingest_api.app import create_app
 from store import MessageStore
 from store.publish.sink_parts import COMMIT_FILE, StagedPart, batch_dir
 from store.publish.sink_staging import SinkStaging

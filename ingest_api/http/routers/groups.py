@@ -19,7 +19,6 @@ from broker.routing import FORWARDED_HEADER
 from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
-from ingest_api.http.params import USER_TOPIC, GroupPath, TopicQuery
 from ingest_api.http.schemas import (
     ErrorOut,
     GroupDescribeOut,
@@ -34,6 +33,7 @@ from ingest_api.http.schemas import (
     QueueLagOut,
     ResetQueueOut,
 )
+from ingest_api.params import USER_TOPIC, GroupPath, TopicQuery
 from store import (
     MessageStore,
     UnknownTopic,
@@ -284,9 +284,7 @@ async def get_lag(
     owners = cluster_groups.placement_owners(broker.cluster.view, topic)
     local = None
     if broker.store.has_topic(topic):
-        local = {
-            row.queue_id: row for row in (await run_blocking(_lag, broker.store, group, topic)).queues
-        }
+        local = {row.queue_id: row for row in (await run_blocking(_lag, broker.store, group, topic)).queues}
     answers, unavailable = await cluster_groups.gather_topic(
         broker, topic, f"/groups/{group}/lag", request.headers, {"topic": topic}, local,
         lambda body: {row["queue_id"]: QueueLagOut.model_validate(row) for row in body["queues"]},

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
@@ -15,11 +13,10 @@ from broker.auth import Right, authorize
 from broker.errors import BrokerError
 from broker.state import Broker
 from broker.threads import run_blocking
-from ingest_api.http import batches, cluster_produce, json_batch, producing, render
+from ingest_api.http import batches, cluster_produce, producing
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep, media_type
 from ingest_api.http.fields import config_limit
-from ingest_api.http.params import USER_TOPIC, IdempotencyKeyHeader, TopicPath
-from ingest_api.http.render import produce_batch_json, produce_results_stream
+from ingest_api.http.local_produce import BatchRequest, produce_batch_here, produce_one
 from ingest_api.http.schemas import (
     ErrorOut,
     MessageOut,
@@ -27,20 +24,15 @@ from ingest_api.http.schemas import (
     ProduceIn,
     ProduceOut,
     QueryOut,
-    TransactionalBatchOut,
-    TransactionalProduceOut,
 )
+from ingest_api.params import USER_TOPIC, IdempotencyKeyHeader, TopicPath
 from store import (
     InvalidArgument,
     MessageStore,
     MessageView,
-    ProducerRef,
-    PutResult,
-    TxOutcome,
     UnknownTopic,
     validate_topic,
 )
-from store.publish import EndRequest
 
 router = APIRouter(tags=["messages"])
 
@@ -123,131 +115,6 @@ async def produce(
     return await produce_one(broker, topic, entry, producer)
 
 
-async def produce_one(
-    broker: Broker, topic: str, entry: ProduceIn, producer: ProducerRef | None = None
-) -> Response:
-    """Store one validated, authorised entry and answer 201 (:func:`produce_one_json`)."""
-    answer = await produce_one_json(broker, topic, entry, producer)
-    return Response(answer, status_code=201, media_type="application/json")
-
-
-async def produce_one_json(
-    broker: Broker, topic: str, entry: ProduceIn, producer: ProducerRef | None = None
-) -> bytes:
-    """Store one validated, authorised entry and render the 201 answer's body. The route above
-    and the fast lane (:mod:`ingest_api.http.fastlane`) both end here; errors are raised as
-    :class:`BrokerError` / store errors for the one error mapping in :mod:`ingest_api.http.errors`."""
-    started = time.perf_counter()
-    store = broker.store
-    if entry.transaction is not None and producer is None and broker.operators is not None:
-        board = broker.operators.transactions
-        if board is not None:  # group commit of halves, like plain single produces
-            group = entry.transaction.producer_group
-            if producing.known_queue_count(store, topic) is None:
-                await run_blocking(store.ensure_topic, topic)
-            txid, (half,) = producing.transaction_messages(store, topic, [entry], group)
-            result = await broker.producer.put(half)
-            board.service.register(txid, group, [result], result.store_timestamp_ms, [topic])
-            if entry.transaction.commit:  # grouped with concurrent ends into one append
-                ended = await board.ends.end(EndRequest(txid, TxOutcome.COMMIT, group))
-                result = ended.transaction.results[0] if ended.transaction.results else result
-            broker.metrics.produced(topic, 1, len(half.body), "single", time.perf_counter() - started)
-            out = TransactionalProduceOut(**ProduceOut.of(result).model_dump(), transaction_id=txid)
-            return out.model_dump_json().encode()
-    if entry.transaction is not None:
-        txid, results = await run_blocking(_put_transaction, broker, topic, [entry], producer)
-        broker.metrics.produced(topic, 1, 0, "single", time.perf_counter() - started)
-        out = TransactionalProduceOut(**ProduceOut.of(results[0]).model_dump(), transaction_id=txid)
-        return out.model_dump_json().encode()
-    queue_count = producing.known_queue_count(store, topic)
-    if queue_count is None:
-        queue_count = await run_blocking(store.ensure_topic, topic)
-    config = store.config
-    message = producing.entry_message(
-        topic,
-        entry,
-        queue_count,
-        config.max_message_size_bytes,
-        None,
-        config.timer_max_delay_ms,
-        store.now_ms(),
-    )
-    if producer is None:
-        result = await broker.producer.put(message)
-    else:  # not coalesced: the request is its own idempotent unit
-        (result,) = await run_blocking(store.put_messages, [message], producer=producer)
-    broker.metrics.produced(topic, 1, len(message.body), "single", time.perf_counter() - started)
-    return render.produce_one_json(result)
-
-
-def _put_transaction(
-    broker: Broker, topic: str, entries: Sequence[ProduceIn], producer: ProducerRef | None
-) -> tuple[str, list[PutResult]]:
-    groups = {e.transaction.producer_group if e.transaction else None for e in entries}
-    if len(groups) != 1 or None in groups:
-        raise BrokerError(
-            400,
-            "invalid_transaction",
-            "a batch is one transaction: give 'transaction' once for the batch, or the same on every entry",
-        )
-    (group,) = groups
-    assert group is not None
-    board = broker.operators.transactions if broker.operators is not None else None
-    if board is None:
-        raise BrokerError(503, "transactions_unavailable", "this broker has no transaction service")
-    txid, results = producing.put_transaction(broker.store, board.service, topic, entries, group, producer)
-    if any(e.transaction is not None and e.transaction.commit for e in entries):
-        ended = board.service.end(txid, TxOutcome.COMMIT, group)
-        results = ended.transaction.results or results
-    return txid, results
-
-
-@dataclass(frozen=True)
-class _BatchRequest:
-    topic: str
-    content_type: str
-    raw: bytes
-    arrow_results: bool
-    producer: ProducerRef | None = None
-    #: Checks the principal's produce right on another topic named by an entry.
-    authorize_topic: Callable[[str], None] | None = None
-
-
-def _produce_batch(broker: Broker, request: _BatchRequest) -> tuple[str | bytes | memoryview, int, int]:
-    """Decode, validate and store a batch; returns (response body, messages, body bytes).
-    Worker thread."""
-    limit = broker.config.max_batch_messages
-    topic, content_type, raw = request.topic, request.content_type, request.raw
-    if content_type == batches.ARROW_STREAM:
-        arrow_batch = batches.parse_arrow_batch(raw, limit)
-        results, body_bytes = producing.put_arrow(broker.store, topic, arrow_batch, request.producer)
-    else:
-        decode_fast = (
-            json_batch.decode_ndjson_batch if content_type == batches.NDJSON else json_batch.decode_json_batch
-        )
-        fast = decode_fast(raw, limit)
-        if fast is not None:  # msgspec accepted it as the models would: straight to columns
-            results, body_bytes = producing.put_fields(broker.store, topic, *fast, request.producer)
-            payload = (
-                produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
-            )
-            return payload, len(results), body_bytes
-        if content_type == batches.NDJSON:
-            entries = batches.parse_ndjson_batch(raw, limit)
-        else:
-            entries = batches.parse_json_batch(raw, limit)
-        if request.authorize_topic is not None:
-            for other in producing.entry_topics(topic, entries)[1:]:
-                request.authorize_topic(other)
-        if any(e.transaction is not None for e in entries):
-            txid, rows = _put_transaction(broker, topic, entries, request.producer)
-            out = TransactionalBatchOut(results=[ProduceOut.of(r) for r in rows], transaction_id=txid)
-            return out.model_dump_json(), len(rows), sum(len(e.body or e.body_base64 or "") for e in entries)
-        results, body_bytes = producing.put_entries(broker.store, topic, entries, request.producer)
-    payload = produce_results_stream(results) if request.arrow_results else produce_batch_json(results)
-    return payload, len(results), body_bytes
-
-
 @router.post(
     "/topics/{topic}/messages:batch",
     status_code=201,
@@ -285,7 +152,7 @@ async def produce_batch(
         return await _produce_batch_clustered(
             broker, topic, content_type, raw, request, idempotency_key, arrow_results, principal, started
         )
-    batch_request = _BatchRequest(
+    batch_request = BatchRequest(
         topic,
         content_type,
         raw,
@@ -293,7 +160,7 @@ async def produce_batch(
         producer,
         lambda other: authorize(principal, Right.PRODUCE, other),
     )
-    payload, count, body_bytes = await run_blocking(_produce_batch, broker, batch_request)
+    payload, count, body_bytes = await run_blocking(produce_batch_here, broker, batch_request)
     broker.metrics.produced(topic, count, body_bytes, "batch", time.perf_counter() - started)
     media = batches.ARROW_STREAM if arrow_results else "application/json"
     return Response(payload, status_code=201, media_type=media)

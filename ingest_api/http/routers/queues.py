@@ -19,9 +19,9 @@ from broker.threads import run_blocking
 from ingest_api.http.batches import ARROW_STREAM
 from ingest_api.http.cluster_reads import redirect_to_owner
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.params import AnyTopicPath, QueuePath
 from ingest_api.http.render import message_stream, messages_from_batch
 from ingest_api.http.schemas import ErrorOut, OffsetOut, PullOut
+from ingest_api.params import AnyTopicPath, QueuePath
 from store import (
     RETRY_TOPIC_PREFIX,
     BatchReadResult,

@@ -34,8 +34,8 @@ from broker.threads import run_blocking
 from ingest_api.http import producing
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.fields import JSON_INTEGER, Int32, QueueCount, TopicName
-from ingest_api.http.params import GroupPath, IdempotencyKeyHeader
 from ingest_api.http.schemas import ErrorOut, MessageOut, ProduceOut
+from ingest_api.params import GroupPath, IdempotencyKeyHeader
 from store import UnknownTopic, dlq_topic
 
 router = APIRouter(

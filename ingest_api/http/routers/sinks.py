@@ -47,8 +47,8 @@ from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.fields import Count
 from ingest_api.http.openapi import INTERNAL
-from ingest_api.http.params import ID_PATH_PATTERN
 from ingest_api.http.schemas import ErrorOut
+from ingest_api.params import ID_PATH_PATTERN
 from store import InvalidArgument
 from store.publish import (
     PART_SCHEMA,

@@ -19,8 +19,8 @@ from broker.routing import FORWARDED_HEADER
 from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
-from ingest_api.http.params import AnyTopicPath, TopicPath
 from ingest_api.http.schemas import ErrorOut, QueueOffsetsOut, TopicIn, TopicListOut, TopicOut
+from ingest_api.params import AnyTopicPath, TopicPath
 from store import MessageStore, UnknownTopic, validate_topic
 
 router = APIRouter(prefix="/topics", tags=["topics"], responses={404: {"model": ErrorOut}})

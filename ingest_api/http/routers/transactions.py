@@ -25,7 +25,6 @@ from broker.state import Broker
 from broker.threads import run_blocking
 from broker.transactions import TransactionBoard
 from ingest_api.http.deps import BrokerDep, PrincipalDep
-from ingest_api.http.params import GROUP
 from ingest_api.http.schemas import (
     EndTransactionIn,
     EndTransactionOut,
@@ -36,6 +35,7 @@ from ingest_api.http.schemas import (
     TransactionListOut,
     TransactionOut,
 )
+from ingest_api.params import GROUP
 from store import TxOutcome
 from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, EndRequest, Transaction, UnknownTransaction
 
@@ -219,9 +219,7 @@ async def put_producer_group(
     _may_register(principal)
     groups = board_of(broker).groups
     if broker.cluster is not None:  # every broker may hold this group's halves: a cluster setting
-        await run_blocking(
-            broker.cluster.put_setting, PRODUCER_GROUPS, group, {"check_url": body.check_url}
-        )
+        await run_blocking(broker.cluster.put_setting, PRODUCER_GROUPS, group, {"check_url": body.check_url})
     created = await run_blocking(groups.put, group, body.check_url)
     response.status_code = 201 if created else 200
     return _group_out(group, groups.get(group) or {})

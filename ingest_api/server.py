@@ -19,7 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from broker.config import ServerConfig
-from ingest_api.http.app import Companion, StoreOpener, create_app
+from ingest_api.app import Companion, StoreOpener, create_app
 from store import MessageStore
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -1,4 +1,5 @@
-"""Path and query parameters shared by the routers, and the name rules as JSON Schema.
+"""Path and query parameters of the two web doors (the HTTP API and the console), and the name
+rules as JSON Schema.
 
 Topic and group names follow :mod:`store.names` (the one home of the charset and the
 lengths): ``pattern`` is :data:`store.TOPIC_NAME_PATTERN` / :data:`store.GROUP_NAME_PATTERN`,
