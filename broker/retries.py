@@ -216,16 +216,17 @@ def send_back_many(
         raise UnknownGroup(f"consumer group {group!r} is unknown (no offsets, no PUT /groups/{group})")
     default_max = (config or {}).get("max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
     maximums = [default_max if it.max_reconsume_times is None else it.max_reconsume_times for it in items]
-    # In a cluster the messages are found before this broker claims queues of the group's
-    # retry and DLQ topics: a broker that holds none of them forwards and places nothing.
-    views = _find_each(store, group, items) if own_queues is not None else None
+    # The messages are found (read once) before this broker claims queues of the group's retry
+    # and DLQ topics: in a cluster, a broker that holds none of them forwards and places nothing.
+    small = len(items) <= SMALL_BATCH
+    views = _find_each(store, group, items) if small else None
+    found = None if small else _sources(store, group, items)
     queues, retry_base, dlq_queue = _placed_here(
         store, group, (config or {}).get("retry_queues", 1), own_queues
     )
-    if len(items) <= SMALL_BATCH or retry_base or dlq_queue:  # a cluster's own queue ids: by record
-        placed = (queues, retry_base, dlq_queue)
-        return _send_back_each(store, group, items, maximums, placed, producer, views)
-    found = _sources(store, group, items)
+    if views is not None:
+        return _send_back_each(store, group, items, maximums, (queues, retry_base, dlq_queue), producer, views)
+    assert found is not None
     request_ids = (
         request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))
     )
@@ -239,6 +240,8 @@ def send_back_many(
         uniq_keys=request_ids,
         born_ms=store.now_ms(),
         store_host=(store.config.store_host, store.config.store_port),
+        retry_queue_base=retry_base,
+        dlq_queue_id=dlq_queue,
     )
     for i, (item, stored_topic) in enumerate(zip(items, built.topics, strict=True)):
         if stored_topic not in (item.topic, retry_topic(group)):
@@ -263,12 +266,10 @@ def _send_back_each(
     maximums: list[int],
     placed: tuple[int, int, int],
     producer: ProducerRef | None,
-    views: list[MessageView] | None = None,
+    views: list[MessageView],
 ) -> list[SendBack]:
     """:func:`send_back_many` for a few items, record by record (no Arrow kernel's fixed cost):
     the same records, one append."""
-    if views is None:
-        views = _find_each(store, group, items)
     raws = [store.read_record(v.commitlog_offset) for v in views]
     for i, raw in enumerate(raws):
         if raw is None:

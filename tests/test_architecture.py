@@ -1,9 +1,15 @@
 """The layout's rules, checked on the import statements of every module (``ast``, no imports run).
 
 * Layers: ``store`` imports none of the others; ``cluster`` (membership, routes, the
-  ZooKeeper session) sits on ``store``; the doors (``ingest_api``) and Spark (``streaming``)
-  sit on both and do not import each other or the CLI; only ``sparkmq.cli`` sits on top
-  (``import sparkmq`` for its ``__version__`` is allowed).
+  ZooKeeper session) sits on ``store``; the broker core (``broker``) sits on both; the doors
+  (``ingest_api``) sit on the core, and Spark (``streaming``) on ``store`` and ``cluster``;
+  neither imports the other or the CLI; only ``sparkmq.cli`` sits on top (``import sparkmq``
+  for its ``__version__`` is allowed).
+* The core speaks no protocol: ``broker`` imports no web framework (FastAPI, Starlette,
+  uvicorn, pydantic). A door is an adapter: no door (``ingest_api.http``, ``.kafka``,
+  ``.console``, ``.remoting``, ``.grpc``) imports another; what two web doors share sits beside
+  them (``ingest_api.params``), and ``ingest_api.app`` / ``ingest_api.server`` put the web doors
+  on one port.
 * Only ``cluster.zk`` talks to ZooKeeper: nothing else imports kazoo.
 * Inside ``store``: the structures below the facade (``format``, ``io``, ``commitlog``,
   ``consumequeue``, ``index``, ``metadata``) never import the put/read/recovery layers, the
@@ -22,7 +28,11 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("store", "cluster", "ingest_api", "streaming", "sparkmq")
+TOP = ("store", "cluster", "broker", "ingest_api", "streaming", "sparkmq")
+#: The doors: sub-packages of ``ingest_api`` that adapt one protocol each to the core.
+DOORS = ("http", "kafka", "console", "remoting", "grpc")
+#: What the core may not import: it speaks no protocol.
+WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "pydantic")
 STRUCTURES = ("format", "io", "commitlog", "consumequeue", "index", "metadata")
 ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "ha", "message_store")
 #: Packages above the facade: only they import themselves.
@@ -67,12 +77,40 @@ def test_layers_never_import_upwards() -> None:
             allowed = {
                 "store": (),
                 "cluster": ("store",),
-                "ingest_api": ("store", "cluster"),
+                "broker": ("store", "cluster"),
+                "ingest_api": ("store", "cluster", "broker"),
                 "streaming": ("store", "cluster"),
-                "sparkmq": ("store", "cluster", "ingest_api", "streaming"),
+                "sparkmq": ("store", "cluster", "broker", "ingest_api", "streaming"),
             }[top]
             if target not in allowed:
                 bad.append(f"{module} imports {imported}")
+    assert bad == [], "\n".join(sorted(bad))
+
+
+def test_the_core_imports_no_web_framework() -> None:
+    bad = [
+        f"{module} imports {imported}: the broker core speaks no protocol; decode and encode in a door"
+        for module, imports in module_imports(third_party=True).items()
+        if module.split(".")[0] == "broker"
+        for imported in imports
+        if imported.split(".")[0] in WEB_FRAMEWORKS
+    ]
+    assert bad == [], "\n".join(sorted(bad))
+
+
+def test_no_door_imports_another() -> None:
+    bad = []
+    for module, imports in module_imports().items():
+        parts = module.split(".")
+        if parts[0] != "ingest_api" or len(parts) < 2 or parts[1] not in DOORS:
+            continue
+        for imported in imports:
+            target = imported.split(".")
+            if target[0] == "ingest_api" and len(target) > 1 and target[1] in DOORS and target[1] != parts[1]:
+                bad.append(
+                    f"{module} imports {imported}: a door calls the broker core (broker), never another "
+                    "door; move what both need into broker/ (or beside the web doors: ingest_api.params)"
+                )
     assert bad == [], "\n".join(sorted(bad))
 
 

@@ -198,10 +198,13 @@ def sendback_requests(
     uniq_keys: Sequence[str],
     born_ms: int,
     store_host: tuple[str, int],
+    retry_queue_base: int = 0,
+    dlq_queue_id: int = 0,
 ) -> SendBackBatch:
     """:func:`sendback_request` for many stored records (back to back in ``sources``) in one
     pass: header fields and properties read vectorised, the requests encoded column by column.
-    The same bytes as the record-by-record function (tests/store/test_sendback.py)."""
+    The same bytes as the record-by-record function (tests/store/test_sendback.py), cluster
+    queue ids included."""
     count = len(starts)
     spans = check_records(sources, starts)
     if spans.valid < count:
@@ -223,18 +226,23 @@ def sendback_requests(
     topics = gather_ranges(pa.py_buffer(sources), r.topic_begin, r.topic_len, pa.string()).to_pylist()
     ends = starts + spans.total_size
     bodies = [sources[lo:hi].tobytes() for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
+    properties: dict[str, str | list[str]] = {
+        PROPERTY_SENDBACK_GROUP: group,
+        PROPERTY_SENDBACK_ORIGIN: origins,
+        PROPERTY_SENDBACK_ATTEMPT: [str(a) for a in attempts.tolist()],
+        PROPERTY_SENDBACK_DELAY_LEVEL: [str(level) for level in delay_levels],
+        PROPERTY_SENDBACK_MAX_RECONSUME: [str(m) for m in max_reconsume_times],
+        PROPERTY_SENDBACK_RETRY_QUEUES: str(retry_queues),
+    }
+    if retry_queue_base:  # the same order as sendback_request's
+        properties[PROPERTY_SENDBACK_RETRY_BASE] = str(retry_queue_base)
+    if dlq_queue_id:
+        properties[PROPERTY_SENDBACK_DLQ_QUEUE] = str(dlq_queue_id)
+    properties[PROPERTY_UNIQ_KEY] = list(uniq_keys)
     columns = BatchColumns(
         topic=SENDBACK_TOPIC,
         bodies=bodies,
-        properties={
-            PROPERTY_SENDBACK_GROUP: group,
-            PROPERTY_SENDBACK_ORIGIN: origins,
-            PROPERTY_SENDBACK_ATTEMPT: [str(a) for a in attempts.tolist()],
-            PROPERTY_SENDBACK_DELAY_LEVEL: [str(level) for level in delay_levels],
-            PROPERTY_SENDBACK_MAX_RECONSUME: [str(m) for m in max_reconsume_times],
-            PROPERTY_SENDBACK_RETRY_QUEUES: str(retry_queues),
-            PROPERTY_UNIQ_KEY: list(uniq_keys),
-        },
+        properties=properties,
         born_timestamps_ms=born_ms,
         born_host=store_host,
         store_host=store_host,

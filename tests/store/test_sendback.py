@@ -180,3 +180,22 @@ def test_a_batch_of_requests_is_the_golden_request_byte_for_byte(tmp_path: Path)
     assert batch.attempts.tolist() == [2, 3, 2] and batch.topics == ["work", "%RETRY%billing", "work"]
     assert batch.msg_ids[0] == "7F00000100002A9F0000000000000000"
     assert batch.uniq_keys == ["UNIQ0000000000000000000000000001"] * 3
+
+
+def test_a_batch_with_cluster_queue_ids_is_the_record_by_record_request(tmp_path: Path) -> None:
+    """In a cluster the columnar requests carry this broker's retry base and DLQ queue, as the
+    record-by-record ones do (so a batch takes the columnar path whatever its queue ids)."""
+    raw = source_record(tmp_path)
+    buffer = np.frombuffer(raw * 2, dtype=np.uint8)
+    starts = np.array([0, len(raw)], dtype=np.int64)
+    batch = sendback_requests(
+        buffer, starts, group="billing", delay_levels=[0, -1], max_reconsume_times=[16, 16],
+        retry_queues=2, uniq_keys=["K1", "K2"], born_ms=NOW, store_host=HOST,
+        retry_queue_base=4, dlq_queue_id=3,
+    )  # fmt: skip
+    for i, level in enumerate([0, -1]):
+        expected = sendback_request(
+            raw, group="billing", delay_level=level, max_reconsume_times=16, retry_queues=2,
+            uniq_key=f"K{i + 1}", born_ms=NOW, store_host=HOST, retry_queue_base=4, dlq_queue_id=3,
+        )  # fmt: skip
+        assert batch.records.record(i) == encode_record(expected)

@@ -1,12 +1,4 @@
-"""Request (``*In``) and response (``*Out``) bodies of the HTTP API.
-
-Timestamps are integers in milliseconds since the Unix epoch. Message bodies travel as UTF-8
-text (``body``) or base64 (``body_base64``); exactly one of the two is set on every message.
-
-Declarative models: the OpenAPI contract of every route in one place; their field types and
-checks are in :mod:`ingest_api.http.fields`, their cross-field rules in
-:mod:`ingest_api.http.schema_rules`.
-"""
+"""Bodies of producing, transactions, topics and messages (pull, query, offsets)."""
 
 from __future__ import annotations
 
@@ -21,24 +13,20 @@ from cluster import BROKER_NAME_PATTERN
 from ingest_api.http.fields import (
     BASE64_PATTERN,
     PROPERTIES_SCHEMA,
-    QUEUE_KEY_PATTERN,
     Flag,
     GroupName,
     Int32,
     Int64,
     Key,
     NonEmpty,
-    Offset,
     QueueCount,
     QueueId,
-    QueueKey,
-    Shift,
     Tags,
     TopicName,
     config_limit,
     decode_body,
 )
-from ingest_api.http.schema_rules import AtMostOne, ExactlyOne, Excludes, GivenWhen, check, given, schema_of
+from ingest_api.http.schema_rules import AtMostOne, ExactlyOne, Excludes, check, given, schema_of
 from store import GROUP_MAX_LENGTH, Message, MessageView, PutResult
 
 
@@ -389,219 +377,3 @@ class OffsetOut(BaseModel):
     timestamp_ms: int
     boundary: Literal["lower", "upper"]
     offset: int
-
-
-class GroupOffsetsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    topic: TopicName
-    offsets: dict[QueueKey, Offset] = Field(
-        min_length=1,
-        description='Queue id (as a string key) -> next offset to consume, e.g. {"0": 12}. 409 '
-        "unknown_queue / offset_out_of_range for a queue the topic lacks or an offset past its max.",
-        json_schema_extra={"propertyNames": {"pattern": QUEUE_KEY_PATTERN}},
-    )
-
-
-class GroupOffsetsOut(BaseModel):
-    group: str
-    topic: str
-    offsets: dict[int, int] = Field(description="Queue id -> committed next offset (-1: none).")
-    unavailable: list[str] | None = Field(
-        None, description="Cluster mode: brokers that could not be asked (their queues show -1)."
-    )
-
-
-_RESET_RULES = (ExactlyOne("timestamp_ms", "to"), GivenWhen("shift_by", "to", "shift"))
-
-
-class GroupResetIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=schema_of(_RESET_RULES))
-
-    topic: TopicName
-    timestamp_ms: Offset | None = Field(None, description="Reset to the first offset at/after T.")
-    to: Literal["earliest", "latest", "shift"] | None = Field(
-        None, description="earliest / latest offset, or shift: the committed offset plus shift_by."
-    )
-    shift_by: Shift | None = Field(None, description="With to=shift: messages to skip (negative: re-read).")
-    queue_id: QueueId | None = Field(None, description="Reset only this queue (default: every queue).")
-    dry_run: Flag = Field(False, description="Answer the plan without committing anything.")
-
-    @model_validator(mode="after")
-    def _check(self) -> GroupResetIn:
-        check(_RESET_RULES, self.__dict__)
-        return self
-
-
-class ResetQueueOut(BaseModel):
-    queue_id: int
-    current: int = Field(description="Committed offset before the reset (-1: never committed).")
-    target: int = Field(description="Offset the reset commits (clamped to [min_offset, max_offset]).")
-    change: int = Field(description="target - current (current = min_offset when never committed).")
-    min_offset: int
-    max_offset: int
-
-
-class GroupResetOut(BaseModel):
-    group: str
-    topic: str
-    dry_run: bool
-    offsets: dict[int, int] = Field(description="Queue id -> the offset committed (or, dry run, to commit).")
-    queues: list[ResetQueueOut]
-
-
-class GroupQueueOut(BaseModel):
-    topic: str
-    queue_id: int
-    committed_offset: int = Field(description="-1 when the group never committed on this queue.")
-    max_offset: int
-    lag: int
-    lag_seconds: float | None = Field(description="Age of the oldest unconsumed message; null: caught up.")
-
-
-class KafkaMemberOut(BaseModel):
-    member_id: str
-    client_id: str
-    client_host: str
-
-
-class GroupDescribeOut(BaseModel):
-    group: str
-    kind: Literal["kafka", "offset table"]
-    kafka_state: str | None = Field(description="Kafka coordinator state (kafka groups only).")
-    members: list[KafkaMemberOut]
-    queues: list[GroupQueueOut]
-    total_lag: int
-    unavailable: list[str] | None = Field(
-        None, description="Cluster mode: brokers that could not be asked (their queues are left out)."
-    )
-
-
-class StatsOut(BaseModel):
-    version: str
-    topics: int
-    groups: int
-    messages_put: int = Field(description="Messages appended since the broker started.")
-    bytes_put: int
-    commitlog_min_offset: int
-    commitlog_max_offset: int
-    commitlog_flushed_offset: int
-    index_dispatch_lag_bytes: int
-    messages_in: dict[str, float] = Field(description="Door (http, kafka, sink) -> messages stored.")
-    messages_out: dict[str, float] = Field(description="Door -> messages handed to consumers.")
-
-
-class QueueLagOut(BaseModel):
-    queue_id: int
-    committed_offset: int = Field(description="-1 when the group never committed on this queue.")
-    max_offset: int
-    lag: int
-
-
-class GroupLagOut(BaseModel):
-    group: str
-    topic: str
-    queues: list[QueueLagOut]
-    total_lag: int
-    unavailable: list[str] | None = Field(
-        None, description="Cluster mode: brokers that could not be asked (their queues are left out)."
-    )
-
-
-class GroupListOut(BaseModel):
-    groups: dict[str, list[str]] = Field(description="Group -> topics it has offsets for.")
-
-
-class ClusterHealthOut(BaseModel):
-    broker: str
-    session: str = Field(description="ZooKeeper session: connected, suspended or lost.")
-    registered: bool = Field(description="Whether this broker's member node is registered.")
-    warnings: list[str]
-
-
-class HealthOut(BaseModel):
-    status: Literal["ok", "degraded"] = Field(
-        description="degraded: serving, but cut off from ZooKeeper or with cluster warnings (see cluster)."
-    )
-    cluster: ClusterHealthOut | None = Field(None, description="Cluster mode only.")
-
-
-def _optional_error_fields(schema: dict[str, Any]) -> None:
-    schema["properties"].update(
-        {
-            "index": {"type": "integer", "description": "The refused entry of a batch (0-based)."},
-            "field": {"type": "string", "description": "The refused field (invalid_schedule, ...)."},
-            "detail": {
-                "type": "array",
-                "description": "validation_error: every field that fails, with its location.",
-                "items": {"type": "object", "additionalProperties": True},
-            },
-            "retriable": {"type": "boolean", "description": "Store faults: whether a retry may succeed."},
-            "services": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "store_degraded: the failing store services.",
-            },
-            "limit": {"type": "integer", "description": "batch_too_large: the most messages per batch."},
-        }
-    )
-
-
-class ErrorOut(BaseModel):
-    """Every error answer: a stable code and a message, plus fields some errors add."""
-
-    model_config = ConfigDict(extra="allow", json_schema_extra=_optional_error_fields)
-
-    error: str = Field(description="Stable machine-readable code.")
-    message: str
-
-
-class ReplicaMemberOut(BaseModel):
-    member_id: int
-    http: str
-    role: str = Field(description="master, slave, standby, fenced, or unknown (did not answer).")
-    epoch: int | None
-    replicated_offset: int | None = Field(description="Its CommitLog's max offset.")
-    confirm_offset: int | None = Field(description="What its readers see up to.")
-    lag_bytes: int | None = Field(description="Behind the master, in bytes (the master's view).")
-
-
-class BrokerOut(BaseModel):
-    name: str = Field(description="Broker name (``--broker-name``); ``local`` for a lone broker.")
-    alive: bool = Field(description="Whether its ZooKeeper session is alive (it serves its queues).")
-    http: str | None = Field(description="Its HTTP base URL (the last known one when dead).")
-    kafka: str | None = Field(description="Its Kafka address host:port, when it serves Kafka.")
-    member_id: int | None = Field(description="Member id (also its Kafka node id); a group's master.")
-    queues: int = Field(description="Queue ids it owns, over every topic.")
-    epoch: int | None = Field(None, description="Replica group: the master epoch.")
-    in_sync: list[int] | None = Field(None, description="Replica group: the in-sync set's member ids.")
-    members: list[ReplicaMemberOut] | None = Field(None, description="Replica group: every live member.")
-
-
-class ClusterOut(BaseModel):
-    mode: Literal["single", "cluster"]
-    cluster: str | None = Field(None, description="The ZooKeeper address (``--cluster``).")
-    self_name: str = Field(alias="self", description="The name of the broker that answered.")
-    self_member: int | None = Field(None, description="Its member id (cluster mode).")
-    session: str | None = Field(description="Its ZooKeeper session: connected, suspended or lost.")
-    brokers: list[BrokerOut]
-    topics: int = Field(description="Topics in the cluster.")
-    warnings: list[str] = Field(
-        description="Problems that need an operator (e.g. data on an unrouted queue)."
-    )
-
-
-class QueueRouteOut(BaseModel):
-    queue_id: int
-    broker: str
-    alive: bool
-    http: str | None
-    kafka: str | None
-    replicas: list[str] | None = Field(
-        None, description="Cluster mode: the live members of the broker's replica group, the master first."
-    )
-
-
-class TopicRouteOut(BaseModel):
-    topic: str
-    queues: list[QueueRouteOut]
