@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("store", "cluster", "ingest_api", "streaming", "sparkmq")
 STRUCTURES = ("format", "io", "commitlog", "consumequeue", "index", "metadata")
-ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "ha", "message_store")
+ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "ha", "facade", "message_store")
 #: Packages above the facade: only they import themselves.
 ABOVE_FACADE = ("publish", "ha")
 
