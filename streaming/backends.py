@@ -18,94 +18,66 @@ identical rows:
 
 Backends are cached per process (:func:`backend_for`): Spark reuses its Python workers, so
 executor tasks keep their open StoreReaders / HTTP connection pools across batches.
+
+This module holds :class:`PathBackend` and the factory; the seam, the errors and the cache
+are in :mod:`streaming.backend_contract` (below every backend), :class:`EndpointBackend` in
+:mod:`streaming.endpoint_backend`. Import them all from here.
 """
 
 from __future__ import annotations
 
-import http.client
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import urlencode, urlsplit
-
-import httpx
-import pyarrow as pa
-import pyarrow.compute as pc
 
 # The reader infers file sizes from the files; the short owner open must use the same sizes.
 # (Private helpers of store.read.store_reader: a public "config of an existing directory" would be better.)
 from store import (
-    MESSAGE_SCHEMA,
     Boundary,
-    GetStatus,
     MessageStore,
-    SparkMQError,
     StoreConfig,
-    StoreError,
     StoreReader,
     UnknownTopic,
     existing_config,
 )
+from streaming.backend_contract import (
+    BACKENDS,
+    BACKENDS_LOCK,
+    Backend,
+    BackendError,
+    BrokerUnreachable,
+    QueueElsewhere,
+    QueueHeads,
+    ReadChunk,
+    is_backend_fault,
+)
+from streaming.cluster_backend import ClusterBackend
+from streaming.endpoint_backend import (
+    ARROW_STREAM,
+    MAX_PULL_MESSAGES,
+    READ_FROM_HEADER,
+    ArrowPuller,
+    EndpointBackend,
+)
 
-#: ``{queue_id: (min_offset, max_offset)}``; max offset = next offset to be written.
-QueueHeads = dict[int, tuple[int, int]]
-
-
-class BackendError(StoreError):
-    """The source could not talk to its store or broker (or got an answer it cannot use)."""
-
-    code = "backend_error"
-    retriable = True
-
-
-class BrokerUnreachable(BackendError):
-    """A broker did not answer (connection refused or reset, timeout) or answered 503."""
-
-    code = "broker_unreachable"
-
-
-class QueueElsewhere(BackendError):
-    """A broker answered 307: the queue lives on another broker (a stale route)."""
-
-    code = "queue_elsewhere"
-
-
-@dataclass(frozen=True, slots=True)
-class ReadChunk:
-    """One read of a queue range (mirrors ``store.BatchReadResult``)."""
-
-    status: GetStatus
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    batch: pa.RecordBatch
-
-
-class Backend(Protocol):
-    def refresh(self) -> None:
-        """Drop cached views of the store (a Spark task calls it once before reading)."""
-
-    def topics(self) -> list[str]:
-        """The user topics (no system topics), sorted; for ``subscribePattern``."""
-
-    def queue_heads(self, topic: str) -> QueueHeads:
-        """Per-queue (min, max) offsets; ``{}`` when the topic does not exist (yet)."""
-
-    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """Leftmost offset whose store time >= ``timestamp_ms`` (max offset if none)."""
-
-    def read_range(
-        self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
-    ) -> ReadChunk:
-        """Read at most ``max_messages`` units of ``[offset, end_offset)``, filtered by ``tags``."""
-
-    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        """Store ``offsets`` (next offset to consume per queue) as ``topic@group``."""
-
-    def owner_of(self, topic: str, queue_id: int) -> str:
-        """The broker serving the queue (``""`` when one place serves every queue): planning
-        groups a task's ranges by it."""
+#: The source's backends and their seam, importable from here (defined in the modules above).
+__all__ = [
+    "ARROW_STREAM",
+    "MAX_PULL_MESSAGES",
+    "READ_FROM_HEADER",
+    "ArrowPuller",
+    "Backend",
+    "BackendError",
+    "BrokerUnreachable",
+    "ClusterBackend",
+    "EndpointBackend",
+    "PathBackend",
+    "QueueElsewhere",
+    "QueueHeads",
+    "ReadChunk",
+    "backend_for",
+    "is_backend_fault",
+    "owner_config",
+]
 
 
 # -- path mode ---------------------------------------------------------------------------------
@@ -170,195 +142,7 @@ def owner_config(store_dir: str) -> StoreConfig:
     return existing_config(store_dir, background_services=False)
 
 
-# -- endpoint mode -----------------------------------------------------------------------------
-
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-#: The broker's cap on ``max_messages`` per pull (``broker.config.MAX_PULL_MESSAGES``).
-MAX_PULL_MESSAGES = 100_000
-
-
-class ArrowPuller:
-    """GETs of Arrow IPC bodies over one keep-alive ``http.client`` connection per thread.
-
-    A connection the broker closed (idle timeout, restart) is reopened once per request; GET
-    is idempotent, so a retry after a broken connection is safe."""
-
-    def __init__(self, base_url: str, timeout_s: float, headers: Mapping[str, str]) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BackendError(f"endpoint {base_url!r} is not an http(s) URL")
-        self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
-        self._prefix = parts.path.rstrip("/")
-        self._timeout_s = timeout_s
-        self._headers = {"Accept": ARROW_STREAM, **headers}
-        self._local = threading.local()
-
-    def _connection(self, fresh: bool) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is None or fresh:
-            if conn is not None:
-                conn.close()
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = cls(self._host, self._port, timeout=self._timeout_s)
-            self._local.conn = conn
-        return conn
-
-    def get(self, path: str, params: Mapping[str, Any]) -> tuple[int, http.client.HTTPMessage, bytes]:
-        """``(status, headers, body)`` of ``GET path?params``."""
-        target = f"{self._prefix}{path}?{urlencode(params)}"
-        for attempt in (0, 1):
-            conn = self._connection(fresh=attempt > 0)
-            try:
-                conn.request("GET", target, headers=self._headers)
-                response = conn.getresponse()
-                return response.status, response.headers, response.read()
-            except (http.client.HTTPException, ConnectionError) as exc:
-                if attempt:
-                    raise BrokerUnreachable(f"GET {target} failed: {exc!r}") from exc
-            except OSError as exc:  # a timeout, an unreachable host: not worth a retry
-                conn.close()
-                raise BrokerUnreachable(f"GET {target} failed: {exc!r}") from exc
-        raise AssertionError("unreachable")
-
-
-#: The request header a replica-group slave serves reads on (as the ``readFrom=replica`` query).
-READ_FROM_HEADER = "x-sparkmq-read-from"
-
-
-class EndpointBackend:
-    """A broker's HTTP API (``ingest_api``): one pooled httpx client per process for the small
-    JSON calls, an :class:`ArrowPuller` for the message pulls."""
-
-    def __init__(
-        self, base_url: str, timeout_s: float, auth_token: str | None = None, *, read_from: str = "master"
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.auth_token = auth_token
-        self._client: httpx.Client | None = None
-        self._lock = threading.Lock()
-        #: Sent on every request: a slave of a replica group serves reads asked of it this way.
-        self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-        if read_from == "replica":
-            self._headers[READ_FROM_HEADER] = "replica"
-        self._puller = ArrowPuller(self.base_url, timeout_s, dict(self._headers))
-
-    def _http(self) -> httpx.Client:
-        with self._lock:
-            if self._client is None:
-                self._client = httpx.Client(
-                    base_url=self.base_url, timeout=self.timeout_s, headers=self._headers
-                )
-            return self._client
-
-    def get(self, url: str, **kwargs: Any) -> httpx.Response:
-        """``GET url`` (a path) with the pooled client; :class:`BrokerUnreachable` when the broker
-        does not answer or answers 503."""
-        try:
-            resp = self._http().get(url, **kwargs)
-        except httpx.HTTPError as exc:
-            raise BrokerUnreachable(f"GET {self.base_url}{url} failed: {exc!r}") from exc
-        if resp.status_code == 503:
-            raise BrokerUnreachable(f"GET {self.base_url}{url} -> HTTP 503: {resp.text[:300]}")
-        return resp
-
-    def refresh(self) -> None:
-        """Nothing cached: every call asks the broker."""
-
-    def topics(self) -> list[str]:
-        resp = self.get("/topics")
-        _raise_for_status(resp)
-        return sorted(str(entry["topic"]) for entry in resp.json().get("topics") or [])
-
-    def queue_heads(self, topic: str) -> QueueHeads:
-        resp = self.get(f"/topics/{topic}")
-        if resp.status_code == 404:
-            return {}
-        _raise_for_status(resp)
-        return _parse_queue_heads(resp.json())
-
-    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        resp = self.get(
-            f"/topics/{topic}/queues/{queue_id}/offset",
-            params={"timestamp_ms": timestamp_ms, "boundary": "lower"},
-        )
-        _raise_for_status(resp)
-        return int(resp.json()["offset"])
-
-    def read_range(
-        self, topic: str, queue_id: int, *, offset: int, end_offset: int, max_messages: int, tags: str
-    ) -> ReadChunk:
-        want = max(1, min(max_messages, end_offset - offset, MAX_PULL_MESSAGES))
-        params: dict[str, Any] = {"offset": offset, "max_messages": want}
-        if tags != "*":
-            params["tags"] = tags
-        path = f"/topics/{topic}/queues/{queue_id}/messages"
-        status_code, headers, body = self._puller.get(path, params)
-        if status_code == 404:
-            return ReadChunk(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, 0, 0, _empty_batch())
-        if status_code == 307:
-            raise QueueElsewhere(f"{self.base_url}{path}: {topic}/{queue_id} lives on another broker")
-        if status_code == 503:
-            raise BrokerUnreachable(f"GET {self.base_url}{path} -> HTTP 503: {body[:300]!r}")
-        if status_code >= 400:
-            raise BackendError(f"GET {self.base_url}{path} -> HTTP {status_code}: {body[:300]!r}")
-        status = GetStatus(headers.get("X-Status", GetStatus.FOUND.value))
-        next_offset = int(headers["X-Next-Offset"])
-        min_offset = int(headers["X-Min-Offset"])
-        max_offset = int(headers["X-Max-Offset"])
-        batch = _ipc_to_batch(body)
-        if batch.num_rows and next_offset > end_offset:
-            # The broker may count matched messages rather than units: never cross the planned end.
-            keep = pc.less(batch.column("queue_offset"), pa.scalar(end_offset, pa.int64()))
-            batch = batch.filter(keep)
-            next_offset = end_offset
-        return ReadChunk(status, next_offset, min_offset, max_offset, batch)
-
-    def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        body = {"topic": topic, "offsets": {str(q): int(o) for q, o in sorted(offsets.items())}}
-        try:
-            resp = self._http().put(f"/groups/{group}/offsets", json=body)
-        except httpx.HTTPError as exc:
-            raise BrokerUnreachable(f"PUT {self.base_url}/groups/{group}/offsets failed: {exc!r}") from exc
-        _raise_for_status(resp)
-
-    def owner_of(self, topic: str, queue_id: int) -> str:
-        return ""
-
-
-def _raise_for_status(resp: Any) -> None:
-    if resp.status_code >= 400:
-        request = resp.request
-        raise BackendError(f"{request.method} {request.url} -> HTTP {resp.status_code}: {resp.text[:300]}")
-
-
-def _parse_queue_heads(doc: Any) -> QueueHeads:
-    """``GET /topics/{topic}`` -> ``{"queue_offsets": [{"queue_id", "min_offset", "max_offset"}]}``."""
-    entries = doc.get("queue_offsets") or []
-    return {int(e["queue_id"]): (int(e["min_offset"]), int(e["max_offset"])) for e in entries}
-
-
-def _empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=MESSAGE_SCHEMA)
-
-
-def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
-    if not payload:
-        return _empty_batch()
-    reader = pa.ipc.open_stream(pa.py_buffer(payload))
-    batches = list(reader)
-    if not batches:
-        return _empty_batch()
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-
-
-# -- per-process cache -------------------------------------------------------------------------
-
-_BACKENDS: dict[tuple[str, str, float, str | None, bool, str], Backend] = {}
-_BACKENDS_LOCK = threading.Lock()
+# -- the factory ---------------------------------------------------------------------------
 
 
 def backend_for(
@@ -375,25 +159,18 @@ def backend_for(
     or one broker only (``"broker"``: :class:`EndpointBackend`). ``wait_for_brokers``: a cluster
     backend waits for a broker that is down instead of failing (``failOnDataLoss=false``)."""
     key = (mode, location, timeout_s, auth_token, wait_for_brokers and mode == "endpoint", read_from)
-    with _BACKENDS_LOCK:
-        backend = _BACKENDS.get(key)
+    with BACKENDS_LOCK:
+        backend = BACKENDS.get(key)
         if backend is None:
             if mode == "path":
                 backend = PathBackend(location)
             elif mode == "broker":
                 backend = EndpointBackend(location, timeout_s, auth_token, read_from=read_from)
             elif mode == "endpoint":
-                from streaming.cluster_backend import ClusterBackend  # it builds on this module
-
                 backend = ClusterBackend(
                     location, timeout_s, auth_token, wait_for_brokers=wait_for_brokers, read_from=read_from
                 )
             else:
                 raise ValueError(f"unknown backend mode {mode!r}")
-            _BACKENDS[key] = backend
+            BACKENDS[key] = backend
         return backend
-
-
-def is_backend_fault(exc: BaseException) -> bool:
-    """Faults the group-offset mirror tolerates (logged, retried on the next trigger)."""
-    return isinstance(exc, SparkMQError | OSError)

@@ -12,7 +12,7 @@ spread over several brokers (docs/spark_source.md, "Clusters"):
 * **Heads** (driver): ``GET /topics/{t}`` of any broker; in a cluster it asks every owner and
   marks the queues of a broker that is down ``available: false``.
 * **Reads, offset lookups** (executors): at the queue's owner, through that broker's
-  :class:`streaming.backends.EndpointBackend` (its Arrow puller; one per broker and process).
+  :class:`streaming.endpoint_backend.EndpointBackend` (its Arrow puller; one per broker and process).
   Spark runs the partitions of a micro-batch in parallel, so the brokers serve in parallel.
 * **Group offsets** (the ``group`` mirror): each queue's offset is committed at its owner, one
   ``PUT /groups/{g}/offsets`` per owner; one owner being down does not hold up the others.
@@ -41,15 +41,14 @@ import httpx
 import pyarrow as pa
 
 from store import MESSAGE_SCHEMA, GetStatus
-from streaming.backends import (
+from streaming.backend_contract import (
     BackendError,
     BrokerUnreachable,
-    EndpointBackend,
     QueueElsewhere,
     QueueHeads,
     ReadChunk,
-    backend_for,
 )
+from streaming.endpoint_backend import EndpointBackend, broker_backend
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +165,7 @@ class ClusterBackend:
     # -- plumbing ---------------------------------------------------------------------------
     def broker(self, url: str) -> EndpointBackend:
         """The process-wide backend of one broker (its pooled clients and Arrow puller)."""
-        backend = backend_for("broker", url, self.timeout_s, self.auth_token, read_from=self.read_from)
-        assert isinstance(backend, EndpointBackend)
-        return backend
+        return broker_backend(url, self.timeout_s, self.auth_token, self.read_from)
 
     def _ask(self, path: str, **params: Any) -> httpx.Response:
         """``GET path`` of the first known broker that answers (the entry first)."""

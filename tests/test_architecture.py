@@ -19,6 +19,14 @@
 * The doors, Spark and the CLI use the store's public API only: ``store`` (the facade and its
   types), ``store.publish`` (the exactly-once services) and ``store.ha`` (replication: the
   cluster layer drives it), never a module inside them.
+* The house is tidy: no import cycle between files anywhere in the project's packages, and no
+  module over 600 lines.
+
+An import is any ``import`` statement in the file, at the top or inside a function (a deferred
+import is still a dependency), and inside ``if TYPE_CHECKING:`` too (two files that name each
+other's types know each other: declare a Protocol below both instead). ``from pkg import
+name`` imports the module ``pkg.name`` when there is one, else ``pkg``; importing a module does
+not count as importing its parent packages' ``__init__``.
 """
 
 from __future__ import annotations
@@ -29,31 +37,57 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("store", "cluster", "broker", "ingest_api", "streaming", "sparkmq")
+#: Every package of the project.
+PACKAGES = TOP
+MAX_MODULE_LINES = 600
 #: The doors: sub-packages of ``ingest_api`` that adapt one protocol each to the core.
 DOORS = ("http", "kafka", "console", "remoting", "grpc")
 #: What the core may not import: it speaks no protocol.
 WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "pydantic")
 STRUCTURES = ("format", "io", "commitlog", "consumequeue", "index", "metadata")
-ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "ha", "message_store")
+ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "ha", "facade", "message_store")
 #: Packages above the facade: only they import themselves.
 ABOVE_FACADE = ("publish", "ha")
 
 
-def module_imports(third_party: bool = False) -> dict[str, set[str]]:
-    """Dotted module name -> absolute module names it imports (only this project's, unless
-    ``third_party``)."""
-    out: dict[str, set[str]] = {}
-    for top in TOP:
-        for path in (ROOT / top).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            found: set[str] = set()
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    found.update(alias.name for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    found.add(node.module)
-            out[name] = found if third_party else {m for m in found if m.split(".")[0] in TOP}
+def module_files(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Dotted module name -> its file, for every module of ``packages`` (absent ones skipped)."""
+    out: dict[str, Path] = {}
+    for top in packages:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            out[".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")] = path
     return out
+
+
+def module_imports(third_party: bool = False, packages: tuple[str, ...] = TOP) -> dict[str, set[str]]:
+    """Dotted module name -> absolute module names it imports (only this project's, unless
+    ``third_party``), for the modules of ``packages``. ``from pkg import name`` counts as
+    importing ``pkg.name`` when that is a module of the project, else ``pkg``."""
+    known = module_files()
+    out: dict[str, set[str]] = {}
+    for name, path in module_files(packages).items():
+        is_package = path.name == "__init__.py"
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(name, is_package, node.module, node.level)
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    found.add(submodule if submodule in known else base)
+        out[name] = found if third_party else {m for m in found if m.split(".")[0] in PACKAGES}
+    return out
+
+
+def _absolute(importer: str, is_package: bool, module: str | None, level: int) -> str:
+    """The absolute name ``from <level dots><module> import ...`` in ``importer`` refers to."""
+    if level == 0:
+        return module or ""
+    parts = importer.split(".")
+    parent = parts if is_package else parts[:-1]
+    base = parent[: len(parent) - (level - 1)]
+    return ".".join([*base, module] if module else base)
 
 
 def test_only_the_zookeeper_adapter_imports_kazoo() -> None:
@@ -162,3 +196,78 @@ def test_callers_use_the_public_store_api_only() -> None:
         if imported.split(".")[0] == "store" and imported not in public
     ]
     assert bad == [], "\n".join(sorted(bad))
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle through every module that is in one, each starting at its smallest
+    name, sorted (strongly connected components by Tarjan, then a breadth-first search)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    cycles: set[tuple[str, ...]] = set()
+    for component in components:
+        for start in sorted(component):
+            came_from: dict[str, str] = {}
+            queue = [start]
+            while queue and start not in came_from:
+                node = queue.pop(0)
+                for nxt in sorted(edges[node] & component):
+                    if nxt not in came_from:
+                        came_from[nxt] = node
+                        queue.append(nxt)
+            path, node = [start], came_from[start]
+            while node != start:
+                path.append(node)
+                node = came_from[node]
+            path.reverse()  # start -> ... -> the module that imports start
+            first = path.index(min(path))
+            cycles.add(tuple(path[first:] + path[:first]))
+    return sorted(list(cycle) for cycle in cycles)
+
+
+def test_no_import_cycles_between_files() -> None:
+    files = module_files()
+    edges = {
+        module: {imported for imported in imports if imported in files and imported != module}
+        for module, imports in module_imports(packages=PACKAGES).items()
+    }
+    shown = [
+        " -> ".join(str(files[m].relative_to(ROOT)) for m in [*cycle, cycle[0]]) for cycle in _cycles(edges)
+    ]
+    assert shown == [], (
+        "import cycles between files (move the piece both need into a module below both):\n"
+        + "\n".join(shown)
+    )
+
+
+def test_no_module_over_600_lines() -> None:
+    long = []
+    for path in module_files().values():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert long == [], f"modules over {MAX_MODULE_LINES} lines (split them by role):\n" + "\n".join(long)

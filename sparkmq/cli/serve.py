@@ -152,7 +152,8 @@ def serve(
     cluster: Annotated[
         str | None,
         typer.Option(
-            help="Join a cluster: zk://HOST:PORT[,HOST:PORT][/chroot] (ZooKeeper); off when absent.",
+            # Help texts are rich markup: "\\[" is a literal "[" ("[/chroot]" alone is a closing tag).
+            help="Join a cluster: zk://HOST:PORT[,HOST:PORT]\\[/chroot] (ZooKeeper); off when absent.",
             rich_help_panel="Cluster",
         ),
     ] = None,

@@ -12,36 +12,30 @@ Recovery is an explicit, linear procedure (:meth:`recover_normally`,
 :meth:`recover_abnormally`): walk records from a starting file, stop at the first one that
 does not check out, truncate everything after it and log file, offset and reason.
 
-Length: about 530 lines: appends, the recovery walk and followers' reads share the file
-list and its invariants (no straddling record, BLANK at file ends), so they stay together.
+Appends, the record walk and followers' reads share the file list and its invariants (no
+straddling record, BLANK at file ends), so they stay in this class; its pure parts live
+beside it: the append's plan (:mod:`store.commitlog.append_plan`), DispatchBatches built from
+scanned bytes (:mod:`store.commitlog.run_batches`) and the recovery procedure, a mixin
+(:mod:`store.commitlog.recovery_walk`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import pyarrow.compute as pc
-
+from store.commitlog.append_plan import AppendResult, PlannedWrite, plan_append
 from store.commitlog.dispatch_batch import DispatchBatch
-from store.errors import CorruptStore, DataLost, MessageTooLarge, ReplicationGap, StoreNotWritable
-from store.format.arrow_ranges import ArrowStrings
-from store.format.batch_encode import I32, I64, EncodedBatch
-from store.format.java_hash import java_string_hashes
-from store.format.property_columns import decode_property_columns
+from store.commitlog.recovery_walk import RecoveryResult, RecoveryWalk, ScanStop
+from store.commitlog.run_batches import TagsCodesFn, default_tags_codes, run_dispatch_batch
+from store.errors import CorruptStore, DataLost, ReplicationGap, StoreNotWritable
+from store.format.batch_encode import EncodedBatch
 from store.format.record import (
     BLANK_RECORD,
-    END_OF_FILE_MIN_BLANK,
-    MAGIC_V1,
-    MAGIC_V2,
     RECORD_HEADER,
     STORE_TIMESTAMP_POS,
-    RecordHeader,
-    encode_blank,
 )
 from store.format.record_check import RecordStatus, check_record, decode_record
 from store.format.record_scan import RecordRun, validate_run
@@ -51,62 +45,22 @@ from store.types import MessageView
 
 log = logging.getLogger("sparkmq.store")
 
-#: ``tags_codes_for(topics, topic_codes, queue_ids, store_timestamps_ms, tags_hashes) -> codes``
-#: for a whole DispatchBatch (the facade decides SCHEDULE_TOPIC_XXXX's deliver-time codes);
-#: :func:`default_tags_codes` keeps the TAGS hashCodes.
-TagsCodesFn = Callable[[tuple[str, ...], I32, I32, I64, I64], I64]
+#: Defined in the modules the CommitLog is made of; importable from here as before.
+__all__ = [
+    "SCAN_CHUNK_BYTES",
+    "AppendResult",
+    "CommitLog",
+    "RecoveryResult",
+    "ScanStop",
+    "TagsCodesFn",
+    "default_tags_codes",
+]
 
 #: Bytes read from a file at a time while scanning.
 SCAN_CHUNK_BYTES = 4 << 20
 
 
-def default_tags_codes(
-    topics: tuple[str, ...], topic_codes: I32, queue_ids: I32, store_timestamps_ms: I64, tags_hashes: I64
-) -> I64:
-    """The ConsumeQueue tagsCode of ordinary topics: Java ``TAGS.hashCode()``, 0 without tags."""
-    return tags_hashes
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """Where a batch landed: absolute offset and size of every record."""
-
-    commitlog_offsets: I64
-    sizes: I32
-    #: CommitLog max offset after the append.
-    end_offset: int
-    #: Bytes written, blank records included.
-    wrote_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryResult:
-    """What the last recovery did."""
-
-    #: Offset the walk started from (dispatch from here to rebuild derived structures).
-    start_offset: int
-    #: End of the last valid record; everything after it was truncated.
-    end_offset: int
-    #: Why the walk stopped ("end of data", "body CRC mismatch", ...).
-    reason: str
-
-
-@dataclass(slots=True)
-class ScanStop:
-    """Where and why a walk over the records stopped (:meth:`CommitLog.scan` fills one)."""
-
-    offset: int
-    reason: str = "end of data"
-    corrupt: bool = False
-
-
-@dataclass(slots=True)
-class _Write:
-    file_index: int  # index into the plan's files (0 = current last file)
-    data: memoryview
-
-
-class CommitLog:
+class CommitLog(RecoveryWalk):
     """Mapped files under ``directory`` of ``file_size`` bytes each (thread-safe)."""
 
     def __init__(self, directory: Path, file_size: int, fs: FileSystem | None = None) -> None:
@@ -168,7 +122,7 @@ class CommitLog:
                 raise StoreNotWritable(f"commitlog is not writable: {self._broken}")
             if store_timestamp_ms is not None:
                 batch.patch_store_timestamps(store_timestamp_ms)
-            offsets, writes, new_files = self._plan(batch)
+            offsets, writes, new_files = plan_append(batch, self.queue)
             batch.patch_physical_offsets(offsets)
             self._execute(writes, new_files)
             return AppendResult(offsets, batch.sizes, self.queue.max_offset, sum(len(w.data) for w in writes))
@@ -226,43 +180,7 @@ class CommitLog:
                 ) from exc
             return self.queue.max_offset
 
-    def _plan(self, batch: EncodedBatch) -> tuple[I64, list[_Write], int]:
-        """(offsets, writes, number of new files) for a batch, touching nothing."""
-        n = len(batch)
-        starts, sizes = batch.starts, batch.sizes.astype(np.int64)
-        ends = starts + sizes
-        if n and int(sizes.max()) + END_OF_FILE_MIN_BLANK > self.file_size:
-            raise MessageTooLarge(
-                f"record of {int(sizes.max())} bytes cannot fit in a {self.file_size}-byte commitlog file"
-            )
-        last = self.queue.last_file()
-        if last is not None and not last.is_full:  # continue the current file
-            file_start, wrote, new_files = last.start_offset, last.wrote_position, 0
-        elif last is not None:  # it is full: start the next one
-            file_start, wrote, new_files = last.start_offset + self.file_size, 0, 1
-        else:  # no file yet (or all deleted): start where the queue says
-            file_start, wrote, new_files = self.queue.max_offset, 0, 1
-        file_index = 0  # index into [current file if writable] + new files
-        offsets = np.empty(n, dtype=np.int64)
-        writes: list[_Write] = []
-        view = memoryview(batch.buffer)  # type: ignore[arg-type]
-        i = 0
-        while i < n:
-            remaining = self.file_size - wrote
-            fits = int(np.searchsorted(ends[i:] - starts[i], remaining - END_OF_FILE_MIN_BLANK, "right"))
-            if fits == 0:
-                writes.append(_Write(file_index, memoryview(encode_blank(remaining))))
-                file_index, new_files = file_index + 1, new_files + 1
-                file_start, wrote = file_start + self.file_size, 0
-                continue
-            j = i + fits
-            offsets[i:j] = file_start + wrote + (starts[i:j] - starts[i])
-            writes.append(_Write(file_index, view[int(starts[i]) : int(ends[j - 1])]))
-            wrote += int(ends[j - 1] - starts[i])
-            i = j
-        return offsets, writes, new_files
-
-    def _execute(self, writes: list[_Write], new_files: int) -> None:
+    def _execute(self, writes: list[PlannedWrite], new_files: int) -> None:
         """Create the files, then write; on failure undo everything and raise."""
         last = self.queue.last_file()
         files: list[MappedFile] = [last] if last is not None and not last.is_full else []
@@ -453,92 +371,9 @@ class CommitLog:
         stop = stop if stop is not None else ScanStop(from_offset)
         for base, chunk, run in self._runs(from_offset, check_crc, stop, until_file):
             for lo in range(0, len(run), max_records):
-                yield _dispatch_batch(base, chunk, run, lo, min(lo + max_records, len(run)), tags_codes_for)
-
-    # --- recovery -------------------------------------------------------------------------
-
-    def recover_normally(self, check_crc: bool, dispatched: tuple[int, int] | None = None) -> int:
-        """After a clean shutdown: check from the 3rd-last file on, truncate after the last
-        valid record; returns the valid end offset (see :attr:`last_recovery`).
-
-        ``dispatched`` is ``(offset, size)`` of the last record the ConsumeQueues point at
-        (RocketMQ 5's ``dispatchFromPhyOffset``): when that record checks out, the walk starts
-        there instead, so a clean open costs O(1) rather than up to three files."""
-        files = self.queue.files
-        start = files[max(0, len(files) - 3)].start_offset if files else self.queue.max_offset
-        if dispatched is not None and dispatched[0] >= start and self._is_record(*dispatched, check_crc):
-            start = dispatched[0]
-        return self._recover(start, check_crc)
-
-    def _is_record(self, offset: int, size: int, check_crc: bool) -> bool:
-        """True when a complete, valid record of ``size`` bytes starts at ``offset``."""
-        raw = self.read(offset, size)
-        if raw is None:
-            return False
-        check = check_record(raw, 0, check_crc)
-        return check.status is RecordStatus.OK and check.size == size
-
-    def recover_abnormally(self, min_timestamp_ms: int, check_crc: bool) -> int:
-        """After a crash: check from :meth:`abnormal_start`, truncate after the last valid record."""
-        return self.recover_from(self.abnormal_start(min_timestamp_ms), check_crc)
-
-    def abnormal_start(self, min_timestamp_ms: int) -> int:
-        """Where a check after a crash starts: the newest file whose first record was stored at
-        or before ``min_timestamp_ms`` (the checkpoint's), else the first file."""
-        files = self.queue.files
-        start = files[0].start_offset if files else self.queue.max_offset
-        for mapped in reversed(files):
-            first = _first_store_timestamp(mapped)
-            if first is not None and first <= min_timestamp_ms:
-                start = mapped.start_offset
-                break
-        return start
-
-    def recover_from(
-        self,
-        start: int,
-        check_crc: bool,
-        *,
-        on_batch: Callable[[DispatchBatch], None] | None = None,
-        max_records: int = 4096,
-        tags_codes_for: TagsCodesFn = default_tags_codes,
-    ) -> int:
-        """Check the records from ``start``, truncate after the last valid one and return its
-        end (see :attr:`last_recovery`). ``on_batch`` receives every record that checked out,
-        in order, as DispatchBatches of at most ``max_records``, while the walk goes on (the
-        one pass of an abnormal recovery: the records are parsed once)."""
-        return self._recover(start, check_crc, on_batch, max_records, tags_codes_for)
-
-    def _recover(
-        self,
-        start: int,
-        check_crc: bool,
-        on_batch: Callable[[DispatchBatch], None] | None = None,
-        max_records: int = 4096,
-        tags_codes_for: TagsCodesFn = default_tags_codes,
-    ) -> int:
-        stop = ScanStop(start)
-        for base, chunk, run in self._runs(start, check_crc, stop):
-            if on_batch is not None:
-                for lo in range(0, len(run), max_records):
-                    hi = min(lo + max_records, len(run))
-                    on_batch(_dispatch_batch(base, chunk, run, lo, hi, tags_codes_for))
-        end = stop.offset
-        mapped = self.queue.find_file(end) or self.queue.last_file()
-        where = mapped.path if mapped is not None else self.queue.directory
-        if stop.corrupt:
-            log.warning(
-                "commitlog recovery: truncating %s at offset %d (position %d): %s",
-                where,
-                end,
-                end - (mapped.start_offset if mapped is not None else 0),
-                stop.reason,
-            )
-        else:
-            log.info("commitlog recovery: valid data ends in %s at offset %d (%s)", where, end, stop.reason)
-        self.queue.truncate(end, reason=f"recovery: {stop.reason}")
-        self.last_recovery = RecoveryResult(start, end, stop.reason)
-        return end
+                yield run_dispatch_batch(
+                    base, chunk, run, lo, min(lo + max_records, len(run)), tags_codes_for
+                )
 
     # --- maintenance ----------------------------------------------------------------------
 
@@ -561,42 +396,3 @@ class CommitLog:
         """Delete the oldest files last modified before ``expired_before_ms`` (every file but
         the last when ``force``); returns how many were deleted."""
         return len(self.queue.delete_expired(expired_before_ms, max_files, force))
-
-
-def _first_store_timestamp(mapped: MappedFile) -> int | None:
-    """STORETIMESTAMP of a file's first record (None if it does not start with one)."""
-    head = mapped.read(0, RECORD_HEADER.size)
-    if len(head) < RECORD_HEADER.size:
-        return None
-    header = RecordHeader._make(RECORD_HEADER.unpack(head))
-    if header.magic not in (MAGIC_V1, MAGIC_V2) or header.store_timestamp == 0:
-        return None
-    return int(header.store_timestamp)
-
-
-def _dispatch_batch(
-    base: int, chunk: bytes, run: RecordRun, lo: int, hi: int, tags_codes_for: TagsCodesFn
-) -> DispatchBatch:
-    """Records ``lo:hi`` of a run as a DispatchBatch (properties parsed vectorised)."""
-    uniq_col, tags_col, keys_col = decode_property_columns(
-        np.frombuffer(chunk, dtype=np.uint8), run.properties_starts[lo:hi], run.properties_lengths[lo:hi]
-    )
-    used, topic_codes = np.unique(run.topic_codes[lo:hi], return_inverse=True)
-    topics = tuple(run.topic_names[code] for code in used.tolist())
-    store_ts = run.store_timestamps_ms[lo:hi]
-    codes32: I32 = topic_codes.astype(np.int32).ravel()
-    hashes = java_string_hashes(pc.fill_null(tags_col, "")).astype(np.int64)
-    tags_codes = tags_codes_for(topics, codes32, run.queue_ids[lo:hi], store_ts, hashes)
-    return DispatchBatch(
-        commitlog_offsets=base + run.starts[lo:hi],
-        sizes=run.sizes[lo:hi].astype(np.int32),
-        tags_codes=tags_codes,
-        queue_ids=run.queue_ids[lo:hi],
-        queue_offsets=run.queue_offsets[lo:hi],
-        store_timestamps_ms=store_ts,
-        sys_flags=run.sys_flags[lo:hi],
-        topic_codes=codes32,
-        topics=topics,
-        uniq_keys=ArrowStrings(uniq_col),
-        keys=ArrowStrings(keys_col),
-    )

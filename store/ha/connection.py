@@ -24,7 +24,7 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from store.ha.epoch_file import EpochEntry, entry_for_offset
 from store.ha.errors import HAProtocolError, SlaveTooFarBehind
@@ -40,15 +40,37 @@ from store.ha.frames import (
 from store.ha.wire import ConnectionClosed, close_quietly, send_all
 
 if TYPE_CHECKING:
-    from store.ha.master import MasterSession
+    from store.ha.config import HAConfig
+    from store.write.replica_log import ReplicaLog
 
 log = logging.getLogger("sparkmq.ha")
+
+
+class MasterSessionPort(Protocol):
+    """What a connection needs of the master's session (:class:`store.ha.master.MasterSession`
+    provides it): declared here so that this module does not import the session's, which
+    creates the connections."""
+
+    log: ReplicaLog
+    config: HAConfig
+    #: Bumped on every append and confirm move.
+    generation: int
+
+    @property
+    def confirm_offset(self) -> int: ...
+    def register(self, connection: SlaveConnection) -> None: ...
+    def unregister(self, connection: SlaveConnection, reason: str) -> None: ...
+    def on_ack(self, connection: SlaveConnection, ack_offset: int) -> None: ...
+    def transferred(self, connection: SlaveConnection) -> None: ...
+    def epoch_entries(self) -> tuple[EpochEntry, ...]: ...
+    def record_error(self, message: str) -> None: ...
+    def wait_for_change(self, generation: int, timeout_s: float) -> None: ...
 
 
 class SlaveConnection:
     """A connected slave; :meth:`start` runs its reader and writer threads."""
 
-    def __init__(self, session: MasterSession, sock: socket.socket, address: str) -> None:
+    def __init__(self, session: MasterSessionPort, sock: socket.socket, address: str) -> None:
         self._session = session
         self._sock = sock
         self.address = address

@@ -1,0 +1,139 @@
+"""The facade's admin role: topics (create, grow, delete, list) and operations (flush,
+retention, index rebuilds, verification, health and stats)."""
+
+from __future__ import annotations
+
+from store.facade.base import FacadeState
+from store.names import validate_topic
+from store.recovery.recovery import rebuild_derived
+from store.recovery.retention import delete_expired
+from store.services import ServiceHealth
+from store.types import StoreHealth, StoreStats, StoreVerification
+
+
+class Admin(FacadeState):
+    """Topics and operations (a role of :class:`~store.message_store.MessageStore`)."""
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, topic: str, queues: int | None = None) -> int:
+        """Create ``topic`` or grow it to ``queues`` queues (never shrinks); returns the count."""
+        self._ensure_open()
+        count = self.config.default_queues_per_topic if queues is None else queues
+        created = self._topics.create_or_grow(topic, count).queues
+        self._topics.persist()
+        return created
+
+    def ensure_topic(self, topic: str) -> int:
+        """Queue count of ``topic``, creating it when auto-creation is on (what a producer's
+        first write does). Raises :class:`~store.errors.UnknownTopic` when it is off,
+        :class:`~store.errors.InvalidTopicName` for a bad or system topic name."""
+        self._ensure_open()
+        return self._appender.producible_queue_count(topic)
+
+    def delete_topic(self, topic: str) -> bool:
+        """Forget ``topic``: its config, ConsumeQueues and group offsets (bytes age out)."""
+        self._ensure_open()
+        validate_topic(topic)
+        with self._appender.lock:
+            existed = self._topics.delete(topic)
+            self._queues.delete_topic(topic)
+            self._offsets.delete_topic(topic)
+            self._appender.forget_topic(topic)
+        self._topics.persist()
+        return existed
+
+    def topics(self, include_system: bool = False) -> dict[str, int]:
+        return self._topics.topics(include_system=include_system)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._topics
+
+    # ------------------------------------------------------------------ operations
+    def flush(self) -> None:
+        """Flush the CommitLog, ConsumeQueues, index and checkpoint now."""
+        self._ensure_open()
+        self.wait_indexed()
+        self._flush_commitlog()
+        self._flush_logics()
+        self._persist_tables()
+
+    def _flush_commitlog(self) -> None:
+        with self._appender.lock:
+            ts = self._appender.last_store_timestamp_ms
+        self._commitlog.flush()
+        if ts:
+            self._checkpoint.update(physic_msg_timestamp_ms=ts)
+
+    def _flush_logics(self) -> None:
+        logics_ts = self._queues.flush()
+        index_ts = self._index.flush() if self._index is not None else 0
+        self._checkpoint.update(
+            logics_msg_timestamp_ms=logics_ts or None, index_msg_timestamp_ms=index_ts or None
+        )
+        self._checkpoint.flush()
+
+    def _persist_tables(self) -> None:
+        self._offsets.persist()
+        self._delay_offsets.persist()
+        self._topics.persist()
+
+    def run_retention(self, now_ms: int | None = None, force: bool = False) -> int:
+        """Delete expired CommitLog files (then derived files below the new minimum).
+
+        Files last written more than ``file_reserved_time_hours`` ago are deleted at the
+        ``delete_when_hours`` hours, at any hour when ``force`` or when the disk is fuller than
+        ``disk_max_used_ratio`` (then even unexpired files go, oldest first). The file being
+        written is never deleted. Returns the number of CommitLog files deleted.
+        """
+        if self._closed:
+            return 0
+        now = self._clock() if now_ms is None else now_ms
+        return delete_expired(self.config, self._commitlog, self._queues, self._index, now, force=force)
+
+    def rebuild_indexes(self) -> int:
+        """Rebuild every ConsumeQueue and the key index from the CommitLog; returns records."""
+        self._ensure_open()
+        self.wait_indexed()
+        with self._appender.lock:
+            replayed = rebuild_derived(self._commitlog, self._queues, self._index, self.delay_levels)
+            self._appender.reset_queue_offsets()
+        return replayed
+
+    def verify(self, check_crc: bool = True) -> StoreVerification:
+        """Walk every retained CommitLog record (layout checks, body CRCs with ``check_crc``)
+        and report where the walk stopped; a stop before the max offset means damage there.
+        Reads only; meant for a store no broker is writing to (``sparkmq store verify``)."""
+        self._ensure_open()
+        start = self._commitlog.min_offset
+        records, end = 0, start
+        for batch in self._commitlog.scan(start, check_crc):
+            records += len(batch)
+            end = max(end, batch.end_offset)
+        max_offset = self._commitlog.max_offset
+        return StoreVerification(records, start, end if records else max(start, end), max_offset)
+
+    def health(self) -> StoreHealth:
+        """Every background service's health: the index thread, the periodic flushes, offset
+        persistence and retention, and SYNC_FLUSH's group commit. Not ok while any is failing."""
+        services: list[ServiceHealth] = [s.health() for s in self._services]
+        if self._index_dispatcher is not None:
+            services.append(self._index_dispatcher.health())
+        if self._group_commit is not None:
+            services.append(self._group_commit.health())
+        return StoreHealth(all(s.ok for s in services), tuple(services))
+
+    def stats(self) -> StoreStats:
+        indexed_to = (
+            self._index_dispatcher.indexed_to if self._index_dispatcher else self._commitlog.max_offset
+        )
+        return StoreStats(
+            messages_put=self._appender.messages_put,
+            bytes_put=self._appender.bytes_put,
+            commitlog_min_offset=self._commitlog.min_offset,
+            commitlog_max_offset=self._commitlog.max_offset,
+            commitlog_flushed_offset=self._commitlog.flushed_offset,
+            index_dispatch_lag_bytes=max(0, self._commitlog.max_offset - indexed_to),
+            queue_max_offsets={
+                key: self._reader.visible_max(cq) for key, cq in self._queues.queues().items()
+            },
+        )
