@@ -226,8 +226,9 @@ async def _produce(
     key_list = keys.split()
     if len(key_list) > MAX_KEYS:
         raise ValueError(f"at most {MAX_KEYS} keys")
-    fields = {"tags": tags.strip() or None, "keys": key_list, "properties": _properties(properties)}
-    check_message_fields(fields["tags"], key_list, fields["properties"])
+    tag = tags.strip() or None
+    props = _properties(properties)
+    check_message_fields(tag, key_list, props)
     queue_id = int(queue) if queue.strip().isdigit() else None
     if queue_id is not None and sharding_key.strip():
         raise ValueError("give at most one of 'queue' and 'sharding key'")
@@ -235,9 +236,9 @@ async def _produce(
     message = place_message(
         topic,
         body.encode("utf-8"),
-        tags=fields["tags"],
+        tags=tag,
         keys=key_list,
-        properties=fields["properties"],
+        properties=props,
         queue_id=queue_id,
         sharding_key=sharding_key.strip() or None,
         queue_count=await topic_queue_count(broker, topic),
