@@ -2,8 +2,9 @@
 
 * Layers: ``store`` imports none of the others; ``cluster`` (membership, routes, the
   ZooKeeper session) sits on ``store``; ``broker`` (the broker core and its security model)
-  sits on both; the doors (``ingest_api``) and Spark (``streaming``) sit on all three and do not import each other or the CLI; only ``sparkmq.cli`` sits on top
-  (``import sparkmq`` for its ``__version__`` is allowed).
+  sits on both; the doors (``ingest_api``) and Spark (``streaming``) sit on all three and
+  do not import each other or the CLI; only ``sparkmq.cli`` sits on top (``import sparkmq``
+  for its ``__version__`` is allowed).
 * Only ``cluster.zk`` talks to ZooKeeper: nothing else imports kazoo.
 * Inside ``store``: the structures below the facade (``format``, ``io``, ``commitlog``,
   ``consumequeue``, ``index``, ``metadata``) never import the put/read/recovery layers, the

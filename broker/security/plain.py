@@ -54,15 +54,22 @@ def parse_plain(data: bytes) -> PlainMessage:
         raise MalformedSaslMessage("SASL PLAIN: expected authzid NUL user NUL password")
     if any(len(part) > MAX_PART_BYTES for part in parts):
         raise MalformedSaslMessage(f"SASL PLAIN: a part is longer than {MAX_PART_BYTES} bytes")
-    try:
-        authzid, username, password = (part.decode("utf-8") for part in parts)
-    except UnicodeDecodeError:
-        raise MalformedSaslMessage("SASL PLAIN: not UTF-8") from None
+    decoded = [_utf8(part) for part in parts]
+    if None in decoded:  # raised outside the except: the error keeps no link to the bytes
+        raise MalformedSaslMessage("SASL PLAIN: not UTF-8")
+    authzid, username, password = (text or "" for text in decoded)
     if not username or not password:
         raise MalformedSaslMessage("SASL PLAIN: empty user name or password")
     if authzid and authzid != username:
         raise MalformedSaslMessage("SASL PLAIN: authorization id differs from the user name")
     return PlainMessage(authzid, username, password)
+
+
+def _utf8(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def format_plain(username: str, password: str, authzid: str = "") -> bytes:

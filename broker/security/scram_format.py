@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
 import hashlib
 import hmac
@@ -221,10 +222,17 @@ def unescape_saslname(text: str, what: str) -> str:
 def decode_message(data: bytes, what: str) -> str:
     if len(data) > MAX_MESSAGE_BYTES:
         raise MalformedSaslMessage(f"{what}: longer than {MAX_MESSAGE_BYTES} bytes")
+    text = _utf8(data)
+    if text is None:  # raised outside the except: the error keeps no link to the bytes
+        raise MalformedSaslMessage(f"{what}: not UTF-8")
+    return text
+
+
+def _utf8(data: bytes) -> str | None:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise MalformedSaslMessage(f"{what}: not UTF-8") from None
+        return None
 
 
 def _attributes(text: str, names: tuple[str, ...], what: str) -> list[str]:
@@ -319,7 +327,10 @@ def _b64encode(data: bytes) -> str:
 
 
 def _b64decode(text: str, what: str = "base64 field") -> bytes:
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise MalformedSaslMessage(f"{what}: invalid base64") from None
+    """Strict base64; the error is raised outside the ``except`` so it links to no secret."""
+    decoded: bytes | None = None
+    with contextlib.suppress(binascii.Error, UnicodeEncodeError, ValueError):
+        decoded = base64.b64decode(text.encode("ascii"), validate=True)
+    if decoded is None:
+        raise MalformedSaslMessage(f"{what}: invalid base64")
+    return decoded

@@ -27,17 +27,23 @@ USERS_FILE_MODE = 0o600
 
 
 def parse_users_bytes(raw: bytes, source: str) -> UserTable:
+    """Decode and validate; errors are raised outside any ``except`` so they keep no link to
+    the decoder's exception (a ``JSONDecodeError`` holds the whole file in ``doc``)."""
+    document, where = None, ""
     try:
         document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = (
-            f"line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "encoding"
-        )
-        raise InvalidUsersFile(f"{source}: not valid JSON at {where}") from None
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+    except UnicodeDecodeError:
+        where = "its encoding (not UTF-8)"
+    if where:
+        raise InvalidUsersFile(f"{source}: not valid JSON at {where}")
+    error = ""
     try:
         return parse_users(document)
     except InvalidUsersFile as exc:
-        raise InvalidUsersFile(f"{source}: {exc}") from None
+        error = str(exc)
+    raise InvalidUsersFile(f"{source}: {error}")
 
 
 def load_users(path: Path) -> UserTable:
