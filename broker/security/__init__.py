@@ -6,6 +6,7 @@
 * :mod:`~broker.security.users` / :mod:`~broker.security.users_file`: the users file (tokens
   hashed, SCRAM keys, rights, superusers, brokers), atomic writes, reloads.
 * :mod:`~broker.security.acl`: :func:`authorize` and Kafka's per-API table.
+* :mod:`~broker.security.secret_file`: the broker's stable secret for unknown users' mock salts.
 * :mod:`~broker.security.certs`: a throw-away CA and leaf certificates (needs ``cryptography``).
 
 Pure and I/O-free except the users file; the doors (HTTP, Kafka) call into it. See
@@ -39,6 +40,7 @@ from broker.security.errors import (
 from broker.security.plain import authenticate_plain, format_plain, parse_plain
 from broker.security.scram import CredentialLookup, ScramClient, ScramServer, ScramState
 from broker.security.scram_format import ScramCredential, ScramMechanism, make_credential
+from broker.security.secret_file import load_or_create_secret
 from broker.security.users import User, UserTable, hash_token, new_token, parse_users, shorthand_grants
 from broker.security.users_file import ReloadOutcome, ReloadResult, UsersFile, load_users, write_users
 
@@ -48,6 +50,7 @@ __all__ = [
     "Operation", "Permission", "Principal", "PrincipalKind", "ReloadOutcome", "ReloadResult",
     "Resource", "ResourceType", "ScramClient", "ScramCredential", "ScramMechanism", "ScramServer",
     "ScramState", "SecurityError", "User", "UserTable", "UsersFile", "authenticate_plain",
-    "authorize", "authorize_any", "cluster", "format_plain", "hash_token", "load_users",
-    "make_credential", "new_token", "parse_plain", "parse_users", "shorthand_grants", "write_users",
+    "authorize", "authorize_any", "cluster", "format_plain", "hash_token", "load_or_create_secret",
+    "load_users", "make_credential", "new_token", "parse_plain", "parse_users", "shorthand_grants",
+    "write_users",
 ]  # fmt: skip

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from broker.security.errors import AuthenticationFailed, MalformedSaslMessage
 from broker.security.scram import CredentialLookup
 from broker.security.scram_format import (
+    DEFAULT_ITERATIONS,
     ScramMechanism,
     client_key,
     mock_credential,
@@ -77,8 +78,15 @@ def format_plain(username: str, password: str, authzid: str = "") -> bytes:
     return f"{authzid}\0{username}\0{password}".encode()
 
 
-def verify_password(lookup: CredentialLookup, mock_secret: bytes, username: str, password: str) -> bool:
-    """True when ``password`` derives the user's stored SCRAM StoredKey (constant-time)."""
+def verify_password(
+    lookup: CredentialLookup,
+    mock_secret: bytes,
+    username: str,
+    password: str,
+    mock_iterations: int = DEFAULT_ITERATIONS,
+) -> bool:
+    """True when ``password`` derives the user's stored SCRAM StoredKey (constant-time). An
+    unknown user costs a PBKDF2 of ``mock_iterations`` (give the count real users have)."""
     mechanism, credential = ScramMechanism.SHA_256, None
     for candidate in PLAIN_VERIFIERS:
         credential = lookup(username, candidate)
@@ -87,16 +95,18 @@ def verify_password(lookup: CredentialLookup, mock_secret: bytes, username: str,
             break
     known = credential is not None
     if credential is None:
-        credential = mock_credential(mechanism, mock_secret, username)
+        credential = mock_credential(mechanism, mock_secret, username, mock_iterations)
     salted = salted_password(mechanism, password, credential.salt, credential.iterations)
     stored_key = mechanism.hash(client_key(mechanism, salted))
     return hmac.compare_digest(stored_key, credential.stored_key) and known
 
 
-def authenticate_plain(lookup: CredentialLookup, mock_secret: bytes, data: bytes) -> str:
+def authenticate_plain(
+    lookup: CredentialLookup, mock_secret: bytes, data: bytes, mock_iterations: int = DEFAULT_ITERATIONS
+) -> str:
     """The user name a PLAIN message proves; raises :class:`MalformedSaslMessage` or
     :class:`AuthenticationFailed` (the same for an unknown user and a wrong password)."""
     message = parse_plain(data)
-    if not verify_password(lookup, mock_secret, message.username, message.password):
+    if not verify_password(lookup, mock_secret, message.username, message.password, mock_iterations):
         raise AuthenticationFailed()
     return message.username

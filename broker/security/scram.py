@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from broker.security.errors import AuthenticationFailed, IllegalSaslState, MalformedSaslMessage
 from broker.security.scram_format import (
+    DEFAULT_ITERATIONS,
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     ClientFirst,
@@ -80,7 +81,10 @@ class ScramServer:
     """One server-side SCRAM exchange.
 
     ``mock_secret`` is the server's secret for unknown users' mock salts: keep it stable
-    across restarts (or an observer sees the salt change) and out of logs.
+    across restarts (or an observer sees the salt change) and out of logs
+    (:func:`~broker.security.secret_file.load_or_create_secret`). ``mock_iterations`` is the
+    count unknown users claim: the one real users have (``sparkmq auth add-user`` writes
+    :data:`~broker.security.scram_format.DEFAULT_ITERATIONS`).
     """
 
     def __init__(
@@ -90,8 +94,10 @@ class ScramServer:
         mock_secret: bytes,
         *,
         nonce_factory: Callable[[], str] = new_nonce,
+        mock_iterations: int = DEFAULT_ITERATIONS,
     ) -> None:
         self.mechanism = mechanism
+        self._mock_iterations = mock_iterations
         self._lookup = lookup
         self._mock_secret = mock_secret
         self._nonce_factory = nonce_factory
@@ -117,7 +123,9 @@ class ScramServer:
             credential = self._lookup(first.username, self.mechanism)
             known = credential is not None and MIN_ITERATIONS <= credential.iterations <= MAX_ITERATIONS
             if credential is None or not known:
-                credential = mock_credential(self.mechanism, self._mock_secret, first.username)
+                credential = mock_credential(
+                    self.mechanism, self._mock_secret, first.username, self._mock_iterations
+                )
             nonce = first.nonce + self._nonce_factory()
             server_first = format_server_first(nonce, credential.salt, credential.iterations)
         except BaseException:

@@ -158,15 +158,18 @@ def make_credential(
     return credential_from_salted(mechanism, salted, salt, iterations)
 
 
-def mock_credential(mechanism: ScramMechanism, secret: bytes, username: str) -> ScramCredential:
+def mock_credential(
+    mechanism: ScramMechanism, secret: bytes, username: str, iterations: int = DEFAULT_ITERATIONS
+) -> ScramCredential:
     """A credential for a user who does not exist: the same salt every time for that name
-    (HMAC of the server's secret), :data:`DEFAULT_ITERATIONS`, and keys no password derives.
-    The server-first it yields looks like a real user's (PostgreSQL's ``scram_mock_salt``)."""
+    (HMAC of the server's secret), ``iterations`` (give the count real users have), and keys
+    no password derives. Its server-first looks like a real user's (PostgreSQL's
+    ``scram_mock_salt``)."""
     label = f"{mechanism.value}\0{username}".encode()
     salt = mechanism.hmac(secret, b"salt\0" + label)[:SALT_BYTES]
     stored = mechanism.hmac(secret, b"stored\0" + label)
     server = mechanism.hmac(secret, b"server\0" + label)
-    return ScramCredential(salt, stored, server, DEFAULT_ITERATIONS)
+    return ScramCredential(salt, stored, server, iterations)
 
 
 def xor(left: bytes, right: bytes) -> bytes:

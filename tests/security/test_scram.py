@@ -4,7 +4,9 @@ both directions against scramp (a second implementation), and broken exchanges."
 from __future__ import annotations
 
 import base64
+import stat
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import scramp
@@ -23,13 +25,14 @@ from broker.security import (
     ScramState,
     make_credential,
 )
-from broker.security.errors import InvalidUsersFile
+from broker.security.errors import InvalidUsersFile, SecurityError
 from broker.security.scram_format import (
     MIN_ITERATIONS,
     escape_saslname,
     mock_credential,
     parse_client_first,
 )
+from broker.security.secret_file import load_or_create_secret
 
 SHA256, SHA512 = ScramMechanism.SHA_256, ScramMechanism.SHA_512
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -280,3 +283,22 @@ def test_make_credential_refuses_weak_input() -> None:
         make_credential(SHA256, "")
     with pytest.raises(ValueError, match="iterations"):
         make_credential(SHA256, "pw", iterations=100)
+
+
+def test_mock_iterations_follow_the_real_users() -> None:
+    server = ScramServer(SHA256, lambda _n, _m: None, MOCK_SECRET, mock_iterations=8192)
+    assert server.handle_client_first(b"n,,n=ghost,r=abc").endswith(b",i=8192")
+
+
+def test_the_mock_secret_file_is_stable_and_private(tmp_path: Path) -> None:
+    path = tmp_path / "scram-mock.secret"
+    secret = load_or_create_secret(path)
+    assert len(secret) == 32 and load_or_create_secret(path) == secret
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o644)
+    with pytest.raises(SecurityError, match="chmod 600"):
+        load_or_create_secret(path)
+    path.chmod(0o600)
+    path.write_bytes(b"short")
+    with pytest.raises(SecurityError, match="32-byte"):
+        load_or_create_secret(path)
