@@ -118,8 +118,8 @@ class UserTable:
     """An immutable snapshot of the users file; swap a whole table to change it."""
 
     users: tuple[User, ...] = ()
-    _by_name: Mapping[str, User] = field(init=False, repr=False)
-    _by_token: Mapping[str, User] = field(init=False, repr=False)
+    _by_name: Mapping[str, User] = field(init=False, repr=False, compare=False)
+    _by_token: Mapping[str, User] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", MappingProxyType({u.name: u for u in self.users}))
