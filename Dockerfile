@@ -13,6 +13,7 @@ WORKDIR /app
 COPY pyproject.toml README.md pyspark_sparkmq.py ./
 COPY store ./store
 COPY cluster ./cluster
+COPY broker ./broker
 COPY ingest_api ./ingest_api
 COPY streaming ./streaming
 COPY sparkmq ./sparkmq

@@ -61,7 +61,7 @@ from store.format.vocabulary import (
     SYSTEM_PROPERTIES,
     TIMER_REQUEST_PROPERTIES,
 )
-from store.io.atomic_file import read_json, write_json_atomically
+from store.io.atomic_file import read_json, write_atomically, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
 from store.message_store import MessageStore
 from store.metadata.file_sizes import existing_config
@@ -256,5 +256,6 @@ __all__ = [
     "validate_group",
     "validate_topic",
     "wall_clock_ms",
+    "write_atomically",
     "write_json_atomically",
 ]

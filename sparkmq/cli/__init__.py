@@ -11,6 +11,7 @@ one (:mod:`sparkmq.cli.local_cluster`). See docs/cli.md.
 from __future__ import annotations
 
 from sparkmq.cli import (
+    auth,
     cluster,
     consume,
     groups,
@@ -26,7 +27,7 @@ from sparkmq.cli.root import app
 from sparkmq.cli.serve import SERVE_COMPANIONS, FlushMode, ServeOptions, serve
 
 __all__ = [
-    "SERVE_COMPANIONS", "FlushMode", "ServeOptions", "app", "cluster", "consume", "groups", "ladder",
+    "SERVE_COMPANIONS", "FlushMode", "ServeOptions", "app", "auth", "cluster", "consume", "groups", "ladder",
     "local_cluster", "main", "messages", "openapi", "serve", "status", "store_tools", "topics",
 ]  # fmt: skip
 

@@ -18,6 +18,9 @@ cluster_app = typer.Typer(
     help="A cluster of brokers: status and queue placement; a local ZooKeeper and cluster for trying it.",
     no_args_is_help=True,
 )
+auth_app = typer.Typer(
+    help="Users and certificates: add a user to the users file, make a throw-away CA.", no_args_is_help=True
+)
 app.add_typer(topics_app, name="topics")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(tx_app, name="tx")
@@ -25,3 +28,4 @@ app.add_typer(groups_app, name="groups")
 app.add_typer(msg_app, name="msg")
 app.add_typer(store_app, name="store")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(auth_app, name="auth")
