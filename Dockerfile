@@ -16,7 +16,7 @@ COPY cluster ./cluster
 COPY ingest_api ./ingest_api
 COPY streaming ./streaming
 COPY sparkmq ./sparkmq
-RUN pip install ".[kafka]"
+RUN pip install ".[kafka,grpc]"
 
 RUN useradd --create-home --uid 10001 sparkmq && mkdir -p /data /checkpoints \
     && chown sparkmq:sparkmq /data /checkpoints
