@@ -7,7 +7,8 @@ Pure functions (no I/O; the clock is an argument). Two directions:
 
       topic                        view.topic (the POP service presents retries under the original)
       body                         view.body (stored bodies are decompressed: encoding IDENTITY)
-      user_properties              every property not in RocketMQ 5's system set
+      user_properties              every property not in RocketMQ 5's system set (as in the
+                                   proxy, __SHARDINGKEY and TRACE_CONTEXT are not in it)
       system_properties.tag        TAGS              .keys          KEYS split on " "
                        .message_id UNIQ_KEY (else the offsetMsgId)
                        .body_digest MD5 of the body, uppercase hex
