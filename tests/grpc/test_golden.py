@@ -15,7 +15,7 @@ from tests.grpc import golden
 
 
 def wire(value: ProtoMessage) -> bytes:
-    return value.SerializeToString(deterministic=True)
+    return bytes(value.SerializeToString(deterministic=True))
 
 
 def assert_golden(value: ProtoMessage, expected: bytes) -> None:

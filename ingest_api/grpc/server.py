@@ -1,0 +1,309 @@
+"""The gRPC door: ``apache.rocketmq.v2.MessagingService`` on ``grpc.aio``, one table row per RPC.
+
+Each RPC checks the call's metadata (``x-mq-client-id`` missing -> ``CLIENT_ID_REQUIRED``),
+converts the request into plain values (:mod:`~ingest_api.grpc.convert`), asks the broker
+through :class:`~ingest_api.grpc.port.GrpcBrokerPort` and answers with
+:mod:`~ingest_api.grpc.responses`::
+
+    QueryRoute              -> port.query_route        Heartbeat        -> registry + port.heartbeat
+    SendMessage             -> port.send               QueryAssignment  -> port.query_assignment
+    ReceiveMessage (stream) -> port.receive            AckMessage       -> port.ack
+    ChangeInvisibleDuration -> port.change_invisible   EndTransaction   -> port.end_transaction
+    ForwardMessageToDeadLetterQueue -> port.forward_to_dlq
+    Telemetry (bidi)        -> telemetry.TelemetrySession (settings reply, check-backs)
+    NotifyClientTermination -> registry + port.client_gone
+    PullMessage, UpdateOffset, GetOffset, QueryOffset, RecallMessage, SyncLiteSubscription
+                            -> gRPC UNIMPLEMENTED
+
+Refusals and store faults travel in ``status`` (their ``Code``, see :mod:`~ingest_api.grpc.status`);
+an unexpected exception is logged with its stack and answered ``INTERNAL_SERVER_ERROR``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from ingest_api.grpc import requests as rq
+from ingest_api.grpc.clients import ClientRegistry
+from ingest_api.grpc.convert import SendLimits, from_send_request, to_proto
+from ingest_api.grpc.port import AckEntry, GrpcBrokerPort, HandleResult, HandleStatus
+from ingest_api.grpc.responses import (
+    delivery_timestamp,
+    query_assignment_response,
+    query_route_response,
+    receive_stream,
+    recover_orphaned_transaction,
+    send_response,
+)
+from ingest_api.grpc.settings import ServerSettings
+from ingest_api.grpc.status import Code, GrpcRefusal, ok, status, status_for
+from ingest_api.grpc.telemetry import TelemetrySession
+from ingest_api.grpc.v2 import definition_pb2 as pb
+from ingest_api.grpc.v2 import service_pb2 as spb
+from ingest_api.grpc.v2 import service_pb2_grpc
+from store import Clock, MessageView, SparkMQError, wall_clock_ms
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class DoorConfig:
+    """The gRPC door's knobs (RocketMQ 5's proxy defaults)."""
+
+    limits: SendLimits = field(default_factory=SendLimits)
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    receive: rq.ReceiveRules = field(default_factory=rq.ReceiveRules)
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    """The servicer: each RPC is a row of the module doc's table."""
+
+    def __init__(
+        self,
+        port: GrpcBrokerPort,
+        registry: ClientRegistry,
+        config: DoorConfig | None = None,
+        clock_ms: Clock = wall_clock_ms,
+    ) -> None:
+        self._port = port
+        self.registry = registry
+        self._config = config or DoorConfig()
+        self._clock_ms = clock_ms
+
+    # --- connecting --------------------------------------------------------------------------
+
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:  # noqa: N802
+        async def answer(_: str) -> spb.QueryRouteResponse:
+            rq.check_topic(request.topic.name)
+            return query_route_response(request.topic, await self._port.query_route(request.topic.name))
+
+        return await self._answer(context, spb.QueryRouteResponse, answer)
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:  # noqa: N802
+        async def answer(client_id: str) -> spb.HeartbeatResponse:
+            session = self.registry.heartbeat(client_id)
+            if session is None:
+                return spb.HeartbeatResponse(status=status(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings yet"))
+            await self._port.heartbeat(session)
+            return spb.HeartbeatResponse(status=ok())
+
+        return await self._answer(context, spb.HeartbeatResponse, answer)
+
+    async def Telemetry(  # noqa: N802
+        self, requests: AsyncIterator[spb.TelemetryCommand], context: Any
+    ) -> AsyncIterator[spb.TelemetryCommand]:
+        client_id = rq.client_id_of(context)
+        if not client_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-mq-client-id is required")
+        session = TelemetrySession(client_id, self.registry, self._port.group_policy, self._config.settings)
+        try:
+            async for command in session.run(requests):
+                yield command
+        except GrpcRefusal as refusal:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal.message)
+
+    async def NotifyClientTermination(  # noqa: N802
+        self, request: spb.NotifyClientTerminationRequest, context: Any
+    ) -> spb.NotifyClientTerminationResponse:
+        async def answer(client_id: str) -> spb.NotifyClientTerminationResponse:
+            session = self.registry.remove(client_id)
+            if session is None:
+                message = "cannot find client settings for this client"
+                return spb.NotifyClientTerminationResponse(
+                    status=status(Code.UNRECOGNIZED_CLIENT_TYPE, message)
+                )
+            await self._port.client_gone(session)
+            return spb.NotifyClientTerminationResponse(status=ok())
+
+        return await self._answer(context, spb.NotifyClientTerminationResponse, answer)
+
+    def push_check_back(self, topic: str, message: MessageView, transaction_id: str) -> bool:
+        """Ask a producer of ``topic`` whether transaction ``transaction_id`` (its half message
+        ``message``) commits; ``False`` when no producer of the topic has a live stream."""
+        command = recover_orphaned_transaction(to_proto(message, now_ms=self._clock_ms()), transaction_id)
+        return any(s.stream is not None and s.stream.push(command) for s in self.registry.producers_of(topic))
+
+    # --- sending -----------------------------------------------------------------------------
+
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:  # noqa: N802
+        async def answer(client_id: str) -> spb.SendMessageResponse:
+            peer = rq.peer_of(context)
+            messages = from_send_request(
+                request, peer=peer, now_ms=self._clock_ms(), limits=self._config.limits
+            )
+            return send_response(await self._port.send(messages, client_id))
+
+        return await self._answer(context, spb.SendMessageResponse, answer)
+
+    async def EndTransaction(  # noqa: N802
+        self, request: spb.EndTransactionRequest, context: Any
+    ) -> spb.EndTransactionResponse:
+        async def answer(_: str) -> spb.EndTransactionResponse:
+            end = rq.transaction_end(request)
+            await self._port.end_transaction(
+                end.topic, end.message_id, end.transaction_id, end.commit, end.from_check
+            )
+            return spb.EndTransactionResponse(status=ok())
+
+        return await self._answer(context, spb.EndTransactionResponse, answer)
+
+    # --- consuming ---------------------------------------------------------------------------
+
+    async def ReceiveMessage(  # noqa: N802
+        self, request: spb.ReceiveMessageRequest, context: Any
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        client_id = rq.client_id_of(context)
+        try:
+            if not client_id:
+                raise GrpcRefusal(Code.CLIENT_ID_REQUIRED, "x-mq-client-id is required")
+            receive = rq.receive_request(request, client_id, context.time_remaining(), self._config.receive)
+            result = await self._port.receive(receive)
+        except SparkMQError as exc:
+            yield spb.ReceiveMessageResponse(status=status_for(exc))
+            yield delivery_timestamp(self._clock_ms())
+            return
+        for response in receive_stream(result, self._clock_ms()):
+            yield response
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:  # noqa: N802
+        async def answer(_: str) -> spb.AckMessageResponse:
+            rq.check_group_and_topic(request.group.name, request.topic.name)
+            entries = [AckEntry(e.message_id, e.receipt_handle) for e in request.entries]
+            results = await self._port.ack(request.group.name, request.topic.name, entries)
+            out = [
+                spb.AckMessageResultEntry(
+                    message_id=e.message_id, receipt_handle=e.receipt_handle, status=handle_status(r)
+                )
+                for e, r in zip(entries, results, strict=True)
+            ]
+            codes = {entry.status.code for entry in out}
+            top = ok() if codes == {Code.OK} else status(Code.MULTIPLE_RESULTS)
+            if len(codes) == 1 and out:
+                top = out[0].status
+            return spb.AckMessageResponse(status=top, entries=out)
+
+        return await self._answer(context, spb.AckMessageResponse, answer)
+
+    async def ChangeInvisibleDuration(  # noqa: N802
+        self, request: spb.ChangeInvisibleDurationRequest, context: Any
+    ) -> spb.ChangeInvisibleDurationResponse:
+        async def answer(_: str) -> spb.ChangeInvisibleDurationResponse:
+            rq.check_group_and_topic(request.group.name, request.topic.name)
+            invisible_ms = rq.invisible_ms(request.invisible_duration, self._config.receive)
+            result = await self._port.change_invisible(
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                request.message_id,
+                invisible_ms,
+            )
+            return spb.ChangeInvisibleDurationResponse(
+                status=handle_status(result), receipt_handle=result.receipt_handle
+            )
+
+        return await self._answer(context, spb.ChangeInvisibleDurationResponse, answer)
+
+    async def ForwardMessageToDeadLetterQueue(  # noqa: N802
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        async def answer(_: str) -> spb.ForwardMessageToDeadLetterQueueResponse:
+            rq.check_group_and_topic(request.group.name, request.topic.name)
+            result = await self._port.forward_to_dlq(
+                request.group.name,
+                request.topic.name,
+                request.receipt_handle,
+                request.message_id,
+                request.delivery_attempt,
+            )
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=handle_status(result))
+
+        return await self._answer(context, spb.ForwardMessageToDeadLetterQueueResponse, answer)
+
+    async def QueryAssignment(  # noqa: N802
+        self, request: spb.QueryAssignmentRequest, context: Any
+    ) -> spb.QueryAssignmentResponse:
+        async def answer(client_id: str) -> spb.QueryAssignmentResponse:
+            rq.check_group_and_topic(request.group.name, request.topic.name)
+            routes = await self._port.query_assignment(request.topic.name, request.group.name, client_id)
+            return query_assignment_response(request.topic, routes)
+
+        return await self._answer(context, spb.QueryAssignmentResponse, answer)
+
+    # --- not served: offsets (no official client calls them), recall, lite topics ------------
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        await _unimplemented(context, "PullMessage")
+        yield  # pragma: no cover - an async generator, as the streaming RPC requires
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "UpdateOffset")
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "GetOffset")
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "QueryOffset")
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "RecallMessage")
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "SyncLiteSubscription")
+
+    # --- the shared frame of a unary RPC -----------------------------------------------------
+
+    async def _answer(
+        self, context: Any, response: Callable[..., R], call: Callable[[str], Awaitable[R]]
+    ) -> R:
+        """Run ``call(client_id)``; a missing client id, a refusal or a fault becomes ``status``."""
+        client_id = rq.client_id_of(context)
+        if not client_id:
+            return response(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))
+        try:
+            return await call(client_id)
+        except SparkMQError as exc:
+            return response(status=status_for(exc))
+        except Exception as exc:
+            log.exception("gRPC %s failed for client %s", type(response).__name__, client_id)
+            return response(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def handle_status(result: HandleResult) -> pb.Status:
+    if result.status is HandleStatus.OK:
+        return ok()
+    return status(Code.INVALID_RECEIPT_HANDLE, result.detail or "invalid receipt handle")
+
+
+async def _unimplemented(context: Any, rpc: str) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{rpc} is not served by sparkmq")
+
+
+class GrpcDoor:
+    """A started ``grpc.aio`` server with the servicer (inside a running event loop)."""
+
+    def __init__(self, service: MessagingService, server: Any, port: int) -> None:
+        self.service = service
+        self.port = port
+        self._server = server
+
+    @classmethod
+    async def start(cls, service: MessagingService, host: str = "127.0.0.1", port: int = 8081) -> GrpcDoor:
+        """Bind ``host:port`` (0: a free port, see :attr:`port`) and start serving."""
+        server = grpc.aio.server()
+        # generated, untyped (mypy does not check ingest_api.grpc.v2)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot bind the gRPC door to {host}:{port}")
+        await server.start()
+        return cls(service, server, bound)
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Stop accepting calls; running ones get ``grace_s`` seconds, then are cancelled."""
+        await self._server.stop(grace_s)

@@ -1,0 +1,178 @@
+"""The gRPC door's shell on a real socket, over a real store: the official RocketMQ 5 Producer
+sends through it, and raw calls with our generated stub check metadata, the receive stream's
+shape, the Telemetry exchange and the RPCs that are not served."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from ingest_api.grpc.clients import ClientRegistry
+from ingest_api.grpc.server import DoorConfig, MessagingService
+from ingest_api.grpc.settings import ServerSettings
+from ingest_api.grpc.status import Code
+from ingest_api.grpc.v2 import definition_pb2 as pb
+from ingest_api.grpc.v2 import service_pb2 as spb
+from ingest_api.grpc.v2 import service_pb2_grpc
+from store import Message, MessageStore, sharding_queue
+from tests.grpc.store_port import DoorThread, StorePort
+from tests.support.rocketmq5 import run_client
+from tests.support.stores import light_config
+
+MAX_BODY = 3 * 1024 * 1024  # not the client's 4 MiB default: proves the settings reply arrived
+META = (("x-mq-client-id", "test-client@1"),)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    with MessageStore.open(light_config(tmp_path / "store")) as opened:
+        opened.create_topic("orders", 4)
+        yield opened
+
+
+@pytest.fixture
+def door(store: MessageStore) -> Iterator[tuple[DoorThread, StorePort]]:
+    port = StorePort(store)
+    config = DoorConfig(settings=ServerSettings(max_body_bytes=MAX_BODY))
+    with DoorThread(MessagingService(port, ClientRegistry(), config)) as running:
+        port.port = running.port
+        yield running, port
+
+
+@pytest.fixture
+def stub(door: tuple[DoorThread, StorePort]) -> Iterator[service_pb2_grpc.MessagingServiceStub]:
+    with grpc.insecure_channel(f"127.0.0.1:{door[0].port}") as channel:
+        yield service_pb2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+
+
+def test_the_official_producer_sends_into_the_store(
+    door: tuple[DoorThread, StorePort], store: MessageStore, rocketmq5: Path, tmp_path: Path
+) -> None:
+    running, port = door
+    specs = [
+        {"body": "first", "tag": "TagA", "keys": ["order-1"], "properties": {"color": "red"}},
+        {"body": "second"},
+        {"body": "in order", "message_group": "customer-7"},
+    ]
+    argument = {
+        "endpoint": f"127.0.0.1:{running.port}",
+        "topic": "orders",
+        "messages": specs,
+        "expect_max_body_size": MAX_BODY,
+    }
+    lines = run_client("produce.py", argument, home=tmp_path / "home")
+    receipts, [settings] = lines[:-1], lines[-1:]
+    assert settings == {"max_body_size": MAX_BODY}  # the Telemetry settings reply was applied
+    assert len(receipts) == 3
+    # the server picks the queue (the receipt's queue is the client's guess): look up by UNIQ_KEY
+    views = [view for q in range(4) for view in store.get_messages("orders", q, 0, 32).messages]
+    by_key = {view.uniq_key: view for view in views}
+    assert len(by_key) == 3
+    stored = []
+    for receipt in receipts:
+        view = by_key[receipt["message_id"]]  # the client's id is the UNIQ_KEY
+        assert receipt["message_id"].startswith("01") and len(receipt["message_id"]) == 34
+        assert view.queue_offset == receipt["offset"]
+        stored.append(view)
+    first, second, fifo = stored
+    assert (first.body, first.tags, first.keys) == (b"first", "TagA", ["order-1"])
+    assert first.properties["color"] == "red" and first.properties["PGROUP"] == "orders"
+    assert "__BORNHOST" in first.properties and "BORN_TIMESTAMP" in first.properties
+    assert second.body == b"second" and second.tags is None
+    assert fifo.properties["__SHARDINGKEY"] == "customer-7"
+    assert fifo.queue_id == sharding_queue("customer-7", 4)
+    # producer.shutdown() said NotifyClientTermination: the registry forgot it
+    assert len(port.gone) == 1 and len(running.service.registry) == 0
+
+
+def test_a_call_without_client_id_is_refused(
+    stub: service_pb2_grpc.MessagingServiceStub, door: tuple[DoorThread, StorePort]
+) -> None:
+    request = spb.QueryRouteRequest(topic=pb.Resource(name="orders"))
+    assert stub.QueryRoute(request).status.code == Code.CLIENT_ID_REQUIRED
+    answer = stub.QueryRoute(request, metadata=META)
+    assert answer.status.code == Code.OK and [q.id for q in answer.message_queues] == [0, 1, 2, 3]
+    brokers = {(q.broker.name, q.broker.id, q.broker.endpoints.scheme) for q in answer.message_queues}
+    assert brokers == {("b1", 0, pb.IPv4)}
+    ports = {q.broker.endpoints.addresses[0].port for q in answer.message_queues}
+    assert ports == {door[0].port}  # the gRPC door's own address
+    missing = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="nope")), metadata=META)
+    assert missing.status.code == Code.TOPIC_NOT_FOUND
+    schedule = spb.QueryRouteRequest(topic=pb.Resource(name="SCHEDULE_TOPIC_XXXX"))
+    system = stub.QueryRoute(schedule, metadata=META)
+    assert system.status.code == Code.ILLEGAL_TOPIC
+
+
+def test_offset_rpcs_are_unimplemented(stub: service_pb2_grpc.MessagingServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.QueryOffset(spb.QueryOffsetRequest(), metadata=META)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with pytest.raises(grpc.RpcError) as streamed:
+        list(stub.PullMessage(spb.PullMessageRequest(), metadata=META))
+    assert streamed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def receive(
+    stub: service_pb2_grpc.MessagingServiceStub, **fields: object
+) -> list[spb.ReceiveMessageResponse]:
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="orders"), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        **fields,  # type: ignore[arg-type]
+    )
+    return list(stub.ReceiveMessage(request, metadata=META, timeout=30))
+
+
+def test_the_receive_stream_is_a_status_then_a_delivery_timestamp(
+    stub: service_pb2_grpc.MessagingServiceStub, door: tuple[DoorThread, StorePort]
+) -> None:
+    fifteen_s, one_s = Duration(seconds=15), Duration(seconds=1)
+    empty = receive(stub, batch_size=100, invisible_duration=fifteen_s, long_polling_timeout=one_s)
+    assert [r.WhichOneof("content") for r in empty] == ["status", "delivery_timestamp"]
+    assert empty[0].status.code == Code.MESSAGE_NOT_FOUND
+    [asked] = door[1].receives
+    assert (asked.group, asked.topic, asked.tag_expression) == ("G", "orders", "*")
+    assert (asked.max_messages, asked.invisible_ms, asked.wait_ms) == (32, 15_000, 5_000)
+    bad = receive(stub, batch_size=1)  # no invisible duration and no auto renew
+    assert [r.WhichOneof("content") for r in bad] == ["status", "delivery_timestamp"]
+    assert bad[0].status.code == Code.ILLEGAL_INVISIBLE_TIME
+    renewing = receive(stub, batch_size=4, auto_renew=True)
+    assert renewing[0].status.code == Code.MESSAGE_NOT_FOUND and door[1].receives[-1].invisible_ms is None
+
+
+def test_telemetry_answers_settings_and_carries_check_backs(
+    stub: service_pb2_grpc.MessagingServiceStub, door: tuple[DoorThread, StorePort], store: MessageStore
+) -> None:
+    service = door[0].service
+    assert stub.Heartbeat(spb.HeartbeatRequest(), metadata=META).status.code == Code.UNRECOGNIZED_CLIENT_TYPE
+    outbound: queue.Queue[spb.TelemetryCommand | None] = queue.Queue()
+    publishing = pb.Publishing(topics=[pb.Resource(name="orders")])
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=publishing)
+    outbound.put(spb.TelemetryCommand(settings=settings))
+    replies = stub.Telemetry(iter(outbound.get, None), metadata=META, timeout=30)
+    reply = next(replies)
+    assert reply.status.code == Code.OK and reply.settings.publishing.max_body_size == MAX_BODY
+    assert stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=META).status.code == Code.OK
+    put = store.put_message(Message(topic="orders", body=b"half", uniq_key="01ABC"))
+    [half] = store.get_messages("orders", put.queue_id, put.queue_offset, 1).messages
+    assert service.push_check_back("orders", half, "tx-1")
+    command = next(replies).recover_orphaned_transaction_command
+    assert command.transaction_id == "tx-1" and command.message.system_properties.message_id == "01ABC"
+    assert not service.push_check_back("other-topic", half, "tx-2")
+    outbound.put(None)  # the client closes its side: the stream ends
+    assert list(replies) == []
+
+
+def test_settings_without_publishing_or_subscription_end_the_stream(
+    stub: service_pb2_grpc.MessagingServiceStub,
+) -> None:
+    replies = stub.Telemetry(iter([spb.TelemetryCommand(settings=pb.Settings())]), metadata=META, timeout=10)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(replies)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
