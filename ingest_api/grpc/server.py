@@ -21,6 +21,7 @@ an unexpected exception is logged with its stack and answered ``INTERNAL_SERVER_
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -129,6 +130,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         command = recover_orphaned_transaction(to_proto(message, now_ms=self._clock_ms()), transaction_id)
         return any(s.stream is not None and s.stream.push(command) for s in self.registry.producers_of(topic))
 
+    async def expire_clients(self) -> list[str]:
+        """Drop the clients unseen for the registry's expiry and tell the port; their ids."""
+        gone = self.registry.expire()
+        for session in gone:
+            await self._port.client_gone(session)
+        return [s.client_id for s in gone]
+
     # --- sending -----------------------------------------------------------------------------
 
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:  # noqa: N802
@@ -182,11 +190,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 )
                 for e, r in zip(entries, results, strict=True)
             ]
-            codes = {entry.status.code for entry in out}
-            top = ok() if codes == {Code.OK} else status(Code.MULTIPLE_RESULTS)
-            if len(codes) == 1 and out:
-                top = out[0].status
-            return spb.AckMessageResponse(status=top, entries=out)
+            return spb.AckMessageResponse(status=overall(out), entries=out)
 
         return await self._answer(context, spb.AckMessageResponse, answer)
 
@@ -274,6 +278,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return response(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
 
 
+def overall(entries: list[spb.AckMessageResultEntry]) -> pb.Status:
+    """The top-level status of per-entry results: theirs when they agree, else MULTIPLE_RESULTS."""
+    codes = {entry.status.code for entry in entries}
+    if not codes:
+        return ok()
+    return entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
+
+
 def handle_status(result: HandleResult) -> pb.Status:
     if result.status is HandleStatus.OK:
         return ok()
@@ -285,16 +297,23 @@ async def _unimplemented(context: Any, rpc: str) -> None:
 
 
 class GrpcDoor:
-    """A started ``grpc.aio`` server with the servicer (inside a running event loop)."""
+    """A started ``grpc.aio`` server with the servicer (inside a running event loop), and the
+    task that drops clients unseen for the registry's expiry (every ``expiry_check_s``)."""
 
-    def __init__(self, service: MessagingService, server: Any, port: int) -> None:
+    def __init__(self, service: MessagingService, server: Any, port: int, expiry_check_s: float) -> None:
         self.service = service
         self.port = port
         self._server = server
+        self._expiry = asyncio.create_task(self._expire_every(expiry_check_s), name="grpc-client-expiry")
 
     @classmethod
-    async def start(cls, service: MessagingService, host: str = "127.0.0.1", port: int = 8081) -> GrpcDoor:
-        """Bind ``host:port`` (0: a free port, see :attr:`port`) and start serving."""
+    async def start(
+        cls, service: MessagingService, host: str = "127.0.0.1", port: int = 8081, expiry_check_s: float = 5.0
+    ) -> GrpcDoor:
+        """Bind ``host:port`` (0: a free port, see :attr:`port`) and start serving.
+
+        Raises :class:`OSError` when the address cannot be bound.
+        """
         server = grpc.aio.server()
         # generated, untyped (mypy does not check ingest_api.grpc.v2)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
@@ -302,8 +321,14 @@ class GrpcDoor:
         if bound == 0:
             raise OSError(f"cannot bind the gRPC door to {host}:{port}")
         await server.start()
-        return cls(service, server, bound)
+        return cls(service, server, bound, expiry_check_s)
+
+    async def _expire_every(self, period_s: float) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            await self.service.expire_clients()
 
     async def stop(self, grace_s: float = 1.0) -> None:
         """Stop accepting calls; running ones get ``grace_s`` seconds, then are cancelled."""
+        self._expiry.cancel()
         await self._server.stop(grace_s)

@@ -42,7 +42,11 @@ class TelemetrySession:
         """Queue ``command`` for the client (thread-safe); ``False`` once the stream ended."""
         if self._closed:
             return False
-        self._loop.call_soon_threadsafe(self._outbox.put_nowait, command)
+        try:
+            self._loop.call_soon_threadsafe(self._outbox.put_nowait, command)
+        except RuntimeError:  # the door's event loop has closed
+            self._closed = True
+            return False
         return True
 
     async def run(self, inbound: AsyncIterator[spb.TelemetryCommand]) -> AsyncIterator[spb.TelemetryCommand]:

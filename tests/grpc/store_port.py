@@ -94,11 +94,22 @@ class StorePort:
         self.gone.append(client.client_id)
 
 
+class SettableClock:
+    """Epoch ms that a test moves by hand (the client registry's clock)."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
 class DoorThread:
     """The door on an event loop in a daemon thread; ``with DoorThread(service) as door``."""
 
-    def __init__(self, service: MessagingService) -> None:
+    def __init__(self, service: MessagingService, expiry_check_s: float = 0.05) -> None:
         self.service = service
+        self._expiry_check_s = expiry_check_s
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-door", daemon=True)
         self.door: GrpcDoor | None = None
@@ -110,7 +121,8 @@ class DoorThread:
 
     def __enter__(self) -> DoorThread:
         self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(GrpcDoor.start(self.service, port=0), self.loop)
+        start = GrpcDoor.start(self.service, port=0, expiry_check_s=self._expiry_check_s)
+        started = asyncio.run_coroutine_threadsafe(start, self.loop)
         self.door = started.result(timeout=10)
         return self
 

@@ -20,9 +20,10 @@ from ingest_api.grpc.v2 import definition_pb2 as pb
 from ingest_api.grpc.v2 import service_pb2 as spb
 from ingest_api.grpc.v2 import service_pb2_grpc
 from store import Message, MessageStore, sharding_queue
-from tests.grpc.store_port import DoorThread, StorePort
+from tests.grpc.store_port import DoorThread, SettableClock, StorePort
 from tests.support.rocketmq5 import run_client
 from tests.support.stores import light_config
+from tests.support.waiting import wait_until
 
 MAX_BODY = 3 * 1024 * 1024  # not the client's 4 MiB default: proves the settings reply arrived
 META = (("x-mq-client-id", "test-client@1"),)
@@ -36,10 +37,15 @@ def store(tmp_path: Path) -> Iterator[MessageStore]:
 
 
 @pytest.fixture
-def door(store: MessageStore) -> Iterator[tuple[DoorThread, StorePort]]:
+def clock() -> SettableClock:
+    return SettableClock()
+
+
+@pytest.fixture
+def door(store: MessageStore, clock: SettableClock) -> Iterator[tuple[DoorThread, StorePort]]:
     port = StorePort(store)
     config = DoorConfig(settings=ServerSettings(max_body_bytes=MAX_BODY))
-    with DoorThread(MessagingService(port, ClientRegistry(), config)) as running:
+    with DoorThread(MessagingService(port, ClientRegistry(clock, expiry_ms=30_000), config)) as running:
         port.port = running.port
         yield running, port
 
@@ -176,3 +182,54 @@ def test_settings_without_publishing_or_subscription_end_the_stream(
     with pytest.raises(grpc.RpcError) as caught:
         list(replies)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_every_rpc_of_the_service_is_answered_by_the_door() -> None:
+    methods = spb.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name
+    base = service_pb2_grpc.MessagingServiceServicer
+    assert [name for name in methods if getattr(MessagingService, name) is getattr(base, name)] == []
+
+
+def test_handle_operations_transactions_and_assignments_answer_in_status(
+    stub: service_pb2_grpc.MessagingServiceStub,
+) -> None:
+    group, topic = pb.Resource(name="G"), pb.Resource(name="orders")
+    entries = [spb.AckMessageEntry(message_id="m1", receipt_handle="h1")]
+    acked = stub.AckMessage(spb.AckMessageRequest(group=group, topic=topic, entries=entries), metadata=META)
+    assert acked.status.code == Code.INVALID_RECEIPT_HANDLE
+    assert [(e.message_id, e.status.code) for e in acked.entries] == [("m1", Code.INVALID_RECEIPT_HANDLE)]
+    change = spb.ChangeInvisibleDurationRequest(
+        group=group, topic=topic, receipt_handle="h1", invisible_duration=Duration(seconds=-1)
+    )
+    assert stub.ChangeInvisibleDuration(change, metadata=META).status.code == Code.ILLEGAL_INVISIBLE_TIME
+    change.invisible_duration.seconds = 30
+    assert stub.ChangeInvisibleDuration(change, metadata=META).status.code == Code.INVALID_RECEIPT_HANDLE
+    end = spb.EndTransactionRequest(topic=topic, message_id="m1", resolution=pb.COMMIT)
+    assert stub.EndTransaction(end, metadata=META).status.code == Code.INVALID_TRANSACTION_ID
+    end.transaction_id = "tx-1"
+    assert stub.EndTransaction(end, metadata=META).status.code == Code.OK
+    assigned = stub.QueryAssignment(spb.QueryAssignmentRequest(topic=topic, group=group), metadata=META)
+    assert assigned.status.code == Code.OK and [a.message_queue.id for a in assigned.assignments] == [-1]
+    retry_group = spb.QueryAssignmentRequest(topic=topic, group=pb.Resource(name="%RETRY%G"))
+    assert stub.QueryAssignment(retry_group, metadata=META).status.code == Code.ILLEGAL_CONSUMER_GROUP
+
+
+def test_a_consumer_gets_its_groups_policy_heartbeats_and_expires(
+    stub: service_pb2_grpc.MessagingServiceStub, door: tuple[DoorThread, StorePort], clock: SettableClock
+) -> None:
+    running, port = door
+    subscription = pb.Subscription(group=pb.Resource(name="fifo-G"))
+    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=subscription)
+    replies = stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+    [reply] = list(replies)  # answered, then the stream ends with the client's side
+    assert reply.settings.subscription.fifo and reply.settings.backoff_policy.max_attempts == 17
+    beat = spb.HeartbeatRequest(group=pb.Resource(name="fifo-G"), client_type=pb.SIMPLE_CONSUMER)
+    assert stub.Heartbeat(beat, metadata=META).status.code == Code.OK and port.heartbeats == ["test-client@1"]
+    registry = running.service.registry
+    session = registry.get("test-client@1")
+    assert session is not None and session.group == "fifo-G" and session.stream is None
+    clock.now_ms += 29_000
+    assert running.service.registry.expire() == []  # still within its 30 s
+    clock.now_ms += 2_000  # now unseen for 31 s: the door's expiry task drops it
+    wait_until(lambda: registry.get("test-client@1") is None, what="the door's expiry task")
+    assert port.gone == ["test-client@1"]
