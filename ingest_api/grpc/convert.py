@@ -42,6 +42,7 @@ Pure functions (no I/O; the clock is an argument). Two directions:
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import zlib
@@ -99,6 +100,18 @@ def to_proto(view: MessageView, *, now_ms: int, receipt_handle: str | None = Non
         system_properties=_system_properties(view, now_ms, receipt_handle),
         body=view.body,
     )
+
+
+def under_real_topic(view: MessageView) -> MessageView:
+    """A parked message (a transaction half, a timer or delay message) under the topic and
+    queue it was sent to (``REAL_TOPIC``/``REAL_QID``), as RocketMQ presents a half message to
+    a transaction check-back; other messages unchanged."""
+    real_topic = view.properties.get(v.PROPERTY_REAL_TOPIC)
+    if real_topic is None:
+        return view
+    real_queue = view.properties.get(v.PROPERTY_REAL_QID, "")
+    queue_id = int(real_queue) if real_queue.isdigit() else view.queue_id
+    return dataclasses.replace(view, topic=real_topic, queue_id=queue_id)
 
 
 def _system_properties(view: MessageView, now_ms: int, receipt_handle: str | None) -> pb.SystemProperties:

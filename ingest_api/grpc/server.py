@@ -31,7 +31,7 @@ import grpc
 
 from ingest_api.grpc import requests as rq
 from ingest_api.grpc.clients import ClientRegistry
-from ingest_api.grpc.convert import SendLimits, from_send_request, to_proto
+from ingest_api.grpc.convert import SendLimits, from_send_request, to_proto, under_real_topic
 from ingest_api.grpc.port import AckEntry, GrpcBrokerPort, HandleResult, HandleStatus
 from ingest_api.grpc.responses import (
     delivery_timestamp,
@@ -126,8 +126,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def push_check_back(self, topic: str, message: MessageView, transaction_id: str) -> bool:
         """Ask a producer of ``topic`` whether transaction ``transaction_id`` (its half message
-        ``message``) commits; ``False`` when no producer of the topic has a live stream."""
-        command = recover_orphaned_transaction(to_proto(message, now_ms=self._clock_ms()), transaction_id)
+        ``message``, shown under its real topic) commits; the producer answers with an
+        EndTransaction from SOURCE_SERVER_CHECK. ``False`` when no producer of the topic has a
+        live Telemetry stream. Thread-safe."""
+        shown = to_proto(under_real_topic(message), now_ms=self._clock_ms())
+        command = recover_orphaned_transaction(shown, transaction_id)
         return any(s.stream is not None and s.stream.push(command) for s in self.registry.producers_of(topic))
 
     async def expire_clients(self) -> list[str]:

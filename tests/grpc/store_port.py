@@ -3,7 +3,8 @@ door served from a thread of its own, for the server-shell tests.
 
 The port routes and sends for real (a lone broker ``b1`` whose gRPC endpoint is the door's
 address); POP is another engineer's service, so receives answer EMPTY and handle operations
-INVALID. It records the client hooks it was called with.
+INVALID; transactions are recorded, not resolved (the broker core's). It records the client
+hooks it was called with.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class StorePort:
     receives: list[ReceiveRequest] = field(default_factory=list)
     heartbeats: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
+    #: (message_id, transaction_id) of every half message stored
+    halves: list[tuple[str, str]] = field(default_factory=list)
+    #: (topic, message_id, transaction_id, commit, from_check) of every EndTransaction
+    ends: list[tuple[str, str, str, bool, bool]] = field(default_factory=list)
 
     async def query_route(self, topic: str) -> list[QueueRoute]:
         queues = self.store.topics().get(topic)
@@ -55,8 +60,10 @@ class StorePort:
             if key is not None:
                 message.queue_id = sharding_queue(key, self.store.queue_count(message.topic))
             put = self.store.put_message(message)
-            tx = put.uniq_key if message.transaction_prepared else ""
+            tx = put.uniq_key if message.transaction_prepared else ""  # the half's UNIQ_KEY
             outcomes.append(SendOutcome(put.uniq_key, put.queue_id, put.queue_offset, tx))
+            if tx:
+                self.halves.append((put.uniq_key, tx))
         return outcomes
 
     async def receive(self, request: ReceiveRequest) -> ReceiveResult:
@@ -79,7 +86,7 @@ class StorePort:
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, commit: bool, from_check: bool
     ) -> None:
-        return None
+        self.ends.append((topic, message_id, transaction_id, commit, from_check))
 
     async def heartbeat(self, client: ClientSession) -> None:
         self.heartbeats.append(client.client_id)

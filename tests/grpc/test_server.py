@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -233,3 +234,27 @@ def test_a_consumer_gets_its_groups_policy_heartbeats_and_expires(
     clock.now_ms += 2_000  # now unseen for 31 s: the door's expiry task drops it
     wait_until(lambda: registry.get("test-client@1") is None, what="the door's expiry task")
     assert port.gone == ["test-client@1"]
+
+
+def test_transactions_of_the_official_producer_and_a_check_back(
+    door: tuple[DoorThread, StorePort], store: MessageStore, rocketmq5: Path, tmp_path: Path
+) -> None:
+    running, port = door
+    argument = {"endpoint": f"127.0.0.1:{running.port}", "topic": "orders"}
+    with ThreadPoolExecutor(1) as pool:
+        client = pool.submit(run_client, "transact.py", argument, tmp_path / "home")
+        wait_until(lambda: len(port.halves) == 2 or client.done(), timeout_s=60, what="two half messages")
+        orphan_id, orphan_tx = port.halves[1]
+        halves = store.get_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 32).messages
+        [orphan] = [view for view in halves if view.uniq_key == orphan_id]
+        assert orphan.properties["TRAN_MSG"] == "true" and orphan.properties["REAL_TOPIC"] == "orders"
+        assert running.service.push_check_back("orders", orphan, orphan_tx)
+        lines = client.result(timeout=60)
+    committed, left, checked = lines
+    assert (committed["committed"], committed["transaction_id"]) == port.halves[0]
+    assert (left["orphan"], left["transaction_id"]) == (orphan_id, orphan_tx)
+    assert checked == {"checked": [orphan_id], "topics": ["orders"]}  # shown under its real topic
+    assert port.ends == [
+        ("orders", *port.halves[0], True, False),  # tx.commit(): SOURCE_CLIENT
+        ("orders", orphan_id, orphan_tx, True, True),  # the checker's COMMIT: SOURCE_SERVER_CHECK
+    ]
