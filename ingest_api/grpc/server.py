@@ -47,7 +47,7 @@ from ingest_api.grpc.telemetry import TelemetrySession
 from ingest_api.grpc.v2 import definition_pb2 as pb
 from ingest_api.grpc.v2 import service_pb2 as spb
 from ingest_api.grpc.v2 import service_pb2_grpc
-from store import Clock, MessageView, SparkMQError, wall_clock_ms
+from store import Clock, InvalidArgument, MessageView, SparkMQError, wall_clock_ms
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -60,6 +60,28 @@ class DoorConfig:
     limits: SendLimits = field(default_factory=SendLimits)
     settings: ServerSettings = field(default_factory=ServerSettings)
     receive: rq.ReceiveRules = field(default_factory=rq.ReceiveRules)
+
+    def validate(self) -> DoorConfig:
+        """``self``, or :class:`store.InvalidArgument` naming the first contradiction."""
+        sizes = {
+            "limits.max_body_bytes": self.limits.max_body_bytes,
+            "limits.max_user_properties": self.limits.max_user_properties,
+            "limits.max_delay_ms": self.limits.max_delay_ms,
+            "settings.max_body_bytes": self.settings.max_body_bytes,
+            "receive.max_batch_size": self.receive.max_batch_size,
+            "receive.max_invisible_ms": self.receive.max_invisible_ms,
+            "receive.min_long_polling_ms": self.receive.min_long_polling_ms,
+        }
+        for name, value in sizes.items():
+            if value <= 0:
+                raise InvalidArgument(f"{name} must be > 0, got {value}")
+        if self.receive.min_long_polling_ms > self.receive.max_long_polling_ms:
+            raise InvalidArgument("receive.min_long_polling_ms is above receive.max_long_polling_ms")
+        if self.settings.max_body_bytes > self.limits.max_body_bytes:
+            raise InvalidArgument("settings.max_body_bytes (told to clients) is above limits.max_body_bytes")
+        if self.settings.receive_batch_size > self.receive.max_batch_size:
+            raise InvalidArgument("settings.receive_batch_size is above receive.max_batch_size")
+        return self
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -74,7 +96,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> None:
         self._port = port
         self.registry = registry
-        self._config = config or DoorConfig()
+        self._config = (config or DoorConfig()).validate()
         self._clock_ms = clock_ms
 
     # --- connecting --------------------------------------------------------------------------
@@ -277,7 +299,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except SparkMQError as exc:
             return response(status=status_for(exc))
         except Exception as exc:
-            log.exception("gRPC %s failed for client %s", type(response).__name__, client_id)
+            log.exception("gRPC %s failed for client %s", getattr(response, "__name__", "call"), client_id)
             return response(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
 
 

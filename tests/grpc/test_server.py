@@ -14,13 +14,14 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from ingest_api.grpc.clients import ClientRegistry
+from ingest_api.grpc.requests import ReceiveRules
 from ingest_api.grpc.server import DoorConfig, MessagingService
 from ingest_api.grpc.settings import ServerSettings
 from ingest_api.grpc.status import Code
 from ingest_api.grpc.v2 import definition_pb2 as pb
 from ingest_api.grpc.v2 import service_pb2 as spb
 from ingest_api.grpc.v2 import service_pb2_grpc
-from store import Message, MessageStore, sharding_queue
+from store import InvalidArgument, Message, MessageStore, sharding_queue
 from tests.grpc.store_port import DoorThread, SettableClock, StorePort
 from tests.support.rocketmq5 import run_client
 from tests.support.stores import light_config
@@ -258,3 +259,14 @@ def test_transactions_of_the_official_producer_and_a_check_back(
         ("orders", *port.halves[0], True, False),  # tx.commit(): SOURCE_CLIENT
         ("orders", orphan_id, orphan_tx, True, True),  # the checker's COMMIT: SOURCE_SERVER_CHECK
     ]
+
+
+def test_a_contradictory_door_config_is_refused() -> None:
+    DoorConfig().validate()
+    too_big = DoorConfig(settings=ServerSettings(max_body_bytes=8 * 1024 * 1024))
+    with pytest.raises(InvalidArgument, match=r"settings\.max_body_bytes"):
+        too_big.validate()
+    with pytest.raises(InvalidArgument, match="min_long_polling_ms"):
+        DoorConfig(receive=ReceiveRules(min_long_polling_ms=30_000)).validate()
+    with pytest.raises(InvalidArgument, match="max_batch_size"):
+        DoorConfig(receive=ReceiveRules(max_batch_size=0)).validate()
