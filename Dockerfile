@@ -17,7 +17,7 @@ COPY broker ./broker
 COPY ingest_api ./ingest_api
 COPY streaming ./streaming
 COPY sparkmq ./sparkmq
-RUN pip install ".[kafka]"
+RUN pip install ".[kafka,grpc]"
 
 RUN useradd --create-home --uid 10001 sparkmq && mkdir -p /data /checkpoints \
     && chown sparkmq:sparkmq /data /checkpoints

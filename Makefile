@@ -30,7 +30,7 @@ $(BIN)/python:
 	$(BIN)/pip install --upgrade --quiet pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[kafka,test,dev]"
+	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[kafka,grpc,test,dev]"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -65,7 +65,7 @@ typecheck: venv
 
 # redis-py for bench/peers.py (the `bench` extra).
 bench-deps: venv
-	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[kafka,test,dev,bench]"
+	$(BIN)/pip install --quiet --config-settings editable_mode=compat -e ".[kafka,grpc,test,dev,bench]"
 
 bench: bench-deps
 	$(BIN)/python -m bench.store_bench

@@ -30,6 +30,7 @@ from store.errors import (
     UnknownQueue,
     UnknownTopic,
 )
+from store.format import vocabulary
 from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.format.ids import ascii_rows, ascii_rows_array, decode_msg_id, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
@@ -255,6 +256,8 @@ __all__ = [
     "stored_kafka_value",
     "validate_group",
     "validate_topic",
+    # the words of a record (property names, sysFlag bits) as one namespace: store.vocabulary.X
+    "vocabulary",
     "wall_clock_ms",
     "write_atomically",
     "write_json_atomically",

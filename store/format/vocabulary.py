@@ -91,6 +91,18 @@ SYSTEM_PROPERTIES: Final = frozenset(
         "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
     }
 )  # fmt: skip
+#: RocketMQ 5 (gRPC proxy): the born host a producer reported, and its trace context.
+PROPERTY_BORN_HOST: Final = "__BORNHOST"
+PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
+#: ``MessageConst.STRING_HASH_SET`` of RocketMQ 5 (apache/rocketmq 8fc57f14): the 4.x set plus
+#: the POP, timer-level, born-host/timestamp, DLQ-origin and CRC32 names. The gRPC door hides
+#: them from a received message's user properties and refuses them as a sent one's, as the
+#: proxy does (``TRACE_CONTEXT`` is not in it there either).
+SYSTEM_PROPERTIES_V5: Final = SYSTEM_PROPERTIES | {
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "DUP_INFO", "EXTEND_UNIQ_INFO", "INNER_MULTI_QUEUE_OFFSET",
+    "TIMER_DELAY_LEVEL", PROPERTY_BORN_HOST, PROPERTY_BORN_TIMESTAMP, PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID, "__CRC32#",
+}  # fmt: skip
 #: Properties with this prefix are transient in RocketMQ and never stored.
 TRANSIENT_PROPERTY_PREFIX: Final = "__RMQ.TRANSIENT."
 #: Aliases the rest of the codebase reads more easily.
