@@ -49,6 +49,7 @@ from store.format.kafka_mapping import split_scheduling as kafka_split_schedulin
 from store.format.kafka_mapping import stored_headers as stored_kafka_headers
 from store.format.kafka_mapping import stored_key as stored_kafka_key
 from store.format.kafka_mapping import stored_value as stored_kafka_value
+from store.format.record import RecordFields
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -74,6 +75,7 @@ from store.names import (
     NAME_CHARS,
     NAME_CHARSET,
     NAME_PATTERN,
+    POP_STATE_TOPIC,
     RETRY_TOPIC_MAX_LENGTH,
     RETRY_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
@@ -121,6 +123,7 @@ from store.write.routing import sharding_queue, sharding_queues
 from store.write.sendback import (
     DEFAULT_MAX_RECONSUME_TIMES,
     LADDER_BASE_LEVEL,
+    dead_letter_record,
     sendback_request,
     sendback_requests,
 )
@@ -151,6 +154,7 @@ __all__ = [
     "NAME_CHARSET",
     "NAME_PATTERN",
     "NAME_VALUE_SEPARATOR",
+    "POP_STATE_TOPIC",
     "PROPERTY_DELAY",
     "PROPERTY_PGROUP",
     "PROPERTY_SEPARATOR",
@@ -200,6 +204,7 @@ __all__ = [
     "ProducerRef",
     "PutResult",
     "QueueReadApi",
+    "RecordFields",
     "Relocation",
     "RelocationKind",
     "RelocationPointers",
@@ -224,6 +229,7 @@ __all__ = [
     "UnknownTopic",
     "ascii_rows",
     "ascii_rows_array",
+    "dead_letter_record",
     "decode_msg_id",
     "dlq_topic",
     "encode_msg_id",

@@ -1,7 +1,8 @@
 """The layout's rules, checked on the import statements of every module (``ast``, no imports run).
 
 * Layers: ``store`` imports none of the others; ``cluster`` (membership, routes, the
-  ZooKeeper session) sits on ``store``; the doors (``ingest_api``) and Spark (``streaming``)
+  ZooKeeper session) sits on ``store``; ``broker`` (the broker core: services the doors share)
+  sits on both; the doors (``ingest_api``) and Spark (``streaming``)
   sit on both and do not import each other or the CLI; only ``sparkmq.cli`` sits on top
   (``import sparkmq`` for its ``__version__`` is allowed).
 * Only ``cluster.zk`` talks to ZooKeeper: nothing else imports kazoo.
@@ -22,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("store", "cluster", "ingest_api", "streaming", "sparkmq")
+TOP = ("store", "cluster", "broker", "ingest_api", "streaming", "sparkmq")
 STRUCTURES = ("format", "io", "commitlog", "consumequeue", "index", "metadata")
 ABOVE_STRUCTURES = ("write", "read", "recovery", "publish", "ha", "message_store")
 #: Packages above the facade: only they import themselves.
@@ -67,9 +68,10 @@ def test_layers_never_import_upwards() -> None:
             allowed = {
                 "store": (),
                 "cluster": ("store",),
-                "ingest_api": ("store", "cluster"),
+                "broker": ("store", "cluster"),
+                "ingest_api": ("store", "cluster", "broker"),
                 "streaming": ("store", "cluster"),
-                "sparkmq": ("store", "cluster", "ingest_api", "streaming"),
+                "sparkmq": ("store", "cluster", "broker", "ingest_api", "streaming"),
             }[top]
             if target not in allowed:
                 bad.append(f"{module} imports {imported}")
