@@ -47,6 +47,9 @@ class Lane:
     def put(self, entry: Entry) -> None:
         self.inflight[entry.key] = entry
         heapq.heappush(self.due, (entry.visible_at_ms, entry.generation, entry.key))
+        if len(self.due) > 2 * len(self.inflight) + 64:  # drop the stale items (amortised O(1))
+            self.due = [(e.visible_at_ms, e.generation, e.key) for e in self.inflight.values()]
+            heapq.heapify(self.due)
 
     def remove(self, key: Key) -> Entry | None:
         self.sharding_keys.pop(key, None)
@@ -69,7 +72,13 @@ class Lane:
     def visible(self, now_ms: int) -> Iterator[Entry]:
         """In-flight messages whose invisible time has passed, earliest first (a snapshot of the
         heap: safe to change the lane while iterating)."""
-        ready = sorted((item for item in self.due if item[0] <= now_ms), key=lambda it: (it[0], it[2]))
+        ready, stack, due = [], [0], self.due
+        while stack:  # the heap's nodes due by now: a parent is never later than its children
+            i = stack.pop()
+            if i < len(due) and due[i][0] <= now_ms:
+                ready.append(due[i])
+                stack += (2 * i + 1, 2 * i + 2)
+        ready.sort(key=lambda item: (item[0], item[2]))
         for _, generation, key in ready:
             live = self.inflight.get(key)
             if live is not None and live.generation == generation:

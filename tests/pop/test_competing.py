@@ -54,3 +54,28 @@ def test_three_competing_consumers_ack_each_message_exactly_once(tmp_path: Path)
     finally:
         service.close()
         store.close()
+
+
+def test_redelivery_reaches_a_waiting_receive_within_a_second_of_the_invisible_time(tmp_path: Path) -> None:
+    store = MessageStore.open(light_config(tmp_path))
+    store.create_topic("t", 4)
+    store.put_messages([Message(topic="t", body=b"m%d" % i) for i in range(200)])
+    service = PopService(store)
+    try:
+        first: dict[bytes, int] = {}
+        while len(first) < 200:
+            for r in service.receive("g", "t", 32, 1_000 + len(first) * 5):  # expiries spread over 1 s
+                first[r.message.body] = r.invisible_until_ms
+        lateness: list[int] = []
+        while len(lateness) < 200:
+            got = service.receive("g", "t", 32, 60_000, wait_ms=5_000)
+            now = store.now_ms()
+            assert got, "a redelivery did not come within the long poll"
+            lateness += [now - first[r.message.body] for r in got]
+            assert all(r.delivery_attempt == 2 for r in got)
+        lateness.sort()
+        assert lateness[0] >= 0
+        assert lateness[int(len(lateness) * 0.99) - 1] <= 1_000, lateness[-10:]
+    finally:
+        service.close()
+        store.close()

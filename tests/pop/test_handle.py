@@ -21,8 +21,10 @@ PAYLOAD = bytes.fromhex(
     "0000000000000005"  # queue offset 5
     "1122334455667788"  # generation
     "000000000001e240"  # visible at 123456
-    "01" "67"  # group 'g'
-    "01" "74"  # topic 't'
+    "01"
+    "67"  # group 'g'
+    "01"
+    "74"  # topic 't'
 )
 
 

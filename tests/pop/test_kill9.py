@@ -38,8 +38,9 @@ def test_kill9_loses_no_answered_ack_and_no_unacked_message(tmp_path: Path) -> N
         text=True,
     )
     lines: list[str] = []
-    assert child.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(iter(child.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    stdout = child.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
         wait_until(lambda: sum(line.startswith("ACK") for line in lines) >= 40, timeout_s=60)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.pop import PopConfig, PopService, Received
-from store import Message, MessageStore
+from store import Message, MessageStore, StoreConfig
 from tests.support.stores import ManualClock, tiny_config
 
 TOPIC, GROUP, MAX_RETRIES = "t", "g", 3
@@ -54,7 +54,7 @@ class PopMachine(RuleBasedStateMachine):
         self.attempts: dict[bytes, int] = {}
         self.old_handles: list[str] = []
 
-    def _config(self):  # type: ignore[no-untyped-def]
+    def _config(self) -> StoreConfig:
         return tiny_config(self.dir, commitlog_file_size_bytes=256 * 1024, consume_queue_units_per_file=32)
 
     def teardown(self) -> None:
@@ -106,7 +106,9 @@ class PopMachine(RuleBasedStateMachine):
                 self.acked.add(body)
             else:
                 assert not result.ok
-                assert result.code == ("invalid_receipt_handle" if handle == "garbage" else "receipt_handle_expired")
+                assert result.code == (
+                    "invalid_receipt_handle" if handle == "garbage" else "receipt_handle_expired"
+                )
 
     @precondition(lambda self: bool(self.flying))
     @rule(data=st.data(), invisible=st.sampled_from([1_000, 5_000]))

@@ -19,12 +19,13 @@ from broker.pop import (
     PopService,
     ReceiptHandleExpired,
     ReceiptHandleMismatch,
+    Received,
 )
 from store import POP_STATE_TOPIC, UnknownTopic
 from tests.pop.conftest import Pop
 
 
-def bodies(received: list) -> list[bytes]:  # type: ignore[type-arg]
+def bodies(received: list[Received]) -> list[bytes]:
     return sorted(r.message.body for r in received)
 
 
@@ -109,7 +110,7 @@ def test_fifo_hands_out_one_message_per_message_group_in_order(pop: Pop) -> None
     first = pop.service.receive("g", "f", 32, 5_000)
     assert [r.message.body for r in first] == [b"A0", b"B0"]
     assert pop.service.receive("g", "f", 32, 5_000) == []
-    a0, b0 = first
+    _, b0 = first
     assert pop.service.ack("g", [b0.receipt_handle])[0].ok
     # B1 sits behind A1 in the queue, and A is blocked: the scan stops at A1 (nothing skipped).
     assert pop.service.receive("g", "f", 32, 5_000) == []
@@ -160,9 +161,11 @@ def test_groups_are_pop_or_offset_based_never_both(pop: Pop) -> None:
 
 
 def test_long_poll_is_woken_by_an_arrival(pop: Pop) -> None:
-    answer: list = []  # type: ignore[type-arg]
+    answer: list[list[Received]] = []
     started = time.monotonic()
-    poller = threading.Thread(target=lambda: answer.append(pop.service.receive("g", "t", 32, 5_000, wait_ms=10_000)))
+    poller = threading.Thread(
+        target=lambda: answer.append(pop.service.receive("g", "t", 32, 5_000, wait_ms=10_000))
+    )
     poller.start()
     time.sleep(0.2)  # let it park (a shorter park only makes the test weaker, never wrong)
     pop.put("t", b"late")
