@@ -97,6 +97,8 @@ class ExpiryThread:
                 if ahead_ms is not None and ahead_ms > 0:
                     wait = min(wait, ahead_ms / 1000)
             except SparkMQError as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("POP expiry failed (retried next tick): %s", self.last_error)
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self.last_error:  # once per distinct failure, not once per tick
+                    log.warning("POP expiry failed (retried every tick): %s", error)
+                self.last_error = error
             self._stop.wait(max(wait, 0.001))

@@ -39,8 +39,16 @@ from broker.pop.handle import ReceiptHandle, decode_handle, encode_handle
 from broker.pop.picking import Picker, Request, read_one, source_topic
 from broker.pop.state_codec import Entry, GroupSettings, Kind, StateRecord
 from broker.pop.state_log import StateLog
-from broker.pop.table import Lane
-from store import POP_STATE_TOPIC, MessageStore, MessageView, RecordFields, validate_group, validate_topic
+from broker.pop.table import Lane, PopTable
+from store import (
+    POP_STATE_TOPIC,
+    MessageStore,
+    MessageView,
+    NotMaster,
+    RecordFields,
+    validate_group,
+    validate_topic,
+)
 
 log = logging.getLogger("sparkmq.broker.pop")
 
@@ -98,7 +106,11 @@ class PopService:
         self._wake_seq = 0
         self._closed = False
         self._log = StateLog(store)
-        self.table = self._log.load()
+        self.table = PopTable()
+        try:
+            self.table = self._log.load()
+        except NotMaster:
+            log.info("POP: %s is a replica with no POP state yet: loaded once master", store.config.store_dir)
         self._picker = Picker(store)
         self._round_robin = itertools.count()
         self._redeliveries: Counter[str] = Counter()
@@ -117,11 +129,19 @@ class PopService:
         self.wake()
 
     def reload(self) -> None:
-        """Rebuild the table from the state topic (after this store became the master: the
-        records the old master wrote arrived by replication)."""
+        """Rebuild the table from the state topic. The cluster layer calls it when this store
+        becomes the master: the records the old master wrote arrived by replication (a
+        replica's table is not kept live). Raises ``NotMaster`` on a replica with no state."""
         with self._lock:
             self.table = self._log.load()
         self.wake()
+
+    def _ensure_loaded(self) -> None:
+        """Load the table if the constructor could not (a replica then): NotMaster until then."""
+        if not self.table.secret:
+            with self._lock:
+                if not self.table.secret:
+                    self.table = self._log.load()
 
     # ------------------------------------------------------------------ groups
     def configure_group(
@@ -134,6 +154,7 @@ class PopService:
     ) -> GroupSettings:
         """Change a POP group's settings (stored in the state topic); returns them."""
         validate_group(group)
+        self._ensure_loaded()
         self.check_group_kind(group, GroupKind.POP)
         with self._lock:
             now = self.table.group_settings(group)
@@ -206,6 +227,7 @@ class PopService:
         self._check_invisible(invisible_ms)
         if not 0 <= wait_ms <= self.config.max_wait_ms:
             raise InvalidWaitTime(f"wait_ms must be in [0, {self.config.max_wait_ms}], got {wait_ms}")
+        self._ensure_loaded()
         if not self.table.is_pop_group(group):
             self.check_group_kind(group, GroupKind.POP)
 
@@ -267,6 +289,7 @@ class PopService:
         (``invalid_receipt_handle``, ``receipt_handle_expired``, ``receipt_handle_mismatch``).
         The good ones are stored in one append before the answer."""
         validate_group(group)
+        self._ensure_loaded()
         with self._lock:
             results: list[AckResult | None] = [None] * len(receipt_handles)
             by_topic: dict[str, list[Entry]] = {}
@@ -295,6 +318,7 @@ class PopService:
         handle and the old one stops working. Raises the handle's error."""
         validate_group(group)
         self._check_invisible(invisible_ms)
+        self._ensure_loaded()
         with self._lock:
             handle, live = self._live(group, receipt_handle)
             now = self.store.now_ms()
@@ -342,6 +366,8 @@ class PopService:
     def run_due(self) -> int | None:
         """Dead-letter what used its attempts, snapshot when due, wake long polls when a
         message is visible again; returns the next visible-at (ms) of any in-flight message."""
+        if not self.table.secret:
+            return None  # a replica: nothing of its own to expire
         with self._lock:
             now = self.store.now_ms()
             records, copies = dead_letters(self.store, self.table, now)
@@ -361,6 +387,11 @@ class PopService:
         """Write a snapshot now (a clean shutdown does, so the next open replays nothing)."""
         with self._lock:
             self._log.write_snapshot(self.table, self.store.now_ms())
+
+    @property
+    def expiry_error(self) -> str | None:
+        """The expiry thread's last failure while it persists (for /healthz), else None."""
+        return None if self._expiry is None else self._expiry.last_error
 
     def stats(self, group: str) -> GroupStats:
         now = self.store.now_ms()
