@@ -7,6 +7,7 @@ The doors (HTTP, gRPC) call :class:`PopService`; they map each error's ``code`` 
 from broker.pop.config import MAX_MESSAGES_PER_RECEIVE, PopConfig
 from broker.pop.errors import (
     GroupKindConflict,
+    InvalidGroupSettings,
     InvalidInvisibleTime,
     InvalidMaxMessages,
     InvalidReceiptHandle,
@@ -15,8 +16,9 @@ from broker.pop.errors import (
     ReceiptHandleExpired,
     ReceiptHandleMismatch,
 )
-from broker.pop.service import AckResult, GroupKind, GroupStats, PopService, Received
+from broker.pop.service import PopService
 from broker.pop.state_codec import GroupSettings
+from broker.pop.values import AckResult, GroupKind, GroupStats, Received
 
 __all__ = [
     "MAX_MESSAGES_PER_RECEIVE",
@@ -25,6 +27,7 @@ __all__ = [
     "GroupKindConflict",
     "GroupSettings",
     "GroupStats",
+    "InvalidGroupSettings",
     "InvalidInvisibleTime",
     "InvalidMaxMessages",
     "InvalidReceiptHandle",

@@ -45,6 +45,10 @@ class InvalidWaitTime(PopError):
     code = "invalid_wait_time"
 
 
+class InvalidGroupSettings(PopError):
+    code = "invalid_group_settings"
+
+
 class GroupKindConflict(PopError):
     """The group is consumed by offsets (Spark, pull) and a POP call came, or the reverse."""
 

@@ -13,7 +13,6 @@ snapshots, waking long polls at the next visible-at) and the store's put path, w
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import secrets
@@ -21,11 +20,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from broker.pop.config import MAX_MESSAGES_PER_RECEIVE, PopConfig
 from broker.pop.errors import (
     GroupKindConflict,
+    InvalidGroupSettings,
     InvalidInvisibleTime,
     InvalidMaxMessages,
     InvalidReceiptHandle,
@@ -40,6 +39,7 @@ from broker.pop.picking import Picker, Request, read_one, source_topic
 from broker.pop.state_codec import Entry, GroupSettings, Kind, StateRecord
 from broker.pop.state_log import StateLog
 from broker.pop.table import Lane, PopTable
+from broker.pop.values import AckResult, GroupKind, GroupStats, Received
 from store import (
     POP_STATE_TOPIC,
     MessageStore,
@@ -51,48 +51,6 @@ from store import (
 )
 
 log = logging.getLogger("sparkmq.broker.pop")
-
-
-class GroupKind(enum.Enum):
-    #: Consumed by receive / ack (this service).
-    POP = "pop"
-    #: Consumed by offsets (Spark, HTTP pull, Kafka): committed offsets in the store's table.
-    OFFSET = "offset"
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    """One message handed out: ack it with ``receipt_handle`` before ``invisible_until_ms``."""
-
-    message: MessageView
-    receipt_handle: str
-    #: 1 on the first delivery, + 1 on each redelivery.
-    delivery_attempt: int
-    invisible_until_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class AckResult:
-    """The outcome of one handle of an ack: ``ok``, or the error ``code`` it would raise."""
-
-    receipt_handle: str
-    ok: bool
-    code: str | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupStats:
-    """What the console shows of a POP group (counters since this service opened)."""
-
-    group: str
-    inflight: int
-    #: In flight and past their invisible time: waiting for a receive (or the DLQ).
-    visible_again: int
-    #: Age of the oldest current delivery, ms (0 with nothing in flight).
-    oldest_inflight_age_ms: int
-    redeliveries: int
-    dead_letters: int
 
 
 class PopService:
@@ -164,7 +122,7 @@ class PopService:
                 now.fifo if fifo is None else fifo,
             )
             if not 0 <= new.max_retries <= 0xFFFF:
-                raise PopError(f"max_retries must be in [0, 65535], got {new.max_retries}")
+                raise InvalidGroupSettings(f"max_retries must be in [0, 65535], got {new.max_retries}")
             self._commit([StateRecord(Kind.CONFIG, self.store.now_ms(), group, tail=new.encode())])
             return new
 
@@ -331,12 +289,12 @@ class PopService:
                 now + invisible_ms,
                 live.popped_at_ms,
             )
+            view = self._view(group, handle.topic, new)
             self._commit([StateRecord(Kind.CHANGE, now, group, handle.topic, entries=(new,))])
-            view = self._picker_view(group, handle.topic, new)
             text = encode_handle(self._handle(group, handle.topic, new), self.table.secret)
             return Received(view, text, new.attempt, new.visible_at_ms)
 
-    def _picker_view(self, group: str, topic: str, entry: Entry) -> MessageView:
+    def _view(self, group: str, topic: str, entry: Entry) -> MessageView:
         view = read_one(
             self.store, source_topic(group, topic, entry.source), entry.queue_id, entry.queue_offset
         )
@@ -384,7 +342,8 @@ class PopService:
         return next_due
 
     def snapshot(self) -> None:
-        """Write a snapshot now (a clean shutdown does, so the next open replays nothing)."""
+        """Write a snapshot now: at a clean shutdown (before :meth:`close`), so the next open
+        replays nothing. ``close`` does not, so a crash test closes as a crash would."""
         with self._lock:
             self._log.write_snapshot(self.table, self.store.now_ms())
 
