@@ -56,7 +56,7 @@ class ReceiptHandle:
 
 
 def _mac(secret: bytes, payload: bytes) -> bytes:
-    return hmac.new(secret, payload, hashlib.sha256).digest()[:MAC_SIZE]
+    return hmac.digest(secret, payload, hashlib.sha256)[:MAC_SIZE]
 
 
 def encode_handle(handle: ReceiptHandle, secret: bytes) -> str:

@@ -19,6 +19,7 @@ Order of a receive (``max_messages`` at most):
 
 from __future__ import annotations
 
+import random
 import secrets
 from dataclasses import dataclass, field
 
@@ -78,6 +79,12 @@ class Picker:
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
+        # Generations need to be unique, not secret (the handle's mac guards against forgery):
+        # a seeded PRNG, ten times cheaper than a system call per delivery.
+        self._generations = random.Random(secrets.randbits(128))
+
+    def new_generation(self) -> int:
+        return self._generations.getrandbits(64)
 
     def plan(self, req: Request, lane: Lane, settings: GroupSettings) -> Plan:
         plan = Plan()
@@ -101,7 +108,7 @@ class Picker:
 
     def _delivery(self, req: Request, key: Key, attempt: int) -> Entry:
         source, queue_id, offset = key
-        generation = secrets.randbits(64)
+        generation = self.new_generation()
         return Entry(source, queue_id, offset, attempt, generation, req.now_ms + req.invisible_ms, req.now_ms)
 
     def _blocked_keys(self, req: Request, lane: Lane, plan: Plan) -> set[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import secrets
 import threading
 import time
 from collections import Counter
@@ -285,7 +284,7 @@ class PopService:
                 live.queue_id,
                 live.queue_offset,
                 live.attempt,
-                secrets.randbits(64),
+                self._picker.new_generation(),
                 now + invisible_ms,
                 live.popped_at_ms,
             )
