@@ -14,6 +14,7 @@ attempts are used up), and nothing else does.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -170,7 +171,7 @@ class PopMachine(RuleBasedStateMachine):
 
 
 PopMachine.TestCase.settings = settings(
-    max_examples=int(__import__("os").environ.get("POP_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("POP_EXAMPLES", "25")),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
