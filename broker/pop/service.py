@@ -45,6 +45,7 @@ from store import (
     MessageView,
     NotMaster,
     RecordFields,
+    retry_topic,
     validate_group,
     validate_topic,
 )
@@ -60,7 +61,9 @@ class PopService:
         self.config = (config or PopConfig()).validate()
         self._lock = threading.RLock()
         self._wake = threading.Condition()
-        self._wake_seq = 0
+        #: Wake-ups per topic ("" = everyone: expiries, acks, close), so an arrival on one topic
+        #: sends only the long polls of that topic (or its retry topic) back to the store.
+        self._wake_seqs: Counter[str] = Counter()
         self._closed = False
         self._log = StateLog(store)
         self.table = PopTable()
@@ -157,9 +160,10 @@ class PopService:
         arrival or a redelivery (an empty list when none came)."""
         self._check_receive(group, topic, max_messages, invisible_ms, wait_ms)
         deadline = time.monotonic() + wait_ms / 1000
+        interests = ("", topic, retry_topic(group))
         while True:
             with self._wake:
-                seen = self._wake_seq
+                seen = [self._wake_seqs[name] for name in interests]
             got, next_visible_ms = self._receive_once(
                 group, topic, max_messages, invisible_ms, tag_expression
             )
@@ -168,9 +172,13 @@ class PopService:
                 return got
             if next_visible_ms is not None:
                 remaining = min(remaining, max(0.001, (next_visible_ms - self.store.now_ms()) / 1000))
+            until = time.monotonic() + min(remaining, self.config.expiry_tick_ms / 1000)
             with self._wake:
-                if self._wake_seq == seen:
-                    self._wake.wait(min(remaining, self.config.expiry_tick_ms / 1000))
+                while [self._wake_seqs[name] for name in interests] == seen:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake.wait(left)
 
     def _check_receive(
         self, group: str, topic: str, max_messages: int, invisible_ms: int, wait_ms: int
@@ -375,11 +383,12 @@ class PopService:
         for record in records:
             self.table.apply(record)
 
-    def wake(self) -> None:
+    def wake(self, topic: str = "") -> None:
+        """Send the long polls of ``topic`` (every long poll: "") back to the store."""
         with self._wake:
-            self._wake_seq += 1
+            self._wake_seqs[topic] += 1
             self._wake.notify_all()
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic != POP_STATE_TOPIC:
-            self.wake()
+            self.wake(topic)
