@@ -21,7 +21,7 @@ from broker.pop import (
     ReceiptHandleMismatch,
     Received,
 )
-from store import POP_STATE_TOPIC, UnknownTopic
+from store import POP_STATE_TOPIC, Message, UnknownTopic
 from tests.pop.conftest import Pop
 
 
@@ -261,3 +261,16 @@ def test_a_promoted_replica_reloads_the_table(pop: Pop) -> None:
     other.reload()
     assert other.ack("g", [got.receipt_handle])[0].ok
     other.close()
+
+
+def test_a_tag_filter_hands_out_matching_messages_only(pop: Pop) -> None:
+    pop.store.put_messages(
+        [Message(topic="t", body=b"a%d" % i, tags="A", queue_id=0) for i in range(3)]
+        + [Message(topic="t", body=b"b%d" % i, tags="B", queue_id=0) for i in range(3)]
+    )
+    got = pop.service.receive("g", "t", 32, 5_000, tag_expression="A")
+    assert bodies(got) == [b"a0", b"a1", b"a2"]
+    # RocketMQ acks non-matching messages silently: the group's cursor is past them
+    assert pop.service.receive("g", "t", 32, 5_000) == []
+    pop.clock.advance(5_000)
+    assert bodies(pop.service.receive("g", "t", 32, 5_000, tag_expression="A || C")) == [b"a0", b"a1", b"a2"]
