@@ -54,7 +54,10 @@ log = logging.getLogger("sparkmq.broker.pop")
 
 
 class PopService:
-    """POP receive / ack / change-invisible over one :class:`~store.MessageStore`."""
+    """POP receive / ack / change-invisible over one :class:`~store.MessageStore`.
+
+    One service per store: the doors (HTTP, gRPC) share it. Two services over one store would
+    each keep a table of their own and hand the same messages out twice."""
 
     def __init__(self, store: MessageStore, config: PopConfig | None = None) -> None:
         self.store = store
