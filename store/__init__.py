@@ -50,6 +50,7 @@ from store.format.kafka_mapping import split_scheduling as kafka_split_schedulin
 from store.format.kafka_mapping import stored_headers as stored_kafka_headers
 from store.format.kafka_mapping import stored_key as stored_kafka_key
 from store.format.kafka_mapping import stored_value as stored_kafka_value
+from store.format.record import RecordFields
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -75,6 +76,7 @@ from store.names import (
     NAME_CHARS,
     NAME_CHARSET,
     NAME_PATTERN,
+    POP_STATE_TOPIC,
     RETRY_TOPIC_MAX_LENGTH,
     RETRY_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
@@ -122,6 +124,7 @@ from store.write.routing import sharding_queue, sharding_queues
 from store.write.sendback import (
     DEFAULT_MAX_RECONSUME_TIMES,
     LADDER_BASE_LEVEL,
+    dead_letter_record,
     sendback_request,
     sendback_requests,
 )
@@ -152,6 +155,7 @@ __all__ = [
     "NAME_CHARSET",
     "NAME_PATTERN",
     "NAME_VALUE_SEPARATOR",
+    "POP_STATE_TOPIC",
     "PROPERTY_DELAY",
     "PROPERTY_PGROUP",
     "PROPERTY_SEPARATOR",
@@ -201,6 +205,7 @@ __all__ = [
     "ProducerRef",
     "PutResult",
     "QueueReadApi",
+    "RecordFields",
     "Relocation",
     "RelocationKind",
     "RelocationPointers",
@@ -225,6 +230,7 @@ __all__ = [
     "UnknownTopic",
     "ascii_rows",
     "ascii_rows_array",
+    "dead_letter_record",
     "decode_msg_id",
     "dlq_topic",
     "encode_msg_id",

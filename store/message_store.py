@@ -51,6 +51,7 @@ from store.metadata.file_sizes import adopt_layout, record_replication
 from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
+    POP_STATE_TOPIC,
     SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
     TIMER_TOPIC,
@@ -85,6 +86,7 @@ _SYSTEM_TOPIC_QUEUES = {
     TIMER_TOPIC: 1,
     SENDBACK_TOPIC: 1,
     TRANS_OFFSETS_TOPIC: 1,
+    POP_STATE_TOPIC: 1,
 }
 
 

@@ -30,6 +30,9 @@ SENDBACK_TOPIC = "rmq_sys_sendback"
 #: Consumer offsets committed by transactions (sparkmq): a half while the transaction is open,
 #: a final record here once it commits (store.write.transactions, offsets records).
 TRANS_OFFSETS_TOPIC = "rmq_sys_trans_offsets"
+#: POP consumption state (sparkmq, broker/pop/state_codec.py): receives, acks, changes of
+#: invisible time and dead letters of POP groups, replicated like any record, one queue.
+POP_STATE_TOPIC = "rmq_sys_pop_state"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

@@ -152,13 +152,8 @@ def sendback_record(request_raw: bytes | memoryview, max_level: int = 18) -> Rec
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, source_msg_id)
     times = source.reconsume_times
     if times >= maximum or level < 0:
-        props[PROPERTY_DELAY] = "0"
-        return source._replace(
-            topic=dlq_topic(group),
-            queue_id=int(ask.get(PROPERTY_SENDBACK_DLQ_QUEUE, "0")),
-            properties=props,
-            reconsume_times=times + 1,
-        )
+        dlq_queue = int(ask.get(PROPERTY_SENDBACK_DLQ_QUEUE, "0"))
+        return _dead_letter(source, source_msg_id, group, dlq_queue, times + 1)
     if level == 0:
         level = LADDER_BASE_LEVEL + times
     level = min(level, max_level)
@@ -169,6 +164,30 @@ def sendback_record(request_raw: bytes | memoryview, max_level: int = 18) -> Rec
     props[PROPERTY_REAL_QID] = str(real_qid)
     return source._replace(
         topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props, reconsume_times=times + 1
+    )
+
+
+def dead_letter_record(
+    source_raw: bytes | memoryview, *, group: str, reconsume_times: int, dlq_queue_id: int = 0
+) -> RecordFields:
+    """The record RocketMQ stores in ``%DLQ%group`` for the stored record ``source_raw`` once
+    its attempts are used up (what a send-back past the maximum writes; POP consumption's dead
+    letters too): the source's body, flag, sysflag, hosts, born timestamp and properties,
+    ``RETRY_TOPIC`` and ``ORIGIN_MESSAGE_ID`` set only if absent, ``DELAY=0``, UNIQ_KEY kept,
+    ``reconsume_times`` as given. Raises :class:`InvalidArgument` for bytes that are not a record."""
+    source, _, source_msg_id = _fields(source_raw)
+    return _dead_letter(source, source_msg_id, group, dlq_queue_id, reconsume_times)
+
+
+def _dead_letter(
+    source: RecordFields, source_msg_id: str, group: str, queue_id: int, reconsume_times: int
+) -> RecordFields:
+    props = dict(source.properties or {})
+    props.setdefault(PROPERTY_RETRY_TOPIC, source.topic)
+    props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, source_msg_id)
+    props[PROPERTY_DELAY] = "0"
+    return source._replace(
+        topic=dlq_topic(group), queue_id=queue_id, properties=props, reconsume_times=reconsume_times
     )
 
 
