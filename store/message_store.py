@@ -60,7 +60,7 @@ from store.names import (
     validate_topic,
 )
 from store.read.queue_reader import BatchReadResult, QueueReader
-from store.recovery.recovery import RecoveryReport, rebuild_derived, recover
+from store.recovery.recovery import RecoveryReport, index_catch_up, rebuild_derived, recover
 from store.recovery.retention import delete_expired
 from store.services import PeriodicService, ServiceHealth
 from store.types import (
@@ -173,7 +173,10 @@ class MessageStore:
             raise
         self._reader = QueueReader(self._queues, self._commitlog, self._has_queue, self._visibility_bound)
         if self._index is not None:
-            self._index_dispatcher = IndexDispatcher(self._index, self._commitlog.max_offset)
+            behind = self.recovery.index_behind_from if self.recovery is not None else None
+            self._index_dispatcher = IndexDispatcher(
+                self._index, self._commitlog.max_offset if behind is None else behind
+            )
         self._appender = Appender(
             cfg,
             clock_ms=self._clock,
@@ -243,6 +246,7 @@ class MessageStore:
             self._group_commit.start()
             self._appender.group_commit = self._group_commit
         if not cfg.background_services:
+            self._index_catch_up()
             return
         self._services = [
             PeriodicService("flush-commitlog", cfg.flush_interval_ms / 1000, self._flush_commitlog),
@@ -254,6 +258,14 @@ class MessageStore:
             service.start()
         if self._index_dispatcher is not None:
             self._index_dispatcher.start()
+            self._index_catch_up()
+
+    def _index_catch_up(self) -> None:
+        """Hand the index thread what recovery could not index (a full disk), ahead of any put."""
+        behind = self.recovery.index_behind_from if self.recovery is not None else None
+        if self._index_dispatcher is not None and behind is not None:
+            log.warning("the index resumes from offset %d in the background (lookups wait)", behind)
+            self._index_dispatcher.catch_up(index_catch_up(self._commitlog, behind, self.delay_levels))
 
     @property
     def closed(self) -> bool:
