@@ -35,7 +35,14 @@ from store.commitlog.gather import GatheredRecords, gather_records
 from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
-from store.errors import IndexBehind, InvalidArgument, StoreClosed, UnknownQueue, UnknownTopic
+from store.errors import (
+    IndexBehind,
+    InvalidArgument,
+    StoreClosed,
+    StoreNotWritable,
+    UnknownQueue,
+    UnknownTopic,
+)
 from store.format.ids import decode_msg_id
 from store.format.record import PREPARED_TX_OFFSET_POS, RecordFields
 from store.format.vocabulary import SYSFLAG_TX_COMMIT, SYSFLAG_TX_MASK
@@ -272,14 +279,29 @@ class MessageStore:
         return self._closed
 
     def close(self) -> None:
-        """Flush everything, write the checkpoint, remove ``abort`` and release the lock."""
+        """Flush everything, write the checkpoint, remove ``abort`` and release the lock.
+
+        If flushing or persisting fails (a full disk: the tables are rewritten through new
+        files), every file and the lock are still released but ``abort`` stays, so the next
+        open recovers as after a crash; then raises :class:`StoreNotWritable`, saying what
+        could not be saved (consumer offsets committed since their last persist are lost)."""
         if self._closed or not self._appender.close():
             return
         self._closed = True
         self._stop_threads(drain=True)
-        self._flush_commitlog()
-        self._flush_logics()
-        self._persist_tables()
+        try:
+            self._flush_commitlog()
+            self._flush_logics()
+            self._persist_tables()
+        except OSError as exc:
+            self._close_files()
+            self._lock.release()
+            log.error(
+                "the store could not shut down cleanly (%s): the next open recovers as after a crash", exc
+            )
+            raise StoreNotWritable(
+                f"clean shutdown incomplete ({exc}); 'abort' kept, the next open recovers as after a crash"
+            ) from exc
         self._close_files()
         remove_abort_file(self.config.abort_path)
         self._lock.release()
