@@ -153,7 +153,8 @@ def produce_kafka(producer: KafkaProducer, ledger: Ledger, value_bytes: int = 10
         producer.send("t", value=key.ljust(value_bytes, "y").encode()).get(timeout=30)
     except KafkaStorageError as exc:
         ledger.refused.append(key)
-        return exc
+        refusal: Exception = exc
+        return refusal
     ledger.acked.append(key)
     return None
 
