@@ -225,7 +225,9 @@ def send_back_many(
         store, group, (config or {}).get("retry_queues", 1), own_queues
     )
     if views is not None:
-        return _send_back_each(store, group, items, maximums, (queues, retry_base, dlq_queue), producer, views)
+        return _send_back_each(
+            store, group, items, maximums, (queues, retry_base, dlq_queue), producer, views
+        )
     assert found is not None
     request_ids = (
         request_uniq_keys(producer, len(items)) if producer is not None else store.new_uniq_keys(len(items))

@@ -37,6 +37,7 @@ from store.commitlog.commitlog import CommitLog
 from store.commitlog.group_commit import GroupCommitService
 from store.config import FlushDiskType, StoreConfig
 from store.consumequeue.queue_store import ConsumeQueueStore
+from store.errors import StoreNotWritable
 from store.facade.admin import Admin
 from store.facade.groups import Groups
 from store.facade.reads import Reads
@@ -62,7 +63,7 @@ from store.names import (
     is_system_topic,
 )
 from store.read.queue_reader import QueueReader
-from store.recovery.recovery import RecoveryReport, recover
+from store.recovery.recovery import RecoveryReport, index_catch_up, recover
 from store.services import PeriodicService
 from store.write.appender import Appender
 from store.write.arrivals import Arrivals
@@ -162,7 +163,10 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
             raise
         self._reader = QueueReader(self._queues, self._commitlog, self._has_queue, self._visibility_bound)
         if self._index is not None:
-            self._index_dispatcher = IndexDispatcher(self._index, self._commitlog.max_offset)
+            behind = self.recovery.index_behind_from if self.recovery is not None else None
+            self._index_dispatcher = IndexDispatcher(
+                self._index, self._commitlog.max_offset if behind is None else behind
+            )
         self._appender = Appender(
             cfg,
             clock_ms=self._clock,
@@ -232,6 +236,7 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
             self._group_commit.start()
             self._appender.group_commit = self._group_commit
         if not cfg.background_services:
+            self._index_catch_up()
             return
         self._services = [
             PeriodicService("flush-commitlog", cfg.flush_interval_ms / 1000, self._flush_commitlog),
@@ -243,20 +248,43 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
             service.start()
         if self._index_dispatcher is not None:
             self._index_dispatcher.start()
+            self._index_catch_up()
+
+    def _index_catch_up(self) -> None:
+        """Hand the index thread what recovery could not index (a full disk), ahead of any put."""
+        behind = self.recovery.index_behind_from if self.recovery is not None else None
+        if self._index_dispatcher is not None and behind is not None:
+            log.warning("the index resumes from offset %d in the background (lookups wait)", behind)
+            self._index_dispatcher.catch_up(index_catch_up(self._commitlog, behind, self.delay_levels))
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def close(self) -> None:
-        """Flush everything, write the checkpoint, remove ``abort`` and release the lock."""
+        """Flush everything, write the checkpoint, remove ``abort`` and release the lock.
+
+        If flushing or persisting fails (a full disk: the tables are rewritten through new
+        files), every file and the lock are still released but ``abort`` stays, so the next
+        open recovers as after a crash; then raises :class:`StoreNotWritable`, saying what
+        could not be saved (consumer offsets committed since their last persist are lost)."""
         if self._closed or not self._appender.close():
             return
         self._closed = True
         self._stop_threads(drain=True)
-        self._flush_commitlog()
-        self._flush_logics()
-        self._persist_tables()
+        try:
+            self._flush_commitlog()
+            self._flush_logics()
+            self._persist_tables()
+        except OSError as exc:
+            self._close_files()
+            self._lock.release()
+            log.error(
+                "the store could not shut down cleanly (%s): the next open recovers as after a crash", exc
+            )
+            raise StoreNotWritable(
+                f"clean shutdown incomplete ({exc}); 'abort' kept, the next open recovers as after a crash"
+            ) from exc
         self._close_files()
         remove_abort_file(self.config.abort_path)
         self._lock.release()

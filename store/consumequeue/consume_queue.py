@@ -157,9 +157,12 @@ class ConsumeQueue:
             return from_offset
         for f in files[start_index:]:
             local = max(0, from_offset - f.first_offset)
-            hit = first_true(end_marker(f.units[local:]))
+            backed = f.handle.backed_end // CQ_UNIT_SIZE  # past it: never written, and unsafe
+            hit = first_true(end_marker(f.units[local:backed]))
             if hit is not None:
                 return f.first_offset + local + hit
+            if backed < len(f.units):  # the rest is a hole: zero units, the end marker
+                return f.first_offset + max(local, backed)
         return files[-1].end_offset
 
     def _first_real_unit(self, min_commitlog_offset: int) -> int:
@@ -326,6 +329,7 @@ class ConsumeQueue:
                 return False
             f = self._file_for(self._max)
             at = (self._max - f.first_offset) * CQ_UNIT_SIZE
+            f.handle.reserve(at + CQ_UNIT_SIZE)
             raw = np.frombuffer(unit, dtype=np.uint8)
             f.raw[at : at + SIZE_POS] = raw[:SIZE_POS]
             f.raw[at + SIZE_END : at + CQ_UNIT_SIZE] = raw[SIZE_END:]
@@ -345,20 +349,25 @@ class ConsumeQueue:
         return skip
 
     def _write(self, units: Units) -> None:
+        """Write through the mappings, every file's span allocated first: a full disk raises
+        OSError(ENOSPC) before any unit is written (and never SIGBUS)."""
         data = units.view(np.uint8)
-        i = 0
+        spans: list[tuple[_CQFile, int, npt.NDArray[np.uint8]]] = []
+        i, position = 0, self._max
         while i < len(units):
-            f = self._file_for(self._max)
-            local = self._max - f.first_offset
+            f = self._file_for(position)
+            local = position - f.first_offset
             count = min(len(units) - i, self.units_per_file - local)
-            span = data[i * CQ_UNIT_SIZE : (i + count) * CQ_UNIT_SIZE]
             at = local * CQ_UNIT_SIZE
+            f.handle.reserve(at + count * CQ_UNIT_SIZE)
+            spans.append((f, at, data[i * CQ_UNIT_SIZE : (i + count) * CQ_UNIT_SIZE]))
+            i, position = i + count, position + count
+        for f, at, span in spans:
             end = at + len(span)
             f.raw[at : at + SIZE_POS] = span[:SIZE_POS]
             f.raw[at + SIZE_END : end] = span[SIZE_END:]
             f.raw[at + SIZE_POS : at + SIZE_END] = span[SIZE_POS:SIZE_END]  # commit point
-            i += count
-            self._max += count
+            self._max += len(span) // CQ_UNIT_SIZE
 
     def _file_for(self, queue_offset: int) -> _CQFile:
         files = self._files
@@ -374,6 +383,11 @@ class ConsumeQueue:
                 np.full(queue_offset - first_offset, BLANK_UNIT_SIZE, dtype=np.int32),
                 np.zeros(queue_offset - first_offset, dtype=np.int64),
             )
+            try:
+                f.handle.reserve(len(blank) * CQ_UNIT_SIZE)
+            except OSError:
+                f.close()
+                raise
             f.raw[: len(blank) * CQ_UNIT_SIZE] = blank.view(np.uint8)
         self._files = [*files, f]
         return f
@@ -399,7 +413,8 @@ class ConsumeQueue:
         self._files = keep
         if keep:
             f = keep[-1]
-            tail = f.raw[(new_max - f.first_offset) * CQ_UNIT_SIZE :]
+            start = (new_max - f.first_offset) * CQ_UNIT_SIZE
+            tail = f.raw[start : max(start, f.handle.backed_end)]  # past it: a hole, zero
             if tail.any():
                 tail[:] = 0
         self._max = new_max

@@ -187,7 +187,7 @@ class IndexFile:
             offset=INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE,
         )
         self._entries_base = INDEX_HEADER_SIZE + slot_count * INDEX_SLOT_SIZE
-        self.header = IndexHeader.decode(self._mm)
+        self.header = IndexHeader.decode(self._handle.read(0, INDEX_HEADER_SIZE))  # maybe a hole
         if not read_only and not fresh and self.header.index_count < 1:
             # Created (sized) but killed before its header was written: a valid header counts
             # entry #0 (unused), and a file adopted with a count of 0 would put its first
@@ -195,7 +195,12 @@ class IndexFile:
             log.warning("%s: index file torn while being created (no header): starting it empty", path)
             fresh = True
         if fresh:
-            self._write_header(IndexHeader())
+            try:
+                self._write_header(IndexHeader())
+            except OSError:  # no room for its slots: nothing was written; the caller retries
+                self.close()
+                fs.remove(path)
+                raise
         self.dirty = False
 
     @staticmethod
@@ -214,13 +219,14 @@ class IndexFile:
         return f
 
     def _write_header(self, header: IndexHeader) -> None:
+        self._handle.reserve(self._entries_base + header.index_count * INDEX_ENTRY_SIZE)
         self._mm[:INDEX_HEADER_SIZE] = header.encode()
         self.header = header
         self.dirty = True
 
     def reload_header(self) -> IndexHeader:
-        """Re-read the header from the mapping (read-only followers)."""
-        self.header = IndexHeader.decode(self._mm)
+        """Re-read the header (read-only followers)."""
+        self.header = IndexHeader.decode(self._handle.read(0, INDEX_HEADER_SIZE))
         return self.header
 
     @property
@@ -233,6 +239,9 @@ class IndexFile:
         count = min(len(key_hashes), self.max_entries - header.index_count)
         if count <= 0:
             return 0
+        # Slots are all over the table: the header, every slot and the entries written so far
+        # are allocated before any is touched through the mapping (OSError(ENOSPC) else).
+        self._handle.reserve(self._entries_base + (header.index_count + count) * INDEX_ENTRY_SIZE)
         hashes = np.asarray(key_hashes[:count], dtype=np.int64)
         phys = np.asarray(phy_offsets[:count], dtype=np.int64)
         stamps = np.asarray(store_timestamps_ms[:count], dtype=np.int64)
@@ -275,13 +284,13 @@ class IndexFile:
         count = header.index_count
         if count <= 1 or len(out) >= max_results:
             return
-        (entry,) = INDEX_SLOT.unpack_from(self._mm, INDEX_HEADER_SIZE + (key_hash % self.slot_count) * 4)
+        slot = INDEX_HEADER_SIZE + (key_hash % self.slot_count) * INDEX_SLOT_SIZE
+        (entry,) = self._unpack(INDEX_SLOT, slot)
         if entry <= INVALID_INDEX or entry > count:
             return
         while len(out) < max_results:
-            hash_read, phy, diff_s, prev = INDEX_ENTRY.unpack_from(
-                self._mm, self._entries_base + entry * INDEX_ENTRY_SIZE
-            )
+            position = self._entries_base + entry * INDEX_ENTRY_SIZE
+            hash_read, phy, diff_s, prev = self._unpack(INDEX_ENTRY, position)
             if diff_s < 0:
                 break
             time_read = header.begin_timestamp_ms + diff_s * 1000
@@ -290,6 +299,13 @@ class IndexFile:
             if prev <= INVALID_INDEX or prev > count or prev == entry or time_read < begin_ms:
                 break
             entry = prev
+
+    def _unpack(self, layout: struct.Struct, position: int) -> tuple[int, ...]:
+        """One struct at ``position``: through the mapping where the file is allocated, else
+        copied with ``pread`` (a sparse file restarted on a full disk: see ``store.io.fs``)."""
+        if position + layout.size <= self._handle.backed_end:
+            return layout.unpack_from(self._mm, position)
+        return layout.unpack(self._handle.read(position, layout.size))
 
     def flush(self) -> None:
         if self.dirty and not self.read_only:

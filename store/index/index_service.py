@@ -24,7 +24,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -424,6 +424,15 @@ class IndexDispatcher:
         if self._unindexed is not None:  # inline: retry what failed before, then this batch
             batch = DispatchBatch.concat([self._unindexed, batch])
         self._unindexed = None if self._index(batch) else batch
+
+    def catch_up(self, batches: Iterable[DispatchBatch]) -> None:
+        """Index what recovery could not (a full disk, see ``store.recovery``): call before
+        any later batch. Queued for the thread (retried with back-off), else indexed inline."""
+        for batch in batches:
+            if self._thread is not None:
+                self._queue.put(batch)
+            else:
+                self.dispatch(batch)
 
     def reset_to(self, offset: int) -> None:
         """After a truncation at ``offset``: everything before it is indexed, nothing after it

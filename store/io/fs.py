@@ -5,9 +5,18 @@ tests can swap in :class:`FaultyFileSystem` and make the Nth create, write or fs
 (``OSError(ENOSPC)`` by default) to check that nothing is left half-written, or cut the
 power and lose (or tear) everything that was not fsynced.
 
-A :class:`FileHandle` is one fixed-size file, preallocated at creation (so a full disk shows
-up as an error at creation, not as a SIGBUS on a later write into a sparse mapping) and
-memory-mapped for reading and writing.
+A :class:`FileHandle` is one fixed-size file, memory-mapped for reading and writing.
+
+**Full disks.** A new file is sparse (``preallocate=True``: reserved whole). Touching a hole
+*through the mapping* needs the disk to back it there and then, and a full disk answers with
+``SIGBUS``, which kills the process: on every file system a store into a hole does, and on
+tmpfs (where a mapped page is memory) even a *load* does. So a handle keeps ``backed_end``:
+``[0, backed_end)`` is allocated and safe to touch through the mapping. Whoever writes
+through the mapping (ConsumeQueue units, index slots) first calls :meth:`FileHandle.reserve`,
+which allocates with ``posix_fallocate`` and fails with a clean ``OSError(ENOSPC)`` instead;
+:meth:`FileHandle.read` beyond ``backed_end`` uses ``pread`` (a hole reads as zeros without
+being allocated), and ``pwrite`` reports ``ENOSPC`` itself. A store restarted on a full disk
+therefore recovers and serves reads, and writes fail cleanly until space returns.
 """
 
 from __future__ import annotations
@@ -26,6 +35,15 @@ Writable = bytes | bytearray | memoryview
 
 #: msync offsets must be multiples of this.
 PAGE_SIZE = mmap.ALLOCATIONGRANULARITY
+
+#: :meth:`FileHandle.reserve` allocates ahead of the writes in steps of this many bytes (one
+#: ``fallocate`` per MiB written through a mapping), falling back to the exact pages asked
+#: for when the disk has less left.
+RESERVE_STEP_BYTES = 1 << 20
+
+#: ``posix_fallocate`` errors meaning "not supported here": such a file system allocates
+#: as it is written (a mapping over it keeps the old risk; nothing better can be done).
+_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 
 
 class FileHandle(Protocol):
@@ -57,6 +75,17 @@ class FileHandle(Protocol):
     def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
         """Sub-ranges of ``[start, end)`` that may hold data; holes of a sparse file (never
         written, so zero) are left out. Always safe to return ``[(start, end)]``."""
+        ...
+
+    @property
+    def backed_end(self) -> int:
+        """Bytes ``[0, backed_end)`` are allocated on disk: loads and stores through the
+        mapping there cannot fault. Past it the file may be sparse (see the module doc)."""
+        ...
+
+    def reserve(self, end: int) -> None:
+        """Allocate ``[0, end)`` (capped at the size) before it is written through the
+        mapping; raises ``OSError(ENOSPC)`` when the disk cannot, with nothing changed."""
         ...
 
     def close(self) -> None:
@@ -104,13 +133,16 @@ class OsMappedHandle:
     Reads go through the mapping (zero-copy views); writes use ``pwrite``, which fills fresh
     page-cache pages 4-5x faster than storing through the mapping (one fault per 4 KiB page).
     Linux keeps the two coherent (one page cache), and ``msync`` flushes the range however
-    its pages were dirtied.
+    its pages were dirtied. Reads past :attr:`backed_end` use ``pread`` (module doc).
     """
 
     def __init__(self, path: Path, fd: int, size: int, read_only: bool = False) -> None:
         self._path = path
         self._fd = fd
         self._size = size
+        self._read_only = read_only
+        #: Only ever grows (by :meth:`reserve`); another process may back more (re-read then).
+        self._backed_end = first_hole(fd, size)
         access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
         self._mmap: mmap.mmap | None = mmap.mmap(fd, size, access=access) if size > 0 else None
 
@@ -138,10 +170,45 @@ class OsMappedHandle:
             view, position = view[written:], position + written
 
     def read(self, position: int, length: int) -> bytes:
-        return self._mapped()[position : min(position + length, self._size)]
+        end = min(position + length, self._size)
+        mapped = self._mapped()
+        if self._is_backed(end):
+            return mapped[position:end]
+        return os.pread(self._fd, max(0, end - position), position)  # a hole reads as zeros
 
     def view(self, position: int, length: int) -> memoryview:
         return memoryview(self._mapped())[position : min(position + length, self._size)]
+
+    @property
+    def backed_end(self) -> int:
+        if self._read_only and self._backed_end < self._size and self._fd >= 0:
+            self._backed_end = max(self._backed_end, first_hole(self._fd, self._size))
+        return self._backed_end
+
+    def _is_backed(self, end: int) -> bool:
+        return end <= self._backed_end or end <= self.backed_end
+
+    def reserve(self, end: int) -> None:
+        end = min(end, self._size)
+        if end <= self._backed_end:
+            return
+        self._mapped()  # raises once closed
+        exact = min(self._size, -(-end // PAGE_SIZE) * PAGE_SIZE)
+        ahead = min(self._size, -(-end // RESERVE_STEP_BYTES) * RESERVE_STEP_BYTES)
+        for target in (ahead, exact) if ahead > exact else (exact,):
+            try:
+                os.posix_fallocate(self._fd, self._backed_end, target - self._backed_end)
+            except OSError as exc:
+                if exc.errno in _UNSUPPORTED:
+                    self._backed_end = self._size  # allocates as written (class doc)
+                    return
+                if exc.errno != errno.ENOSPC or target == exact:
+                    wanted = target - self._backed_end
+                    message = f"cannot allocate {wanted} bytes: {exc.strerror}"
+                    raise OSError(exc.errno, message, str(self._path)) from exc
+                continue
+            self._backed_end = target
+            return
 
     def sync(self, start: int, end: int) -> None:
         if end <= start:
@@ -176,13 +243,22 @@ class OsMappedHandle:
             self._fd = -1
 
 
+def first_hole(fd: int, size: int) -> int:
+    """Offset of the first hole of an open file (``size`` when it has none, or when the file
+    system cannot say: then it allocates as it is written)."""
+    try:
+        return min(size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:
+        return size
+
+
 class OsFileSystem:
     """The real file system.
 
     New files are sparse (like RocketMQ's unwarmed mapped files): disk is used as data is
-    written, and since writes go through ``pwrite`` a full disk is a clean ``ENOSPC`` on the
-    write, never a ``SIGBUS`` from the mapping. ``preallocate=True`` reserves the whole file
-    up front instead (``posix_fallocate``), trading disk for an early ``ENOSPC`` on roll.
+    written, and what is written through a mapping is reserved first (module doc), so a full
+    disk is a clean ``ENOSPC``, never a ``SIGBUS``. ``preallocate=True`` reserves the whole
+    file up front (``posix_fallocate``), trading disk for an early ``ENOSPC`` on roll.
     """
 
     def __init__(self, preallocate: bool = False) -> None:
@@ -192,16 +268,18 @@ class OsFileSystem:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
-            if self.preallocate:
-                try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as exc:  # file systems without fallocate (tmpfs on old kernels, ...)
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                        raise
-            os.fsync(fd)
-            return OsMappedHandle(path, fd, size)
+            handle = OsMappedHandle(path, fd, size)
         except BaseException:
             os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        try:
+            if self.preallocate:
+                handle.reserve(size)
+            os.fsync(fd)
+            return handle
+        except BaseException:
+            handle.close()
             path.unlink(missing_ok=True)
             raise
 
@@ -303,6 +381,15 @@ class _FaultyHandle:
     def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
         return self._inner.data_ranges(start, end)
 
+    @property
+    def backed_end(self) -> int:
+        return self._inner.backed_end
+
+    def reserve(self, end: int) -> None:
+        if min(end, self._inner.size) > self._inner.backed_end:  # only a real allocation counts
+            self._owner.before("allocate", self._inner.path)
+        self._inner.reserve(end)
+
     def sync(self, start: int, end: int) -> None:
         self._owner.before("fsync", self._inner.path)
         self._inner.sync(start, end)
@@ -318,7 +405,9 @@ class FaultyFileSystem:
     """A :class:`FileSystem` that fails on demand (tests only).
 
     ``fail_nth("write", 3)`` makes the third ``FileHandle.write`` from now raise
-    ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``) and ``"create"``. A
+    ``OSError(ENOSPC)``; likewise ``"fsync"`` (``FileHandle.sync``), ``"create"`` and
+    ``"allocate"`` (a :meth:`FileHandle.reserve` that has to allocate: a disk too full for a
+    ConsumeQueue or index page, which must refuse cleanly and never be mapped unbacked). A
     trigger fires once, or on every call from the Nth on with ``persistent=True`` (a disk
     that stays full) until :meth:`heal`; ``only=`` narrows it to paths containing a string.
     ``calls(kind)`` counts calls seen so far. Every mapped structure goes through it: the
@@ -329,7 +418,7 @@ class FaultyFileSystem:
     generator, survive sector by sector: torn writes).
     """
 
-    KINDS = ("write", "fsync", "create")
+    KINDS = ("write", "fsync", "create", "allocate")
 
     def __init__(self, inner: FileSystem | None = None, track_unsynced: bool = False) -> None:
         self._inner: FileSystem = inner if inner is not None else OsFileSystem()

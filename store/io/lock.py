@@ -9,6 +9,7 @@ cleanly, which selects abnormal recovery.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -36,8 +37,13 @@ class DirectoryLock:
                 f"store directory {self._path.parent} is in use by another process{who}; "
                 "stop it or use another --store-dir"
             ) from exc
-        os.ftruncate(fd, 0)
-        os.write(fd, b"lock")
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, b"lock")
+        except OSError as exc:  # a full disk: the flock is what counts, not the content
+            if exc.errno != errno.ENOSPC:
+                os.close(fd)
+                raise
         self._fd = fd
 
     def release(self) -> None:
@@ -52,7 +58,14 @@ class DirectoryLock:
 
 
 def write_abort_file(path: Path) -> None:
-    path.write_text(str(os.getpid()))
+    """Create ``abort`` holding the pid; on a full disk (no block for the pid) an empty file,
+    which needs none and marks the run just as well. Raises OSError otherwise."""
+    try:
+        path.write_text(str(os.getpid()))
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        path.touch()
 
 
 def remove_abort_file(path: Path) -> None:

@@ -59,11 +59,14 @@ class MappedFile:
     def append(self, data: Writable) -> int:
         """Write ``data`` at the wrote position and advance it; returns the file position.
 
-        On failure the position does not move (whatever the write left behind is past it).
+        The bytes are allocated first (:meth:`FileHandle.reserve`, a step ahead), so readers
+        may map them and a full disk is an ``OSError(ENOSPC)`` here. On failure the position
+        does not move (whatever the write left behind is past it).
         """
         position = self.wrote_position
         if len(data) > self.size - position:
             raise InvalidArgument(f"{len(data)} bytes do not fit in {self.path} at {position}")
+        self._handle.reserve(position + len(data))
         self._handle.write(position, data)
         self.wrote_position = position + len(data)
         return position

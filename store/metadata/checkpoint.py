@@ -21,6 +21,7 @@ single page (a page write is atomic enough on the file systems we target).
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 from dataclasses import dataclass
@@ -78,12 +79,25 @@ class StoreCheckpoint:
     def open(path: Path, fs: FileSystem | None = None) -> StoreCheckpoint:
         """Open ``path``, creating a zeroed page when it does not exist."""
         fs = fs if fs is not None else OsFileSystem()
+        # The page is rewritten in place for the store's whole life: allocated once, no flush
+        # ever needs a new block. A new one on a full disk raises OSError; an old one that was
+        # never written (a hole) is opened anyway, and its next flush reports the full disk.
         if not fs.exists(path):
             fs.make_dirs(path.parent)
-            return StoreCheckpoint(fs.create(path, CHECKPOINT_PAGE_SIZE))
+            handle = fs.create(path, CHECKPOINT_PAGE_SIZE)
+            try:
+                handle.reserve(CHECKPOINT_PAGE_SIZE)
+            except OSError:
+                handle.close()
+                fs.remove(path)
+                raise
+            return StoreCheckpoint(handle)
         if fs.file_size(path) < CHECKPOINT_PAGE_SIZE:
             fs.resize(path, CHECKPOINT_PAGE_SIZE)
-        return StoreCheckpoint(fs.open(path))
+        handle = fs.open(path)
+        with contextlib.suppress(OSError):
+            handle.reserve(CHECKPOINT_PAGE_SIZE)
+        return StoreCheckpoint(handle)
 
     @property
     def path(self) -> Path:

@@ -22,11 +22,17 @@ No ``abort`` file (clean shutdown):
 
 The CommitLog is the only truth: if a ConsumeQueue cannot be reconciled (a gap), every
 ConsumeQueue is rebuilt from the CommitLog instead.
+
+On a full disk the key index may not be able to grow (a new file's slot table, a page of
+entries): recovery then stops indexing at the first batch it could not take and reports it
+(``index_behind_from``); the store hands the rest to its index thread, which retries until
+space returns (lookups that need the index wait meanwhile, as after any index failure).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from store.commitlog.commitlog import CommitLog, TagsCodesFn
@@ -56,6 +62,26 @@ class RecoveryReport:
     dispatch_from_offset: int
     records_dispatched: int
     consume_queues_rebuilt: bool
+    #: CommitLog offset from which the index could not be built (a full disk), else None.
+    index_behind_from: int | None = None
+
+
+class _IndexFeed:
+    """Feeds recovery's batches to the index until one fails with an I/O error (a full disk):
+    from then on nothing more is indexed here and ``behind_from`` says where to resume."""
+
+    def __init__(self, index: IndexService | None) -> None:
+        self.index = index
+        self.behind_from: int | None = None
+
+    def __call__(self, batch: DispatchBatch) -> None:
+        if self.index is None or self.behind_from is not None or len(batch) == 0:
+            return
+        try:
+            self.index.dispatch(batch)
+        except OSError as exc:
+            self.behind_from = int(batch.commitlog_offsets[0])
+            log.error("recovery could not index from offset %d (%s): resumed later", self.behind_from, exc)
 
 
 def recover(
@@ -83,17 +109,20 @@ def recover(
     dispatch_from = max(commitlog.min_offset, min(cq_from, index_from))
 
     rebuilt = False
+    feed = _IndexFeed(index)
     try:
-        replayed = _dispatch(commitlog, queues, index, dispatch_from, delay_levels)
+        replayed = _dispatch(commitlog, queues, feed, dispatch_from, delay_levels)
     except InvalidArgument as exc:
         log.warning("ConsumeQueues cannot be reconciled with the CommitLog (%s): rebuilding them all", exc)
         queues.destroy()
         dispatch_from = commitlog.min_offset
-        replayed = _dispatch(commitlog, queues, index, dispatch_from, delay_levels)
+        feed = _IndexFeed(index)
+        replayed = _dispatch(commitlog, queues, feed, dispatch_from, delay_levels)
         rebuilt = True
     if replayed:
         log.info("recovery re-dispatched %d record(s) from offset %d", replayed, dispatch_from)
-    return RecoveryReport(abnormal, check_from, end, reason, dispatch_from, replayed, rebuilt)
+    behind = feed.behind_from
+    return RecoveryReport(abnormal, check_from, end, reason, dispatch_from, replayed, rebuilt, behind)
 
 
 def _recover_abnormally(
@@ -115,7 +144,7 @@ def _recover_abnormally(
     index_from = check_from if index is None else _end_of_record(commitlog, index.last_indexed_offset())
     dispatch_from = max(commitlog.min_offset, min(cq_from, index_from))
 
-    replay = _Replay(queues, index)
+    replay = _Replay(queues, _IndexFeed(index))
     codes = _tags_codes(delay_levels)
     for batch in commitlog.scan(
         dispatch_from, max_records=DISPATCH_BATCH_RECORDS, tags_codes_for=codes, until_file=check_from
@@ -134,17 +163,21 @@ def _recover_abnormally(
         )
         queues.destroy()
         dispatch_from = commitlog.min_offset
-        replayed = _dispatch(commitlog, queues, index, dispatch_from, delay_levels)
+        replay.index = _IndexFeed(index)
+        replayed = _dispatch(commitlog, queues, replay.index, dispatch_from, delay_levels)
     if replayed:
         log.info("recovery re-dispatched %d record(s) from offset %d", replayed, dispatch_from)
-    return RecoveryReport(True, check_from, end, reason, dispatch_from, replayed, replay.gap is not None)
+    rebuilt = replay.gap is not None
+    return RecoveryReport(
+        True, check_from, end, reason, dispatch_from, replayed, rebuilt, replay.index.behind_from
+    )
 
 
 class _Replay:
     """Dispatches batches to the ConsumeQueues and the index until a ConsumeQueue cannot take
     one (a gap): then ``gap`` says why and the rest is left to a rebuild."""
 
-    def __init__(self, queues: ConsumeQueueStore, index: IndexService | None) -> None:
+    def __init__(self, queues: ConsumeQueueStore, index: _IndexFeed) -> None:
         self.queues = queues
         self.index = index
         self.records = 0
@@ -158,8 +191,7 @@ class _Replay:
         except InvalidArgument as exc:
             self.gap = str(exc)
             return
-        if self.index is not None:
-            self.index.dispatch(batch)
+        self.index(batch)
         self.records += len(batch)
 
 
@@ -180,7 +212,25 @@ def rebuild_derived(
     queues.destroy()
     if index is not None:
         index.destroy()
-    return _dispatch(commitlog, queues, index, commitlog.min_offset, delay_levels)
+    replayed = 0
+    for batch in index_catch_up(commitlog, commitlog.min_offset, delay_levels):
+        queues.dispatch(batch)
+        if index is not None:
+            index.dispatch(batch)
+        replayed += len(batch)
+    return replayed
+
+
+def index_catch_up(
+    commitlog: CommitLog, from_offset: int, delay_levels: tuple[int, ...]
+) -> Iterator[DispatchBatch]:
+    """The CommitLog's records from ``from_offset`` on as dispatch batches (lazily)."""
+    return commitlog.scan(
+        from_offset,
+        check_crc=False,
+        max_records=DISPATCH_BATCH_RECORDS,
+        tags_codes_for=_tags_codes(delay_levels),
+    )
 
 
 def _last_dispatched(queues: ConsumeQueueStore) -> tuple[int, int] | None:
@@ -204,20 +254,13 @@ def _end_of_record(commitlog: CommitLog, offset: int) -> int:
 def _dispatch(
     commitlog: CommitLog,
     queues: ConsumeQueueStore,
-    index: IndexService | None,
+    index: _IndexFeed,
     from_offset: int,
     delay_levels: tuple[int, ...],
 ) -> int:
     replayed = 0
-    batches = commitlog.scan(
-        from_offset,
-        check_crc=False,
-        max_records=DISPATCH_BATCH_RECORDS,
-        tags_codes_for=_tags_codes(delay_levels),
-    )
-    for batch in batches:
+    for batch in index_catch_up(commitlog, from_offset, delay_levels):
         queues.dispatch(batch)
-        if index is not None:
-            index.dispatch(batch)
+        index(batch)
         replayed += len(batch)
     return replayed

@@ -482,6 +482,8 @@ class Appender:
                 self._queues.dispatch(dispatch)
             except (OSError, ValueError, InvalidArgument) as exc:
                 self._commitlog.truncate(start)
+                # queues written before the failing one must not point past the log's end
+                self._queues.truncate_dirty(start)
                 raise StoreNotWritable(f"ConsumeQueue dispatch failed, nothing written: {exc}") from exc
             lasts = last_per_queue(topic_codes, queue_ids, queue_offsets)
             self._placement.commit(topic_names, lasts)

@@ -36,6 +36,7 @@ from store.ha.frames import (
     encode_slave_handshake,
     encode_transfer_header,
 )
+from store.io.fs import FileSystem
 from tests.support.stores import tiny_config
 
 FAST = {
@@ -63,9 +64,17 @@ class Group:
     authority: InMemorySyncStateAuthority = field(default_factory=InMemorySyncStateAuthority)
     nodes: dict[int, Node] = field(default_factory=dict)
 
-    def node(self, broker_id: int, *, store: dict[str, object] | None = None, **ha: object) -> Node:
+    def node(
+        self,
+        broker_id: int,
+        *,
+        store: dict[str, object] | None = None,
+        fs: FileSystem | None = None,
+        **ha: object,
+    ) -> Node:
+        """Open member ``broker_id`` (``fs``: a file-system seam to break, e.g. a full disk)."""
         directory = self.root / f"broker-{broker_id}"
-        opened = MessageStore.open(tiny_config(directory, replicated=True, **(store or {})))
+        opened = MessageStore.open(tiny_config(directory, replicated=True, **(store or {})), fs=fs)
         config = HAConfig(broker_id=broker_id, **{**FAST, **ha})  # type: ignore[arg-type]
         controller = ReplicaController(opened, config, self.authority)
         controller.start()
