@@ -10,8 +10,8 @@ app's lifespan.
 Order (each undone in reverse at shut-down):
 
 1. the auth file is read and the store opened (recovery runs here);
-2. the arrival hub, the operator board, the transaction board and the group settings are built
-   into one :class:`broker.state.Broker`;
+2. the arrival hub, the operator board, the transaction board, the group settings and the POP
+   service (one per store: every door shares it) are built into one :class:`broker.state.Broker`;
 3. the broker joins its cluster (a member exactly while it serves);
 4. sink batches, then operator relocations, decided before the last stop are published;
 5. the companions start, in the order given.
@@ -31,6 +31,7 @@ from broker.longpoll import ArrivalHub
 from broker.membership import cluster_membership
 from broker.metrics import BrokerMetrics
 from broker.operators import OperatorBoard
+from broker.pop import PopService
 from broker.retries import GroupConfigs
 from broker.sinks import sink_recovery
 from broker.state import Broker
@@ -70,6 +71,7 @@ async def running_broker(
             producer=ProduceCoalescer(store),
             tokens=tokens,
             operators=board,
+            pop=await run_blocking(PopService, store),
         )
         try:
             async with AsyncExitStack() as stack:
@@ -83,6 +85,7 @@ async def running_broker(
                     await stack.enter_async_context(companion(broker))
                 yield broker
         finally:
+            await run_blocking(broker.pop.close)
             await board.transactions.dispatcher.close()
             hub.close()
             store.remove_arrival_listener(hub.on_arrival)

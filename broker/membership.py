@@ -131,7 +131,10 @@ def _leadership_start(ha: ReplicaController) -> int | None:
 def _rebuild_after_election(broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
     """A member that starts to lead rebuilds what it keeps in memory from the CommitLog it
     replicated as a slave: the transaction table (halves, ends, their producer groups), so a
-    transaction begun on the old master ends on the new one. Node worker thread."""
+    transaction begun on the old master ends on the new one; and the POP table (receipts, acks,
+    redeliveries), whose state records it replicated too. Node worker thread."""
+    if broker.pop is not None:
+        broker.pop.reload()
     board = broker.operators
     if board is None or board.transactions is None:
         return

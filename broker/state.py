@@ -73,6 +73,8 @@ class Broker:
     replica_group: Any = None
     #: Keeps local topics in step with the routes (:class:`cluster.local_sync.LocalTopicSync`).
     local_topics: Any = None
+    #: POP consumption (:class:`broker.pop.PopService`): one per store, shared by every door.
+    pop: Any = None
     #: Set by a running Kafka gateway in a cluster: answers ``POST /kafka/peer/{op}``
     #: (``handle(op, body) -> bytes``, :class:`ingest_api.kafka.txn_peers.PeerService`).
     kafka_peer: Any = None
