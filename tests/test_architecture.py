@@ -264,9 +264,15 @@ def test_no_import_cycles_between_files() -> None:
     )
 
 
+#: Generated code, regenerated rather than edited (``python -m ingest_api.grpc.generate``).
+GENERATED = ("ingest_api/grpc/v2/",)
+
+
 def test_no_module_over_600_lines() -> None:
     long = []
     for path in module_files().values():
+        if str(path.relative_to(ROOT)).startswith(GENERATED):
+            continue
         lines = len(path.read_text().splitlines())
         if lines > MAX_MODULE_LINES:
             long.append(f"{path.relative_to(ROOT)}: {lines} lines")

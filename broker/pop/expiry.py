@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.pop.picking import read_one, source_topic
 from broker.pop.state_codec import Entry, Kind, StateRecord
 from broker.pop.table import PopTable
 from store import MessageStore, RecordFields, SparkMQError, dead_letter_record, dlq_topic
 
-if TYPE_CHECKING:
-    from broker.pop.service import PopService
 
 log = logging.getLogger("sparkmq.broker.pop")
 
@@ -68,11 +66,20 @@ def dead_letters(
     return records, copies
 
 
+class DueRunner(Protocol):
+    """What the expiry loop drives: :class:`broker.pop.service.PopService`."""
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    def run_due(self) -> int | None: ...
+
+
 class ExpiryThread:
     """The background loop over ``PopService.run_due``; a failure is logged and retried on
     the next tick, and shown by :attr:`last_error` (nothing is lost: the entries stay in flight)."""
 
-    def __init__(self, service: PopService, tick_ms: int) -> None:
+    def __init__(self, service: DueRunner, tick_ms: int) -> None:
         self._service = service
         self._tick_s = tick_ms / 1000
         self._stop = threading.Event()
