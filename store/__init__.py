@@ -49,6 +49,7 @@ from store.format.kafka_mapping import split_scheduling as kafka_split_schedulin
 from store.format.kafka_mapping import stored_headers as stored_kafka_headers
 from store.format.kafka_mapping import stored_key as stored_kafka_key
 from store.format.kafka_mapping import stored_value as stored_kafka_value
+from store.format.record import decode_properties, encode_properties
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -225,8 +226,10 @@ __all__ = [
     "ascii_rows",
     "ascii_rows_array",
     "decode_msg_id",
+    "decode_properties",
     "dlq_topic",
     "encode_msg_id",
+    "encode_properties",
     "existing_config",
     "is_system_topic",
     "is_timer_request",
