@@ -1,0 +1,38 @@
+"""Handlers of the remoting door, one module per family; :func:`handler_table` binds them to a
+:class:`DoorContext` for :class:`~ingest_api.remoting.server.RemotingServer`.
+
+Served so far: the name-server codes (route, cluster info), sending (10, 310, 320) and client
+registration (34, 35, 38). Everything else is answered REQUEST_CODE_NOT_SUPPORTED by the server.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+
+from ingest_api.remoting.codec import RemotingCommand
+from ingest_api.remoting.codes import RequestCode
+from ingest_api.remoting.connection import Connection
+from ingest_api.remoting.handlers import heartbeat, nameserver, send
+from ingest_api.remoting.handlers.context import BrokerIdentity, DoorContext
+from ingest_api.remoting.server import Handler
+
+__all__ = ["BrokerIdentity", "DoorContext", "handler_table"]
+
+ContextHandler = Callable[[DoorContext, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+_HANDLERS: dict[int, ContextHandler] = {
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: nameserver.get_route_info,
+    RequestCode.GET_BROKER_CLUSTER_INFO: nameserver.get_broker_cluster_info,
+    RequestCode.SEND_MESSAGE: send.send_message,
+    RequestCode.SEND_MESSAGE_V2: send.send_message,
+    RequestCode.SEND_BATCH_MESSAGE: send.send_message,
+    RequestCode.HEART_BEAT: heartbeat.heart_beat,
+    RequestCode.UNREGISTER_CLIENT: heartbeat.unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: heartbeat.get_consumer_list,
+}
+
+
+def handler_table(ctx: DoorContext) -> dict[int, Handler]:
+    """Request code -> handler bound to ``ctx``."""
+    return {code: functools.partial(handler, ctx) for code, handler in _HANDLERS.items()}

@@ -1,0 +1,100 @@
+"""The real ali-ons client (npm, pure JavaScript) against the remoting door over a real store.
+
+The door here serves the handlers written so far (routes, sends, heartbeats); the producer's
+messages are read back from the CommitLog through the store facade, byte for byte.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest_api.remoting.handlers import BrokerIdentity, DoorContext, handler_table
+from ingest_api.remoting.server import RemotingServerConfig, RemotingServerThread
+from store import MessageStore
+from tests.support.network import free_port
+from tests.support.ons import run_producer, start_consumer
+from tests.support.stores import light_config
+from tests.support.waiting import wait_until
+
+TOPIC = "RemotingOnsT"
+
+
+@dataclass
+class Door:
+    store: MessageStore
+    ctx: DoorContext
+    server: RemotingServerThread
+
+    @property
+    def name_srv(self) -> str:
+        return self.server.address
+
+
+@pytest.fixture
+def door(tmp_path: Path) -> Iterator[Door]:
+    port = free_port()
+    store = MessageStore.open(light_config(tmp_path / "store"))
+    ctx = DoorContext(store, BrokerIdentity(f"127.0.0.1:{port}"))
+    try:
+        with RemotingServerThread(handler_table(ctx), RemotingServerConfig(port=port)) as server:
+            yield Door(store, ctx, server)
+    finally:
+        store.close()
+
+
+def test_ali_ons_producer_sends_into_the_store(door: Door) -> None:
+    big = "x" * 6000  # ali-ons deflates bodies >= 4 KiB and sets sysFlag bit 0
+    messages: list[dict[str, Any]] = [
+        {"body": "plain-0", "tags": "tagA", "keys": ["order-1"], "properties": {"color": "red"}},
+        {"body": "plain-1", "tags": "tagB", "keys": ["order-2", "order-3"]},
+        {"body": "no-tag"},
+        {"body": big, "tags": "big"},
+        {"body": "later", "tags": "tagA", "delayTimeLevel": 2},
+    ]
+    sent = run_producer(door.name_srv, TOPIC, messages, producer_group="PG_ONS")
+    assert [s["sendStatus"] for s in sent] == ["SEND_OK"] * len(messages)
+    views = [door.store.get_by_msg_id(s["msgId"]) for s in sent]
+    assert all(v is not None for v in views)
+    plain0, plain1, untagged, large, delayed = views
+    assert plain0 is not None and plain1 is not None and untagged is not None
+    assert large is not None and delayed is not None
+
+    assert (plain0.topic, plain0.body, plain0.properties["TAGS"]) == (TOPIC, b"plain-0", "tagA")
+    assert plain0.properties["KEYS"] == "order-1" and plain0.properties["color"] == "red"
+    assert plain1.properties["KEYS"] == "order-2 order-3"
+    assert "TAGS" not in untagged.properties
+    assert large.body == big.encode() and len(zlib.compress(big.encode())) < 4096
+    assert plain0.born_host[0] == "127.0.0.1" and plain0.store_host == ("127.0.0.1", 10911)
+    for s, view in zip(sent[:4], views[:4], strict=True):
+        assert view is not None
+        assert (view.queue_id, view.queue_offset) == (s["queueId"], s["queueOffset"])
+        assert len(view.properties["UNIQ_KEY"]) == 32  # ali-ons sets none: the store made one
+    assert delayed.topic == "SCHEDULE_TOPIC_XXXX"
+    assert (delayed.properties["REAL_TOPIC"], delayed.properties["DELAY"]) == (TOPIC, "2")
+    assert [v.body for v in door.store.query_by_key(TOPIC, "order-2")] == [b"plain-1"]
+
+
+def test_ali_ons_consumer_registers_through_heartbeats(door: Door) -> None:
+    """Start-up of a push consumer: route lookup, HEART_BEAT with its subscription, and the
+    rebalance's GET_CONSUMER_LIST_BY_GROUP (pulling is not served yet)."""
+    consumer = start_consumer(door.name_srv, "G_ONS", TOPIC, sub_expression="tagA || tagB", instanceName="c1")
+    try:
+        client_id = consumer.wait_ready()["clientId"]
+        members = wait_until(
+            lambda: door.ctx.clients.consumer_ids("G_ONS", door.ctx.clock_ms()),
+            20.0,
+            "the consumer's heartbeat",
+        )
+        assert members == [client_id]
+        data = door.ctx.clients.subscription("G_ONS", door.ctx.clock_ms())
+        assert data is not None and data.message_model == "CLUSTERING"
+        (sub,) = [s for s in data.subscriptions if s.topic == TOPIC]
+        assert sub.tags_set == ("tagA", "tagB") and sub.sub_string == "tagA || tagB"
+    finally:
+        consumer.stop()
