@@ -1,9 +1,10 @@
 """The real RocketMQ remoting client for the door tests: ali-ons (npm, pure JavaScript).
 
 ``tests/remoting/js`` pins ali-ons 3.12.0 with a lockfile; :func:`ensure_ali_ons` runs
-``npm ci`` there once (not again while ``node_modules`` matches the lockfile, checked by a
-stamp holding the lockfile's SHA-256; a file lock keeps parallel test processes from
-installing twice). The drivers take their options as one JSON argument and print JSON lines:
+``npm ci`` there once: not again while ``node_modules`` is current (npm's own record of what it
+installed, ``node_modules/.package-lock.json``, lists the lockfile's packages), so an install
+by ``.ci/run`` counts too; a file lock keeps parallel test processes from installing twice.
+The drivers take their options as one JSON argument and print JSON lines:
 
 * :func:`run_producer` sends messages and returns one dict per send result;
 * :func:`start_consumer` starts a push consumer and returns an :class:`OnsConsumer` whose
@@ -16,7 +17,6 @@ installs Debian's ``nodejs`` and ``npm``).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import queue
 import shutil
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 JS_DIR = Path(__file__).resolve().parents[1] / "remoting" / "js"
-_STAMP = JS_DIR / "node_modules" / ".sparkmq-lock-sha256"
+_INSTALLED = JS_DIR / "node_modules" / ".package-lock.json"
 _LOCK = JS_DIR / ".npm-install.lock"
 _INSTALL_TIMEOUT_S = 300
 
@@ -39,18 +39,26 @@ def ensure_ali_ons() -> Path:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("node and npm are needed for the ali-ons tests (apt-get install nodejs npm)")
-    wanted = hashlib.sha256((JS_DIR / "package-lock.json").read_bytes()).hexdigest()
     with _LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (_STAMP.exists() and _STAMP.read_text().strip() == wanted):
+        if not _installed_is_current():
             subprocess.run(
                 [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
                 cwd=JS_DIR,
                 check=True,
                 timeout=_INSTALL_TIMEOUT_S,
             )
-            _STAMP.write_text(wanted + "\n")
     return JS_DIR
+
+
+def _installed_is_current() -> bool:
+    """npm's record of the installed tree lists exactly the lockfile's packages."""
+    if not _INSTALLED.exists():
+        return False
+    wanted = json.loads((JS_DIR / "package-lock.json").read_text())["packages"]
+    wanted.pop("", None)  # the root project itself
+    installed: dict[str, Any] = json.loads(_INSTALLED.read_text()).get("packages", {})
+    return installed == wanted
 
 
 def _command(script: str, options: dict[str, Any]) -> list[str]:
