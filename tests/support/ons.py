@@ -55,10 +55,10 @@ def _installed_is_current() -> bool:
     """npm's record of the installed tree lists exactly the lockfile's packages."""
     if not _INSTALLED.exists():
         return False
-    wanted = json.loads((JS_DIR / "package-lock.json").read_text())["packages"]
+    wanted: dict[str, Any] = json.loads((JS_DIR / "package-lock.json").read_text())["packages"]
     wanted.pop("", None)  # the root project itself
     installed: dict[str, Any] = json.loads(_INSTALLED.read_text()).get("packages", {})
-    return installed == wanted
+    return bool(installed == wanted)
 
 
 def _command(script: str, options: dict[str, Any]) -> list[str]:
