@@ -45,6 +45,7 @@ def door(tmp_path: Path) -> Iterator[Door]:
         with RemotingServerThread(handler_table(ctx), RemotingServerConfig(port=port)) as server:
             yield Door(store, ctx, server)
     finally:
+        ctx.close()
         store.close()
 
 
@@ -98,3 +99,55 @@ def test_ali_ons_consumer_registers_through_heartbeats(door: Door) -> None:
         assert sub.tags_set == ("tagA", "tagB") and sub.sub_string == "tagA || tagB"
     finally:
         consumer.stop()
+
+
+def test_ali_ons_push_consumer_receives_what_the_producer_sent(door: Door) -> None:
+    """Pull with long polling, tag codes, offsets: a consumer started first gets every message
+    sent after it, byte for byte, and its offsets reach the group offset table."""
+    consumer = start_consumer(
+        door.name_srv,
+        "G_ALL",
+        TOPIC,
+        instanceName="c1",
+        expect=8,
+        clientOptions={"persistConsumerOffsetInterval": 300},
+    )
+    try:
+        consumer.wait_ready()
+        messages = [
+            {"body": f"m-{i}", "tags": "tagA" if i % 2 else "tagB", "keys": [f"k{i}"]} for i in range(8)
+        ]
+        sent = run_producer(door.name_srv, TOPIC, messages)
+        received = consumer.wait_done(60.0)
+    finally:
+        consumer.stop()
+    by_id = {r["msgId"]: r for r in received}
+    assert sorted(by_id) == sorted(s["msgId"] for s in sent)
+    for spec, s in zip(messages, sent, strict=True):
+        got = by_id[s["msgId"]]
+        assert (got["body"], got["tags"], got["keys"], got["queueId"]) == (
+            spec["body"],
+            spec["tags"],
+            f"k{spec['body'][2:]}",
+            s["queueId"],
+        )
+        assert got["reconsumeTimes"] == 0 and got["storeHost"] == "127.0.0.1:10911"
+    ends = {(s["queueId"]): s["queueOffset"] + 1 for s in sent}
+    wait_until(
+        lambda: all(door.store.committed_offset("G_ALL", TOPIC, q) == end for q, end in ends.items()),
+        20.0,
+        "the consumer's offsets to be committed",
+    )
+
+
+def test_ali_ons_tag_subscription_filters_on_the_broker(door: Door) -> None:
+    messages = [{"body": f"t-{i}", "tags": "tagA" if i % 2 else "tagB"} for i in range(6)]
+    run_producer(door.name_srv, TOPIC, messages)
+    consumer = start_consumer(
+        door.name_srv, "G_TAG", TOPIC, sub_expression="tagA", instanceName="c1", expect=3
+    )
+    try:
+        received = consumer.wait_done(60.0)
+    finally:
+        consumer.stop()
+    assert sorted(r["body"] for r in received) == ["t-1", "t-3", "t-5"]

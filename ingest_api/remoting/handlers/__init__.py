@@ -1,8 +1,9 @@
 """Handlers of the remoting door, one module per family; :func:`handler_table` binds them to a
 :class:`DoorContext` for :class:`~ingest_api.remoting.server.RemotingServer`.
 
-Served so far: the name-server codes (route, cluster info), sending (10, 310, 320) and client
-registration (34, 35, 38). Everything else is answered REQUEST_CODE_NOT_SUPPORTED by the server.
+Served so far: the name-server codes (route, cluster info), sending (10, 310, 320), client
+registration (34, 35, 38), pulling (11) and offsets (14, 15, 29, 30, 31). Everything else
+is answered REQUEST_CODE_NOT_SUPPORTED by the server.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from ingest_api.remoting.codec import RemotingCommand
 from ingest_api.remoting.codes import RequestCode
 from ingest_api.remoting.connection import Connection
-from ingest_api.remoting.handlers import heartbeat, nameserver, send
+from ingest_api.remoting.handlers import heartbeat, nameserver, offsets, pull, send
 from ingest_api.remoting.handlers.context import BrokerIdentity, DoorContext
 from ingest_api.remoting.server import Handler
 
@@ -30,6 +31,12 @@ _HANDLERS: dict[int, ContextHandler] = {
     RequestCode.HEART_BEAT: heartbeat.heart_beat,
     RequestCode.UNREGISTER_CLIENT: heartbeat.unregister_client,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: heartbeat.get_consumer_list,
+    RequestCode.PULL_MESSAGE: pull.pull_message,
+    RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+    RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
+    RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset,
 }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ingest_api.remoting.handlers.arrivals import ArrivalWaiters
 from ingest_api.remoting.handlers.clients import ClientRegistry
 from store import Clock, MessageStore, wall_clock_ms
 
@@ -37,6 +38,21 @@ class DoorContext:
     identity: BrokerIdentity
     clock_ms: Clock = wall_clock_ms
     clients: ClientRegistry = field(default_factory=ClientRegistry)
+    _waiters: ArrivalWaiters | None = None
+
+    def arrivals(self) -> ArrivalWaiters:
+        """The long-polling waiters, created on first use on the running loop and fed by the
+        store's arrival listener until :meth:`close`."""
+        if self._waiters is None:
+            self._waiters = ArrivalWaiters(asyncio.get_running_loop())
+            self.store.add_arrival_listener(self._waiters.on_arrival)
+        return self._waiters
+
+    def close(self) -> None:
+        """Stop listening to the store (call after the server closed)."""
+        if self._waiters is not None:
+            self.store.remove_arrival_listener(self._waiters.on_arrival)
+            self._waiters = None
 
     async def run_blocking(self, call: Callable[..., T], *args: object) -> T:
         """Run a blocking store call in the default executor."""
