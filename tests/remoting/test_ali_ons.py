@@ -151,3 +151,53 @@ def test_ali_ons_tag_subscription_filters_on_the_broker(door: Door) -> None:
     finally:
         consumer.stop()
     assert sorted(r["body"] for r in received) == ["t-1", "t-3", "t-5"]
+
+
+def test_two_consumers_of_a_group_split_the_queues(door: Door) -> None:
+    """Rebalance over GET_CONSUMER_LIST_BY_GROUP: two instances take disjoint halves of the
+    topic's queues and together receive every message once."""
+    door.store.create_topic("SplitT", 4)
+    first = start_consumer(door.name_srv, "G_SPLIT", "SplitT", instanceName="c1")
+    second = start_consumer(door.name_srv, "G_SPLIT", "SplitT", instanceName="c2")
+    try:
+        first.wait_ready()
+        second.wait_ready()
+
+        def split() -> bool:
+            a, b = first.queues or [], second.queues or []
+            return bool(a and b) and sorted(a + b) == [0, 1, 2, 3]
+
+        wait_until(split, 30.0, "the two consumers to split the four queues")
+        sent = run_producer(door.name_srv, "SplitT", [{"body": f"s-{i}"} for i in range(16)])
+        everything = {s["msgId"] for s in sent}
+        wait_until(
+            lambda: {r["msgId"] for r in first.received + second.received} == everything,
+            30.0,
+            "every message to reach one of the consumers",
+        )
+    finally:
+        first.stop()
+        second.stop()
+    ids = [r["msgId"] for r in first.received + second.received]
+    assert len(ids) == len(set(ids)) == 16
+    assert {r["queueId"] for r in first.received} <= set(first.queues or [])
+    assert {r["queueId"] for r in second.received} <= set(second.queues or [])
+    assert first.received and second.received
+
+
+def test_a_restarted_consumer_resumes_from_its_committed_offset(door: Door) -> None:
+    run_producer(door.name_srv, TOPIC, [{"body": f"old-{i}"} for i in range(4)])
+    before = start_consumer(door.name_srv, "G_RESUME", TOPIC, instanceName="c1", expect=4)
+    try:
+        assert sorted(r["body"] for r in before.wait_done(60.0)) == [f"old-{i}" for i in range(4)]
+    finally:
+        before.stop()
+    wait_until(  # close() persisted every queue's offset, one-way: handled after it returned
+        lambda: sum(door.store.committed_offsets("G_RESUME", TOPIC).values()) == 4, 10.0, "the offsets"
+    )
+    run_producer(door.name_srv, TOPIC, [{"body": f"new-{i}"} for i in range(4)])
+    after = start_consumer(door.name_srv, "G_RESUME", TOPIC, instanceName="c1", expect=4)
+    try:
+        assert sorted(r["body"] for r in after.wait_done(60.0)) == [f"new-{i}" for i in range(4)]
+    finally:
+        after.stop()

@@ -8,7 +8,7 @@ The drivers take their options as one JSON argument and print JSON lines:
 
 * :func:`run_producer` sends messages and returns one dict per send result;
 * :func:`start_consumer` starts a push consumer and returns an :class:`OnsConsumer` whose
-  lines (one per received message) are read in a background thread.
+  lines (one per received message, one per rebalance) are read in a background thread.
 
 Without ``node`` and ``npm`` on the PATH the tests are skipped with the reason (``.ci/run``
 installs Debian's ``nodejs`` and ``npm``).
@@ -97,11 +97,14 @@ def run_producer(
 
 
 class OnsConsumer:
-    """A running ali-ons push consumer; its JSON lines arrive in :attr:`events`."""
+    """A running ali-ons push consumer. A background thread reads its JSON lines: every line
+    goes to :attr:`events`; messages are also appended to :attr:`received` and the latest
+    ``queues`` report (the queue ids a rebalance gave it) is kept in :attr:`queues`."""
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.received: list[dict[str, Any]] = []
+        self.queues: list[int] | None = None
         self._process = subprocess.Popen(
             _command("consumer.js", options),
             stdout=subprocess.PIPE,
@@ -119,39 +122,41 @@ class OnsConsumer:
     def _pump_stdout(self) -> None:
         assert self._process.stdout is not None
         for line in self._process.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            if event.get("event") == "message":
+                self.received.append(event)
+            elif event.get("event") == "queues":
+                self.queues = list(event["queues"])
+            self.events.put(event)
 
     def _pump_stderr(self) -> None:
         assert self._process.stderr is not None
         self._stderr.extend(self._process.stderr)
 
-    def next_event(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """The next JSON line; ``AssertionError`` with stderr after ``timeout_s``."""
-        try:
-            event = self.events.get(timeout=timeout_s)
-        except queue.Empty:
-            raise AssertionError(
-                f"no consumer output in {timeout_s}s; stderr:\n{self.stderr[-4000:]}"
-            ) from None
-        if event.get("event") == "message":
-            self.received.append(event)
-        return event
-
-    def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        event = self.next_event(timeout_s)
-        assert event.get("event") == "ready", f"expected ready, got {event}; stderr:\n{self.stderr[-4000:]}"
-        return event
-
-    def wait_done(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
-        """Every message event up to ``done``; ``AssertionError`` on timeout or error."""
+    def wait_for(self, kind: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """The next event of ``kind`` (others are skipped); ``AssertionError`` with the driver's
+        stderr on timeout, or when the driver reports an error or its own timeout first."""
         deadline = time.monotonic() + timeout_s
         while True:
-            event = self.next_event(max(0.1, deadline - time.monotonic()))
-            if event["event"] == "done":
-                return self.received
-            if event["event"] in ("timeout", "error"):
+            try:
+                event = self.events.get(timeout=max(0.05, deadline - time.monotonic()))
+            except queue.Empty:
+                message = f"no {kind!r} from the consumer in {timeout_s}s; stderr:\n{self.stderr[-4000:]}"
+                raise AssertionError(message) from None
+            if event.get("event") == kind:
+                return event
+            if event.get("event") in ("timeout", "error"):
                 raise AssertionError(f"consumer ended with {event}; stderr:\n{self.stderr[-4000:]}")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        return self.wait_for("ready", timeout_s)
+
+    def wait_done(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every message received, once the driver consumed its ``expect`` count."""
+        self.wait_for("done", timeout_s)
+        return list(self.received)
 
     @property
     def stderr(self) -> str:

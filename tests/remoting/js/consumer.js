@@ -9,8 +9,9 @@
 //   "expect": N             exit once N messages were consumed successfully,
 //   "timeoutMs": 60000      exit with status 2 if that has not happened by then
 // }
-// Output: {"event":"ready"} once subscribed, then {"event":"message","msgId",...,"ok":bool}
-// per delivery, then {"event":"done","consumed":n} (or {"event":"timeout",...}).
+// Output: {"event":"ready"} once subscribed, {"event":"queues","queues":[ids]} whenever a
+// rebalance changes the topic's queues it owns, {"event":"message","msgId",...,"ok":bool} per
+// delivery, then {"event":"done","consumed":n} (or {"event":"timeout",...}).
 const { Consumer } = require('ali-ons');
 const { options, emit, logger, httpclient, fail } = require('./common');
 
@@ -36,8 +37,10 @@ async function main() {
   async function finish(event) {
     if (finished) return;
     finished = true;
-    emit(Object.assign({ consumed }, event));
+    // close() first: it persists the offsets (UPDATE_CONSUMER_OFFSET, one-way) before the
+    // driver reports and exits.
     await consumer.close();
+    emit(Object.assign({ consumed }, event));
     process.exit(event.event === 'done' ? 0 : 2);
   }
 
@@ -64,6 +67,14 @@ async function main() {
     if (fails) return Consumer.ACTION_RETRY;
     consumed += 1;
     if (opts.expect && consumed >= opts.expect) setImmediate(() => finish({ event: 'done' }).catch(fail));
+  });
+  // A rebalance that changes this consumer's queues of the topic: report the queue ids it owns.
+  consumer.on(`topic_${opts.topic}_queue_changed`, () => {
+    const queues = [];
+    for (const { messageQueue } of consumer.processQueueTable.values()) {
+      if (messageQueue.topic === opts.topic) queues.push(Number(messageQueue.queueId));
+    }
+    emit({ event: 'queues', queues: queues.sort((a, b) => a - b) });
   });
   await consumer.ready();
   emit({ event: 'ready', clientId: consumer.clientId });
