@@ -6,6 +6,8 @@ messages are read back from the CommitLog through the store facade, byte for byt
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from ingest_api.remoting.handlers import BrokerIdentity, DoorContext, handler_table
-from ingest_api.remoting.server import RemotingServerConfig, RemotingServerThread
+from ingest_api.remoting.door import RemotingDoor, start_remoting_door
+from ingest_api.remoting.handlers import DoorContext
 from store import MessageStore
-from tests.support.network import free_port
 from tests.support.ons import run_producer, start_consumer
 from tests.support.stores import light_config
 from tests.support.waiting import wait_until
@@ -28,24 +29,35 @@ TOPIC = "RemotingOnsT"
 @dataclass
 class Door:
     store: MessageStore
-    ctx: DoorContext
-    server: RemotingServerThread
+    door: RemotingDoor
+
+    @property
+    def ctx(self) -> DoorContext:
+        return self.door.context
 
     @property
     def name_srv(self) -> str:
-        return self.server.address
+        return f"127.0.0.1:{self.door.port}"
 
 
 @pytest.fixture
 def door(tmp_path: Path) -> Iterator[Door]:
-    port = free_port()
+    """A remoting door on a free port (port 0: it advertises the port it bound) over a store,
+    on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="remoting-door-test", daemon=True)
+    thread.start()
     store = MessageStore.open(light_config(tmp_path / "store"))
-    ctx = DoorContext(store, BrokerIdentity(f"127.0.0.1:{port}"))
     try:
-        with RemotingServerThread(handler_table(ctx), RemotingServerConfig(port=port)) as server:
-            yield Door(store, ctx, server)
+        running = asyncio.run_coroutine_threadsafe(start_remoting_door(store, port=0), loop).result(10)
+        try:
+            yield Door(store, running)
+        finally:
+            asyncio.run_coroutine_threadsafe(running.close(), loop).result(10)
     finally:
-        ctx.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
         store.close()
 
 
