@@ -3,7 +3,9 @@
 A lone broker answers with itself as ``brokerId 0`` of its broker name; every queue of the
 topic is readable and writable. An unknown topic is created when the store auto-creates topics
 (as a producer's first write would; ali-ons gives up on TOPIC_NOT_EXIST instead of falling
-back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise.
+back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise. Retry and
+dead-letter topics (``%RETRY%group``, ``%DLQ%group``) are never created here: the retry ladder
+creates them with its own queue counts; until then they have no route.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ingest_api.remoting.codes import AUTO_CREATE_TOPIC_KEY, MASTER_ID, PERM_REA
 from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.handlers.context import DoorContext
 from ingest_api.remoting.headers import GetRouteInfoRequest
-from store import SparkMQError
+from store import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SparkMQError
 
 #: RocketMQ's remark for a topic without a route (clients log it).
 NO_ROUTE_REMARK = "No topic route info in name server for the topic: "
@@ -38,6 +40,8 @@ async def _queue_count(ctx: DoorContext, topic: str) -> int | None:
         return store.queue_count(topic)
     if topic == AUTO_CREATE_TOPIC_KEY:
         return store.config.default_queues_per_topic if store.config.auto_create_topics else None
+    if topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)):
+        return None
     try:
         return await ctx.run_blocking(store.ensure_topic, topic)
     except SparkMQError:
