@@ -1,5 +1,6 @@
 """Request and response bodies: the JSON documents (route, cluster info, heartbeat, consumer list,
-lock batch, KV table) and the binary message batch of SEND_BATCH_MESSAGE.
+lock batch, KV table). The binary message batch of SEND_BATCH_MESSAGE is in
+:mod:`ingest_api.remoting.batch`.
 
 JSON is written like fastjson writes it (keys in alphabetical order, compact) but with every map
 key quoted: fastjson writes ``"brokerAddrs":{0:"host:port"}`` (an unquoted ``Long`` key), which
@@ -14,16 +15,6 @@ Route body (``TopicRouteData``, GET_ROUTEINFO_BY_TOPIC)::
      "queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,
                     "writeQueueNums":4}]}
 
-Message batch (``MessageDecoder.encodeMessages``), one entry per message, big-endian::
-
-    offset  size  field
-    0       4     TOTALSIZE   this entry, this field included
-    4       4     MAGICCODE   0 (unused)
-    8       4     BODYCRC     0 (unused)
-    12      4     FLAG
-    16      4     BODYLEN     then BODYLEN bytes of body
-    .       2     PROPLEN     then the properties string (name\\x01value\\x02...)
-
 Pure functions; a body that does not decode raises :class:`BodyError` naming the body.
 """
 
@@ -31,13 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ingest_api.remoting.errors import BodyError
-from store import decode_properties, encode_properties
 
 # --- JSON ------------------------------------------------------------------------------------------
 
@@ -407,55 +396,3 @@ def encode_kv_table(table: Mapping[str, str]) -> bytes:
 def decode_kv_table(raw: bytes) -> dict[str, str]:
     doc = _object(loads_lenient(raw, "KVTable"), "KVTable")
     return {str(k): str(v) for k, v in _object(doc.get("table") or {}, "KVTable.table").items()}
-
-
-# --- message batch (SEND_BATCH_MESSAGE) ------------------------------------------------------------
-
-#: TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN of one batch entry.
-BATCH_ENTRY_HEAD: Final = struct.Struct(">iiiii")
-#: PROPLEN (a Java short).
-BATCH_PROPS_LEN: Final = struct.Struct(">h")
-
-
-@dataclass(frozen=True, slots=True)
-class BatchEntry:
-    """One message of a batch: the user flag, the body as sent, its properties."""
-
-    flag: int
-    body: bytes
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-
-def encode_batch(entries: Sequence[BatchEntry]) -> bytes:
-    parts = []
-    for entry in entries:
-        props = encode_properties(entry.properties)
-        size = BATCH_ENTRY_HEAD.size + len(entry.body) + BATCH_PROPS_LEN.size + len(props)
-        parts += [BATCH_ENTRY_HEAD.pack(size, 0, 0, entry.flag, len(entry.body)), entry.body]
-        parts += [BATCH_PROPS_LEN.pack(len(props)), props]
-    return b"".join(parts)
-
-
-def decode_batch(raw: bytes) -> list[BatchEntry]:
-    """Split a SEND_BATCH_MESSAGE body; raises BodyError for a truncated or inconsistent entry."""
-    entries: list[BatchEntry] = []
-    pos = 0
-    while pos < len(raw):
-        if pos + BATCH_ENTRY_HEAD.size > len(raw):
-            raise BodyError(f"message batch: entry {len(entries)} at byte {pos} is truncated")
-        size, _magic, _crc, flag, body_len = BATCH_ENTRY_HEAD.unpack_from(raw, pos)
-        body_at = pos + BATCH_ENTRY_HEAD.size
-        props_len_at = body_at + body_len
-        if body_len < 0 or props_len_at + BATCH_PROPS_LEN.size > len(raw):
-            raise BodyError(f"message batch: entry {len(entries)} body length {body_len} overruns")
-        (props_len,) = BATCH_PROPS_LEN.unpack_from(raw, props_len_at)
-        end = props_len_at + BATCH_PROPS_LEN.size + props_len
-        if props_len < 0 or end > len(raw) or end - pos != size:
-            raise BodyError(
-                f"message batch: entry {len(entries)} at byte {pos} declares {size} bytes, "
-                f"its fields span {end - pos}"
-            )
-        props = decode_properties(raw[props_len_at + BATCH_PROPS_LEN.size : end])
-        entries.append(BatchEntry(flag, raw[body_at:props_len_at], props))
-        pos = end
-    return entries

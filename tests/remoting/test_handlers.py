@@ -6,7 +6,8 @@ from __future__ import annotations
 import struct
 import threading
 
-from ingest_api.remoting.bodies import BatchEntry, ConsumerData, HeartbeatData, decode_route, encode_batch
+from ingest_api.remoting.batch import BatchEntry, encode_batch
+from ingest_api.remoting.bodies import ConsumerData, HeartbeatData, decode_route
 from ingest_api.remoting.codec import RemotingCommand, request
 from ingest_api.remoting.codes import PULL_FLAG_SUSPEND, RequestCode, ResponseCode, SerializeType
 from ingest_api.remoting.handlers.clients import ClientRegistry

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ingest_api.remoting.batch import BatchEntry, decode_batch, encode_batch
 from ingest_api.remoting.bodies import (
-    BatchEntry,
     BrokerData,
     ClusterInfo,
     ConsumerData,
@@ -15,7 +15,6 @@ from ingest_api.remoting.bodies import (
     QueueData,
     SubscriptionData,
     TopicRouteData,
-    decode_batch,
     decode_cluster_info,
     decode_consumer_list,
     decode_heartbeat,
@@ -23,7 +22,6 @@ from ingest_api.remoting.bodies import (
     decode_lock_request,
     decode_lock_response,
     decode_route,
-    encode_batch,
     encode_cluster_info,
     encode_consumer_list,
     encode_heartbeat,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 
-from ingest_api.remoting.bodies import decode_batch
+from ingest_api.remoting.batch import decode_batch
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import RequestCode, ResponseCode
 from ingest_api.remoting.connection import Connection
