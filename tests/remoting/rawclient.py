@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from types import TracebackType
 
 from ingest_api.remoting.codec import FRAME_LENGTH, RemotingCommand, decode_frame, encode_command
@@ -11,8 +12,11 @@ from ingest_api.remoting.codec import FRAME_LENGTH, RemotingCommand, decode_fram
 class RawClient:
     """One TCP connection; every read has a deadline (``timeout_s``)."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(
+        self, host: str, port: int, timeout_s: float = 10.0, tls: ssl.SSLContext | None = None
+    ) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
 
     def send(self, cmd: RemotingCommand) -> None:
         self.sock.sendall(encode_command(cmd))

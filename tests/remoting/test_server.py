@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.headers import GetMinOffsetRequest, OffsetResponse
 from ingest_api.remoting.server import HandlerTable, RemotingServerConfig, RemotingServerThread
 from tests.remoting.rawclient import RawClient
+from tests.support.tls import local_tls
 from tests.support.waiting import wait_until
 
 MAX_FRAME = 4096
@@ -201,3 +203,15 @@ def test_server_calls_the_client_back(server: RemotingServerThread, door: Door) 
         oneway.result(5.0)
         notified = c.recv()
         assert notified.is_oneway and notified.ext_fields == {"consumerGroup": "G"}
+
+
+def test_tls(tmp_path: Path, door: Door) -> None:
+    tls = local_tls(tmp_path)
+    config = RemotingServerConfig(host="127.0.0.1", port=0, ssl_context=tls.server_context())
+    with RemotingServerThread(door.table(), config) as running:
+        with RawClient("127.0.0.1", running.port, tls=tls.client_context()) as c:
+            c.send(request(RequestCode.HEART_BEAT, 1, body=b"secure"))
+            assert c.recv().body == b"hb:secure"
+        with RawClient("127.0.0.1", running.port) as plain:  # no handshake: not served
+            plain.send_raw(encode_command(request(RequestCode.HEART_BEAT, 2)))
+            assert plain.closed_by_server()
