@@ -3,12 +3,13 @@ header, batches, the binary header, client UNIQ_KEYs) and the pull and offset ed
 
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 
 from ingest_api.remoting.batch import BatchEntry, encode_batch
 from ingest_api.remoting.bodies import ConsumerData, HeartbeatData, decode_route
-from ingest_api.remoting.codec import RemotingCommand, request
+from ingest_api.remoting.codec import RemotingCommand, encode_command, request
 from ingest_api.remoting.codes import PULL_FLAG_SUSPEND, RequestCode, ResponseCode, SerializeType
 from ingest_api.remoting.handlers.clients import ClientRegistry
 from ingest_api.remoting.headers import SendMessageRequest, send_request_ext_fields
@@ -175,3 +176,25 @@ def test_client_registry_expiry_and_unregister() -> None:
     assert registry.consumer_ids("G", 1200) == ["a@1"]  # b's last heartbeat is 1200 ms old
     registry.unregister("a@1", None, "G")
     assert registry.consumer_ids("G", 1200) == [] and registry.expire(1200) == ["b@1"]
+
+
+def test_bad_frames_store_nothing_and_the_door_keeps_serving(door: Door) -> None:
+    door.store.create_topic("BadT", 1)
+    fields = send_request_ext_fields(send_header("BadT"), v2=True)
+    frame = encode_command(request(RequestCode.SEND_MESSAGE_V2, 1, fields, b"payload"))
+    with RawClient("127.0.0.1", door.door.port) as truncated:
+        truncated.send_raw(frame[:-3])
+        truncated.sock.shutdown(socket.SHUT_WR)
+        assert truncated.closed_by_server()
+    with RawClient("127.0.0.1", door.door.port) as oversized:
+        oversized.send_raw((64 << 20).to_bytes(4, "big") + frame[4:])
+        assert oversized.closed_by_server()
+    with RawClient("127.0.0.1", door.door.port) as garbage:
+        garbage.send_raw(frame[:8] + b"}" + frame[9:])  # the JSON header's first byte broken
+        assert garbage.closed_by_server()
+    assert door.store.max_offset("BadT", 0) == 0
+    assert (
+        call(door, request(RequestCode.SEND_MESSAGE_V2, 2, fields, b"payload")).code == ResponseCode.SUCCESS
+    )
+    result = door.store.get_messages("BadT", 0, 0, 32)
+    assert [m.body for m in result.messages] == [b"payload"]
