@@ -269,6 +269,14 @@ def _json_ext_fields(value: object) -> dict[str, str]:
     return fields
 
 
+def _language_value(number: int) -> int:
+    """A known language as its :class:`LanguageCode`, an unknown number as it came."""
+    try:
+        return LanguageCode(number)
+    except ValueError:
+        return number
+
+
 def _language_name(language: int) -> str:
     try:
         return LanguageCode(language).name
@@ -325,7 +333,7 @@ def decode_binary_header(header: bytes) -> dict[str, Any]:
         "opaque": opaque,
         "flag": flag,
         "version": version,
-        "language": language,
+        "language": _language_value(language),
         "remark": _utf8(remark_bytes, "remark") if remark_bytes else None,
         "ext_fields": ext_fields,
     }

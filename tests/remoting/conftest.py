@@ -12,7 +12,7 @@ import pytest
 
 from ingest_api.remoting.door import RemotingDoor, start_remoting_door
 from ingest_api.remoting.handlers import DoorContext
-from store import MessageStore, StoreConfig
+from store import MessageStore
 from tests.support.stores import light_config
 
 
@@ -30,10 +30,6 @@ class Door:
         return f"127.0.0.1:{self.door.port}"
 
 
-def door_store_config(tmp_path: Path) -> StoreConfig:
-    return light_config(tmp_path / "store")
-
-
 @pytest.fixture
 def door(tmp_path: Path) -> Iterator[Door]:
     """A remoting door on a free port (port 0: it advertises the port it bound) over a store,
@@ -41,7 +37,7 @@ def door(tmp_path: Path) -> Iterator[Door]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="remoting-door-test", daemon=True)
     thread.start()
-    store = MessageStore.open(door_store_config(tmp_path))
+    store = MessageStore.open(light_config(tmp_path / "store"))
     try:
         running = asyncio.run_coroutine_threadsafe(start_remoting_door(store, port=0), loop).result(10)
         try:
