@@ -8,10 +8,19 @@ import struct
 import threading
 
 from ingest_api.remoting.batch import BatchEntry, encode_batch
-from ingest_api.remoting.bodies import ConsumerData, HeartbeatData, decode_route
+from ingest_api.remoting.bodies import (
+    ConsumerData,
+    HeartbeatData,
+    LockBatchRequest,
+    MessageQueueRef,
+    decode_lock_response,
+    decode_route,
+    encode_lock_request,
+)
 from ingest_api.remoting.codec import RemotingCommand, encode_command, request
 from ingest_api.remoting.codes import PULL_FLAG_SUSPEND, RequestCode, ResponseCode, SerializeType
 from ingest_api.remoting.handlers.clients import ClientRegistry
+from ingest_api.remoting.handlers.queue_locks import QueueLocks
 from ingest_api.remoting.headers import SendMessageRequest, send_request_ext_fields
 from store import Message
 from tests.remoting.conftest import Door
@@ -198,3 +207,75 @@ def test_bad_frames_store_nothing_and_the_door_keeps_serving(door: Door) -> None
     )
     result = door.store.get_messages("BadT", 0, 0, 32)
     assert [m.body for m in result.messages] == [b"payload"]
+
+
+def test_queue_locks_expire_and_belong_to_their_holder() -> None:
+    locks = QueueLocks(expiry_ms=1000)
+    q0, q1 = MessageQueueRef("T", "broker-a", 0), MessageQueueRef("T", "broker-a", 1)
+    assert locks.lock("G", "a@1", [q0, q1], now_ms=0) == [q0, q1]
+    assert locks.lock("G", "b@1", [q0, q1], now_ms=500) == []  # held by a
+    assert locks.lock("OTHER", "b@1", [q0], now_ms=500) == [q0]  # locks are per group
+    locks.unlock("G", "b@1", [q0])  # not b's to release
+    assert locks.holder("G", q0, 600) == "a@1"
+    assert locks.lock("G", "a@1", [q0], now_ms=900) == [q0]  # renewed at 900
+    assert locks.lock("G", "b@1", [q0, q1], now_ms=1700) == [q1]  # q1 expired at 1000, q0 not yet
+    locks.unlock("G", "a@1", [q0])
+    assert locks.lock("G", "b@1", [q0], now_ms=1701) == [q0]
+
+
+def test_lock_batch_over_the_wire(door: Door) -> None:
+    mqs = (MessageQueueRef("LockT", "broker-a", 0), MessageQueueRef("LockT", "broker-a", 1))
+    first = call(
+        door,
+        request(RequestCode.LOCK_BATCH_MQ, 1, body=encode_lock_request(LockBatchRequest("G", "a@1", mqs))),
+    )
+    assert decode_lock_response(first.body) == list(mqs)
+    other = call(
+        door,
+        request(RequestCode.LOCK_BATCH_MQ, 2, body=encode_lock_request(LockBatchRequest("G", "b@1", mqs))),
+    )
+    assert decode_lock_response(other.body) == []
+    unlock = request(
+        RequestCode.UNLOCK_BATCH_MQ, 3, body=encode_lock_request(LockBatchRequest("G", "a@1", mqs[:1]))
+    )
+    assert call(door, unlock).code == ResponseCode.SUCCESS
+    again = call(
+        door,
+        request(RequestCode.LOCK_BATCH_MQ, 4, body=encode_lock_request(LockBatchRequest("G", "b@1", mqs))),
+    )
+    assert decode_lock_response(again.body) == [mqs[0]]
+
+
+def test_tool_codes(door: Door) -> None:
+    create = {
+        "topic": "ToolT",
+        "defaultTopic": "TBW102",
+        "readQueueNums": "2",
+        "writeQueueNums": "3",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+    }
+    assert call(door, request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, create)).code == ResponseCode.SUCCESS
+    assert door.store.queue_count("ToolT") == 3
+    put = door.store.put_message(Message("ToolT", b"find me", keys=("order-9",), queue_id=2))
+    viewed = call(door, request(RequestCode.VIEW_MESSAGE_BY_ID, 2, {"offset": str(put.commitlog_offset)}))
+    assert viewed.code == ResponseCode.SUCCESS and viewed.body == door.store.read_record(put.commitlog_offset)
+    query = {
+        "topic": "ToolT",
+        "key": "order-9",
+        "maxNum": "32",
+        "beginTimestamp": "0",
+        "endTimestamp": str(2**62),
+    }
+    found = call(door, request(RequestCode.QUERY_MESSAGE, 3, query))
+    assert found.code == ResponseCode.SUCCESS and found.body == viewed.body
+    missing = call(door, request(RequestCode.QUERY_MESSAGE, 4, {**query, "key": "nope"}))
+    assert missing.code == ResponseCode.QUERY_NOT_FOUND
+    earliest = call(
+        door, request(RequestCode.GET_EARLIEST_MSG_STORETIME, 5, {"topic": "ToolT", "queueId": "2"})
+    )
+    assert earliest.ext_fields == {"timestamp": str(put.store_timestamp_ms)}
+    empty = call(door, request(RequestCode.GET_EARLIEST_MSG_STORETIME, 6, {"topic": "ToolT", "queueId": "0"}))
+    assert empty.ext_fields == {"timestamp": "-1"}
+    gone = call(door, request(RequestCode.VIEW_MESSAGE_BY_ID, 7, {"offset": str(10**12)}))
+    assert gone.code == ResponseCode.SYSTEM_ERROR

@@ -2,8 +2,8 @@
 :class:`DoorContext` for :class:`~ingest_api.remoting.server.RemotingServer`.
 
 Served so far: the name-server codes (route, cluster info), sending (10, 310, 320), client
-registration (34, 35, 38), pulling (11) and offsets (14, 15, 29, 30, 31). Everything else
-is answered REQUEST_CODE_NOT_SUPPORTED by the server.
+registration (34, 35, 38), pulling (11), offsets (14, 15, 29, 30, 31), orderly locks (41, 42)
+and the tools' codes (12, 17, 32, 33). Everything else is answered REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from ingest_api.remoting.codec import RemotingCommand
 from ingest_api.remoting.codes import RequestCode
 from ingest_api.remoting.connection import Connection
-from ingest_api.remoting.handlers import heartbeat, nameserver, offsets, pull, send
+from ingest_api.remoting.handlers import heartbeat, locks, nameserver, offsets, pull, send, tools
 from ingest_api.remoting.handlers.context import BrokerIdentity, DoorContext
 from ingest_api.remoting.server import Handler
 
@@ -37,6 +37,12 @@ _HANDLERS: dict[int, ContextHandler] = {
     RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
     RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset,
+    RequestCode.LOCK_BATCH_MQ: locks.lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: locks.unlock_batch,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: tools.create_topic,
+    RequestCode.VIEW_MESSAGE_BY_ID: tools.view_message,
+    RequestCode.QUERY_MESSAGE: tools.query_message,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: tools.earliest_store_time,
 }
 
 

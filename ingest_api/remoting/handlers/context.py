@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from ingest_api.remoting.handlers.arrivals import ArrivalWaiters
 from ingest_api.remoting.handlers.clients import ClientRegistry
+from ingest_api.remoting.handlers.queue_locks import QueueLocks
 from store import Clock, MessageStore, wall_clock_ms
 
 T = TypeVar("T")
@@ -38,6 +39,7 @@ class DoorContext:
     identity: BrokerIdentity
     clock_ms: Clock = wall_clock_ms
     clients: ClientRegistry = field(default_factory=ClientRegistry)
+    locks: QueueLocks = field(default_factory=QueueLocks)
     _waiters: ArrivalWaiters | None = None
 
     def arrivals(self) -> ArrivalWaiters:
