@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ingest_api.remoting.codec import RemotingCommand, decode_frame, encode_command, request, response_to
 from ingest_api.remoting.connection import Connection
+from ingest_api.remoting.door import RemotingDoor, start_remoting_door
 from ingest_api.remoting.server import (
     Handler,
     HandlerTable,
@@ -24,6 +25,7 @@ __all__ = [
     "Handler",
     "HandlerTable",
     "RemotingCommand",
+    "RemotingDoor",
     "RemotingServer",
     "RemotingServerConfig",
     "RemotingServerThread",
@@ -31,5 +33,6 @@ __all__ = [
     "encode_command",
     "request",
     "response_to",
+    "start_remoting_door",
     "start_remoting_server",
 ]

@@ -3,15 +3,18 @@ serialize types and the command flag bits.
 
 Values are RocketMQ's (``remoting/protocol/RequestCode.java``, ``ResponseCode.java``,
 ``RemotingSysResponseCode.java``, ``LanguageCode.java``, ``SerializeType.java`` at apache/rocketmq
-8fc57f14). :class:`RequestCode` lists every code a RocketMQ 4.x/5.x client, the admin tools or
-ali-ons send, plus the server-to-client ones; codes only brokers, controllers or the name
-server exchange among themselves are left out. Pure constants: no I/O.
+8fc57f14); the sysFlag bits are the store's (``store.SYSFLAG_*``). :class:`RequestCode` lists
+every code a RocketMQ 4.x/5.x client, the admin tools or ali-ons send, plus the server-to-client
+ones; codes only brokers, controllers or the name server exchange among themselves are left
+out. Pure constants: no I/O.
 """
 
 from __future__ import annotations
 
 import enum
 from typing import Final
+
+from store import SYSFLAG_TX_COMMIT, SYSFLAG_TX_NOT, SYSFLAG_TX_ROLLBACK
 
 
 class RequestCode(enum.IntEnum):
@@ -186,10 +189,10 @@ PULL_FLAG_SUBSCRIPTION: Final = 1 << 2
 PULL_FLAG_CLASS_FILTER: Final = 1 << 3
 PULL_FLAG_LITE_PULL: Final = 1 << 4
 
-#: ``MessageSysFlag`` commitOrRollback values of END_TRANSACTION (the sysFlag transaction bits).
-TRANSACTION_NOT_TYPE: Final = 0
-TRANSACTION_COMMIT_TYPE: Final = 0x8
-TRANSACTION_ROLLBACK_TYPE: Final = 0xC
+#: END_TRANSACTION's ``commitOrRollback``: the sysFlag transaction bits (``MessageSysFlag``).
+TRANSACTION_NOT_TYPE: Final = SYSFLAG_TX_NOT
+TRANSACTION_COMMIT_TYPE: Final = SYSFLAG_TX_COMMIT
+TRANSACTION_ROLLBACK_TYPE: Final = SYSFLAG_TX_ROLLBACK
 
 #: ``MixAll.MASTER_ID``: the brokerId of a master in route bodies.
 MASTER_ID: Final = 0

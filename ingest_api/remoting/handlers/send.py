@@ -26,13 +26,15 @@ from ingest_api.remoting.errors import RemotingRequestError
 from ingest_api.remoting.handlers.context import DoorContext
 from ingest_api.remoting.handlers.store_errors import answer_store_error
 from ingest_api.remoting.headers import SendMessageRequest, SendMessageResponse, decode_send_request
-from store import Message, PutResult, SparkMQError
-
-#: MessageSysFlag bits read here.
-SYSFLAG_COMPRESSED = 0x1
-SYSFLAG_TX_PREPARED = 0x4
-SYSFLAG_COMPRESSION_MASK = 0x700
-SYSFLAG_COMPRESSION_ZLIB = 0x300
+from store import (
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_MASK,
+    SYSFLAG_COMPRESSION_ZLIB,
+    SYSFLAG_TX_PREPARED,
+    Message,
+    PutResult,
+    SparkMQError,
+)
 
 
 def inflate_body(body: bytes, sys_flag: int) -> bytes:
