@@ -50,7 +50,7 @@ from store.format.kafka_mapping import split_scheduling as kafka_split_schedulin
 from store.format.kafka_mapping import stored_headers as stored_kafka_headers
 from store.format.kafka_mapping import stored_key as stored_kafka_key
 from store.format.kafka_mapping import stored_value as stored_kafka_value
-from store.format.record import RecordFields
+from store.format.record import RecordFields, decode_properties, encode_properties
 from store.format.vocabulary import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -60,6 +60,13 @@ from store.format.vocabulary import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_MASK,
+    SYSFLAG_COMPRESSION_ZLIB,
+    SYSFLAG_TX_COMMIT,
+    SYSFLAG_TX_NOT,
+    SYSFLAG_TX_PREPARED,
+    SYSFLAG_TX_ROLLBACK,
     SYSTEM_PROPERTIES,
     TIMER_REQUEST_PROPERTIES,
 )
@@ -167,6 +174,13 @@ __all__ = [
     "RETRY_TOPIC_PREFIX",
     "SCHEDULE_TOPIC",
     "SENDBACK_TOPIC",
+    "SYSFLAG_COMPRESSED",
+    "SYSFLAG_COMPRESSION_MASK",
+    "SYSFLAG_COMPRESSION_ZLIB",
+    "SYSFLAG_TX_COMMIT",
+    "SYSFLAG_TX_NOT",
+    "SYSFLAG_TX_PREPARED",
+    "SYSFLAG_TX_ROLLBACK",
     "SYSTEM_PROPERTIES",
     "SYSTEM_TOPICS",
     "SYSTEM_TOPIC_PREFIX",
@@ -232,8 +246,10 @@ __all__ = [
     "ascii_rows_array",
     "dead_letter_record",
     "decode_msg_id",
+    "decode_properties",
     "dlq_topic",
     "encode_msg_id",
+    "encode_properties",
     "existing_config",
     "is_system_topic",
     "is_timer_request",

@@ -25,7 +25,6 @@ from broker.pop.state_codec import Entry, Kind, StateRecord
 from broker.pop.table import PopTable
 from store import MessageStore, RecordFields, SparkMQError, dead_letter_record, dlq_topic
 
-
 log = logging.getLogger("sparkmq.broker.pop")
 
 #: Dead letters written per append (bounds one run's put size).

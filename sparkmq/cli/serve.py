@@ -55,6 +55,13 @@ def _kafka_companions(options: ServeOptions) -> list[Companion]:
     return list(serve_companions(options))
 
 
+def _remoting_companions(options: ServeOptions) -> list[Companion]:
+    """The RocketMQ remoting door, when ``--remoting-port`` is given."""
+    from ingest_api.remoting.companion import serve_companions
+
+    return list(serve_companions(options))
+
+
 def _operator_companions(options: ServeOptions) -> list[Companion]:
     """The operator job as a supervised child process, unless ``--operators off``."""
     if options.extra.get("operators", "local") != "local":
@@ -81,7 +88,11 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
 
 
 #: Factories of companions run with ``serve`` (each may return none).
-SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [_kafka_companions, _operator_companions]
+SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [
+    _kafka_companions,
+    _remoting_companions,
+    _operator_companions,
+]
 
 
 @app.command()
@@ -110,6 +121,15 @@ def serve(
     ] = None,
     kafka_advertised_host: Annotated[
         str | None, typer.Option(help="Host the Kafka gateway tells clients to connect to.")
+    ] = None,
+    remoting_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Also serve RocketMQ's remoting protocol on this port (RocketMQ: 10911; off when absent)."
+        ),
+    ] = None,
+    remoting_host: Annotated[
+        str | None, typer.Option(help="Remoting door bind address (default: --host).")
     ] = None,
     operators: Annotated[
         str,
@@ -276,6 +296,9 @@ def serve(
         "kafka_port": kafka_port,
         "kafka_host": kafka_host,
         "kafka_advertised_host": kafka_advertised_host,
+        "remoting_port": remoting_port,
+        "remoting_host": remoting_host,
+        "advertise_host": advertise_host,
     }
     options = ServeOptions(
         config=config, extra={name: value for name, value in extra.items() if value is not None}

@@ -1,0 +1,49 @@
+"""``python -m ingest_api.remoting --store-dir DIR``: serve one store over RocketMQ's remoting
+protocol only (name-server and broker codes on one port)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from ingest_api.remoting.door import start_remoting_door
+from store import MessageStore, StoreConfig
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve one store directory over the remoting protocol (no HTTP)."""
+    parser = argparse.ArgumentParser(description="sparkmq RocketMQ remoting door (standalone)")
+    parser.add_argument("--store-dir", type=Path, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=10911)
+    parser.add_argument("--advertised-host", default=None)
+    parser.add_argument("--broker-name", default="broker-a")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        with MessageStore.open(StoreConfig(store_dir=args.store_dir).validate()) as store:
+            door = await start_remoting_door(
+                store,
+                host=args.host,
+                port=args.port,
+                advertised_host=args.advertised_host,
+                broker_name=args.broker_name,
+            )
+            try:
+                await stop.wait()  # SIGINT / SIGTERM: close the door, then the store
+            finally:
+                await door.close()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

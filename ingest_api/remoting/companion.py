@@ -1,0 +1,89 @@
+"""Run the remoting door next to the HTTP API, on the broker's event loop (``sparkmq serve``).
+
+``create_app(config, companions=[RemotingCompanion(port=10911)])`` starts the door after the
+store opens and closes it before the store closes. ``sparkmq serve`` registers
+:func:`serve_companions`, which turns ``--remoting-port`` (off when absent), ``--remoting-host``
+and ``--advertise-host`` into a companion.
+
+For now the door serves a lone broker: in cluster mode (``broker.cluster`` set) it refuses to
+start, since its routes would not yet come from ZooKeeper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
+
+from ingest_api.remoting.door import RemotingDoor, start_remoting_door
+from store import InvalidArgument, MessageStore
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+class _HasStore(Protocol):
+    @property
+    def store(self) -> Any: ...
+
+
+class RemotingCompanion:
+    """A companion factory: ``companion(broker)`` is an async context manager running the door.
+
+    ``door`` is the running door while the broker is up (its ``port`` when ``port=0``).
+    """
+
+    def __init__(
+        self,
+        port: int = 10911,
+        host: str = "127.0.0.1",
+        advertised_host: str | None = None,
+        broker_name: str = "broker-a",
+    ) -> None:
+        self.port = port
+        self.host = host
+        self.advertised_host = advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
+        self.broker_name = broker_name
+        self.door: RemotingDoor | None = None
+
+    def __call__(self, broker: _HasStore) -> AbstractAsyncContextManager[RemotingDoor]:
+        return self._run(broker)
+
+    @asynccontextmanager
+    async def _run(self, broker: _HasStore) -> AsyncIterator[RemotingDoor]:
+        if getattr(broker, "cluster", None) is not None:
+            raise InvalidArgument(
+                "--remoting-port serves a lone broker for now: cluster routes over ZooKeeper are not in yet"
+            )
+        store: MessageStore = broker.store
+        door = await start_remoting_door(
+            store,
+            host=self.host,
+            port=self.port,
+            advertised_host=self.advertised_host,
+            broker_name=self.broker_name,
+        )
+        self.door = door
+        try:
+            yield door
+        finally:
+            self.door = None
+            await door.close()
+
+
+class _ServeOptions(Protocol):
+    @property
+    def config(self) -> Any: ...
+    @property
+    def extra(self) -> Mapping[str, Any]: ...
+
+
+def serve_companions(options: _ServeOptions) -> list[Callable[[Any], AbstractAsyncContextManager[Any]]]:
+    """``sparkmq serve`` hook: one door when ``extra["remoting_port"]`` is set, else none.
+
+    Binds ``extra["remoting_host"]`` or the HTTP host; advertises ``extra["advertise_host"]``.
+    """
+    port = options.extra.get("remoting_port")
+    if port is None:
+        return []
+    host = str(options.extra.get("remoting_host") or getattr(options.config, "host", "127.0.0.1"))
+    return [RemotingCompanion(port=int(port), host=host, advertised_host=options.extra.get("advertise_host"))]

@@ -1,0 +1,59 @@
+"""The remoting door assembled: a store, this broker's identity, the handler table, the server.
+
+Embedding (what ``sparkmq serve --remoting-port`` is to call, on the broker's loop)::
+
+    door = await start_remoting_door(store, host="0.0.0.0", port=10911, advertised_host="broker.lan")
+    ...
+    await door.close()      # before the store closes
+
+The advertised ``host:port`` is what route bodies give clients as the broker's address;
+``port=0`` binds a free port and advertises it.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from ingest_api.remoting.codec import DEFAULT_MAX_FRAME_BYTES
+from ingest_api.remoting.handlers import BrokerIdentity, DoorContext, handler_table
+from ingest_api.remoting.server import RemotingServer, RemotingServerConfig, start_remoting_server
+from store import MessageStore
+
+
+class RemotingDoor:
+    """A running door; ``close()`` stops the listener, then detaches from the store."""
+
+    def __init__(self, context: DoorContext, server: RemotingServer) -> None:
+        self.context = context
+        self.server = server
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def close(self) -> None:
+        await self.server.close()
+        self.context.close()
+
+
+async def start_remoting_door(
+    store: MessageStore,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 10911,
+    advertised_host: str | None = None,
+    broker_name: str = "broker-a",
+    cluster_name: str = "DefaultCluster",
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ssl_context: ssl.SSLContext | None = None,
+) -> RemotingDoor:
+    """Bind and serve; returns once the socket listens. ``advertised_host`` defaults to ``host``."""
+    shown_host = advertised_host or host
+    context = DoorContext(store, BrokerIdentity(f"{shown_host}:{port}", broker_name, cluster_name))
+    config = RemotingServerConfig(
+        host=host, port=port, max_frame_bytes=max_frame_bytes, ssl_context=ssl_context
+    ).validate()
+    server = await start_remoting_server(handler_table(context), config)
+    if port == 0:  # advertise the port actually bound
+        context.identity = BrokerIdentity(f"{shown_host}:{server.port}", broker_name, cluster_name)
+    return RemotingDoor(context, server)

@@ -1,0 +1,68 @@
+"""The name-server codes on the broker's own port: GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO.
+
+A lone broker answers with itself as ``brokerId 0`` of its broker name; every queue of the
+topic is readable and writable. An unknown topic is created when the store auto-creates topics
+(as a producer's first write would; ali-ons gives up on TOPIC_NOT_EXIST instead of falling
+back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise. Retry and
+dead-letter topics (``%RETRY%group``, ``%DLQ%group``) are never created here: the retry ladder
+creates them with its own queue counts; until then they have no route.
+"""
+
+from __future__ import annotations
+
+from ingest_api.remoting.bodies import (
+    BrokerData,
+    ClusterInfo,
+    QueueData,
+    TopicRouteData,
+    encode_cluster_info,
+    encode_route,
+)
+from ingest_api.remoting.codec import RemotingCommand, response_to
+from ingest_api.remoting.codes import AUTO_CREATE_TOPIC_KEY, MASTER_ID, PERM_READ, PERM_WRITE, ResponseCode
+from ingest_api.remoting.connection import Connection
+from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.headers import GetRouteInfoRequest
+from store import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, SparkMQError
+
+#: RocketMQ's remark for a topic without a route (clients log it).
+NO_ROUTE_REMARK = "No topic route info in name server for the topic: "
+
+
+def _broker_data(ctx: DoorContext) -> BrokerData:
+    ident = ctx.identity
+    return BrokerData(ident.cluster_name, ident.broker_name, {MASTER_ID: ident.address})
+
+
+async def _queue_count(ctx: DoorContext, topic: str) -> int | None:
+    store = ctx.store
+    if store.has_topic(topic):
+        return store.queue_count(topic)
+    if topic == AUTO_CREATE_TOPIC_KEY:
+        return store.config.default_queues_per_topic if store.config.auto_create_topics else None
+    if topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)):
+        return None
+    try:
+        return await ctx.run_blocking(store.ensure_topic, topic)
+    except SparkMQError:
+        return None  # auto-create off, or a name the store refuses
+
+
+async def get_route_info(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    header = GetRouteInfoRequest.from_ext_fields(cmd.ext_fields)
+    queues = await _queue_count(ctx, header.topic)
+    if queues is None:
+        return response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, NO_ROUTE_REMARK + header.topic)
+    route = TopicRouteData(
+        queue_datas=[QueueData(ctx.identity.broker_name, queues, queues, PERM_READ | PERM_WRITE)],
+        broker_datas=[_broker_data(ctx)],
+    )
+    return response_to(cmd, ResponseCode.SUCCESS, body=encode_route(route))
+
+
+async def get_broker_cluster_info(
+    ctx: DoorContext, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
+    broker = _broker_data(ctx)
+    info = ClusterInfo({broker.broker_name: broker}, {broker.cluster: [broker.broker_name]})
+    return response_to(cmd, ResponseCode.SUCCESS, body=encode_cluster_info(info))

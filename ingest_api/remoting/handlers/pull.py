@@ -1,0 +1,106 @@
+"""PULL_MESSAGE (11): the ConsumeQueue read with tag filtering, long polling, and the raw
+CommitLog records as the body (what RocketMQ sends; clients decode them themselves).
+
+The tag expression is the request's ``subscription`` when its sysFlag says so, else the
+group's from its last heartbeat, else ``*``. A commit offset in the request (sysFlag bit 0)
+is stored first. With nothing new and the suspend flag set, the pull parks up to
+``suspendTimeoutMillis`` on :class:`ArrivalWaiters` and reads again once. Status mapping
+(RocketMQ ``PullMessageProcessor``): FOUND -> SUCCESS, all filtered out ->
+PULL_RETRY_IMMEDIATELY, nothing new -> PULL_NOT_FOUND, below the min or beyond the max ->
+PULL_OFFSET_MOVED, an empty or unknown queue -> PULL_NOT_FOUND at offset 0 and
+PULL_OFFSET_MOVED elsewhere.
+
+Not yet (the broker-core door): serving a slave below its confirm offset with
+``suggestWhichBrokerId``, flow limits by ``maxMsgBytes``.
+"""
+
+from __future__ import annotations
+
+from ingest_api.remoting.codec import RemotingCommand, response_to
+from ingest_api.remoting.codes import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    ResponseCode,
+)
+from ingest_api.remoting.connection import Connection
+from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.headers import PullMessageRequest, PullMessageResponse
+from store import GetResult, GetStatus
+
+#: Longest park of one pull, whatever the client asks (RocketMQ clients ask 15-20 s).
+MAX_SUSPEND_MS = 30_000
+
+
+def _tag_expression(ctx: DoorContext, header: PullMessageRequest) -> str:
+    if header.sys_flag & PULL_FLAG_SUBSCRIPTION and header.subscription:
+        return header.subscription
+    data = ctx.clients.subscription(header.consumer_group, ctx.clock_ms())
+    for sub in data.subscriptions if data is not None else ():
+        if sub.topic == header.topic:
+            return sub.sub_string
+    return "*"
+
+
+def _status_code(result: GetResult, requested_offset: int) -> ResponseCode:
+    status = result.status
+    if status is GetStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status is GetStatus.NO_MATCHED_MESSAGE:
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status is GetStatus.NO_NEW_MESSAGE:
+        return ResponseCode.PULL_NOT_FOUND
+    if status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE):
+        return ResponseCode.PULL_NOT_FOUND if requested_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+
+
+async def _read(ctx: DoorContext, header: PullMessageRequest, expression: str) -> tuple[GetResult, bytes]:
+    """The read and the raw records of what it found."""
+
+    def read() -> tuple[GetResult, bytes]:
+        store = ctx.store
+        result = store.get_messages(
+            header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, expression
+        )
+        records = [store.read_bytes(m.commitlog_offset, m.size_bytes) for m in result.messages]
+        return result, b"".join(r for r in records if r is not None)
+
+    return await ctx.run_blocking(read)
+
+
+async def pull_message(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    header = PullMessageRequest.from_ext_fields(cmd.ext_fields)
+    if header.max_msg_nums <= 0:
+        return response_to(
+            cmd, ResponseCode.INVALID_PARAMETER, f"maxMsgNums must be positive: {header.max_msg_nums}"
+        )
+    if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
+        await ctx.run_blocking(
+            ctx.store.commit_offset,
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.commit_offset,
+        )
+    expression = _tag_expression(ctx, header)
+    waiters = ctx.arrivals()
+    result, body = await _read(ctx, header, expression)
+    suspend_ms = min(header.suspend_timeout_millis, MAX_SUSPEND_MS)
+    if result.status is GetStatus.NO_NEW_MESSAGE and header.sys_flag & PULL_FLAG_SUSPEND and suspend_ms > 0:
+
+        def arrived() -> bool:
+            return ctx.store.max_offset(header.topic, header.queue_id) > header.queue_offset
+
+        if await waiters.wait(header.topic, header.queue_id, header.queue_offset, suspend_ms / 1000, arrived):
+            result, body = await _read(ctx, header, expression)
+    response = PullMessageResponse(
+        suggest_which_broker_id=0,
+        next_begin_offset=result.next_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+    )
+    code = _status_code(result, header.queue_offset)
+    return response_to(
+        cmd, code, ext_fields=response.to_ext_fields(), body=body if code == ResponseCode.SUCCESS else b""
+    )

@@ -1,0 +1,272 @@
+"""The remoting listener: an asyncio TCP server that reads RocketMQ remoting frames, dispatches
+each request by its code to a handler table, and writes the answer in the request's encoding.
+
+Per connection, requests are handled **concurrently** (as RocketMQ's Netty server does: one
+client connection carries long-polling pulls next to its sends), up to
+``max_in_flight_per_connection``; responses are matched by ``opaque``, not by order. The rules:
+
+* a frame whose length exceeds ``max_frame_bytes``, a truncated frame or a header that does not
+  decode closes *that* connection with a log line; the listener and the others keep running;
+* an unknown code is answered ``REQUEST_CODE_NOT_SUPPORTED`` with the code in the remark;
+* a :class:`RemotingRequestError` from a handler is answered with its ``response_code``, any
+  other exception with ``SYSTEM_ERROR`` (remark = the message); the connection stays open;
+* a one-way request is never answered, whatever its handler returns;
+* a response from the client (bit 0 of ``flag``) completes a server -> client
+  :meth:`Connection.invoke`.
+
+A handler is ``async def handler(conn, cmd) -> RemotingCommand | None``; the server stamps the
+answer with the request's ``opaque``, the response bit and the request's serialize type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import ssl
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+
+from ingest_api.remoting.codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_LENGTH,
+    RemotingCommand,
+    decode_frame,
+    parse_frame_length,
+    response_to,
+)
+from ingest_api.remoting.codes import FLAG_RESPONSE, ResponseCode, code_name
+from ingest_api.remoting.connection import Connection
+from ingest_api.remoting.errors import (
+    ConnectionClosed,
+    RemotingProtocolError,
+    RemotingRequestError,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+#: request code -> handler.
+HandlerTable = Mapping[int, Handler]
+
+#: Read-ahead per connection (lets pipelined requests arrive while earlier ones run).
+STREAM_BUFFER_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RemotingServerConfig:
+    """``port`` 0 picks a free port. ``max_frame_bytes``: the largest ``length`` accepted
+    (16 MiB, RocketMQ's default). ``ssl_context``: serve TLS instead of plain TCP."""
+
+    host: str = "127.0.0.1"
+    port: int = 10911
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_in_flight_per_connection: int = 256
+    ssl_context: ssl.SSLContext | None = None
+
+    def validate(self) -> RemotingServerConfig:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+        if self.max_frame_bytes < 64:
+            raise ValueError(f"max_frame_bytes must be at least 64, got {self.max_frame_bytes}")
+        if self.max_in_flight_per_connection < 1:
+            raise ValueError("max_in_flight_per_connection must be at least 1")
+        return self
+
+
+class RemotingServer:
+    """A running listener; ``port`` is the bound port, ``close()`` stops it (idempotent)."""
+
+    def __init__(self, handlers: HandlerTable, config: RemotingServerConfig) -> None:
+        self._handlers = handlers
+        self._config = config.validate()
+        self._server: asyncio.Server | None = None
+        self._port = config.port
+        self._ids = itertools.count(1)
+        self._connections: dict[Connection, asyncio.Task[None]] = {}
+        self._closed = False
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def connections(self) -> list[Connection]:
+        """The live connections (handlers look up a producer group's channel here)."""
+        return [conn for conn in self._connections if not conn.closed]
+
+    async def start(self) -> RemotingServer:
+        self._server = await asyncio.start_server(
+            self._on_connect,
+            self._config.host,
+            self._config.port,
+            limit=STREAM_BUFFER_BYTES,
+            ssl=self._config.ssl_context,
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+        tls = " (TLS)" if self._config.ssl_context is not None else ""
+        log.info("remoting door listening on %s:%d%s", self._config.host, self._port, tls)
+        return self
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        conn = Connection(next(self._ids), str(peer[0]), int(peer[1]), writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[conn] = task
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            await self._serve(conn, reader, in_flight)
+        except asyncio.CancelledError:
+            pass  # close() cancels live connections: end the task normally
+        finally:
+            self._connections.pop(conn, None)
+            conn.mark_closed()
+            for pending in in_flight:
+                pending.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+            await conn.close()
+
+    async def _serve(
+        self, conn: Connection, reader: asyncio.StreamReader, in_flight: set[asyncio.Task[None]]
+    ) -> None:
+        where = f"connection {conn.connection_id} from {conn.peer}"
+        slots = asyncio.Semaphore(self._config.max_in_flight_per_connection)
+        try:
+            while True:
+                cmd = await self._read_command(reader)
+                if cmd is None:
+                    log.debug("remoting: %s closed by the peer", where)
+                    return
+                if cmd.is_response:
+                    conn.on_response(cmd)
+                    continue
+                conn.serialize_type = cmd.serialize_type
+                await slots.acquire()
+                task = asyncio.create_task(self._handle(conn, cmd))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                task.add_done_callback(lambda _: slots.release())
+        except RemotingProtocolError as exc:
+            log.warning("remoting door: closing %s: %s", where, exc)
+        except asyncio.IncompleteReadError as exc:
+            missing = (exc.expected or 0) - len(exc.partial)
+            log.warning("remoting door: closing %s: truncated frame (%d bytes short)", where, missing)
+        except ConnectionError as exc:
+            log.info("remoting door: %s dropped: %s", where, exc)
+
+    async def _read_command(self, reader: asyncio.StreamReader) -> RemotingCommand | None:
+        try:
+            prefix = await reader.readexactly(FRAME_LENGTH.size)
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                raise
+            return None  # clean end of stream between frames
+        length = parse_frame_length(prefix, self._config.max_frame_bytes)
+        return decode_frame(await reader.readexactly(length))
+
+    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
+        answer = await self._answer(conn, cmd)
+        if cmd.is_oneway or answer is None:
+            return
+        answer = dataclasses.replace(
+            answer, opaque=cmd.opaque, flag=answer.flag | FLAG_RESPONSE, serialize_type=cmd.serialize_type
+        )
+        try:
+            await conn.send(answer)
+        except ConnectionClosed:
+            log.debug("remoting: %r closed before the answer to %s", conn, code_name(cmd.code))
+        except RemotingProtocolError as exc:  # the answer itself does not encode
+            log.error("remoting: cannot encode the answer to %s: %s", code_name(cmd.code), exc)
+            with contextlib.suppress(ConnectionClosed):
+                await conn.send(response_to(cmd, ResponseCode.SYSTEM_ERROR, f"cannot encode answer: {exc}"))
+
+    async def _answer(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            log.info("remoting: %r sent unsupported %s", conn, code_name(cmd.code))
+            return response_to(
+                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        try:
+            return await handler(conn, cmd)
+        except RemotingRequestError as exc:
+            log.info("remoting: %s from %r refused: %s", code_name(cmd.code), conn, exc)
+            return response_to(cmd, exc.response_code, str(exc))
+        except Exception as exc:  # a handler fault answers SYSTEM_ERROR and the door keeps serving
+            log.exception("remoting: %s from %r failed", code_name(cmd.code), conn)
+            return response_to(cmd, ResponseCode.SYSTEM_ERROR, str(exc) or type(exc).__name__)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._connections.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("remoting door on port %d closed", self._port)
+
+
+async def start_remoting_server(
+    handlers: HandlerTable, config: RemotingServerConfig | None = None
+) -> RemotingServer:
+    """Start listening on the running loop; returns once the socket is bound."""
+    return await RemotingServer(handlers, config or RemotingServerConfig()).start()
+
+
+class RemotingServerThread:
+    """A server on its own event loop in a daemon thread (tests, benchmarks)."""
+
+    def __init__(
+        self, handlers: HandlerTable, config: RemotingServerConfig, start_timeout_s: float = 10.0
+    ) -> None:
+        self._handlers = handlers
+        self._config = config
+        self._timeout = start_timeout_s
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="remoting-door", daemon=True)
+        self.server: RemotingServer | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None, "not started"
+        return self.server.port
+
+    @property
+    def address(self) -> str:
+        return f"{self._config.host}:{self.port}"
+
+    def start(self) -> RemotingServerThread:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(
+            start_remoting_server(self._handlers, self._config), self.loop
+        )
+        self.server = future.result(self._timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(self._timeout)
+            self.server = None
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(self._timeout)
+        if not self.loop.is_running():
+            self.loop.close()
+
+    def __enter__(self) -> RemotingServerThread:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
