@@ -348,9 +348,13 @@ class Producer:
                 document["transaction"] = dict(call.transaction)
             path, content = f"/topics/{segment(call.topic)}/messages:batch", _encode(document)
             headers["content-type"] = JSON
-        response = self._transport.send(
-            url, "POST", path, broker=part.broker, content=content, headers=headers
-        )
+        try:
+            response = self._transport.send(
+                url, "POST", path, broker=part.broker, content=content, headers=headers
+            )
+        except BrokerUnreachable:
+            self._directory.known.unreachable(url)  # the next route comes from another broker
+            raise
         if not 200 <= response.status_code < 300:
             raise error_from_answer(response, part.broker)
         answer = response.json()
