@@ -72,6 +72,18 @@ class RouteDirectory:
             no_broker_answered(failures), url=",".join(u for u, _ in failures), maybe_sent=maybe_sent
         )
 
+    def ask_bootstrap(self, method: str, path: str, **kwargs: Any) -> tuple[Any, str]:
+        """``(JSON answer, URL)`` of the first *bootstrap* address that answers, in the order
+        given (a question about a broker the caller named: ``/healthz``, ``/stats``); never a
+        learnt one. :class:`BrokerUnreachable` naming every address tried when none answers."""
+        failures: list[tuple[str, str]] = []
+        for url in self.known.bootstrap:
+            try:
+                return self._transport.call(url, method, path, **kwargs), url
+            except BrokerUnreachable as exc:
+                failures.append((url, exc.message))
+        raise BrokerUnreachable(no_broker_answered(failures), url=",".join(self.known.bootstrap))
+
     # -- the cluster and the routes ---------------------------------------------------------------
 
     def cluster(self, refresh: bool = False) -> ClusterInfo:
