@@ -308,6 +308,7 @@ class ClusterBackend:
 
     def queue_heads(self, topic: str) -> QueueHeads:
         """Heads of every queue whose broker answers; see the module docstring for the others."""
+        failing_over_until = time.monotonic() + self.timeout_s
         while True:
             answer = self._heads_once(topic)
             if answer is None:
@@ -319,12 +320,21 @@ class ClusterBackend:
             for queue_id, broker in sorted(answer.unavailable.items()):
                 by_broker.setdefault(broker, []).append(queue_id)
             broker, queues = sorted(by_broker.items())[0]
+            if time.monotonic() < failing_over_until and self._failing_over(topic, broker):
+                time.sleep(self.retry_interval_s)  # its slave is about to lead
+                continue
             if not self.wait_for_brokers:
                 raise BrokerUnavailable(down_message(topic, broker, None, queues, "not alive"), broker=broker)
             self._log_wait(f"broker {broker}", f"queues {queues} of {topic!r} are unavailable")
             if topic in self._complete:
                 return answer.heads
             time.sleep(self.retry_interval_s)
+
+    def _failing_over(self, topic: str, broker: str) -> bool:
+        """Whether ``broker`` is a replica group with a live member other than the address
+        that did not answer (fresh route): its slave leads within about a second."""
+        owners = [o for o in self._route(topic, fresh=True) if o.broker == broker]
+        return any(set(o.replicas) - {o.http} for o in owners)
 
     def _heads_once(self, topic: str) -> HeadsAnswer | None:
         resp = self._waiting(f"the heads of {topic!r}", lambda: self._ask(f"/topics/{topic}"))

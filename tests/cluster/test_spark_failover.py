@@ -24,10 +24,9 @@ def test_the_source_given_only_the_masters_address_reads_on_at_its_slave(spark: 
             client.send_batch("t", [{"body": f"before-{i}"} for i in range(20)])
             query = (
                 spark.readStream.format("sparkmq")
-                .option("endpoint", pair.master.url)  # the only address it is given
+                .option("endpoint", pair.master.url)  # the only address it is given (failOnDataLoss on)
                 .option("topic", "t")
                 .option("startingOffsets", "earliest")
-                .option("failOnDataLoss", "false")
                 .option("requestTimeoutMs", "5000")
                 .load()
                 .selectExpr("CAST(body AS STRING) AS body")
