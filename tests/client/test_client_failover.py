@@ -152,9 +152,10 @@ def test_the_cli_takes_a_bootstrap_list_and_skips_a_dead_first_address(tmp_path:
 
 
 def test_the_client_names_every_address_it_tried() -> None:
-    with Client(["http://127.0.0.1:9", "http://127.0.0.1:7"], config=PATIENT) as client, pytest.raises(
-        BrokerUnreachable
-    ) as failed:
+    with (
+        Client(["http://127.0.0.1:9", "http://127.0.0.1:7"], config=PATIENT) as client,
+        pytest.raises(BrokerUnreachable) as failed,
+    ):
         client.topics()
     assert "tried http://127.0.0.1:9, http://127.0.0.1:7" in str(failed.value)
     assert not failed.value.maybe_sent
