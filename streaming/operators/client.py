@@ -8,7 +8,9 @@ is a broker *name*: a replica group whose master may move. So the client learns 
 that group (``GET /cluster``: the group of the broker that answers, ``self``) and, when the
 address it uses does not answer, goes to the next one (:class:`cluster.KnownBrokers`); the job
 acts only while the member it talks to leads (:meth:`BrokerClient.leads`). Other brokers of the
-cluster are never learnt: their operators are their own jobs'.
+cluster are never learnt: their operators are their own jobs'. A job a broker supervises
+(``--path``: it reads that broker's own store) learns nothing and talks to that broker only: its
+batch ids are its own, and another member's job posts its own.
 """
 
 from __future__ import annotations
@@ -29,11 +31,18 @@ log = logging.getLogger("sparkmq.operators")
 class BrokerClient:
     """The job's HTTP calls to the broker (retried while the broker restarts)."""
 
-    def __init__(self, endpoint: str, auth_token: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        auth_token: str | None = None,
+        timeout_s: float = 60.0,
+        *,
+        learn_group: bool = True,
+    ) -> None:
         headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
         self.http = httpx.Client(headers=headers, timeout=timeout_s)
         self.known = KnownBrokers(endpoint.split(","))
-        self._group_learnt = False
+        self._group_learnt = not learn_group
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """``method path`` at the first known member that answers; the last transport error

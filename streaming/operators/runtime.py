@@ -285,7 +285,10 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     """Run the resolver queries until ``stop`` is set; a failed query is restarted from its
     checkpoint (a Python worker that did not connect back in time on a loaded machine, a lost
     executor in local mode) unless it failed too often: then exit status 1."""
-    client = BrokerClient(config.endpoint, config.auth_token, config.request_timeout_s)
+    # a job reading a broker's own store (--path) stays with that broker (see BrokerClient)
+    client = BrokerClient(
+        config.endpoint, config.auth_token, config.request_timeout_s, learn_group=config.path is None
+    )
     doc = client.settings()
     spark = session(config)
     starters: dict[str, Callable[[], Any]] = {
