@@ -77,12 +77,16 @@ class RouteDirectory:
         given (a question about a broker the caller named: ``/healthz``, ``/stats``); never a
         learnt one. :class:`BrokerUnreachable` naming every address tried when none answers."""
         failures: list[tuple[str, str]] = []
+        maybe_sent = False
         for url in self.known.bootstrap:
             try:
                 return self._transport.call(url, method, path, **kwargs), url
             except BrokerUnreachable as exc:
                 failures.append((url, exc.message))
-        raise BrokerUnreachable(no_broker_answered(failures), url=",".join(self.known.bootstrap))
+                maybe_sent = maybe_sent or exc.maybe_sent
+        raise BrokerUnreachable(
+            no_broker_answered(failures), url=",".join(self.known.bootstrap), maybe_sent=maybe_sent
+        )
 
     # -- the cluster and the routes ---------------------------------------------------------------
 
