@@ -14,7 +14,7 @@ from tests.support.cluster import ProcessBroker, ProcessCluster
 from tests.support.replica_pair import ReplicaPair
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka]
 
 
 def _partitions(broker: ProcessBroker) -> list[tuple[int, list[int], list[int]]]:
