@@ -5,6 +5,13 @@ to ZooKeeper themselves; only :mod:`cluster.zk` imports kazoo. See docs/cluster.
 """
 
 from cluster.address import DEFAULT_CHROOT, ZkAddress, parse_cluster_address
+from cluster.bootstrap import (
+    InvalidBootstrapAddress,
+    KnownBrokers,
+    learned_addresses,
+    no_broker_answered,
+    parse_bootstrap,
+)
 from cluster.config import ClusterConfig
 from cluster.coordination import Coordination, SessionState
 from cluster.errors import (
@@ -57,9 +64,11 @@ __all__ = [
     "ClusterView",
     "Coordination",
     "CoordinationUnavailable",
+    "InvalidBootstrapAddress",
     "InvalidBrokerName",
     "InvalidClusterAddress",
     "InvalidPlacement",
+    "KnownBrokers",
     "MemberInfo",
     "NoLiveBroker",
     "QueueRoute",
@@ -70,6 +79,9 @@ __all__ = [
     "ZkAddress",
     "connect",
     "grow_placement",
+    "learned_addresses",
+    "no_broker_answered",
+    "parse_bootstrap",
     "parse_cluster_address",
     "validate_broker_name",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import httpx
 
+from cluster import parse_bootstrap
 from streaming.kafka_options import BOOTSTRAP_SERVERS
 from streaming.positions import InvalidSourceOption
 
@@ -24,8 +25,17 @@ from streaming.positions import InvalidSourceOption
 PROBE_TIMEOUT_S = 5.0
 
 
-def bootstrap_problem(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why ``url`` (from ``kafka.bootstrap.servers``) is not the broker's HTTP address, or None."""
+def bootstrap_problem(urls: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why an address of ``urls`` (from ``kafka.bootstrap.servers``: one or a comma-separated
+    bootstrap list) is not a broker's HTTP address, or None."""
+    for url in parse_bootstrap(urls):
+        problem = _problem(url, timeout_s)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _problem(url: str, timeout_s: float) -> str | None:
     try:
         httpx.get(f"{url}/healthz", timeout=min(timeout_s, PROBE_TIMEOUT_S))
     except (httpx.ConnectError, httpx.ConnectTimeout):

@@ -3,12 +3,17 @@
 ``readStream.format("sparkmq").option("endpoint", <any broker>)`` reads a topic whose queues are
 spread over several brokers (docs/spark_source.md, "Clusters"):
 
-* **Discovery.** ``GET /cluster`` (the brokers, whether the entry is a lone broker) and
-  ``GET /topics/{t}/route`` (each queue's owner and its HTTP address) are asked of the entry
-  broker, or of any other broker learnt from ``/cluster`` when the entry does not answer. A
-  lone broker answers as a cluster of one (``mode: single``): every queue is then read at the
-  entry URL itself (not at the address the broker believes it has: a proxy or container
-  port mapping would make that unreachable).
+* **Discovery.** ``endpoint`` is a bootstrap list (``"http://a:8081,http://b:8082"``, Kafka's
+  ``bootstrap.servers``). ``GET /cluster`` (the brokers, whether the entry is a lone broker)
+  and ``GET /topics/{t}/route`` (each queue's owner, its HTTP address and its replica group's
+  live members) are asked of the broker that answered last, the bootstrap list, then every
+  address learnt from those answers (:class:`cluster.KnownBrokers`: every broker and replica
+  member ever named, kept for the life of the process), so a query given only a master's
+  address finds the slave that took over when the master dies. The driver hands what it has
+  learnt to the executors in each partition (:meth:`ClusterBackend.learn`). A lone broker
+  answers as a cluster of one (``mode: single``): every queue is then read at the URL that
+  answered (not at the address the broker believes it has: a proxy or container port mapping
+  would make that unreachable).
 * **Heads** (driver): ``GET /topics/{t}`` of any broker; in a cluster it asks every owner and
   marks the queues of a broker that is down ``available: false``.
 * **Reads, offset lookups** (executors): at the queue's owner, through that broker's
@@ -25,7 +30,9 @@ they are (they are simply absent from the heads, so they get no new range) while
 brokers' queues keep being read, except on the first look at a topic, which waits until every
 queue has been seen once (a query never starts without knowing where every queue starts); a
 read of a range already planned on that broker retries until the broker answers again (the
-range is in Spark's offset log and must be read exactly as planned).
+range is in Spark's offset log and must be read exactly as planned). A replica group whose
+master does not answer while other members are alive is failing over: its reads are retried
+for up to ``timeout_s`` (an election takes about a second) before that counts as down.
 """
 
 from __future__ import annotations
@@ -33,13 +40,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 import pyarrow as pa
 
+from cluster import KnownBrokers, no_broker_answered, parse_bootstrap
 from store import MESSAGE_SCHEMA, GetStatus
 from streaming.backend_contract import (
     BackendError,
@@ -148,7 +156,9 @@ class ClusterBackend:
         retry_interval_s: float = RETRY_INTERVAL_S,
         read_from: str = "master",
     ) -> None:
-        self.entry = endpoint.rstrip("/")
+        self.bootstrap = parse_bootstrap(endpoint)
+        #: The bootstrap address that answered ``/cluster`` last (a lone broker is read there).
+        self.entry = self.bootstrap[0]
         self.read_from = read_from
         self.timeout_s = timeout_s
         self.auth_token = auth_token
@@ -156,7 +166,7 @@ class ClusterBackend:
         self.retry_interval_s = retry_interval_s
         self._lock = threading.Lock()
         self._single: bool | None = None
-        self._known: tuple[str, ...] = (self.entry,)
+        self._known = KnownBrokers(self.bootstrap)
         self._routes: dict[str, tuple[QueueOwner, ...]] = {}
         #: Topics whose every queue has been seen in one heads answer (see the module docstring).
         self._complete: set[str] = set()
@@ -167,15 +177,28 @@ class ClusterBackend:
         """The process-wide backend of one broker (its pooled clients and Arrow puller)."""
         return broker_backend(url, self.timeout_s, self.auth_token, self.read_from)
 
+    def learn(self, urls: Sequence[str]) -> None:
+        """Remember broker addresses learnt elsewhere (the driver's, sent with a partition)."""
+        self._known.learn(urls)
+
+    @property
+    def known_brokers(self) -> tuple[str, ...]:
+        """Every address this backend may ask, best first."""
+        return tuple(self._known.candidates())
+
     def _ask(self, path: str, **params: Any) -> httpx.Response:
-        """``GET path`` of the first known broker that answers (the entry first)."""
-        problems = []
-        for url in self._known:
+        """``GET path`` of the first known broker that answers (see the module docstring)."""
+        problems: list[tuple[str, str]] = []
+        for url in self._known.candidates():
             try:
-                return self.broker(url).get(path, params=params or None)
+                resp = self.broker(url).get(path, params=params or None)
             except BrokerUnreachable as exc:
-                problems.append(str(exc))
-        raise BrokerUnreachable(f"no broker answered {path}: {'; '.join(problems)}")
+                self._known.unreachable(url)
+                problems.append((url, str(exc)))
+                continue
+            self._known.answered(url)
+            return resp
+        raise BrokerUnreachable(f"GET {path}: {no_broker_answered(problems)}")
 
     def _waiting(self, what: str, run: Callable[[], T]) -> T:
         """``run()``, retried while brokers do not answer when waiting for them."""
@@ -201,12 +224,11 @@ class ClusterBackend:
                 return self._single
         resp = self._waiting("a broker of the cluster", lambda: self._ask("/cluster"))
         single = resp.status_code == 404 or bool(resp.json().get("mode") == "single")
-        known = [self.entry]
         if not single and resp.status_code == 200:
-            known += [b["http"] for b in resp.json().get("brokers", ()) if b.get("alive") and b.get("http")]
+            self._known.learn_from(resp.json())
         with self._lock:
             self._single = single
-            self._known = tuple(dict.fromkeys(url.rstrip("/") for url in known))
+            self.entry = self._known.last_good or self.entry
         return single
 
     def _route(self, topic: str, *, fresh: bool = False) -> tuple[QueueOwner, ...]:
@@ -221,6 +243,8 @@ class ClusterBackend:
             return ()
         if resp.status_code >= 400:
             raise BackendError(f"GET /topics/{topic}/route -> HTTP {resp.status_code}: {resp.text[:300]}")
+        if not single:
+            self._known.learn_from(resp.json())
         owners = parse_route(resp.json(), self.entry if single else None)
         with self._lock:
             self._routes[topic] = owners
@@ -237,6 +261,8 @@ class ClusterBackend:
         route (307, or a broker gone) is refreshed once; a broker that stays down raises
         :class:`BrokerUnavailable` or, when waiting for brokers, is retried until it answers."""
         fresh = False
+        url: str | None = None
+        failing_over_until = time.monotonic() + self.timeout_s
         while True:
             owner = self._owner(topic, queue_id, fresh=fresh)
             if owner is None:
@@ -252,6 +278,9 @@ class ClusterBackend:
             except BrokerUnreachable as exc:
                 if not fresh:
                     fresh = True  # maybe it moved (a new master): ask the route again first
+                    continue
+                if set(owner.replicas) - {url} and time.monotonic() < failing_over_until:
+                    time.sleep(self.retry_interval_s)  # its group is electing a new master
                     continue
                 if not self.wait_for_brokers:
                     message = down_message(topic, owner.broker, owner.http, [queue_id], str(exc))
@@ -276,6 +305,7 @@ class ClusterBackend:
 
     def queue_heads(self, topic: str) -> QueueHeads:
         """Heads of every queue whose broker answers; see the module docstring for the others."""
+        failing_over_until = time.monotonic() + self.timeout_s
         while True:
             answer = self._heads_once(topic)
             if answer is None:
@@ -287,12 +317,21 @@ class ClusterBackend:
             for queue_id, broker in sorted(answer.unavailable.items()):
                 by_broker.setdefault(broker, []).append(queue_id)
             broker, queues = sorted(by_broker.items())[0]
+            if time.monotonic() < failing_over_until and self._failing_over(topic, broker):
+                time.sleep(self.retry_interval_s)  # its slave is about to lead
+                continue
             if not self.wait_for_brokers:
                 raise BrokerUnavailable(down_message(topic, broker, None, queues, "not alive"), broker=broker)
             self._log_wait(f"broker {broker}", f"queues {queues} of {topic!r} are unavailable")
             if topic in self._complete:
                 return answer.heads
             time.sleep(self.retry_interval_s)
+
+    def _failing_over(self, topic: str, broker: str) -> bool:
+        """Whether ``broker`` is a replica group with a live member other than the address
+        that did not answer (fresh route): its slave leads within about a second."""
+        owners = [o for o in self._route(topic, fresh=True) if o.broker == broker]
+        return any(set(o.replicas) - {o.http} for o in owners)
 
     def _heads_once(self, topic: str) -> HeadsAnswer | None:
         resp = self._waiting(f"the heads of {topic!r}", lambda: self._ask(f"/topics/{topic}"))

@@ -9,9 +9,9 @@ that says why and what to do instead, so that nothing is silently ignored:
 * every other ``kafka.*`` setting: Spark passes those to its Kafka consumer or producer, and
   sparkmq runs none (it reads and writes over the broker's HTTP API or a store directory).
 
-``kafka.bootstrap.servers`` is the exception: it may name the broker's HTTP address and then
-means ``endpoint`` (:func:`bootstrap_endpoint`; :mod:`streaming.bootstrap` checks at ``load()``
-that the address answers HTTP, so a Kafka port is reported as such).
+``kafka.bootstrap.servers`` is the exception: it may name brokers' HTTP addresses (a list too)
+and then means ``endpoint`` (:func:`bootstrap_endpoint`; :mod:`streaming.bootstrap` checks at
+``load()`` that the address answers HTTP, so a Kafka port is reported as such).
 
 Pure: names and strings in, strings out.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import InvalidArgument, parse_duration_ms
 
 BOOTSTRAP_SERVERS = "kafka.bootstrap.servers"
@@ -99,24 +100,17 @@ def _refusal(name: str, table: Mapping[str, str]) -> str | None:
 
 
 def bootstrap_endpoint(raw: str) -> str:
-    """The broker URL that ``kafka.bootstrap.servers`` names: ``host:port`` becomes
-    ``http://host:port``; an ``http(s)://`` URL stays as it is.
+    """The broker URLs that ``kafka.bootstrap.servers`` names, as an ``endpoint`` bootstrap
+    list: each ``host:port`` becomes ``http://host:port``; an ``http(s)://`` URL stays as it
+    is; several, comma-separated, are tried in order (``"a:8081,b:8082"``).
 
-    Raises :class:`InvalidArgument` for a list of several addresses or something that is not an
-    address; the message is the reason only (the caller names the option).
+    Raises :class:`InvalidArgument` for something that is not an address; the message is the
+    reason only (the caller names the option).
     """
-    text = raw.strip().rstrip("/")
-    if "," in text:
-        raise InvalidArgument(
-            f"names several addresses ({text!r}); sparkmq reads from one broker: give its HTTP "
-            "address, e.g. 127.0.0.1:8080"
-        )
-    if text.startswith(("http://", "https://")):
-        return text
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or "/" in text:
-        raise InvalidArgument(f"expected the broker's HTTP address as host:port, got {raw!r}")
-    return f"http://{text}"
+    try:
+        return ",".join(parse_bootstrap(raw, bare_host_port=True))
+    except InvalidBootstrapAddress as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def trigger_delay_ms(raw: str) -> int:

@@ -18,8 +18,8 @@ import enum
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
 
+from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import (
     SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
@@ -267,12 +267,10 @@ def _parse_location(lower: Mapping[str, str]) -> tuple[str | None, str | None, b
             "or 'path' (store directory)",
         )
     if endpoint is not None:
-        parsed = urlparse(endpoint)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidSourceOption(
-                "endpoint", f"must be an http(s) URL like http://127.0.0.1:8080, got {endpoint!r}"
-            )
-        endpoint = endpoint.rstrip("/")
+        try:  # a bootstrap list: "http://a:8081,http://b:8082", tried in order
+            endpoint = ",".join(parse_bootstrap(endpoint))
+        except InvalidBootstrapAddress as exc:
+            raise InvalidSourceOption("endpoint", str(exc)) from None
     if path is not None:
         if not path:
             raise InvalidSourceOption("path", "must not be empty")

@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 from store import RETRY_TOPIC_PREFIX, DataLost, GetStatus, SparkMQError, present_retry
 from streaming.admission import MinTriggerGate
 from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
+from streaming.cluster_backend import ClusterBackend
 from streaming.offsets import (
     Offsets,
     QueueRange,
@@ -71,6 +72,9 @@ class QueueRangesPartition(InputPartition):
     """One Spark task: a few ConsumeQueue ranges (picklable; primitives only)."""
 
     ranges: tuple[QueueRange, ...]
+    #: Endpoint mode: every broker address the driver has learnt (replica members included), so
+    #: an executor whose configured endpoint died still finds the cluster.
+    brokers: tuple[str, ...] = ()
 
 
 # -- shared planning helpers -------------------------------------------------------------------
@@ -202,7 +206,8 @@ def plan_partitions(
     if options.max_records_per_partition is not None:
         total = sum(r.size for r in ranges)
         target = max(target, -(-total // options.max_records_per_partition))
-    return [QueueRangesPartition(group) for group in group_ranges(ranges, target)]
+    brokers = backend.known_brokers if isinstance(backend, ClusterBackend) else ()
+    return [QueueRangesPartition(group, brokers) for group in group_ranges(ranges, target)]
 
 
 def _usable_cpus() -> int:
@@ -222,9 +227,14 @@ def _data_loss(options: SourceOptions, message: str) -> None:
     log.warning("sparkmq: %s; skipping ahead (failOnDataLoss=false)", message)
 
 
-def read_ranges(options: SourceOptions, ranges: Sequence[QueueRange]) -> Iterator[pa.RecordBatch]:
-    """Executor side: Arrow batches of ``ranges``, exactly the planned offsets (tags filtered)."""
+def read_ranges(
+    options: SourceOptions, ranges: Sequence[QueueRange], brokers: Sequence[str] = ()
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: Arrow batches of ``ranges``, exactly the planned offsets (tags filtered).
+    ``brokers``: addresses the driver learnt (endpoint mode), asked when the endpoint is down."""
     backend = _backend(options)
+    if isinstance(backend, ClusterBackend):
+        backend.learn(brokers)
     backend.refresh()
     for rng in ranges:
         offset = rng.start
@@ -287,7 +297,7 @@ class SparkMQBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRangesPartition)
-        return shape_batches(read_ranges(self.options, partition.ranges), self.options)
+        return shape_batches(read_ranges(self.options, partition.ranges, partition.brokers), self.options)
 
 
 # -- streaming ---------------------------------------------------------------------------------
@@ -433,4 +443,4 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # executors --------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRangesPartition)
-        return shape_batches(read_ranges(self.options, partition.ranges), self.options)
+        return shape_batches(read_ranges(self.options, partition.ranges, partition.brokers), self.options)

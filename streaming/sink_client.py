@@ -3,6 +3,12 @@
 Every call is idempotent (a part id is unique per task attempt; a commit of a decided batch
 publishes the earlier decision), so transport errors and 5xx answers — a broker restarting
 mid-batch — are retried with backoff until ``retry_timeout_s``; 4xx answers are final.
+
+``endpoint`` is a bootstrap list; every broker and replica member named by ``GET /cluster`` is
+learnt at the first call and kept (:class:`cluster.KnownBrokers`), so when the address in use
+stops answering the next call goes to another (a replica group's new master). A batch whose
+parts were staged at a broker that died is refused there and replayed by Spark (staged parts
+are not replicated yet).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from cluster import KnownBrokers
 from store import SparkMQError
 from store.publish import StagedPart
 from streaming.sink_columns import SinkOptions
@@ -35,8 +42,22 @@ class SinkClient:
 
     def __init__(self, endpoint: str, token: str | None, timeout_s: float, retry_timeout_s: float) -> None:
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(headers=headers, timeout=timeout_s)
+        self.known = KnownBrokers(endpoint.split(","))
+        self._learnt = False
         self.retry_timeout_s = retry_timeout_s
+
+    def _learn(self) -> None:
+        """Once: every address ``GET /cluster`` names (brokers and replica members)."""
+        if self._learnt:
+            return
+        for base in self.known.candidates():
+            try:
+                self.known.learn_from(self._http.get(base + "/cluster", timeout=5).json())
+            except (httpx.HTTPError, ValueError):
+                continue
+            self._learnt = True
+            return
 
     @classmethod
     def for_options(cls, options: SinkOptions) -> SinkClient:
@@ -72,11 +93,14 @@ class SinkClient:
     def _call(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
         deadline = time.monotonic() + self.retry_timeout_s
         delay = 0.1
+        self._learn()
         while True:
+            base = self.known.best()
             try:
-                response = self._http.request(method, url, **kwargs)
+                response = self._http.request(method, base + url, **kwargs)
             except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                self.known.unreachable(base)
+                problem = f"{base}: {type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 300:
                     answer: dict[str, Any] = response.json()

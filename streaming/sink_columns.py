@@ -34,11 +34,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS, InvalidArgument, validate_topic
 from store.publish import PART_SCHEMA, check_id
 from streaming.kafka_options import BOOTSTRAP_SERVERS, bootstrap_endpoint, sink_refusal
@@ -129,10 +129,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             "endpoint", "set exactly one of 'endpoint' (broker URL) and 'path' (store dir)"
         )
     if endpoint is not None:
-        parsed = urlparse(endpoint)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidSinkOption("endpoint", f"must be an http(s) URL, got {endpoint!r}")
-        endpoint = endpoint.rstrip("/")
+        try:  # a bootstrap list: "http://a:8081,http://b:8082", tried in order
+            endpoint = ",".join(parse_bootstrap(endpoint))
+        except InvalidBootstrapAddress as exc:
+            raise InvalidSinkOption("endpoint", str(exc)) from None
     if path is not None and not os.path.isdir(path):
         raise InvalidSinkOption("path", f"{path!r} is not an existing store directory")
     topic = lower.get("topic")

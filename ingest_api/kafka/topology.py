@@ -9,6 +9,12 @@ answers Metadata and FindCoordinator the same way from the same routes:
 * **Leaders**: partition *p* of a topic = queue id *p*; its leader is the live master of the
   broker name that owns the queue. An owner that is down, or that runs without a Kafka listener,
   gives no leader (Metadata: LEADER_NOT_AVAILABLE, leader -1).
+* **Replicas**: a broker name that is a replica group shows its members as the partition's
+  ``replicas`` (node id = member id, the numbering of the nodes above; the master first, then
+  the others by id) and its in-sync set (``/brokers/<name>/state``'s ``sync_state_set``, the
+  live ones) as the ``isr``, so ``kcat -L`` shows a group of two as replication factor 2. A
+  member registered without a Kafka listener is listed all the same: the replica is there,
+  only no Kafka client can connect to it. A broker without replicas is its own only replica.
 * **Coordinators**: like Kafka's ``abs(key.hashCode) % partitions`` of ``__consumer_offsets`` /
   ``__transaction_state``, with the sorted names of the *known* Kafka brokers (live or dead: a
   broker name once registered stays known) as the partitions: ``sharding_queue(key, N)``, the
@@ -102,10 +108,33 @@ def leader(view: ClusterView, topic: str, partition: int) -> KafkaNode | None:
     return None if owner is None else node_of(view.master_of(owner))
 
 
-def owner_node_id(view: ClusterView, owner: str) -> int | None:
-    """The member id shown for broker ``owner`` even when it is down (Metadata's replicas)."""
-    shown = view.group(owner).addresses
-    return None if shown is None else shown.member_id
+@dataclass(frozen=True, slots=True)
+class PartitionReplicas:
+    """Metadata's replica fields of every partition a broker name owns (node ids)."""
+
+    leader: KafkaNode | None
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]
+
+
+def replicas_of(view: ClusterView, owner: str) -> PartitionReplicas:
+    """The leader, replicas, in-sync replicas and offline replicas of ``owner``'s partitions
+    (see the module docstring). Without a live master the leader is ``None``; the replicas are
+    then the live members, the in-sync set and the last registration, all of them but the live
+    ones offline."""
+    group = view.group(owner)
+    leader_node = node_of(group.master)
+    live = {m.member_id for m in group.members}
+    in_sync = set(group.state.sync_state_set) if group.state is not None else set(live)
+    known = live | in_sync
+    if not known and group.last_known is not None:
+        known = {group.last_known.member_id}
+    first = [group.master_id] if group.master_id in known else []
+    replicas = tuple(dict.fromkeys([*first, *sorted(known)]))
+    isr = tuple(m for m in replicas if m in in_sync and m in live)
+    offline = tuple(m for m in replicas if m not in live)
+    return PartitionReplicas(leader_node, replicas, isr, offline)
 
 
 def coordinator(view: ClusterView, key: str, kind: CoordinatorKind) -> CoordinatorChoice:

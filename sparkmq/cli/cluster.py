@@ -1,9 +1,9 @@
 """``sparkmq cluster status`` (the brokers, and where each queue of a topic lives) and
 ``sparkmq cluster zookeeper`` (a local ZooKeeper in the foreground, for trying a cluster).
 
-``status`` asks the first ``--endpoint`` (its own ZooKeeper session is shown); a lone broker
-answers as a cluster of one named ``local``. ``sparkmq cluster local`` (:mod:`sparkmq.cli.local_cluster`)
-runs ZooKeeper and several brokers together.
+``status`` asks the first ``--endpoint`` of the list that answers (its own ZooKeeper session is
+shown); a lone broker answers as a cluster of one named ``local``. ``sparkmq cluster local``
+(:mod:`sparkmq.cli.local_cluster`) runs ZooKeeper and several brokers together.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -46,8 +46,7 @@ def cluster_status(
     """The brokers (alive, addresses, queue counts) and the asked broker's ZooKeeper session;
     with ``--topic``, each queue's broker."""
     with connect(endpoint, token) as sparkmq:
-        asked = sparkmq.config.endpoints[0]
-        described: dict[str, Any] = sparkmq.request("GET", "/cluster", at=asked)
+        described, asked = sparkmq.ask_bootstrap("GET", "/cluster")
         route = sparkmq.request("GET", f"/topics/{segment(topic)}/route", at=asked) if topic else None
     if output is Output.json:
         emit(output, {**described, "route": route} if route is not None else described)

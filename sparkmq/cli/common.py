@@ -61,8 +61,8 @@ EndpointOption = Annotated[
         "--endpoint",
         "--url",
         envvar="SPARKMQ_URL",
-        help="Any broker's base URL (a cluster's other brokers are found from it); several, "
-        "comma-separated, are tried in turn.",
+        help="Bootstrap brokers: any broker's base URL (a cluster's other brokers and replica "
+        "members are found from it); several, comma-separated, are tried in turn.",
     ),
 ]
 #: The option's former name (``--url`` still works).

@@ -1,6 +1,6 @@
 """``sparkmq status`` (the broker's figures) and ``sparkmq health`` (an exit code for scripts).
 
-Both ask the first ``--endpoint`` itself, never another broker of its cluster."""
+Both ask the first ``--endpoint`` of the list that answers, never a broker learnt from it."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def status(
 ) -> None:
     """Topics, groups, CommitLog positions and traffic per door (``GET /stats``)."""
     with connect(endpoint, token) as sparkmq:
-        stats = sparkmq.request("GET", "/stats", at=sparkmq.config.endpoints[0])
+        stats, _ = sparkmq.ask_bootstrap("GET", "/stats")
     if output is Output.json:
         emit(output, stats)
         return
@@ -52,7 +52,7 @@ def health(
     report: dict[str, Any]
     with connect(endpoint, token) as sparkmq:
         try:
-            answer = sparkmq.request("GET", "/healthz", at=sparkmq.config.endpoints[0])
+            answer, _ = sparkmq.ask_bootstrap("GET", "/healthz")
             report = {"healthy": True, "status_code": 200, **(answer or {})}
         except BrokerError as exc:
             report = {"healthy": False, "status_code": exc.status, "error": exc.code, "message": exc.message}

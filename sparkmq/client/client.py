@@ -35,8 +35,10 @@ from sparkmq.client.transport import Transport, segment
 class Client:
     """A route-aware client of a sparkmq broker or cluster. Thread-safe (consumers excepted).
 
-    ``endpoints``: one or more broker base URLs (a comma-separated string or a sequence; default
-    ``config.endpoints``, else ``http://127.0.0.1:8080``); any broker of a cluster is enough.
+    ``endpoints``: the bootstrap list, one or more broker base URLs (a comma-separated string or
+    a sequence; default ``config.endpoints``, else ``http://127.0.0.1:8080``), tried in order;
+    any broker of a cluster is enough. Every broker and replica member named by its answers is
+    remembered and asked when these die (:class:`cluster.KnownBrokers`).
     ``clock``/``sleep`` are injectable for tests. Raises
     :class:`~sparkmq.client.errors.InvalidArgument` for a malformed endpoint."""
 
@@ -84,6 +86,12 @@ class Client:
             return self._transport.call(at, method, path, **kwargs)
         answer, _ = self.directory.ask_any(method, path, **kwargs)
         return answer
+
+    def ask_bootstrap(self, method: str, path: str, **kwargs: Any) -> tuple[Any, str]:
+        """``(decoded JSON, URL that answered)`` from the first of the configured endpoints that
+        answers, in order (never a broker learnt since): for questions about a broker the
+        caller named, such as ``/healthz`` and ``/stats``."""
+        return self.directory.ask_bootstrap(method, path, **kwargs)
 
     def cluster(self) -> ClusterInfo:
         """The brokers (name, alive, addresses, queue counts), fetched now."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
+from cluster import InvalidBootstrapAddress, parse_bootstrap
 from sparkmq.client.errors import InvalidArgument
 
 #: Where the client looks first when no endpoint is given (``sparkmq serve``'s default).
@@ -13,22 +13,16 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> tuple[str, ...]:
-    """Broker base URLs from ``"http://a:8080,http://b:8080"`` or a sequence of them.
+    """Broker base URLs from ``"http://a:8080,http://b:8080"`` or a sequence of them: the
+    bootstrap list (Kafka's ``bootstrap.servers``), tried in order until one answers.
 
-    Any one broker of a cluster is enough: the others are discovered from its ``GET /cluster``.
-    Raises :class:`InvalidArgument` for anything that is not an ``http(s)://host:port`` URL."""
-    parts = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    urls = []
-    for part in (p.strip() for p in parts):
-        if not part:
-            continue
-        parsed = urlsplit(part)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidArgument(f"endpoint must be an http(s) URL like http://127.0.0.1:8080, got {part!r}")
-        urls.append(part.rstrip("/"))
-    if not urls:
-        raise InvalidArgument("give at least one broker endpoint, e.g. http://127.0.0.1:8080")
-    return tuple(dict.fromkeys(urls))
+    Any one broker of a cluster is enough: the others, and every member of each replica group,
+    are learnt from its answers (:class:`cluster.KnownBrokers`). Raises
+    :class:`InvalidArgument` for anything that is not an ``http(s)://host:port`` URL."""
+    try:
+        return parse_bootstrap(endpoints)
+    except InvalidBootstrapAddress as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -59,7 +53,7 @@ class RetryPolicy:
 class ClientConfig:
     """Settings of one :class:`sparkmq.client.Client` (defaults suit a local cluster)."""
 
-    #: Seed brokers (any one of a cluster is enough).
+    #: Bootstrap brokers, tried in order (any one of a cluster is enough).
     endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
     #: Bearer token for brokers with auth on.
     token: str | None = None
@@ -69,7 +63,8 @@ class ClientConfig:
     request_timeout_ms: int = 30_000
     #: Routes are refetched after this long even without a miss (RocketMQ polls every 30 s).
     route_ttl_ms: int = 30_000
-    #: A broker that refused a connection is left out of round robin for this long.
+    #: A broker that refused a connection is left out of round robin, and its address is
+    #: asked last, for this long.
     suspect_ms: int = 3_000
     #: Most pulls a consumer keeps in flight at once (one per queue at most).
     max_parallel_pulls: int = 16

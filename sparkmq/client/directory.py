@@ -1,12 +1,16 @@
 """Where the brokers are and which queue each owns, cached: the client's route table.
 
-Seeds are the endpoints the caller gave; any one broker of a cluster answers for all
-(``GET /cluster``, ``GET /topics/{t}/route``). A question goes to the broker that answered
-last, then to the seeds, then to every broker the cluster named, until one answers. Answers
-are kept for ``route_ttl_ms`` and dropped at once on a miss (:meth:`RouteDirectory.invalidate`).
+The bootstrap list is the endpoints the caller gave; any one broker of a cluster answers for
+all (``GET /cluster``, ``GET /topics/{t}/route``). Every address those answers name (each
+broker, every member of its replica group) is remembered for the life of the client
+(:class:`cluster.KnownBrokers`), so a question goes to the broker that answered last, then to
+the bootstrap list, then to every address learnt, until one answers: a client given only a
+master's address finds the slave that took over when that master dies. Answers are kept for
+``route_ttl_ms`` and dropped at once on a miss (:meth:`RouteDirectory.invalidate`).
 
 A broker whose connection was refused is a *suspect* for ``suspect_ms``: round robin leaves it
-out (RocketMQ's latency fault tolerance, simplified) until ZooKeeper's view catches up.
+out (RocketMQ's latency fault tolerance, simplified) until ZooKeeper's view catches up, and its
+address is asked last.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cluster import KnownBrokers, no_broker_answered
 from sparkmq.client.config import ClientConfig, parse_endpoints
 from sparkmq.client.errors import BrokerUnreachable, QueueUnavailable, UnknownTopic
 from sparkmq.client.routes import ClusterInfo, TopicRoute
@@ -29,7 +34,9 @@ class RouteDirectory:
 
     def __init__(self, transport: Transport, config: ClientConfig, clock: Clock = time.monotonic) -> None:
         self._transport = transport
-        self._seeds = parse_endpoints(config.endpoints)
+        self.known = KnownBrokers(
+            parse_endpoints(config.endpoints), suspect_s=config.suspect_ms / 1000, clock=clock
+        )
         self._ttl_s = config.route_ttl_ms / 1000
         self._suspect_s = config.suspect_ms / 1000
         self._clock = clock
@@ -37,35 +44,48 @@ class RouteDirectory:
         self._cluster: tuple[ClusterInfo, float] | None = None
         self._routes: dict[str, tuple[TopicRoute, float]] = {}
         self._suspects: dict[str, float] = {}
-        self._last_good: str | None = None
 
     # -- asking any broker ------------------------------------------------------------------------
 
     def candidates(self) -> list[str]:
-        """Broker URLs to ask, best first: the last that answered, the seeds, then the others."""
-        known: list[str] = []
-        cached = self._cluster
-        if cached is not None:
-            info = cached[0]
-            known = [b.http for b in info.brokers if b.http and b.alive]
-            known += [b.http for b in info.brokers if b.http and not b.alive]
-        first = [self._last_good] if self._last_good else []
-        return list(dict.fromkeys([*first, *self._seeds, *known]))
+        """Broker URLs to ask, best first: the last that answered, the bootstrap list, then
+        every address learnt from answers; addresses that could not be reached just now last."""
+        return self.known.candidates()
 
     def ask_any(self, method: str, path: str, **kwargs: Any) -> tuple[Any, str]:
         """``(JSON answer, URL that answered)`` from the first broker that answers; a broker's
-        refusal (4xx/5xx) is raised as it is, :class:`BrokerUnreachable` when none answers."""
-        failures = []
+        refusal (4xx/5xx) is raised as it is, :class:`BrokerUnreachable` naming every address
+        tried when none answers."""
+        failures: list[tuple[str, str]] = []
+        maybe_sent = False
         for url in self.candidates():
             try:
                 answer = self._transport.call(url, method, path, **kwargs)
             except BrokerUnreachable as exc:
-                failures.append(str(exc))
+                self.known.unreachable(url)
+                failures.append((url, exc.message))
+                maybe_sent = maybe_sent or exc.maybe_sent
                 continue
-            self._last_good = url
+            self.known.answered(url)
             return answer, url
         raise BrokerUnreachable(
-            "no broker answered: " + "; ".join(failures), url=",".join(self.candidates()), maybe_sent=True
+            no_broker_answered(failures), url=",".join(u for u, _ in failures), maybe_sent=maybe_sent
+        )
+
+    def ask_bootstrap(self, method: str, path: str, **kwargs: Any) -> tuple[Any, str]:
+        """``(JSON answer, URL)`` of the first *bootstrap* address that answers, in the order
+        given (a question about a broker the caller named: ``/healthz``, ``/stats``); never a
+        learnt one. :class:`BrokerUnreachable` naming every address tried when none answers."""
+        failures: list[tuple[str, str]] = []
+        maybe_sent = False
+        for url in self.known.bootstrap:
+            try:
+                return self._transport.call(url, method, path, **kwargs), url
+            except BrokerUnreachable as exc:
+                failures.append((url, exc.message))
+                maybe_sent = maybe_sent or exc.maybe_sent
+        raise BrokerUnreachable(
+            no_broker_answered(failures), url=",".join(self.known.bootstrap), maybe_sent=maybe_sent
         )
 
     # -- the cluster and the routes ---------------------------------------------------------------
@@ -75,6 +95,7 @@ class RouteDirectory:
         if cached is not None and not refresh and self._clock() - cached[1] < self._ttl_s:
             return cached[0]
         document, url = self.ask_any("GET", "/cluster")
+        self.known.learn_from(document)
         info = ClusterInfo.from_json(document, url)
         self._cluster = (info, self._clock())
         return info
@@ -92,6 +113,8 @@ class RouteDirectory:
             with self._lock:
                 self._routes.pop(topic, None)
             return None
+        if info.mode != "single":
+            self.known.learn_from(document)
         route = TopicRoute.from_json(document, single_url=url if info.mode == "single" else None)
         with self._lock:
             self._routes[topic] = (route, self._clock())
@@ -118,11 +141,11 @@ class RouteDirectory:
         return url
 
     def any_url(self) -> str:
-        """A broker to send a request that any broker serves (the last that answered)."""
-        if self._last_good is None:
+        """A broker to send a request that any broker serves (the last that answered, unless
+        it could not be reached since)."""
+        if self.known.last_good is None:
             self.cluster()
-        assert self._last_good is not None
-        return self._last_good
+        return self.known.best()
 
     # -- suspects ---------------------------------------------------------------------------------
 

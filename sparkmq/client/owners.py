@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkmq.client.directory import RouteDirectory
-from sparkmq.client.errors import ClientError, UnknownTopic
+from sparkmq.client.errors import BrokerUnreachable, ClientError, UnknownTopic
 from sparkmq.client.messages import PullResult, QueueOffsets
 from sparkmq.client.routes import TopicRoute
 from sparkmq.client.transport import ROUTED, Transport, segment
@@ -38,7 +38,11 @@ class Owners:
         """``local``: the owner answers from its own store (not for the whole cluster)."""
         url = self.directory.address(broker, route)
         headers = ROUTED if local else None
-        return self.transport.call(url, method, path, broker=broker, headers=headers, **kwargs)
+        try:
+            return self.transport.call(url, method, path, broker=broker, headers=headers, **kwargs)
+        except BrokerUnreachable:
+            self.directory.known.unreachable(url)  # ask the others first for the next route
+            raise
 
     def per_owner(
         self, route: TopicRoute, method: str, path: str, **kwargs: Any

@@ -18,7 +18,8 @@ deadline:
 * any other part (no answer after sending, a 503 of the store) is sent again as it was (same
   broker, queue ids, key and scope), since that broker may hold the first attempt;
 * a part whose broker the fresh route shows dead fails with
-  :class:`~sparkmq.client.errors.QueueUnavailable` naming it.
+  :class:`~sparkmq.client.errors.QueueUnavailable` naming it, unless the broker is a replica
+  group with live members (a failover under way: retried until the deadline).
 
 A topic without a route yet is sent unrouted to any broker, which creates and plans it.
 """
@@ -293,8 +294,8 @@ class Producer:
         """Whether the fresh route shows the part's owner dead; records the fault if so."""
         if route is None or part.broker is None or part.broker not in route.brokers():
             return False
-        if route.alive(part.broker):
-            return False
+        if route.alive(part.broker) or route.electing(part.broker):
+            return False  # alive, or its slave is about to lead: retried until the deadline
         owned = sorted({t.queue_id for t in part.targets if t.queue_id is not None})
         which = f"queue {owned[0]}" if len(owned) == 1 else "its queues"
         fault = QueueUnavailable(
@@ -348,9 +349,13 @@ class Producer:
                 document["transaction"] = dict(call.transaction)
             path, content = f"/topics/{segment(call.topic)}/messages:batch", _encode(document)
             headers["content-type"] = JSON
-        response = self._transport.send(
-            url, "POST", path, broker=part.broker, content=content, headers=headers
-        )
+        try:
+            response = self._transport.send(
+                url, "POST", path, broker=part.broker, content=content, headers=headers
+            )
+        except BrokerUnreachable:
+            self._directory.known.unreachable(url)  # the next route comes from another broker
+            raise
         if not 200 <= response.status_code < 300:
             raise error_from_answer(response, part.broker)
         answer = response.json()

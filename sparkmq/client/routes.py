@@ -16,7 +16,8 @@ sent straight to the owner lands where a broker would have put it:
   (``sharding_queue(key, N)``) picks among its queues, as a broker does, so a retry sent through
   any door reaches the broker holding the first attempt;
 * neither, without one: round robin over the queues of live brokers (one message: the next
-  queue; a batch: the next broker, spread over its queues), skipping brokers to ``avoid``.
+  queue; a batch: the next broker, spread over its queues), skipping brokers to ``avoid``;
+  when no broker is alive, the queues of a replica group electing its next master.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class QueueRoute:
     broker: str
     alive: bool
     http: str | None
+    #: The live members of the broker's replica group, the master first (``()`` without one).
+    replicas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class TopicRoute:
                 broker=str(q["broker"]),
                 alive=bool(q["alive"]),
                 http=single_url if single_url is not None else q.get("http"),
+                replicas=tuple(q.get("replicas") or ()) if single_url is None else (),
             )
             for q in sorted(document.get("queues", ()), key=lambda q: int(q["queue_id"]))
         )
@@ -129,6 +133,11 @@ class TopicRoute:
     def alive(self, broker: str) -> bool:
         return any(q.alive for q in self.queues if q.broker == broker)
 
+    def electing(self, broker: str) -> bool:
+        """Whether ``broker`` has no master but live replica members: a failover is under way
+        (its slave is about to be elected), so its queues are waited for, not given up."""
+        return not self.alive(broker) and any(q.replicas for q in self.queues if q.broker == broker)
+
     def http_of(self, broker: str) -> str | None:
         return next((q.http for q in self.queues if q.broker == broker), None)
 
@@ -138,6 +147,10 @@ class TopicRoute:
     def usable(self, avoid: Collection[str]) -> tuple[int, ...]:
         """Queue ids whose owner is alive and not to be avoided."""
         return tuple(q.queue_id for q in self.queues if q.alive and q.broker not in avoid)
+
+    def electing_queues(self) -> tuple[int, ...]:
+        """Queue ids whose owner is electing a new master (the last resort of round robin)."""
+        return tuple(q.queue_id for q in self.queues if self.electing(q.broker))
 
 
 @dataclass(frozen=True)
@@ -167,7 +180,7 @@ class QueuePicker:
 
     def next_queue(self, route: TopicRoute, avoid: Collection[str] = ()) -> int:
         """The next queue of a live broker (``avoid``-ed brokers only when nothing else is left)."""
-        candidates = route.usable(avoid) or route.usable(())
+        candidates = route.usable(avoid) or route.usable(()) or route.electing_queues()
         if not candidates:
             raise NoLiveBroker(f"no live broker owns a queue of topic {route.topic!r}")
         return candidates[self._turn(route.topic) % len(candidates)]
@@ -175,6 +188,7 @@ class QueuePicker:
     def next_broker(self, route: TopicRoute, avoid: Collection[str] = ()) -> str:
         live = [b for b in route.brokers() if route.alive(b) and b not in avoid]
         live = live or [b for b in route.brokers() if route.alive(b)]
+        live = live or [b for b in route.brokers() if route.electing(b)]
         if not live:
             raise NoLiveBroker(f"no live broker owns a queue of topic {route.topic!r}")
         return live[self._turn("\x00" + route.topic) % len(live)]

@@ -2,6 +2,15 @@
 
 Calls are retried (with back-off, up to 5 minutes) while the broker restarts: a batch's POST is
 idempotent on the broker's side (decided once per batch id), so retrying it is safe.
+
+``endpoint`` is a bootstrap list (``--endpoint http://a:8081,http://b:8082``). The job's broker
+is a broker *name*: a replica group whose master may move. So the client learns the members of
+that group (``GET /cluster``: the group of the broker that answers, ``self``) and, when the
+address it uses does not answer, goes to the next one (:class:`cluster.KnownBrokers`); the job
+acts only while the member it talks to leads (:meth:`BrokerClient.leads`). Other brokers of the
+cluster are never learnt: their operators are their own jobs'. A job a broker supervises
+(``--path``: it reads that broker's own store) learns nothing and talks to that broker only: its
+batch ids are its own, and another member's job posts its own.
 """
 
 from __future__ import annotations
@@ -14,22 +23,63 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
+from cluster import KnownBrokers
+
 log = logging.getLogger("sparkmq.operators")
 
 
 class BrokerClient:
     """The job's HTTP calls to the broker (retried while the broker restarts)."""
 
-    def __init__(self, endpoint: str, auth_token: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        auth_token: str | None = None,
+        timeout_s: float = 60.0,
+        *,
+        learn_group: bool = True,
+    ) -> None:
         headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
-        self.http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(headers=headers, timeout=timeout_s)
+        self.known = KnownBrokers(endpoint.split(","))
+        self._group_learnt = not learn_group
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """``method path`` at the first known member that answers; the last transport error
+        (naming every address tried) when none does."""
+        self._learn_group()
+        problems = []
+        for base in self.known.candidates():
+            try:
+                resp = self.http.request(method, base + path, **kwargs)
+            except httpx.TransportError as exc:
+                self.known.unreachable(base)
+                problems.append(f"{base}: {exc}")
+                continue
+            self.known.answered(base)
+            return resp
+        raise httpx.TransportError("no broker answered (tried " + "; ".join(problems) + ")")
+
+    def _learn_group(self) -> None:
+        """Once: the members of the answering broker's replica group (see the module docstring)."""
+        if self._group_learnt:
+            return
+        for base in self.known.candidates():
+            try:
+                doc = self.http.get(base + "/cluster", timeout=5).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            mine = [b for b in doc.get("brokers") or () if b.get("name") == doc.get("self")]
+            self.known.learn(m["http"] for b in mine for m in b.get("members") or () if m.get("http"))
+            self._group_learnt = True
+            return
 
     def _call(self, method: str, url: str, **kwargs: Any) -> Any:
         delay = 0.2
         deadline = time.monotonic() + 300
         while True:
             try:
-                resp = self.http.request(method, url, **kwargs)
+                resp = self._request(method, url, **kwargs)
                 if resp.status_code < 500:
                     if resp.status_code >= 400:
                         raise RuntimeError(f"{method} {url}: {resp.status_code} {resp.text}")
@@ -47,7 +97,7 @@ class BrokerClient:
         """Whether the broker may take this job's decisions: a lone broker always; a member of a
         replica group only while it is the master (a slave's parked records are its master's)."""
         try:
-            resp = self.http.get("/replica/status")
+            resp = self._request("GET", "/replica/status")
         except httpx.TransportError:
             return False
         if resp.status_code != 200:
@@ -71,6 +121,6 @@ class BrokerClient:
 
     def put_status(self, operator: str, status: dict[str, Any]) -> None:
         try:
-            self.http.put(f"/operators/{operator}/status", json=status, timeout=5)
+            self._request("PUT", f"/operators/{operator}/status", json=status, timeout=5)
         except httpx.HTTPError as exc:
             log.debug("status report failed: %s", exc)

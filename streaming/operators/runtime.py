@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from streaming.operators import retry, transactions
 from streaming.operators.client import BrokerClient
@@ -284,7 +285,10 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     """Run the resolver queries until ``stop`` is set; a failed query is restarted from its
     checkpoint (a Python worker that did not connect back in time on a loaded machine, a lost
     executor in local mode) unless it failed too often: then exit status 1."""
-    client = BrokerClient(config.endpoint, config.auth_token, config.request_timeout_s)
+    # a job reading a broker's own store (--path) stays with that broker (see BrokerClient)
+    client = BrokerClient(
+        config.endpoint, config.auth_token, config.request_timeout_s, learn_group=config.path is None
+    )
     doc = client.settings()
     spark = session(config)
     starters: dict[str, Callable[[], Any]] = {
@@ -349,7 +353,12 @@ def run(config: JobConfig, stop: threading.Event) -> int:
 
 def parse_args(argv: Sequence[str]) -> JobConfig:
     parser = argparse.ArgumentParser(prog="sparkmq operators", description=__doc__.splitlines()[0])
-    parser.add_argument("--endpoint", required=True, help="the broker's HTTP base URL")
+    parser.add_argument(
+        "--endpoint",
+        required=True,
+        help="the broker's HTTP base URL; several, comma-separated (its replica group's members), "
+        "are tried in turn",
+    )
     parser.add_argument(
         "--master",
         default=None,
@@ -361,8 +370,12 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     parser.add_argument("--shards", default=2, type=int, help="state partitions (fixed at first start)")
     parser.add_argument("--auth-token", default=os.environ.get("SPARKMQ_TOKEN"))
     args = parser.parse_args(list(argv))
+    try:
+        endpoint = ",".join(parse_bootstrap(args.endpoint))
+    except InvalidBootstrapAddress as exc:
+        parser.error(f"--endpoint: {exc}")
     return JobConfig(
-        endpoint=args.endpoint.rstrip("/"),
+        endpoint=endpoint,
         checkpoint_dir=args.checkpoint_dir,
         master=args.master if args.master is not None else _default_master(),
         path=args.path,

@@ -14,6 +14,7 @@ from ingest_api.kafka.topology import (
     known_kafka_brokers,
     leader,
     live_nodes,
+    replicas_of,
 )
 from store import java_string_hash
 
@@ -102,3 +103,30 @@ def test_cluster_id_is_the_chroot() -> None:
     assert cluster_id("/sparkmq") == "sparkmq"
     assert cluster_id("/prod/mq") == "prod-mq"
     assert cluster_id("/") == "sparkmq"
+
+
+def _replica_group(live_ids: tuple[int, ...], master: int | None, in_sync: set[int]) -> ClusterView:
+    from cluster.group_state import GroupState
+
+    members = tuple(member("b1", i) for i in live_ids)
+    state = GroupState(master=master, epoch=3, sync_state_set=frozenset(in_sync), set_epoch=2)
+    group = BrokerGroup("b1", members, master, 3, members[0] if members else None, state)
+    return ClusterView(groups={"b1": group}, topics={"t": TopicPlacement("t", ("b1",))})
+
+
+def test_a_replica_groups_members_are_the_replicas_and_its_in_sync_set_the_isr() -> None:
+    both = replicas_of(_replica_group((9, 4), master=9, in_sync={4, 9}), "b1")
+    assert (both.leader, both.replicas, both.isr, both.offline) == (node("b1", 9), (9, 4), (9, 4), ())
+    catching_up = replicas_of(_replica_group((4, 9, 12), master=4, in_sync={4}), "b1")
+    assert (catching_up.replicas, catching_up.isr, catching_up.offline) == ((4, 9, 12), (4,), ())
+    # the master's process is gone and its session has expired; no election yet
+    orphan = replicas_of(_replica_group((9,), master=4, in_sync={4, 9}), "b1")
+    assert (orphan.leader, orphan.replicas, orphan.isr, orphan.offline) == (None, (4, 9), (9,), (4,))
+
+
+def test_a_broker_without_replicas_is_its_only_replica() -> None:
+    snapshot = view({"b1": 4}, dead={"b3": 5})
+    alone = replicas_of(snapshot, "b1")
+    assert (alone.leader, alone.replicas, alone.isr, alone.offline) == (node("b1", 4), (4,), (4,), ())
+    down = replicas_of(snapshot, "b3")
+    assert (down.leader, down.replicas, down.isr, down.offline) == (None, (5,), (), (5,))

@@ -94,6 +94,12 @@ def test_positions_and_the_rest_of_kafkas_options(tmp_path: Path) -> None:
     assert (opts.max_records_per_partition, opts.request_timeout_s) == (1000, 2.0)
     assert (opts.fetch_retries, opts.fetch_retry_interval_s) == (5, 0.02)
     assert parse_options({"kafka.bootstrap.servers": "https://b:9", "topic": "t"}).endpoint == "https://b:9"
+    listed = parse_options({"kafka.bootstrap.servers": "a:1, https://b:9/", "topic": "t"})
+    assert listed.endpoint == "http://a:1,https://b:9", "a bootstrap list, tried in order"
+    assert (
+        parse_options({"endpoint": "http://a:1/,http://b:2", "topic": "t"}).endpoint
+        == "http://a:1,http://b:2"
+    )
     assert parse_options({"path": str(tmp_path), "kafka.bootstrap.servers": "h:8080", "topic": "t"}).path
 
 
@@ -189,11 +195,7 @@ T = {**BASE, "topic": "t"}
             "startingOffsetsByTimestampStrategy",
             "'error' or 'latest'",
         ),
-        (
-            {"kafka.bootstrap.servers": "a:1,b:2", "topic": "t"},
-            "kafka.bootstrap.servers",
-            "several addresses",
-        ),
+        ({"kafka.bootstrap.servers": "a:1,b", "topic": "t"}, "kafka.bootstrap.servers", "host:port"),
         ({"kafka.bootstrap.servers": "localhost", "topic": "t"}, "kafka.bootstrap.servers", "host:port"),
         # unknown
         ({**T, "subscribePatern": "x"}, "subscribepatern", "unknown option"),

@@ -2,6 +2,8 @@
 
 * ``brokers``: the live brokers that serve Kafka (:func:`topology.live_nodes`), this one always
   included; ``controller_id`` is this broker (any broker creates topics through ZooKeeper).
+* Each partition's ``replicas`` and ``isr`` are its broker's replica group members and in-sync
+  set (:func:`topology.replicas_of`; a broker without replicas is its only replica).
 * A partition whose owner is down (or runs without a Kafka listener) is LEADER_NOT_AVAILABLE
   with leader -1 and the owner's last known node id as an offline replica, as Kafka reports an
   offline partition; clients keep its records queued and refresh metadata until it returns.
@@ -21,7 +23,7 @@ from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.names import from_store, to_store
-from ingest_api.kafka.topology import KafkaNode, live_nodes, node_of, owner_node_id
+from ingest_api.kafka.topology import KafkaNode, live_nodes, replicas_of
 from store import InvalidArgument, is_system_topic
 
 log = logging.getLogger(__name__)
@@ -75,25 +77,15 @@ def partitions(cls: Any, link: ClusterLink, placement: TopicPlacement) -> list[A
     partition_cls = cls.MetadataResponseTopic.MetadataResponsePartition
     view = link.view
     out = []
+    by_owner = {owner: replicas_of(view, owner) for owner in set(placement.owners)}
     for index, owner in enumerate(placement.owners):
-        node = node_of(view.master_of(owner))
-        if node is not None:
-            fields: dict[str, Any] = {
-                "error_code": ErrorCode.NONE,
-                "leader_id": node.node_id,
-                "replica_nodes": [node.node_id],
-                "isr_nodes": [node.node_id],
-                "offline_replicas": [],
-            }
-        else:
-            known = owner_node_id(view, owner)
-            offline = [] if known is None else [known]
-            fields = {
-                "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
-                "leader_id": -1,
-                "replica_nodes": offline,
-                "isr_nodes": [],
-                "offline_replicas": offline,
-            }
+        group = by_owner[owner]
+        fields: dict[str, Any] = {
+            "error_code": ErrorCode.NONE if group.leader is not None else ErrorCode.LEADER_NOT_AVAILABLE,
+            "leader_id": group.leader.node_id if group.leader is not None else -1,
+            "replica_nodes": list(group.replicas),
+            "isr_nodes": list(group.isr),
+            "offline_replicas": list(group.offline),
+        }
         out.append(partition_cls(partition_index=index, leader_epoch=0, **fields))
     return out
