@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.auth import Right, parse_token_table
 from broker.security import (
     Grant,
     InvalidUsersFile,
@@ -29,11 +30,6 @@ from broker.security import (
     parse_users,
     write_users,
 )
-
-try:  # the HTTP door's token table, before and after the broker core moved it to broker/auth.py
-    from broker.auth import Right, parse_token_table  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-    from ingest_api.http.auth import Right, parse_token_table
 
 LEGACY = {
     "tokens": [

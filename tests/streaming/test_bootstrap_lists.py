@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.http.config import ServerConfig
+from broker.config import ServerConfig
 from streaming.operators.client import BrokerClient
 from streaming.operators.runtime import parse_args
 from streaming.sink_client import SinkClient
