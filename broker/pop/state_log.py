@@ -12,7 +12,8 @@
   folds the snapshot and every record after it. The replay is bounded by the snapshot
   interval (:attr:`PopConfig.snapshot_every_records`), not by the topic's history, and the
   history before the snapshot may age out with the CommitLog files.
-* An empty state topic (a new store): a fresh 32-byte secret and an empty snapshot are written.
+* An empty state topic (a new store): a fresh 32-byte secret, written as an empty snapshot in
+  front of the first records appended (a store that never serves POP writes nothing).
 """
 
 from __future__ import annotations
@@ -50,12 +51,17 @@ class StateLog:
         self.store = store
         #: Records appended since the last snapshot (the replay a reopen would do).
         self.since_snapshot = 0
+        #: The secret of a fresh table, until its first snapshot goes out with the first append.
+        self._unwritten_secret: bytes | None = None
 
     def append(self, records: Sequence[StateRecord], copies: Sequence[RecordFields] = ()) -> None:
         """Store ``copies`` (messages: dead letters) then ``records`` in one atomic append
         (raises the store's errors, nothing written)."""
         if not records:
             return
+        first = self._unwritten_secret
+        if first is not None:  # a fresh table's secret goes out first, as an empty snapshot
+            records = [*_snapshot_records(first, []), *records]
         host = (self.store.config.store_host, self.store.config.store_port)
         now = self.store.now_ms()
         fields = [
@@ -72,22 +78,18 @@ class StateLog:
         ]
         self.store.append_records([*copies, *fields])
         self.since_snapshot += len(records)
+        self._unwritten_secret = None
 
     def write_snapshot(self, table: PopTable, time_ms: int) -> None:
         """Append the whole table as one snapshot."""
         parts = list(table.snapshot_parts(time_ms, SNAPSHOT_PART_ENTRIES))
-        snapshot_id = secrets.randbits(63)
-        total = len(parts) + 2
-        records = [
-            StateRecord(Kind.SNAPSHOT_BEGIN, time_ms, tail=snapshot_mark(snapshot_id, total, table.secret)),
-            *parts,
-            StateRecord(Kind.SNAPSHOT_END, time_ms, tail=snapshot_mark(snapshot_id, total)),
-        ]
-        self.append(records)
+        self._unwritten_secret = None
+        self.append(_snapshot_records(table.secret, parts, time_ms))
         self.since_snapshot = 0
 
     def load(self) -> PopTable:
-        """The table as the state topic says, writing a first snapshot (and secret) if empty."""
+        """The table as the state topic says; a fresh one (a new secret, written with the first
+        append) if the topic holds no complete snapshot."""
         for begin in reversed(self._snapshot_offsets()):
             table = self._replay_from(begin)
             if table is not None:
@@ -96,7 +98,7 @@ class StateLog:
                 "POP state: the snapshot at queue offset %d is incomplete, trying an older one", begin
             )
         table = PopTable(secret=secrets.token_bytes(SECRET_SIZE))
-        self.write_snapshot(table, self.store.now_ms())
+        self._unwritten_secret = table.secret
         return table
 
     def _snapshot_offsets(self) -> list[int]:
@@ -147,3 +149,14 @@ class StateLog:
         self.since_snapshot = replayed
         log.info("POP state: snapshot at queue offset %d and %d records replayed", begin, replayed)
         return table
+
+
+def _snapshot_records(secret: bytes, parts: Sequence[StateRecord], time_ms: int = 0) -> list[StateRecord]:
+    """A snapshot: BEGIN (carrying the handle secret), the table's parts, END."""
+    snapshot_id = secrets.randbits(63)
+    total = len(parts) + 2
+    return [
+        StateRecord(Kind.SNAPSHOT_BEGIN, time_ms, tail=snapshot_mark(snapshot_id, total, secret)),
+        *parts,
+        StateRecord(Kind.SNAPSHOT_END, time_ms, tail=snapshot_mark(snapshot_id, total)),
+    ]

@@ -41,6 +41,12 @@ def test_a_torn_snapshot_is_skipped_for_the_one_before(pop: Pop) -> None:
 
 
 def test_an_empty_state_topic_gets_a_secret_and_a_first_snapshot(pop: Pop) -> None:
-    # the fixture's service did this on open: BEGIN and END, no parts
-    assert pop.store.max_offset(POP_STATE_TOPIC, 0) == 2
+    # a store that never served POP writes nothing: opening the service stored no record
+    assert pop.store.max_offset(POP_STATE_TOPIC, 0) == 0
     assert len(pop.service.table.secret) == 32
+    secret = pop.service.table.secret
+    # the first change goes out behind an empty snapshot (BEGIN, END) carrying the secret
+    pop.service.configure_group("g", max_retries=3)
+    assert pop.store.max_offset(POP_STATE_TOPIC, 0) == 3
+    pop.reopen(crash=True)
+    assert pop.service.table.secret == secret
