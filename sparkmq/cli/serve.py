@@ -80,8 +80,27 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
     return [companion]
 
 
+def _grpc_companions(options: ServeOptions) -> list[Companion]:
+    """The RocketMQ 5 gRPC door, when ``--grpc-port`` is given."""
+    if options.extra.get("grpc_port") is None:
+        return []
+    try:
+        from ingest_api.grpc.companion import serve_companions
+    except ImportError as exc:
+        raise typer.BadParameter(
+            f"the gRPC door needs grpcio and protobuf ({exc.name} is missing): pip install 'sparkmq[grpc]'",
+            param_hint="--grpc-port",
+        ) from exc
+
+    return list(serve_companions(options))
+
+
 #: Factories of companions run with ``serve`` (each may return none).
-SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [_kafka_companions, _operator_companions]
+SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [
+    _kafka_companions,
+    _grpc_companions,
+    _operator_companions,
+]
 
 
 @app.command()
@@ -110,6 +129,13 @@ def serve(
     ] = None,
     kafka_advertised_host: Annotated[
         str | None, typer.Option(help="Host the Kafka gateway tells clients to connect to.")
+    ] = None,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Also serve RocketMQ 5's gRPC protocol (the official clients; RocketMQ's proxy uses "
+            "8081) on this port, on --host, advertising --advertise-host (off when absent)."
+        ),
     ] = None,
     operators: Annotated[
         str,
@@ -276,6 +302,8 @@ def serve(
         "kafka_port": kafka_port,
         "kafka_host": kafka_host,
         "kafka_advertised_host": kafka_advertised_host,
+        "grpc_port": grpc_port,
+        "advertise_host": advertise_host,
     }
     options = ServeOptions(
         config=config, extra={name: value for name, value in extra.items() if value is not None}

@@ -1,0 +1,103 @@
+"""A real broker (uvicorn + the broker core) with its gRPC door as a companion, and helpers
+that read what the official client wrote back over the HTTP door."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pyarrow as pa
+
+from broker.config import ServerConfig
+from broker.state import Broker
+from ingest_api.grpc.companion import GrpcCompanion
+from tests.ingest.conftest import RunningBroker, start_broker
+from tests.support.rocketmq5 import run_client
+from tests.support.stores import light_config
+
+
+@dataclass
+class DoorBroker:
+    """A running broker, its gRPC door's endpoint and the core's objects (in this process)."""
+
+    running: RunningBroker
+    companion: GrpcCompanion
+    home: Path
+
+    @property
+    def endpoint(self) -> str:
+        assert self.companion.door is not None
+        return f"127.0.0.1:{self.companion.door.port}"
+
+    @property
+    def broker(self) -> Broker:
+        assert self.companion.broker is not None
+        return self.companion.broker
+
+    def http(self) -> httpx.Client:
+        return self.running.client()
+
+    def client(self, script: str, argument: dict[str, Any], timeout_s: float = 120) -> list[Any]:
+        """Run an official-client script against this door (``endpoint`` filled in)."""
+        return run_client(script, {"endpoint": self.endpoint, **argument}, self.home, timeout_s)
+
+    def in_background(self, script: str, argument: dict[str, Any]) -> Callable[[], list[Any]]:
+        """Start a client script on a thread; the returned function joins it for its lines."""
+        out: list[Any] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                out.extend(self.client(script, argument))
+            except BaseException as exc:  # re-raised in the joining thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+
+        def join() -> list[Any]:
+            thread.join(timeout=180)
+            if failure:
+                raise failure[0]
+            assert not thread.is_alive(), f"{script} did not finish"
+            return out
+
+        return join
+
+
+def start_door_broker(store_dir: Path, home: Path) -> DoorBroker:
+    companion = GrpcCompanion(port=0)
+    config = ServerConfig(store=light_config(store_dir))
+    running = start_broker(config, companions=[companion])
+    return DoorBroker(running, companion, home)
+
+
+def all_messages(http: httpx.Client, topic: str) -> list[dict[str, Any]]:
+    """Every message of ``topic``, all queues (the HTTP door's JSON pull)."""
+    path = quote(topic, safe="")
+    described = http.get(f"/topics/{path}")
+    if described.status_code == 404:
+        return []
+    out: list[dict[str, Any]] = []
+    for queue in described.json()["queue_offsets"]:
+        page = http.get(
+            f"/topics/{path}/queues/{queue['queue_id']}/messages",
+            params={"offset": queue["min_offset"], "max_messages": 1000},
+        ).json()
+        out.extend(page["messages"])
+    return out
+
+
+def check_batch(rows: list[dict[str, Any]]) -> bytes:
+    """The transaction resolver's decisions as the operator job posts them (Arrow IPC)."""
+    table = pa.Table.from_pylist(rows)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
