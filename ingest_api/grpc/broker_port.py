@@ -160,7 +160,10 @@ class BrokerPort:
             return None
         if not node.serving:
             return ()
-        await run_blocking(self.broker.store.ensure_topic, topic)
+        store = self.broker.store
+        if not store.has_topic(topic) or store.queue_count(topic) < len(owners):
+            # the route watch may not have created the local topic yet
+            await run_blocking(self.broker.local_topics.ensure_local, topic, len(owners))
         return tuple(q for q, owner in enumerate(owners) if owner == node.name)
 
     def _turn(self, topic: str) -> int:

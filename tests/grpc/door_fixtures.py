@@ -49,26 +49,31 @@ class DoorBroker:
 
     def in_background(self, script: str, argument: dict[str, Any]) -> Callable[[], list[Any]]:
         """Start a client script on a thread; the returned function joins it for its lines."""
-        out: list[Any] = []
-        failure: list[BaseException] = []
+        return in_background(lambda: self.client(script, argument))
 
-        def run() -> None:
-            try:
-                out.extend(self.client(script, argument))
-            except BaseException as exc:  # re-raised in the joining thread
-                failure.append(exc)
 
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
+def in_background(call: Callable[[], list[Any]], timeout_s: float = 240) -> Callable[[], list[Any]]:
+    """Run ``call`` on a thread; the returned function joins it and returns (or raises) its outcome."""
+    out: list[Any] = []
+    failure: list[BaseException] = []
 
-        def join() -> list[Any]:
-            thread.join(timeout=180)
-            if failure:
-                raise failure[0]
-            assert not thread.is_alive(), f"{script} did not finish"
-            return out
+    def run() -> None:
+        try:
+            out.extend(call())
+        except BaseException as exc:  # re-raised in the joining thread
+            failure.append(exc)
 
-        return join
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def join() -> list[Any]:
+        thread.join(timeout=timeout_s)
+        if failure:
+            raise failure[0]
+        assert not thread.is_alive(), "the client did not finish"
+        return out
+
+    return join
 
 
 def start_door_broker(store_dir: Path, home: Path) -> DoorBroker:

@@ -7,9 +7,15 @@ or ``timeout_s`` passed, printing one line per message ``{"message_id", "body", 
 time is changed first (the client keeps the new handle), then the consumer waits ``hold_s`` and
 receives once more (printing ``{"received_while_hidden": n}``) before acking with the new handle.
 Ends with ``{"done": count}``.
+
+For a failover: ``"batch": n`` receives at most n at a time; ``"progress_file"`` gets one line per
+acked message id; after ``"pause_after"`` messages the consumer waits for ``"resume_file"`` to
+exist; with ``"tolerate_errors"`` a failing receive (a dead broker, until the client's route
+refresh moves it to the new master) is retried after 0.5 s and counted (``{"errors": n}``).
 """
 
 import json
+import os
 import sys
 import time
 
@@ -22,11 +28,22 @@ def main() -> None:
     subscription = {argument["topic"]: FilterExpression(argument.get("tag", "*"))}
     consumer = SimpleConsumer(config, argument["group"], subscription, await_duration=5)
     consumer.startup()
-    count = 0
+    count = errors = 0
     try:
         deadline = time.monotonic() + argument["timeout_s"]
         while count < argument["want"] and time.monotonic() < deadline:
-            for message in consumer.receive(16, argument["invisible_s"]):
+            if count == argument.get("pause_after"):
+                while not os.path.exists(argument["resume_file"]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            try:
+                received = consumer.receive(argument.get("batch", 16), argument["invisible_s"])
+            except Exception:
+                if not argument.get("tolerate_errors"):
+                    raise
+                errors += 1
+                time.sleep(0.5)
+                continue
+            for message in received:
                 count += 1
                 if "change_invisible_s" in argument:
                     consumer.change_invisible_duration(message, argument["change_invisible_s"])
@@ -35,6 +52,9 @@ def main() -> None:
                     print(json.dumps({"received_while_hidden": len(again)}), flush=True)
                 if argument["ack"]:
                     consumer.ack(message)
+                    if "progress_file" in argument:
+                        with open(argument["progress_file"], "a") as progress:
+                            progress.write(message.message_id + "\n")
                 line = {
                     "message_id": message.message_id,
                     "body": message.body.decode(),
@@ -45,6 +65,8 @@ def main() -> None:
                     "acked": argument["ack"],
                 }
                 print(json.dumps(line), flush=True)
+        if argument.get("tolerate_errors"):
+            print(json.dumps({"errors": errors}), flush=True)
         print(json.dumps({"done": count}), flush=True)
     finally:
         consumer.shutdown()
