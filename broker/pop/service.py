@@ -69,10 +69,10 @@ class PopService:
         #: Wake-ups per topic ("" = everyone: expiries, acks, close), so an arrival on one topic
         #: sends only the long polls of that topic (or its retry topic) back to the store.
         self._wake_seqs: Counter[str] = Counter()
-        self._closed = False
-        #: Called with the topic of every :meth:`wake` ("" = everyone), on the waking thread:
-        #: how a door that long-polls on an event loop learns to try again (broker.pop.waiting).
+        #: Called with the topic ("" = everyone) on every wake-up, from any thread: the
+        #: event-loop waiters of :mod:`broker.pop_async` (keep them cheap and non-blocking).
         self._wake_listeners: list[Callable[[str], None]] = []
+        self._closed = False
         self._log = StateLog(store)
         self.table = PopTable()
         try:
@@ -423,8 +423,8 @@ class PopService:
             listener(topic)
 
     def add_wake_listener(self, listener: Callable[[str], None]) -> None:
-        """Call ``listener(topic)`` at every wake (it must not block: it runs on the thread
-        that woke, e.g. the store's put path)."""
+        """``listener(topic)`` on every wake-up (an arrival on ``topic``, "" for an ack, an
+        expiry or close), from any thread; it must not block."""
         with self._wake:
             self._wake_listeners.append(listener)
 
