@@ -26,6 +26,7 @@ from ingest_api.grpc.broker_port import BrokerPort
 from ingest_api.grpc.clients import ClientRegistry
 from ingest_api.grpc.endpoints import DoorAddress, DoorDirectory
 from ingest_api.grpc.server import DoorConfig, GrpcDoor, MessagingService
+from store import Clock, wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,13 @@ class GrpcCompanion:
         advertised_host: str | None = None,
         config: DoorConfig | None = None,
         grace_s: float = 1.0,
+        clock_ms: Clock = wall_clock_ms,
+        expiry_check_s: float = 5.0,
     ) -> None:
+        """``clock_ms`` is the client registry's clock (epoch ms: heartbeats and expiry), checked
+        every ``expiry_check_s``."""
+        self.clock_ms = clock_ms
+        self.expiry_check_s = expiry_check_s
         self.port = port
         self.host = host
         self.advertised_host = advertised_host
@@ -59,8 +66,11 @@ class GrpcCompanion:
     @asynccontextmanager
     async def _run(self, broker: Broker) -> AsyncIterator[GrpcDoor]:
         doors = DoorDirectory(DoorAddress(self._advertised(broker), self.port), broker.cluster)
-        service = MessagingService(BrokerPort(broker, doors), ClientRegistry(), self._config(broker))
-        door = await GrpcDoor.start(service, host=self.host, port=self.port)
+        registry = ClientRegistry(self.clock_ms)
+        service = MessagingService(BrokerPort(broker, doors), registry, self._config(broker))
+        door = await GrpcDoor.start(
+            service, host=self.host, port=self.port, expiry_check_s=self.expiry_check_s
+        )
         doors.own = DoorAddress(doors.own.host, door.port)
         board = broker.operators.transactions if broker.operators is not None else None
         push = CheckBackPusher(broker, service)

@@ -76,9 +76,13 @@ def in_background(call: Callable[[], list[Any]], timeout_s: float = 240) -> Call
     return join
 
 
-def start_door_broker(store_dir: Path, home: Path) -> DoorBroker:
-    companion = GrpcCompanion(port=0)
-    config = ServerConfig(store=light_config(store_dir))
+def start_door_broker(
+    store_dir: Path, home: Path, companion: GrpcCompanion | None = None, **store: Any
+) -> DoorBroker:
+    """A broker on ``store_dir`` (``store``: :func:`light_config` changes) with ``companion``
+    (a door on a free port by default)."""
+    companion = companion or GrpcCompanion(port=0)
+    config = ServerConfig(store=light_config(store_dir, **store))
     running = start_broker(config, companions=[companion])
     return DoorBroker(running, companion, home)
 
@@ -106,3 +110,13 @@ def check_batch(rows: list[dict[str, Any]]) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue()
+
+
+class SettableClock:
+    """Epoch ms that a test moves by hand (the client registry's clock)."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
