@@ -82,6 +82,8 @@ class GrpcCompanion:
             log.info("gRPC door on %s:%d (advertised %s)", self.host, door.port, doors.own.host)
             yield door
         finally:
+            # the board may have been rebuilt since (an election): its pushers list moved with it
+            board = broker.operators.transactions if broker.operators is not None else None
             if board is not None and push in board.dispatcher.pushers:
                 board.dispatcher.pushers.remove(push)
             self.door = self.broker = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from ingest_api.grpc.companion import GrpcCompanion
 from tests.ingest.conftest import RunningBroker, start_broker
 from tests.support.rocketmq5 import run_client
 from tests.support.stores import light_config
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -120,3 +122,42 @@ class SettableClock:
 
     def __call__(self) -> int:
         return self.now_ms
+
+
+def answer_check_back(http: httpx.Client, producer_group: str, batch_id: int, sent: int) -> str:
+    """Wait until ``producer_group`` has ``sent`` transactions of which one is still open, and
+    post the resolver's CHECK decision for that one (what the transaction operator posts once a
+    half is old enough); its id."""
+
+    def listed(state: str) -> list[dict[str, Any]]:
+        params = {"producer_group": producer_group, "state": state}
+        return list(http.get("/transactions", params=params).json()["transactions"])
+
+    wait_until(
+        lambda: len(listed("all")) == sent and len(listed("prepared")) == 1,
+        timeout_s=60,
+        what=f"{sent} transactions of {producer_group}, one open",
+    )
+    (left,) = listed("prepared")
+    txid = str(left["transaction_id"])
+    halves = http.get(  # every half is in queue 0 of the broker's half topic
+        "/topics/RMQ_SYS_TRANS_HALF_TOPIC/queues/0/messages", params={"offset": 0, "max_messages": 1000}
+    ).json()["messages"]
+    (half,) = [m for m in halves if m["uniq_key"] == txid]
+    row = {
+        "transaction_id": txid,
+        "producer_group": producer_group,
+        "topic": producer_group,
+        "commitlog_offset": half["commitlog_offset"],
+        "uniq_key": txid,
+        "check_times": 1,
+        "decided_ms": int(time.time() * 1000),
+        "action": 0,  # CHECK: ask the producer
+    }
+    posted = http.post(
+        f"/operators/transactions/batches/{batch_id}",
+        content=check_batch([row]),
+        headers={"content-type": "application/vnd.apache.arrow.stream"},
+    )
+    assert posted.status_code == 200, posted.text
+    return txid

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from store import sharding_queue
-from tests.grpc.door_fixtures import DoorBroker, all_messages, check_batch, start_door_broker
+from tests.grpc.door_fixtures import DoorBroker, all_messages, answer_check_back, start_door_broker
 from tests.support.waiting import wait_until
 
 
@@ -126,35 +126,10 @@ def test_transactions_commit_roll_back_and_answer_a_check_back(door: DoorBroker)
     board = door.broker.operators.transactions
     join = door.in_background("transact.py", {"topic": "payments", "rollback": True})
     with door.http() as http:
-
-        def orphan() -> list[dict[str, object]]:
-            listed = http.get("/transactions", params={"producer_group": "payments"}).json()
-            return list(listed["transactions"])
-
-        wait_until(orphan, timeout_s=60, what="the transaction left open")
-        (left,) = orphan()
-        txid = str(left["transaction_id"])
-        tx = board.service.get(txid)
-        assert tx is not None
-        row = {
-            "transaction_id": txid,
-            "producer_group": "payments",
-            "topic": "payments",
-            "commitlog_offset": tx.halves[0].commitlog_offset,
-            "uniq_key": txid,
-            "check_times": 1,
-            "decided_ms": int(time.time() * 1000),
-            "action": 0,  # CHECK: ask the producer
-        }
-        posted = http.post(
-            "/operators/transactions/batches/0",
-            content=check_batch([row]),
-            headers={"content-type": "application/vnd.apache.arrow.stream"},
-        )
-        assert posted.status_code == 200, posted.text
+        txid = answer_check_back(http, "payments", batch_id=0, sent=3)
         lines = join()
         by_kind = {next(iter(line)): line for line in lines}
-        assert by_kind["checked"]["checked"] == [by_kind["orphan"]["orphan"]]
+        assert by_kind["orphan"]["orphan"] == txid and by_kind["checked"]["checked"] == [txid]
         wait_until(lambda: len(all_messages(http, "payments")) == 2, timeout_s=10, what="two commits")
         bodies = sorted(m["body"] for m in all_messages(http, "payments"))
     assert bodies == ["committed by the client", "left to the check-back"]  # the rollback: never

@@ -4,17 +4,20 @@ name, real ZooKeeper, SYNC replication), driven by RocketMQ 5's official Python 
 The clients' access point is the slave's door: its QueryRoute names the master's door (broker
 id 0), so sends and receives go to the master. Then the master is killed (``kill -9``): the
 slave is elected, the client's route refresh (every 30 s) moves it to the new master's door,
-and the messages acked before the failover are never delivered again."""
+and the messages acked before the failover are never delivered again. Before that: normal,
+FIFO, delayed and transactional sends (commit, rollback, a check-back) and two push consumers
+sharing a group."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.grpc.door_fixtures import all_messages, in_background
+from tests.grpc.door_fixtures import all_messages, answer_check_back, in_background
 from tests.support.cluster import ProcessCluster
 from tests.support.network import free_port
 from tests.support.rocketmq5 import run_client
@@ -48,11 +51,42 @@ def test_clients_follow_the_master_through_a_failover(tmp_path: Path, rocketmq5:
         access = f"127.0.0.1:{doors['b1-b']}"
         sent: list[dict[str, Any]] = [{"body": f"m{i}"} for i in range(8)]
         sent += [{"body": f"fifo{i}", "message_group": "g"} for i in range(2)]
+        sent += [{"body": "tomorrow", "delivery_timestamp": int(time.time()) + 86_000}]
         lines = run_client("produce.py", {"endpoint": access, "topic": "t", "messages": sent}, home)
         receipts = [str(line["message_id"]) for line in lines if "message_id" in line]
-        assert len(receipts) == 10
+        assert len(receipts) == 11
+        delayed = receipts.pop()
         with cluster.http("b1-a") as http:  # the same records, read over HTTP from the master
-            assert sorted(m["uniq_key"] for m in all_messages(http, "t")) == sorted(receipts)
+            stored = {m["uniq_key"]: m for m in all_messages(http, "t")}
+            assert sorted(stored) == sorted(receipts)  # the delayed one is parked
+            assert len({stored[r]["queue_id"] for r in receipts[8:]}) == 1  # one message group, one queue
+            assert delayed not in stored
+
+            join_tx = in_background(
+                lambda: run_client(
+                    "transact.py", {"endpoint": access, "topic": "pay", "rollback": True}, home
+                )
+            )
+            txid = answer_check_back(http, "pay", batch_id=0, sent=3)
+            by_kind = {next(iter(line)): line for line in join_tx()}
+            assert by_kind["checked"]["checked"] == [txid]
+            wait_until(lambda: len(all_messages(http, "pay")) == 2, 10, "the commit and the checked commit")
+
+        pushed = run_client(
+            "push_consume.py",
+            {
+                "endpoint": access,
+                "topic": "t",
+                "group": "pushers",
+                "consumers": 2,
+                "want": 10,
+                "timeout_s": 60,
+                "settle_s": 3,
+            },
+            home,
+        )
+        counts = Counter(line["message_id"] for line in pushed if "message_id" in line)
+        assert counts == Counter(receipts)  # two push consumers of a group: each message once
 
         progress, resume = tmp_path / "acked.txt", tmp_path / "resume"
         consume = {
