@@ -5,8 +5,8 @@ The clients' access point is the slave's door: its QueryRoute names the master's
 id 0), so sends and receives go to the master. Then the master is killed (``kill -9``): the
 slave is elected, the client's route refresh (every 30 s) moves it to the new master's door,
 and the messages acked before the failover are never delivered again. Before that: normal,
-FIFO, delayed and transactional sends (commit, rollback, a check-back) and two push consumers
-sharing a group."""
+FIFO, delayed and transactional sends (commit, rollback, a check-back), two push consumers
+sharing a group, an unacked message back as attempt 2, a changed invisible time."""
 
 from __future__ import annotations
 
@@ -87,6 +87,23 @@ def test_clients_follow_the_master_through_a_failover(tmp_path: Path, rocketmq5:
         )
         counts = Counter(line["message_id"] for line in pushed if "message_id" in line)
         assert counts == Counter(receipts)  # two push consumers of a group: each message once
+
+        one = {"endpoint": access, "topic": "once", "messages": [{"body": "one"}]}
+        assert len(run_client("produce.py", one, home)) == 2  # the receipt and the settings line
+        unacked = {"endpoint": access, "topic": "once", "group": "flaky", "want": 1, "timeout_s": 20}
+        unacked |= {"invisible_s": 2, "ack": False, "batch": 1}
+        first, second = (
+            [line for line in run_client("simple_consume.py", unacked, home) if "message_id" in line]
+            for _ in range(2)
+        )
+        assert first[0]["message_id"] == second[0]["message_id"]  # back after its invisible time
+        assert (first[0]["attempt"], second[0]["attempt"]) == (1, 2)
+        changed = run_client(
+            "simple_consume.py",
+            {**unacked, "group": "patient", "change_invisible_s": 30, "hold_s": 3, "ack": True},
+            home,
+        )
+        assert changed[0] == {"received_while_hidden": 0} and changed[-1] == {"done": 1}
 
         progress, resume = tmp_path / "acked.txt", tmp_path / "resume"
         consume = {
