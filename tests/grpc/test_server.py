@@ -6,6 +6,7 @@ shape, the Telemetry exchange, refusals in ``status`` and the RPCs that are not 
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -292,3 +293,69 @@ def test_a_contradictory_door_config_is_refused() -> None:
         DoorConfig(receive=ReceiveRules(min_long_polling_ms=30_000)).validate()
     with pytest.raises(InvalidArgument, match="max_batch_size"):
         DoorConfig(receive=ReceiveRules(max_batch_size=0)).validate()
+
+
+def ack(stub: service_pb2_grpc.MessagingServiceStub, group: str, *handles: str) -> spb.AckMessageResponse:
+    entries = [spb.AckMessageEntry(message_id=f"m{i}", receipt_handle=h) for i, h in enumerate(handles)]
+    request = spb.AckMessageRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name="orders"), entries=entries
+    )
+    answer: spb.AckMessageResponse = stub.AckMessage(request, metadata=META)
+    return answer
+
+
+def test_forged_stale_and_foreign_handles_are_refused_and_change_nothing(
+    stub: service_pb2_grpc.MessagingServiceStub, store: MessageStore
+) -> None:
+    store.put_messages(
+        [Message(topic="orders", body=b"a", queue_id=0), Message(topic="orders", body=b"b", queue_id=1)]
+    )
+    got = receive(stub, batch_size=2, invisible_duration=Duration(seconds=30))
+    first, second = (r.message.system_properties.receipt_handle for r in got[1:-1])
+    forged = first[:-2] + ("A" if first[-2] != "A" else "B") + first[-1]
+    assert ack(stub, "G", forged).entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
+    assert ack(stub, "H", first).entries[0].status.code == Code.INVALID_RECEIPT_HANDLE  # another group's
+    mixed = ack(stub, "G", first, "not a handle")
+    assert mixed.status.code == Code.MULTIPLE_RESULTS
+    assert [e.status.code for e in mixed.entries] == [Code.OK, Code.INVALID_RECEIPT_HANDLE]
+    assert ack(stub, "G", first).status.code == Code.INVALID_RECEIPT_HANDLE  # stale: acked already
+    change = spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="G"), topic=pb.Resource(name="orders"), receipt_handle=first
+    )
+    change.invisible_duration.seconds = 30
+    assert stub.ChangeInvisibleDuration(change, metadata=META).status.code == Code.INVALID_RECEIPT_HANDLE
+    forward = spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="orders"),
+        receipt_handle=second,
+        delivery_attempt=1,
+    )
+    assert stub.ForwardMessageToDeadLetterQueue(forward, metadata=META).status.code == Code.OK
+    [dead] = store.get_messages("%DLQ%G", 0, 0, 32).messages
+    assert dead.body == b"b" and dead.properties["RETRY_TOPIC"] == "orders"
+    assert ack(stub, "G", second).status.code == Code.INVALID_RECEIPT_HANDLE  # dead-lettered: done
+    # nothing was half-done by the refusals: no message comes back
+    again = receive(
+        stub, batch_size=32, invisible_duration=Duration(seconds=30), long_polling_timeout=Duration(seconds=5)
+    )
+    assert again[0].status.code == Code.MESSAGE_NOT_FOUND
+
+
+def test_parked_receives_hold_no_worker_thread(
+    stub: service_pb2_grpc.MessagingServiceStub, door: DoorBroker
+) -> None:
+    """60 long polls (more than AnyIO's 40 worker threads) wait on the event loop: an HTTP
+    produce is still answered at once, and one of the polls gets the message."""
+    five_s = Duration(seconds=5)
+    with ThreadPoolExecutor(60) as pool, door.http() as http:
+        polls = [
+            pool.submit(receive, stub, batch_size=1, invisible_duration=five_s, long_polling_timeout=five_s)
+            for _ in range(60)
+        ]
+        wait_until(lambda: len(door.broker.pop._wake_listeners) == 60, what="60 parked receives")
+        started = time.monotonic()
+        assert http.post("/topics/orders/messages", json={"body": "wake one"}).status_code == 201
+        assert time.monotonic() - started < 1.0
+        answers = [poll.result(timeout=30) for poll in polls]
+    delivered = [r.message.body for answer in answers for r in answer if r.WhichOneof("content") == "message"]
+    assert delivered == [b"wake one"]
