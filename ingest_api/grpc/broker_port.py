@@ -14,8 +14,8 @@ One row per RPC, each a core call::
     query_assignment  one assignment per broker name with a door (queue -1: POP pops the
                       whole broker), one per queue for a FIFO group
     group_policy      the POP group's settings (FIFO, retries)
-    heartbeat / client_gone   nothing to keep: the registry has the clients, and POP's state
-                      needs no client (an auto-renewed delivery comes back after its 60 s)
+    heartbeat         nothing to keep: the registry has the clients, POP's state needs none
+    client_gone       a push consumer's auto-renewed deliveries are released (visible in 1 s)
 
 Queue choice (``send``): the store's round robin over this broker's own queues; a message
 group by RocketMQ's sharding hash over them (on a lone broker that is the HTTP door's rule;
@@ -37,6 +37,7 @@ from broker.threads import run_blocking
 from broker.transactions import TransactionBoard
 from ingest_api.grpc.clients import ClientSession
 from ingest_api.grpc.endpoints import DoorDirectory
+from ingest_api.grpc.held import HeldHandles
 from ingest_api.grpc.port import (
     AckEntry,
     Delivery,
@@ -76,6 +77,8 @@ class BrokerPort:
         self.doors = doors
         self.auto_renew_invisible_ms = auto_renew_invisible_ms
         self._turns: dict[str, int] = {}
+        #: Deliveries of auto-renewing (push) consumers, released when the client goes.
+        self.held = HeldHandles()
 
     @property
     def pop(self) -> PopService:
@@ -207,10 +210,13 @@ class BrokerPort:
         )
         if not got:
             return ReceiveResult(ReceiveStatus.EMPTY)
+        if request.auto_renew:
+            self.held.hold(request.client_id, request.group, (r.receipt_handle for r in got))
         return ReceiveResult(ReceiveStatus.FOUND, [_delivery(request.topic, r) for r in got])
 
     async def ack(self, group: str, topic: str, entries: list[AckEntry]) -> list[HandleResult]:
         results = await run_blocking(self.pop.ack, group, [e.receipt_handle for e in entries])
+        self.held.forget(r.receipt_handle for r in results if r.ok)
         return [
             HandleResult(HandleStatus.OK) if r.ok else HandleResult(HandleStatus.INVALID, detail=r.detail)
             for r in results
@@ -225,6 +231,7 @@ class BrokerPort:
             if not _is_handle_error(exc):
                 raise
             return HandleResult(HandleStatus.INVALID, detail=str(exc))
+        self.held.replace(receipt_handle, changed.receipt_handle)
         return HandleResult(HandleStatus.OK, receipt_handle=changed.receipt_handle)
 
     async def forward_to_dlq(
@@ -236,6 +243,7 @@ class BrokerPort:
             if not _is_handle_error(exc):
                 raise
             return HandleResult(HandleStatus.INVALID, detail=str(exc))
+        self.held.forget([receipt_handle])
         return HandleResult(HandleStatus.OK)
 
     async def group_policy(self, group: str) -> GroupPolicy | None:
@@ -249,7 +257,20 @@ class BrokerPort:
         return None
 
     async def client_gone(self, client: ClientSession) -> None:
-        return None
+        """Release the deliveries a push consumer still holds: visible again after POP's
+        shortest invisible time (the proxy's 1 s), so another consumer gets them at once."""
+        released = self.held.release(client.client_id)
+        if released and self.broker.pop is not None:
+            await run_blocking(self._release, released)
+
+    def _release(self, released: list[tuple[str, str]]) -> None:
+        pop = self.pop
+        for group, handle in released:
+            try:
+                pop.change_invisible(group, handle, pop.config.min_invisible_ms)
+            except PopError as exc:  # acked or redelivered meanwhile: nothing to release
+                if not _is_handle_error(exc):
+                    raise
 
 
 _HANDLE_ERRORS = ("invalid_receipt_handle", "receipt_handle_expired", "receipt_handle_mismatch")

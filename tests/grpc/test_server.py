@@ -359,3 +359,21 @@ def test_parked_receives_hold_no_worker_thread(
         answers = [poll.result(timeout=30) for poll in polls]
     delivered = [r.message.body for answer in answers for r in answer if r.WhichOneof("content") == "message"]
     assert delivered == [b"wake one"]
+
+
+def test_a_terminated_push_consumer_releases_what_it_held(
+    stub: service_pb2_grpc.MessagingServiceStub, store: MessageStore
+) -> None:
+    subscription = pb.Subscription(group=pb.Resource(name="G"))
+    settings = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=subscription)
+    list(stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10))
+    store.put_message(Message(topic="orders", body=b"held", queue_id=0))
+    held = receive(stub, batch_size=32, auto_renew=True)  # hidden for 60 s
+    assert [r.message.body for r in held if r.WhichOneof("content") == "message"] == [b"held"]
+    notify = spb.NotifyClientTerminationRequest(group=pb.Resource(name="G"))
+    assert stub.NotifyClientTermination(notify, metadata=META).status.code == Code.OK
+    started = time.monotonic()
+    again = receive(stub, batch_size=32, invisible_duration=Duration(seconds=30))
+    messages = [r.message for r in again if r.WhichOneof("content") == "message"]
+    assert [(m.body, m.system_properties.delivery_attempt) for m in messages] == [(b"held", 2)]
+    assert time.monotonic() - started < 5  # released at termination, not after its 60 s
