@@ -139,6 +139,7 @@ def _rebuild_after_election(broker: Broker, loop: asyncio.AbstractEventLoop) -> 
     if board is None or board.transactions is None:
         return
     rebuilt = TransactionBoard.open(broker.store)
+    rebuilt.dispatcher.pushers = board.transactions.dispatcher.pushers  # the doors' (gRPC) stay
     previous, board.transactions = board.transactions, rebuilt
     asyncio.run_coroutine_threadsafe(previous.dispatcher.close(), loop)
 

@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,10 @@ class CheckDispatcher:
         self.stats = CheckStats()
         #: Set by the board: ends from check answers join the HTTP ends' group commit.
         self.ends: EndCoalescer | None = None
+        #: Doors that reach producers themselves (the gRPC door's Telemetry streams): for a
+        #: group with no check URL, each is asked in turn; one that returns True has sent the
+        #: check, and the producer's answer ends the transaction through that door.
+        self.pushers: list[Callable[[dict[str, Any]], bool]] = []
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -178,6 +183,9 @@ class CheckDispatcher:
         group = str(check["producer_group"])
         registered = self.groups.get(group)
         if registered is None:
+            if any(push(check) for push in self.pushers):
+                self.stats.count("pushed")
+                return
             self.stats.count("no_check_url")
             return
         breaker = self._breakers.setdefault(group, Breaker())

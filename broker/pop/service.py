@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from broker.pop.config import MAX_MESSAGES_PER_RECEIVE, PopConfig
 from broker.pop.errors import (
@@ -45,6 +45,8 @@ from store import (
     MessageView,
     NotMaster,
     RecordFields,
+    dead_letter_record,
+    dlq_topic,
     retry_topic,
     validate_group,
     validate_topic,
@@ -67,6 +69,9 @@ class PopService:
         #: Wake-ups per topic ("" = everyone: expiries, acks, close), so an arrival on one topic
         #: sends only the long polls of that topic (or its retry topic) back to the store.
         self._wake_seqs: Counter[str] = Counter()
+        #: Called with the topic ("" = everyone) on every wake-up, from any thread: the
+        #: event-loop waiters of :mod:`broker.pop_async` (keep them cheap and non-blocking).
+        self._wake_listeners: list[Callable[[str], None]] = []
         self._closed = False
         self._log = StateLog(store)
         self.table = PopTable()
@@ -304,6 +309,28 @@ class PopService:
             text = encode_handle(self._handle(group, handle.topic, new), self.table.secret)
             return Received(view, text, new.attempt, new.visible_at_ms)
 
+    def dead_letter(self, group: str, receipt_handle: str) -> None:
+        """Put the message to ``%DLQ%group`` now, as expiry does after the last attempt, and
+        end its delivery (a client that gave up on it: RocketMQ 5's
+        ForwardMessageToDeadLetterQueue). The copy and the DEAD record are one append. Raises
+        the handle's error."""
+        validate_group(group)
+        self._ensure_loaded()
+        with self._lock:
+            handle, live = self._live(group, receipt_handle)
+            view = self._view(group, handle.topic, live)
+            raw = self.store.read_record(view.commitlog_offset)
+            if raw is None:
+                raise ReceiptHandleExpired("the message is no longer stored")
+            target = dlq_topic(group)
+            if not self.store.has_topic(target):
+                self.store.create_topic(target, 1)  # RocketMQ creates a DLQ topic with one queue
+            copy = dead_letter_record(raw, group=group, reconsume_times=live.attempt)
+            now = self.store.now_ms()
+            self._commit([StateRecord(Kind.DEAD, now, group, handle.topic, entries=(live,))], [copy])
+            self._dead_letters[group] += 1
+        self.wake()
+
     def _view(self, group: str, topic: str, entry: Entry) -> MessageView:
         view = read_one(
             self.store, source_topic(group, topic, entry.source), entry.queue_id, entry.queue_offset
@@ -391,6 +418,24 @@ class PopService:
         with self._wake:
             self._wake_seqs[topic] += 1
             self._wake.notify_all()
+            listeners = tuple(self._wake_listeners)
+        for listener in listeners:
+            listener(topic)
+
+    def add_wake_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(topic)`` on every wake-up (an arrival on ``topic``, "" for an ack, an
+        expiry or close), from any thread; it must not block."""
+        with self._wake:
+            self._wake_listeners.append(listener)
+
+    def remove_wake_listener(self, listener: Callable[[str], None]) -> None:
+        with self._wake:
+            if listener in self._wake_listeners:
+                self._wake_listeners.remove(listener)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic != POP_STATE_TOPIC:

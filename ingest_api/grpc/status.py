@@ -43,6 +43,16 @@ CODE_BY_ERROR: Final[dict[str, int]] = {
     "store_locked": Code.INTERNAL_SERVER_ERROR,
     "data_lost": Code.NOT_FOUND,
     "corrupt_store": Code.INTERNAL_SERVER_ERROR,
+    "invalid_schedule": Code.ILLEGAL_DELIVERY_TIME,
+    # POP consumption (broker.pop.errors)
+    "invalid_receipt_handle": Code.INVALID_RECEIPT_HANDLE,
+    "receipt_handle_expired": Code.INVALID_RECEIPT_HANDLE,
+    "receipt_handle_mismatch": Code.INVALID_RECEIPT_HANDLE,
+    "invalid_max_messages": Code.BAD_REQUEST,
+    "invalid_invisible_time": Code.ILLEGAL_INVISIBLE_TIME,
+    "invalid_wait_time": Code.ILLEGAL_POLLING_TIME,
+    "invalid_group_settings": Code.BAD_REQUEST,
+    "group_kind_conflict": Code.ILLEGAL_CONSUMER_GROUP,
     # the cluster layer
     "cluster_unavailable": Code.INTERNAL_SERVER_ERROR,
     "queue_unavailable": Code.INTERNAL_SERVER_ERROR,

@@ -87,10 +87,26 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
     return [companion]
 
 
+def _grpc_companions(options: ServeOptions) -> list[Companion]:
+    """The RocketMQ 5 gRPC door, when ``--grpc-port`` is given."""
+    if options.extra.get("grpc_port") is None:
+        return []
+    try:
+        from ingest_api.grpc.companion import serve_companions
+    except ImportError as exc:
+        raise typer.BadParameter(
+            f"the gRPC door needs grpcio and protobuf ({exc.name} is missing): pip install 'sparkmq[grpc]'",
+            param_hint="--grpc-port",
+        ) from exc
+
+    return list(serve_companions(options))
+
+
 #: Factories of companions run with ``serve`` (each may return none).
 SERVE_COMPANIONS: list[Callable[[ServeOptions], list[Companion]]] = [
     _kafka_companions,
     _remoting_companions,
+    _grpc_companions,
     _operator_companions,
 ]
 
@@ -130,6 +146,13 @@ def serve(
     ] = None,
     remoting_host: Annotated[
         str | None, typer.Option(help="Remoting door bind address (default: --host).")
+    ] = None,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Also serve RocketMQ 5's gRPC protocol (the official clients; RocketMQ's proxy uses "
+            "8081) on this port, on --host, advertising --advertise-host (off when absent)."
+        ),
     ] = None,
     operators: Annotated[
         str,
@@ -298,6 +321,7 @@ def serve(
         "kafka_advertised_host": kafka_advertised_host,
         "remoting_port": remoting_port,
         "remoting_host": remoting_host,
+        "grpc_port": grpc_port,
         "advertise_host": advertise_host,
     }
     options = ServeOptions(

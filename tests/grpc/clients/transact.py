@@ -1,7 +1,8 @@
 """Runs in the official client's venv: a transactional Producer against the gRPC door.
 
-argv[1]: JSON ``{"endpoint", "topic"}``. Sends a half message and commits it (prints
-``{"committed": message_id, "transaction_id"}``), then sends a second half and leaves it open
+argv[1]: JSON ``{"endpoint", "topic", "rollback"?}``. Sends a half message and commits it (prints
+``{"committed": message_id, "transaction_id"}``); with ``rollback`` sends another and rolls it
+back (prints ``{"rolled_back": message_id}``); then sends a second half and leaves it open
 (prints ``{"orphan": message_id, "transaction_id"}``) and waits up to 20 s for the server's
 check-back; its checker answers COMMIT, which the client sends as EndTransaction from
 SOURCE_SERVER_CHECK. Prints ``{"checked": [message ids], "topics": [topics]}`` and exits.
@@ -53,6 +54,11 @@ def main() -> None:
             json.dumps({"committed": receipt.message_id, "transaction_id": receipt.transaction_id}),
             flush=True,
         )
+        if argument.get("rollback"):
+            transaction = producer.begin_transaction()
+            receipt = producer.send(half(topic, b"rolled back by the client"), transaction)
+            transaction.rollback()
+            print(json.dumps({"rolled_back": receipt.message_id}), flush=True)
         orphan = producer.send(half(topic, b"left to the check-back"), producer.begin_transaction())
         print(json.dumps({"orphan": orphan.message_id, "transaction_id": orphan.transaction_id}), flush=True)
         checker.checked.wait(20)

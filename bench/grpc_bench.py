@@ -1,0 +1,92 @@
+"""The gRPC door's send rate against HTTP single produce, in the same run (issue 31's figure:
+gRPC SendMessage with the official Python client, 16 threads, >= 1x HTTP single produce).
+
+    python -m bench.grpc_bench                  # `sparkmq serve --grpc-port` on a temp store
+    python -m bench.grpc_bench --seconds 10 --threads 16
+
+One broker serves both doors; the gRPC figure is RocketMQ 5's official Python client
+(``rocketmq-python-client``, in its own venv: tests/support/rocketmq5.py) with one Producer
+shared by ``--threads`` threads; the HTTP figure is :func:`bench.http_bench.bench_single` with as
+many keep-alive connections. The Python client costs far more CPU per message than the raw
+HTTP client, and both share this machine with the broker: the ratio is what this box does
+end to end, not what the door could do alone. Not a CI gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from bench.http_bench import Figure, _free_port, bench_single
+from tests.support.rocketmq5 import run_client
+
+BODY_BYTES = 100
+
+
+@contextlib.contextmanager
+def grpc_broker() -> Iterator[tuple[str, str]]:
+    """``sparkmq serve --grpc-port`` on a temporary store in a child process: ``(HTTP url,
+    gRPC endpoint)``; stopped with SIGTERM."""
+    with tempfile.TemporaryDirectory(prefix="sparkmq-grpc-bench-") as store_dir:
+        port, grpc_port = _free_port(), _free_port()
+        command = [
+            sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", store_dir,
+            "--port", str(port), "--grpc-port", str(grpc_port), "--log-level", "warning",
+            "--operators", "off",
+        ]  # fmt: skip
+        process = subprocess.Popen(command, env=os.environ.copy())
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("broker did not start")
+                time.sleep(0.1)
+            yield url, f"127.0.0.1:{grpc_port}"
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+def bench_grpc_send(endpoint: str, topic: str, seconds: float, threads: int, home: Path) -> Figure:
+    """SendMessage through the official Python client: one Producer, ``threads`` threads."""
+    argument = {"endpoint": endpoint, "topic": topic, "threads": threads, "seconds": seconds}
+    argument["body_bytes"] = BODY_BYTES
+    (result,) = run_client("send_bench.py", argument, home, timeout_s=seconds + 120)
+    if result["errors"]:
+        print(f"  ({result['errors']} sends failed)")
+    return Figure(f"gRPC SendMessage ({threads} threads)", result["sent"], result["seconds"], "msg")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--threads", type=int, default=16, help="gRPC sender threads = HTTP connections.")
+    args = parser.parse_args()
+    with grpc_broker() as (url, endpoint), tempfile.TemporaryDirectory() as home:
+        with httpx.Client(base_url=url) as http:
+            http.put("/topics/bench_http", json={"queues": 8})
+            http.put("/topics/bench_grpc", json={"queues": 8})
+        http_figure = asyncio.run(bench_single(url, "bench_http", args.seconds, args.threads))
+        grpc_figure = bench_grpc_send(endpoint, "bench_grpc", args.seconds, args.threads, Path(home))
+    for figure in (http_figure, grpc_figure):
+        print(figure.line())
+    ratio = grpc_figure.rate / http_figure.rate if http_figure.rate else 0.0
+    print(f"{'gRPC / HTTP single produce':<34} {ratio:>14.2f} x   (goal >= 1x)")
+
+
+if __name__ == "__main__":
+    main()
