@@ -67,7 +67,7 @@ class KafkaCompanion:
             setattr(broker, "kafka_groups", gateway.context.coordinator.groups)  # noqa: B010
         if link is not None:  # the other brokers' gateways call this one (POST /kafka/peer/{op})
             setattr(broker, "kafka_peer", PeerService(gateway.context))  # noqa: B010
-            if getattr(broker, "tokens", None) is not None:
+            if getattr(broker, "auth", None) is not None:
                 log.warning(
                     "kafka gateway: with --auth-file the other brokers refuse this gateway's calls "
                     "(it sends no token): offsets and transactions of queues on other brokers fail"
