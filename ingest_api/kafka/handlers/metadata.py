@@ -19,6 +19,7 @@ from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.handlers import cluster_metadata
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import ensure_topic, visible_topics
+from ingest_api.kafka.sasl import SASL_VERSIONS
 from ingest_api.kafka.topology import CoordinatorKind, KafkaNode
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
@@ -32,9 +33,12 @@ FIND_COORDINATOR_BATCHED_VERSION = 4
 
 async def handle_api_versions(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     cls = codec.response_class(ApiKey.API_VERSIONS)
+    versions: dict[int, tuple[int, int]] = {int(key): span for key, span in SUPPORTED_VERSIONS.items()}
+    if ctx.auth is not None:  # a SASL listener: clients refuse to log in unless these are listed
+        versions.update(SASL_VERSIONS)
     api_keys = [
-        cls.ApiVersion(api_key=int(key), min_version=low, max_version=high)
-        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+        cls.ApiVersion(api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in sorted(versions.items())
     ]
     return codec.encode_response(request, error_code=ErrorCode.NONE, api_keys=api_keys, throttle_time_ms=0)
 
