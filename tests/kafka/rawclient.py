@@ -22,6 +22,12 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
