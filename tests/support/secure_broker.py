@@ -85,9 +85,11 @@ class SecureBroker:
     def client_context(self) -> ssl.SSLContext:
         return self.ca.client_context()
 
-    def https(self, token: str | None = None, **kwargs: object) -> httpx.Client:
+    def https(
+        self, token: str | None = None, headers: dict[str, str] | None = None, **kwargs: object
+    ) -> httpx.Client:
         """An httpx client verifying the broker against the test CA (bearer ``token``)."""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
         verify: ssl.SSLContext | bool = self.client_context() if self.tls else True
         client = httpx.Client(base_url=self.url, headers=headers, verify=verify, timeout=30.0, **kwargs)  # type: ignore[arg-type]
         self.running.clients.append(client)
