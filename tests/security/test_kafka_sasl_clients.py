@@ -50,11 +50,9 @@ def test_confluent_kafka(secured: SecureBroker, mechanism: str) -> None:
         "ssl.ca.location": str(secured.ca.ca_file),
     }
     producer = Producer(common)
-    errors: list[KafkaError] = []
+    errors: list[KafkaError | None] = []  # one per delivery report, None when delivered
     for i in range(5):
-        producer.produce(
-            topic, f"m{i}".encode(), on_delivery=lambda err, _: errors.append(err) if err else None
-        )
+        producer.produce(topic, f"m{i}".encode(), on_delivery=lambda err, _: errors.append(err))
     assert producer.flush(30) == 0 and errors == [None] * 5
     consumer = Consumer({**common, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
