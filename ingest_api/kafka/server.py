@@ -45,7 +45,7 @@ from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_
 from ingest_api.kafka.handlers import HANDLERS, Connection
 from ingest_api.kafka.handlers.transactions import abort_expired, recover_transactions
 from ingest_api.kafka.sasl import MAX_PRE_AUTH_FRAME_BYTES, SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_VERSIONS
-from ingest_api.kafka.sasl_session import SaslSession, Step
+from ingest_api.kafka.sasl_session import Phase, SaslSession, Step
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.txn_cluster import start_retries
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
@@ -219,7 +219,7 @@ class KafkaGateway:
 
     async def _sasl_step(self, conn: Connection, session: SaslSession, frame: bytes) -> Step:
         """Route a frame of a SASL listener (docs in :mod:`ingest_api.kafka.sasl_session`)."""
-        if session.phase.value == "raw_tokens":
+        if session.phase is Phase.RAW_TOKENS:
             return await self._ctx.run_blocking(session.raw_token, frame)
         prefix = peek_request_prefix(frame)
         if prefix.api_key == SASL_HANDSHAKE:
