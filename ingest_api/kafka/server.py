@@ -223,6 +223,8 @@ class KafkaGateway:
             return await self._ctx.run_blocking(session.raw_token, frame)
         prefix = peek_request_prefix(frame)
         if prefix.api_key == SASL_HANDSHAKE:
+            if session.authenticated:
+                log.debug("kafka gateway: connection %d re-authenticating (KIP-368)", conn.connection_id)
             return session.handshake(frame)
         if prefix.api_key == SASL_AUTHENTICATE:
             return await self._ctx.run_blocking(session.authenticate, frame)
