@@ -218,7 +218,7 @@ async def _metadata(p: Principal, request: KafkaRequest, run: RunHandler) -> byt
     may_create = authorize(p, Operation.CREATE, cluster()) or all(
         authorize(p, Operation.CREATE, (_T, name)) for name in names
     )
-    if not may_create and hasattr(body, "allow_auto_topic_creation") and request.api_version >= 4:
+    if not may_create:  # every version: before v4 the flag decodes as true (always create)
         body.allow_auto_topic_creation = False
     return await answer_split(request, run, METADATA, _may(p, _D, _T), TOPIC_DENIED)
 

@@ -136,3 +136,50 @@ def test_http_routes_without_then_with_the_right(matrix: SecureBroker) -> None:
         allowed = admin.request(method, path, **kwargs)
         assert allowed.status_code < 300, (method, path, allowed.text)
     assert bob.get("/topics").json()["topics"] == []  # the list is filtered, not refused
+
+
+def test_a_mixed_produce_writes_only_the_allowed_partition(matrix: SecureBroker) -> None:
+    """alice may write orders* but not payments: one request to both stores only orders."""
+    from ingest_api.kafka import codec
+    from tests.kafka.rawclient import record_batch
+
+    produce = codec.request_class(ApiKey.PRODUCE)
+    data = produce.TopicProduceData
+    part = data.PartitionProduceData(index=0, records=record_batch([b"m"]))
+    before = {topic: max_offsets(matrix, topic) for topic in ("orders", "payments")}
+    with login(matrix, "alice", PASSWORDS["alice"]) as alice:
+        answer = alice.call(
+            produce,
+            codec.response_class(ApiKey.PRODUCE),
+            9,
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                data(
+                    name=name,
+                    partition_data=[data.PartitionProduceData(index=0, records=record_batch([b"m"]))],
+                )
+                for name in ("orders", "payments")
+            ],
+        )
+    codes = {t.name: t.partition_responses[0].error_code for t in answer.responses}
+    assert codes == {"orders": 0, "payments": 29}
+    assert max_offsets(matrix, "orders")[0] == before["orders"][0] + 1
+    assert max_offsets(matrix, "payments") == before["payments"]
+
+
+@pytest.mark.parametrize("version", [1, 4, 12])
+def test_metadata_without_create_creates_nothing(matrix: SecureBroker, version: int) -> None:
+    """A missing topic named by a user who may describe it but not create it: not created,
+    whatever the Metadata version (before v4 a request always asked for auto-creation)."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    name = f"orders-not-created-v{version}"
+    with login(matrix, "alice", PASSWORDS["alice"]) as alice:
+        topic = MetadataRequest.MetadataRequestTopic(name=name)
+        answer = alice.call(
+            MetadataRequest, MetadataResponse, version, topics=[topic], allow_auto_topic_creation=True
+        )
+    assert answer.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: describable, not created
+    assert matrix.https(TOKENS["admin"]).get(f"/topics/{name}").status_code == 404

@@ -23,8 +23,6 @@ from ingest_api.kafka.sasl import SASL_VERSIONS
 from ingest_api.kafka.topology import CoordinatorKind, KafkaNode
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
-#: Metadata requests may ask for topic auto-creation from this version on (before: always).
-AUTO_CREATE_FLAG_VERSION = 4
 #: FindCoordinator key types: consumer groups and transactional ids.
 GROUP_KEY_TYPE = CoordinatorKind.GROUP.value
 TRANSACTION_KEY_TYPE = CoordinatorKind.TRANSACTION.value
@@ -48,7 +46,9 @@ async def handle_metadata(ctx: GatewayContext, conn: Connection, request: KafkaR
     requested = None if body.topics is None else [t.name for t in body.topics]
     if request.api_version == 0 and requested == []:
         requested = None  # v0: an empty list means all topics
-    auto_create = request.api_version < AUTO_CREATE_FLAG_VERSION or bool(body.allow_auto_topic_creation)
+    # Before v4 the flag is not on the wire and decodes as its schema default (true); the
+    # authorization guard turns it off for a caller without CREATE, whatever the version.
+    auto_create = bool(body.allow_auto_topic_creation)
 
     def lookup() -> list[tuple[str, ErrorCode, int]]:
         if requested is None:
