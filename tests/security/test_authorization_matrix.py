@@ -45,7 +45,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     users = [*default_users(), granted_user()]
     with secure_broker(tmp_path_factory.mktemp("matrix"), tls=False, users=users) as running:
         admin = running.https(TOKENS["admin"])
-        for topic in (TOPIC, DOOMED, "orders", "payments"):
+        for topic in (TOPIC, DOOMED, "orders", "payments", "ledger"):
             assert admin.put(f"/topics/{topic}", json={"queues": 2}).status_code == 201
         assert (
             admin.post(f"/topics/{TOPIC}/messages", json={"body": "seed", "queue_id": 0}).status_code == 201
@@ -98,7 +98,7 @@ def test_listings_are_filtered(matrix: SecureBroker) -> None:
 
     assert topics_seen("bob", PASSWORDS["bob"]) == set()
     assert topics_seen("alice", PASSWORDS["alice"]) == {"orders"}
-    assert {TOPIC, "orders", "payments"} <= topics_seen("admin", PASSWORDS["admin"])
+    assert {TOPIC, "orders", "ledger"} <= topics_seen("admin", PASSWORDS["admin"])
 
 
 HTTP_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
@@ -139,14 +139,14 @@ def test_http_routes_without_then_with_the_right(matrix: SecureBroker) -> None:
 
 
 def test_a_mixed_produce_writes_only_the_allowed_partition(matrix: SecureBroker) -> None:
-    """alice may write orders* but not payments: one request to both stores only orders."""
+    """alice may write orders* but not ledger: one request to both stores only orders."""
     from ingest_api.kafka import codec
     from tests.kafka.rawclient import record_batch
 
     produce = codec.request_class(ApiKey.PRODUCE)
     data = produce.TopicProduceData
     part = data.PartitionProduceData(index=0, records=record_batch([b"m"]))
-    before = {topic: max_offsets(matrix, topic) for topic in ("orders", "payments")}
+    before = {topic: max_offsets(matrix, topic) for topic in ("orders", "ledger")}
     with login(matrix, "alice", PASSWORDS["alice"]) as alice:
         answer = alice.call(
             produce,
@@ -155,18 +155,12 @@ def test_a_mixed_produce_writes_only_the_allowed_partition(matrix: SecureBroker)
             transactional_id=None,
             acks=-1,
             timeout_ms=5000,
-            topic_data=[
-                data(
-                    name=name,
-                    partition_data=[data.PartitionProduceData(index=0, records=record_batch([b"m"]))],
-                )
-                for name in ("orders", "payments")
-            ],
+            topic_data=[data(name=name, partition_data=[part]) for name in ("orders", "ledger")],
         )
     codes = {t.name: t.partition_responses[0].error_code for t in answer.responses}
-    assert codes == {"orders": 0, "payments": 29}
+    assert codes == {"orders": 0, "ledger": 29}
     assert max_offsets(matrix, "orders")[0] == before["orders"][0] + 1
-    assert max_offsets(matrix, "payments") == before["payments"]
+    assert max_offsets(matrix, "ledger") == before["ledger"]
 
 
 @pytest.mark.parametrize("version", [1, 4, 12])
