@@ -78,3 +78,23 @@ def test_plaintext_with_auth_off_loopback_is_refused(tmp_path: Path) -> None:
     ServerConfig(store=light_config(tmp_path / "s2"), host="0.0.0.0").validate()  # auth off: fine
     with pytest.raises(InvalidArgument, match="require_client_cert"):
         TlsConfig(leaf.cert, leaf.key, require_client_cert=True).validate()
+
+
+def test_serve_refuses_credentials_in_clear_text_off_loopback(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sparkmq.cli.root import app
+
+    users = tmp_path / "users.json"
+    users.write_text('{"tokens": [{"token": "abcdefgh", "consume": ["*"]}]}')
+    base = ["serve", "--store-dir", str(tmp_path / "store"), "--auth-file", str(users), "--operators", "off"]
+    cases = [
+        (["--host", "0.0.0.0"], "clear text"),
+        (["--kafka-port", "0", "--kafka-host", "0.0.0.0"], "Kafka listener"),
+        (["--tls-cert", str(users)], "--tls-cert and --tls-key go together"),
+        (["--tls-ca", str(users)], "need --tls-cert and --tls-key"),
+    ]
+    for extra, message in cases:
+        result = CliRunner().invoke(app, [*base, *extra], prog_name="sparkmq", terminal_width=200)
+        assert result.exit_code == 2, (extra, result.output)
+        assert message in result.output, (extra, result.output)
