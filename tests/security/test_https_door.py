@@ -13,6 +13,8 @@ import pytest
 from broker.config import ServerConfig
 from broker.tls import TlsConfig
 from store import InvalidArgument
+from tests.kafka.rawclient import RawClient
+from tests.security.test_kafka_sasl_wire import handshake
 from tests.support.secure_broker import PASSWORDS, TOKENS, SecureBroker, secure_broker
 from tests.support.stores import light_config
 from tests.support.tls import TestCA
@@ -98,3 +100,28 @@ def test_serve_refuses_credentials_in_clear_text_off_loopback(tmp_path: Path) ->
         result = CliRunner().invoke(app, [*base, *extra], prog_name="sparkmq", terminal_width=200)
         assert result.exit_code == 2, (extra, result.output)
         assert message in result.output, (extra, result.output)
+
+
+def test_required_client_certificates(tmp_path: Path) -> None:
+    """--tls-require-client-cert: HTTPS and the Kafka listener refuse a client without a
+    certificate from the CA, and serve one with it."""
+    with secure_broker(tmp_path, require_client_cert=True) as secured:
+        with httpx.Client(verify=secured.client_context()) as anonymous, pytest.raises(httpx.TransportError):
+            anonymous.get(f"{secured.url}/healthz")
+        client_leaf = secured.ca.issue("a-client")
+        with httpx.Client(verify=secured.ca.client_context(client_leaf)) as known:
+            assert (
+                known.get(
+                    f"{secured.url}/topics", headers={"Authorization": f"Bearer {TOKENS['admin']}"}
+                ).status_code
+                == 200
+            )
+        try:  # TLS 1.3: the server checks the client's certificate after the client is done
+            with RawClient(secured.kafka_port, context=secured.client_context()) as raw:
+                raw.send_raw(b"\x00\x00\x00\x00")
+                refused = raw.recv_frame() is None
+        except (ssl.SSLError, ConnectionError):
+            refused = True
+        assert refused
+        with RawClient(secured.kafka_port, context=secured.ca.client_context(client_leaf)) as raw:
+            assert handshake(raw, "PLAIN").error_code == 0

@@ -106,6 +106,7 @@ def secure_broker(
     tls: bool = True,
     users: list[User] | None = None,
     gateway: Mapping[str, object] | None = None,
+    require_client_cert: bool = False,
 ) -> Iterator[SecureBroker]:
     """A broker with ``users`` (default: :func:`default_users`), TLS unless ``tls=False``, and
     a Kafka gateway on a free port; stopped at exit."""
@@ -115,7 +116,9 @@ def secure_broker(
     config = ServerConfig(
         store=light_config(tmp_path / "store", default_queues_per_topic=2),
         auth_file=users_file,
-        tls=TlsConfig(leaf.cert, leaf.key) if tls else None,
+        tls=TlsConfig(leaf.cert, leaf.key, ca.ca_file if require_client_cert else None, require_client_cert)
+        if tls
+        else None,
     )
     base = GatewayConfig(initial_rebalance_delay_ms=100, coordinator_tick_ms=20, min_session_timeout_ms=500)
     kafka = KafkaCompanion(port=0, config=replace(base, **(gateway or {})))  # type: ignore[arg-type]
