@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from broker.auth import Principal, Right, authorize
+from broker.auth import Principal, Right, authorize, may_any
 from broker.errors import BrokerError
 from broker.peers import PeerUnavailable
 from broker.replication import replica_status
@@ -113,7 +113,7 @@ async def topic_route(topic: str, broker: Broker, principal: Principal | None) -
     """Every queue id of the topic with its broker name, whether that broker is alive, and its
     HTTP and Kafka addresses (a dead broker shows its last known addresses). A system topic
     (parked, half and send-back records) is each broker's own: its route is the asked broker."""
-    if principal is not None and not principal.may_any(topic):
+    if principal is not None and not may_any(principal, topic):
         authorize(principal, Right.CONSUME, topic)
     validate_topic(topic, allow_system=True)
     node = broker.cluster

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from broker.tls import TlsConfig, is_loopback
 from cluster import ClusterConfig
 from store import MIB, InvalidArgument, StoreConfig
 
@@ -29,8 +30,12 @@ class ServerConfig:
     store: StoreConfig
     host: str = "127.0.0.1"
     port: int = 8080
-    #: JSON file of bearer tokens and their per-topic rights; ``None`` turns auth off.
+    #: The users file (broker.security: tokens, SCRAM keys, rights); ``None`` turns auth off.
     auth_file: Path | None = None
+    #: TLS on the HTTP and Kafka listeners (``--tls-cert``/``--tls-key``); ``None``: plaintext.
+    tls: TlsConfig | None = None
+    #: With auth on, a plaintext listener on a non-loopback address is refused unless this is set.
+    allow_plaintext: bool = False
     #: Most messages accepted by one ``messages:batch`` request.
     max_batch_messages: int = 10_000
     #: Largest request body accepted, in bytes.
@@ -88,10 +93,27 @@ class ServerConfig:
         ]
         if self.cluster is not None:
             self.cluster.validate()
+        if self.tls is not None:
+            self.tls.validate()
+        self.check_plaintext(self.host, "HTTP")
         for ok, message in checks:
             if not ok:
                 raise InvalidArgument(f"invalid ServerConfig: {message}")
         return self
+
+    def check_plaintext(self, host: str, door: str) -> None:
+        """Refuse credentials in clear text off this machine: auth on, no TLS, ``host`` not a
+        loopback address, and no ``allow_plaintext``."""
+        if (
+            self.auth_file is not None
+            and self.tls is None
+            and not self.allow_plaintext
+            and not is_loopback(host)
+        ):
+            raise InvalidArgument(
+                f"invalid ServerConfig: the {door} listener on {host!r} would carry credentials in clear "
+                "text: give --tls-cert/--tls-key, bind 127.0.0.1, or pass --allow-plaintext"
+            )
 
     def with_changes(self, **changes: object) -> ServerConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]

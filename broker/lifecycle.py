@@ -9,7 +9,7 @@ app's lifespan.
 
 Order (each undone in reverse at shut-down):
 
-1. the auth file is read and the store opened (recovery runs here);
+1. the store is opened (recovery runs here) and the users file read;
 2. the arrival hub, the operator board, the transaction board, the group settings and the POP
    service (one per store: every door shares it) are built into one :class:`broker.state.Broker`;
 3. the broker joins its cluster (a member exactly while it serves);
@@ -24,7 +24,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from broker.auth import load_token_table
+from broker.auth import DoorAuth
+from broker.auth_reload import auth_reloading
 from broker.coalescer import ProduceCoalescer
 from broker.config import ServerConfig
 from broker.longpoll import ArrivalHub
@@ -39,6 +40,8 @@ from broker.threads import run_blocking
 from broker.transactions import TransactionBoard
 from store import MessageStore, StoreConfig, parse_delay_levels
 
+#: The broker's secret for unknown SCRAM users' mock salts, in the store's config dir.
+AUTH_SECRET_FILE = "auth-secret"
 #: Something run alongside the broker for its lifetime (e.g. a Kafka gateway).
 Companion = Callable[[Broker], AbstractAsyncContextManager[Any]]
 #: How the broker opens its store (tests pass one with a fault-injecting file system).
@@ -50,9 +53,9 @@ async def running_broker(
     config: ServerConfig, companions: Sequence[Companion] = (), open_store: StoreOpener = MessageStore.open
 ) -> AsyncIterator[Broker]:
     """The broker of ``config``, serving until the block exits (see the module docstring)."""
-    tokens = load_token_table(config.auth_file) if config.auth_file is not None else None
     store = await run_blocking(open_store, config.store)
     try:
+        auth = await run_blocking(open_auth, config)
         hub = ArrivalHub(asyncio.get_running_loop())
         store.add_arrival_listener(hub.on_arrival)
         board = OperatorBoard(
@@ -69,7 +72,7 @@ async def running_broker(
             hub=hub,
             metrics=BrokerMetrics(),
             producer=ProduceCoalescer(store),
-            tokens=tokens,
+            auth=auth,
             operators=board,
             pop=await run_blocking(PopService, store),
         )
@@ -77,6 +80,8 @@ async def running_broker(
             async with AsyncExitStack() as stack:
                 # Joined first, left last: the broker is a member exactly while it serves.
                 await stack.enter_async_context(cluster_membership(broker))
+                # The users file is re-read on SIGHUP and when it changes.
+                await stack.enter_async_context(auth_reloading(auth))
                 # Sink batches decided before the last stop are published before serving.
                 await stack.enter_async_context(sink_recovery(broker))
                 # So are relocation batches of the operators (delayed messages).
@@ -91,6 +96,14 @@ async def running_broker(
             store.remove_arrival_listener(hub.on_arrival)
     finally:
         await run_blocking(store.close)
+
+
+def open_auth(config: ServerConfig) -> DoorAuth | None:
+    """The users of ``--auth-file`` and the mock-salt secret kept in the store's config dir
+    (``None`` when auth is off)."""
+    if config.auth_file is None:
+        return None
+    return DoorAuth.open(config.auth_file, config.store.store_dir / "config" / AUTH_SECRET_FILE)
 
 
 def operator_settings(config: ServerConfig) -> dict[str, Any]:

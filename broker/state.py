@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from broker.auth import TokenTable
+from broker.auth import DoorAuth
 from broker.coalescer import ProduceCoalescer
 from broker.config import ServerConfig
 from broker.longpoll import ArrivalHub
@@ -51,8 +51,8 @@ class Broker:
     metrics: BrokerMetrics
     #: Group commit of single-message produces.
     producer: ProduceCoalescer
-    #: ``None`` when auth is off.
-    tokens: TokenTable | None
+    #: The users every door checks (``--auth-file``); ``None`` when auth is off.
+    auth: DoorAuth | None
     #: Relocation publishing and the status of the stateful operators.
     operators: OperatorBoard | None = None
     #: Set by a running Kafka gateway: its coordinator's groups. Call on the event loop.

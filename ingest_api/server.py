@@ -85,6 +85,7 @@ def build_server(
         access_log=config.access_log,
         timeout_graceful_shutdown=int(config.graceful_shutdown_s),
         server_header=False,
+        **(config.tls.uvicorn_options() if config.tls is not None else {}),
     )
     return BrokerServer(uv_config, app, freeze_heap)
 

@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker.auth import Principal, Right, authenticate
+from broker.auth import Principal, Right, authenticate, is_global_admin, may, may_any
 from broker.errors import BrokerError
 from broker.state import Broker
 
@@ -93,10 +93,10 @@ class Viewer:
 
     @property
     def auth_on(self) -> bool:
-        return self.broker.tokens is not None
+        return self.broker.auth is not None
 
     def may(self, right: Right, topic: str) -> bool:
-        return self.principal is None or self.principal.may(right, topic)
+        return may(self.principal, right, topic)
 
     def may_admin(self, topic: str) -> bool:
         return self.may(Right.ADMIN, topic)
@@ -105,11 +105,11 @@ class Viewer:
         return self.may(Right.CONSUME, topic)
 
     def may_see(self, topic: str) -> bool:
-        return self.principal is None or self.principal.may_any(topic)
+        return may_any(self.principal, topic)
 
     @property
     def is_global_admin(self) -> bool:
-        return self.principal is None or self.principal.is_global_admin
+        return is_global_admin(self.principal)
 
     def require(self, right: Right, topic: str) -> None:
         if not self.may(right, topic):
@@ -143,7 +143,7 @@ async def get_viewer(request: Request) -> Viewer:
     broker: Broker = request.app.state.broker
     if request.method not in ("GET", "HEAD") and not _same_origin(request):
         raise BrokerError(403, "cross_origin", "console forms must be posted from the console itself")
-    if broker.tokens is None:
+    if broker.auth is None:
         return Viewer(broker, None)
     header = request.headers.get("authorization")
     cookie = request.cookies.get(COOKIE)
@@ -152,7 +152,7 @@ async def get_viewer(request: Request) -> Viewer:
             raise BrokerError(401, "unauthorized", "log in to the console first")
         raise _login_redirect(request)
     try:
-        principal = authenticate(broker.tokens, header or f"Bearer {cookie}")
+        principal = authenticate(broker.auth, header or f"Bearer {cookie}")
     except BrokerError:
         if header or request.headers.get("hx-request"):
             raise
@@ -199,9 +199,9 @@ async def login(
     if not _same_origin(request):
         raise BrokerError(403, "cross_origin", "log in from the console's own page")
     target = _safe_next(next)
-    if broker.tokens is None:
+    if broker.auth is None:
         return RedirectResponse(target, status_code=303)
-    if broker.tokens.lookup(token.strip()) is None:
+    if broker.auth.by_token(token.strip()) is None:
         return page(request, "login.html", None, status_code=401, next=target, error="Unknown token.")
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(

@@ -30,7 +30,7 @@ async def get_principal(
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> Principal | None:
     """The caller's token holder; ``None`` when auth is off. 401 when required and bad."""
-    return authenticate(broker.tokens, request.headers.get("authorization"))
+    return authenticate(broker.auth, request.headers.get("authorization"))
 
 
 PrincipalDep = Annotated[Principal | None, Depends(get_principal)]

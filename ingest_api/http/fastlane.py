@@ -196,9 +196,9 @@ def _accepted_entry(
     broker: Broker, topic: str, authorization: str | None, received: list[Message]
 ) -> ProduceIn | None:
     """The validated entry when the route would accept this request, else None."""
-    if broker.tokens is not None:
+    if broker.auth is not None:
         try:
-            authorize(authenticate(broker.tokens, authorization), Right.PRODUCE, topic)
+            authorize(authenticate(broker.auth, authorization), Right.PRODUCE, topic)
         except BrokerError:
             return None
     raw = (
@@ -216,9 +216,9 @@ def _accepted_end(
     """The principal and the validated body when the end route would accept them, else None
     (the route then answers: 401, 422, ...)."""
     principal = None
-    if broker.tokens is not None:
+    if broker.auth is not None:
         try:
-            principal = authenticate(broker.tokens, authorization)
+            principal = authenticate(broker.auth, authorization)
         except BrokerError:
             return None
     raw = b"".join(m.get("body", b"") for m in received)

@@ -109,7 +109,7 @@ def needs_api_versions_fallback(api_key: int, api_version: int) -> bool:
 
 
 def encode_api_versions_fallback(
-    correlation_id: int, supported: Mapping[ApiKey, tuple[int, int]] = SUPPORTED_VERSIONS
+    correlation_id: int, supported: Mapping[Any, tuple[int, int]] = SUPPORTED_VERSIONS
 ) -> bytes:
     """Framed UNSUPPORTED_VERSION answer: response header v0 + ApiVersions **v0** body."""
     entries = sorted(supported.items())

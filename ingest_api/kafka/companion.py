@@ -59,15 +59,25 @@ class KafkaCompanion:
         board = getattr(getattr(broker, "operators", None), "transactions", None)
         service = getattr(board, "service", None)  # one transaction service per store
         link, config = self._cluster(broker)
+        server_config = getattr(broker, "config", None)
+        tls = getattr(server_config, "tls", None)
+        if server_config is not None:  # auth on, no TLS, off loopback: refused (--allow-plaintext)
+            server_config.check_plaintext(config.host, "Kafka")
         gateway = await start_kafka_gateway(
-            store, config=config, metrics=metrics, transactions=service, cluster=link
+            store,
+            config=config,
+            metrics=metrics,
+            transactions=service,
+            cluster=link,
+            auth=getattr(broker, "auth", None),
+            ssl_context=None if tls is None else tls.server_context(),
         )
         self.gateway = gateway
         if hasattr(broker, "kafka_groups"):  # the console lists the coordinator's groups
             setattr(broker, "kafka_groups", gateway.context.coordinator.groups)  # noqa: B010
         if link is not None:  # the other brokers' gateways call this one (POST /kafka/peer/{op})
             setattr(broker, "kafka_peer", PeerService(gateway.context))  # noqa: B010
-            if getattr(broker, "tokens", None) is not None:
+            if getattr(broker, "auth", None) is not None:
                 log.warning(
                     "kafka gateway: with --auth-file the other brokers refuse this gateway's calls "
                     "(it sends no token): offsets and transactions of queues on other brokers fail"

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
@@ -63,6 +63,11 @@ class GatewayConfig:
     max_fetch_wait_ms: int = 30_000
     #: Kafka ``transaction.max.timeout.ms``: a larger ``transaction.timeout.ms`` is refused.
     max_transaction_timeout_ms: int = 900_000
+    #: KIP-368 ``connections.max.reauth.ms``: a SASL login lasts this long (0: forever); the
+    #: client re-authenticates on the live connection, or it is closed.
+    sasl_session_lifetime_ms: int = 3_600_000
+    #: Kafka ``connection.failed.authentication.delay.ms``: a failed login is answered this late.
+    failed_auth_delay_ms: int = 100
 
     def validate(self) -> GatewayConfig:
         checks = [
@@ -82,6 +87,8 @@ class GatewayConfig:
             (self.max_request_bytes >= 1024, "max_request_bytes must be >= 1024"),
             (self.max_fetch_wait_ms >= 0, "max_fetch_wait_ms must be >= 0"),
             (self.max_transaction_timeout_ms > 0, "max_transaction_timeout_ms must be > 0"),
+            (self.sasl_session_lifetime_ms >= 0, "sasl_session_lifetime_ms must be >= 0"),
+            (0 <= self.failed_auth_delay_ms <= 10_000, "failed_auth_delay_ms must be in [0, 10000]"),
         ]
         for ok, message in checks:
             if not ok:
@@ -177,6 +184,8 @@ class GatewayContext:
     ledger: TxnLedger | None = None
     #: Ends still to be delivered to participants, by sparkmq transaction id (retried until done).
     pending_ends: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    #: The broker's users (``broker.auth.DoorAuth``) on a SASL listener; ``None``: no SASL.
+    auth: Any = None
 
     @classmethod
     def create(

@@ -23,20 +23,32 @@ import contextlib
 import functools
 import itertools
 import logging
+import ssl
 import threading
 import time
 from types import TracebackType
 from typing import cast
 
+from broker.auth import DoorAuth
+from broker.security import Principal, ReloadResult
+from ingest_api.kafka.authz import guarded
 from ingest_api.kafka.cluster_link import ClusterLink
-from ingest_api.kafka.codec import decode_request, encode_api_versions_fallback, needs_api_versions_fallback
-from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext
+from ingest_api.kafka.codec import (
+    KafkaRequest,
+    decode_request,
+    encode_api_versions_fallback,
+    needs_api_versions_fallback,
+)
+from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext, monotonic_ms
 from ingest_api.kafka.errors import KafkaGatewayError
 from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_prefix
 from ingest_api.kafka.handlers import HANDLERS, Connection
 from ingest_api.kafka.handlers.transactions import abort_expired, recover_transactions
+from ingest_api.kafka.sasl import MAX_PRE_AUTH_FRAME_BYTES, SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_VERSIONS
+from ingest_api.kafka.sasl_session import Phase, SaslSession, Step
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.txn_cluster import start_retries
+from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 from store import MessageStore
 from store.publish import TransactionService
 
@@ -50,8 +62,11 @@ STREAM_BUFFER_BYTES = 8 * 1024 * 1024
 class KafkaGateway:
     """A running gateway. ``port`` is the bound port; ``close()`` stops it (idempotent)."""
 
-    def __init__(self, ctx: GatewayContext) -> None:
+    def __init__(self, ctx: GatewayContext, ssl_context: ssl.SSLContext | None = None) -> None:
         self._ctx = ctx
+        self._ssl = ssl_context
+        #: The SASL state of each live connection (a SASL listener only), by its task.
+        self._sessions: dict[asyncio.Task[None], SaslSession] = {}
         self._server: asyncio.Server | None = None
         self._tick_task: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -71,19 +86,43 @@ class KafkaGateway:
     async def _start(self) -> None:
         config = self._ctx.config
         self._server = await asyncio.start_server(
-            self._on_connect, config.host, config.port, limit=STREAM_BUFFER_BYTES
+            self._on_connect, config.host, config.port, limit=STREAM_BUFFER_BYTES, ssl=self._ssl
         )
+        if self._ctx.auth is not None:
+            self._ctx.auth.on_reload(self._on_reload)
         self._ctx.bound_port = self._server.sockets[0].getsockname()[1]
         assert self._ctx.arrivals is not None
         self._ctx.store.add_arrival_listener(self._ctx.arrivals.on_arrival)
         self._tick_task = asyncio.create_task(self._tick_forever(), name="kafka-coordinator-tick")
         log.info(
-            "kafka gateway listening on %s:%d (advertised %s:%d)",
+            "kafka gateway listening on %s:%d (%s, advertised %s:%d)",
             config.host,
             self.port,
+            self.security_protocol,
             self._ctx.advertised_host,
             self._ctx.advertised_port,
         )
+
+    @property
+    def security_protocol(self) -> str:
+        """Kafka's name of this listener: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+        if self._ctx.auth is None:
+            return "SSL" if self._ssl is not None else "PLAINTEXT"
+        return "SASL_SSL" if self._ssl is not None else "SASL_PLAINTEXT"
+
+    def _on_reload(self, result: ReloadResult) -> None:
+        """Users file reloaded (on a worker thread): close the revoked users' connections."""
+        if result.revoked:
+            self._ctx.loop.call_soon_threadsafe(self.close_sessions_of, result.revoked)
+
+    def close_sessions_of(self, users: frozenset[str]) -> int:
+        """Close every connection logged in as one of ``users``; returns how many."""
+        doomed = [task for task, session in self._sessions.items() if session.user in users]
+        for task in doomed:
+            task.cancel()
+        if doomed:
+            log.info("kafka gateway: closed %d connections of revoked users", len(doomed))
+        return len(doomed)
 
     async def _tick_forever(self) -> None:
         interval = self._ctx.config.coordinator_tick_ms / 1000
@@ -109,6 +148,10 @@ class KafkaGateway:
         self._connections.add(task)
         peer = writer.get_extra_info("peername") or ("?", 0)
         conn = Connection(next(self._ids), str(peer[0]), int(peer[1]))
+        if self._ctx.auth is not None:
+            self._sessions[task] = SaslSession(
+                self._ctx.auth, self._ctx.config.sasl_session_lifetime_ms, monotonic_ms
+            )
         try:
             await self._serve(conn, reader, writer)
         except asyncio.CancelledError:
@@ -117,6 +160,7 @@ class KafkaGateway:
             pass
         finally:
             self._connections.discard(task)
+            self._sessions.pop(task, None)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
@@ -125,12 +169,31 @@ class KafkaGateway:
         self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         where = f"connection {conn.connection_id} from {conn.peer_host}:{conn.peer_port}"
+        task = asyncio.current_task()
+        session = self._sessions.get(task) if task is not None else None
         try:
             while True:
-                frame = await self._read_frame(reader)
+                cap = None if session is None or session.authenticated else MAX_PRE_AUTH_FRAME_BYTES
+                frame = await self._read_frame(reader, cap)
                 if frame is None:
                     return
-                response = await self._dispatch(conn, frame)
+                if session is None:
+                    response = await self._dispatch(conn, frame, None)
+                else:
+                    step = await self._sasl_step(conn, session, frame)
+                    if step.failed:
+                        await asyncio.sleep(self._ctx.config.failed_auth_delay_ms / 1000)
+                    response = step.response
+                    if step.close:
+                        if response is not None:
+                            writer.write(response)
+                            await writer.drain()
+                        log.info(
+                            "kafka gateway: closing %s: %s",
+                            where,
+                            "login failed" if step.failed else "SASL state",
+                        )
+                        return
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
@@ -143,25 +206,52 @@ class KafkaGateway:
         except Exception:  # a handler fault must not take the listener down
             log.exception("kafka gateway: closing %s after an internal error", where)
 
-    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
+    async def _read_frame(self, reader: asyncio.StreamReader, cap: int | None = None) -> bytes | None:
+        """One frame; ``cap`` (before login) bounds its size below ``max_request_bytes``."""
         try:
             size_bytes = await reader.readexactly(FRAME_SIZE.size)
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 raise
             return None  # clean end of stream between frames
-        size = parse_frame_size(size_bytes, self._ctx.config.max_request_bytes)
+        size = parse_frame_size(size_bytes, cap or self._ctx.config.max_request_bytes)
         return await reader.readexactly(size)
 
-    async def _dispatch(self, conn: Connection, frame: bytes) -> bytes | None:
+    async def _sasl_step(self, conn: Connection, session: SaslSession, frame: bytes) -> Step:
+        """Route a frame of a SASL listener (docs in :mod:`ingest_api.kafka.sasl_session`)."""
+        if session.phase is Phase.RAW_TOKENS:
+            return await self._ctx.run_blocking(session.raw_token, frame)
+        prefix = peek_request_prefix(frame)
+        if prefix.api_key == SASL_HANDSHAKE:
+            if session.authenticated:
+                log.debug("kafka gateway: connection %d re-authenticating (KIP-368)", conn.connection_id)
+            return session.handshake(frame)
+        if prefix.api_key == SASL_AUTHENTICATE:
+            return await self._ctx.run_blocking(session.authenticate, frame)
+        if session.in_exchange or (not session.authenticated and prefix.api_key != ApiKey.API_VERSIONS):
+            return Step(None, close=True)  # Kafka: no answer before login but ApiVersions
+        if session.authenticated and session.expired():
+            return Step(None, close=True)  # KIP-368: the session ended without re-authentication
+        principal = None
+        if session.user is not None:
+            assert self._ctx.auth is not None
+            principal = self._ctx.auth.principal(session.user) or Principal(session.user)
+        return Step(await self._dispatch(conn, frame, principal))
+
+    async def _dispatch(self, conn: Connection, frame: bytes, principal: Principal | None) -> bytes | None:
         prefix = peek_request_prefix(frame)
         if needs_api_versions_fallback(prefix.api_key, prefix.api_version):
             log.debug("ApiVersions v%d unsupported: answering error 35 with a v0 body", prefix.api_version)
-            return encode_api_versions_fallback(prefix.correlation_id)
+            return encode_api_versions_fallback(prefix.correlation_id, advertised(self._ctx))
         request = decode_request(frame)
         started = time.perf_counter()
+        handler = HANDLERS[request.api_key]
+
+        async def run(reduced: KafkaRequest) -> bytes | None:
+            return await handler(self._ctx, conn, reduced)
+
         try:
-            return await HANDLERS[request.api_key](self._ctx, conn, request)
+            return await guarded(principal, request, run)
         finally:
             if self._ctx.metrics is not None:
                 api = getattr(request.api_key, "name", str(request.api_key)).lower()
@@ -171,6 +261,8 @@ class KafkaGateway:
         if self._closed:
             return
         self._closed = True
+        if self._ctx.auth is not None:
+            self._ctx.auth.remove_listener(self._on_reload)
         if self._ctx.arrivals is not None:
             self._ctx.arrivals.closed = True
             self._ctx.store.remove_arrival_listener(self._ctx.arrivals.on_arrival)
@@ -195,6 +287,15 @@ class KafkaGateway:
         log.info("kafka gateway on port %d closed", self.port)
 
 
+def advertised(ctx: GatewayContext) -> dict[int, tuple[int, int]]:
+    """What ApiVersions lists: the handled APIs, and SaslHandshake/SaslAuthenticate on a SASL
+    listener."""
+    versions: dict[int, tuple[int, int]] = {int(key): span for key, span in SUPPORTED_VERSIONS.items()}
+    if ctx.auth is not None:
+        versions.update(SASL_VERSIONS)
+    return versions
+
+
 def _missing(exc: asyncio.IncompleteReadError) -> int:
     return (exc.expected or 0) - len(exc.partial)
 
@@ -209,6 +310,8 @@ async def start_kafka_gateway(
     metrics: DoorMetrics | None = None,
     transactions: TransactionService | None = None,
     cluster: ClusterLink | None = None,
+    auth: DoorAuth | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> KafkaGateway:
     """Start listening on the running loop; returns once the socket is bound.
 
@@ -219,6 +322,8 @@ async def start_kafka_gateway(
     store's transaction service when another door shares it (the HTTP broker's); without
     it the gateway opens its own. Kafka transactions are recovered before the socket binds.
     ``cluster``: the cluster this broker serves in (docs/kafka_gateway.md#cluster).
+    ``auth``: the broker's users: the listener then requires SASL (PLAIN, SCRAM-SHA-256/512)
+    and authorizes every request (:mod:`ingest_api.kafka.authz`). ``ssl_context``: TLS.
     """
     if config is None:
         config = GatewayConfig(host=host, port=port, advertised_host=advertised_host)
@@ -229,7 +334,8 @@ async def start_kafka_gateway(
     ctx = GatewayContext.create(store, config, loop, transactions, cluster)
     pending = await ctx.run_blocking(recover_transactions, ctx)
     ctx.metrics = metrics
-    gateway = KafkaGateway(ctx)
+    ctx.auth = auth
+    gateway = KafkaGateway(ctx, ssl_context)
     await gateway._start()
     for end in pending:  # decided before the restart: delivered again to every participant
         start_retries(ctx, end.transactional_id, end.transaction_id, end.commit, set(end.brokers), [])

@@ -19,6 +19,7 @@ import typer
 
 from broker.config import ServerConfig
 from broker.lifecycle import Companion
+from broker.tls import TlsConfig
 from cluster import ClusterConfig, InvalidBrokerName, InvalidClusterAddress, parse_cluster_address
 from ingest_api.server import serve as run_server
 from sparkmq.cli.root import app
@@ -118,8 +119,35 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port.")] = 8080,
     auth_file: Annotated[
-        Path | None, typer.Option(help="JSON bearer-token file (see docs/http_api.md); off when absent.")
+        Path | None,
+        typer.Option(
+            help="Users file (tokens, SASL passwords, rights; docs/security.md): every door then "
+            "authenticates and authorizes; off when absent. Reloaded on SIGHUP and when it changes.",
+            rich_help_panel="Security",
+        ),
     ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="PEM certificate: HTTP becomes HTTPS, Kafka SSL.", rich_help_panel="Security"),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="PEM private key of --tls-cert.", rich_help_panel="Security")
+    ] = None,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(help="PEM CA that client certificates must chain to.", rich_help_panel="Security"),
+    ] = None,
+    tls_require_client_cert: Annotated[
+        bool,
+        typer.Option(help="Refuse clients without a certificate from --tls-ca.", rich_help_panel="Security"),
+    ] = False,
+    allow_plaintext: Annotated[
+        bool,
+        typer.Option(
+            help="With --auth-file, allow a listener without TLS on a non-loopback address.",
+            rich_help_panel="Security",
+        ),
+    ] = False,
     flush: Annotated[
         FlushMode, typer.Option(help="sync: a 201 means fsynced; async: flushed periodically.")
     ] = (FlushMode.async_),
@@ -293,6 +321,8 @@ def serve(
             host=host,
             port=port,
             auth_file=auth_file,
+            tls=_tls_config(tls_cert, tls_key, tls_ca, tls_require_client_cert),
+            allow_plaintext=allow_plaintext,
             max_batch_messages=max_batch,
             max_request_bytes=max_request_mib << 20,
             log_level=log_level,
@@ -306,6 +336,8 @@ def serve(
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
             cluster=membership,
         ).validate()
+        if kafka_port is not None:
+            config.check_plaintext(kafka_host or host, "Kafka")
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -331,6 +363,17 @@ def serve(
     if not run_server(config, companions):
         typer.echo("sparkmq serve: the broker failed to start (see the log above)", err=True)
         raise typer.Exit(1)
+
+
+def _tls_config(cert: Path | None, key: Path | None, ca: Path | None, require: bool) -> TlsConfig | None:
+    """The listeners' TLS; exits 2 unless --tls-cert and --tls-key come together."""
+    if cert is None and key is None:
+        if ca is not None or require:
+            _refuse("--tls-ca and --tls-require-client-cert need --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        _refuse("--tls-cert and --tls-key go together")
+    return TlsConfig(cert, key, ca, require)
 
 
 def _cluster_config(

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import threading
 from pathlib import Path
 
 import pytest
 
-from broker.auth import (
-    Right,
-    authenticate,
-    authorize,
-    authorize_global_admin,
-    load_token_table,
-    parse_token_table,
-)
+from broker.auth import DoorAuth, Right, authenticate, authorize, authorize_global_admin
 from broker.errors import BrokerError
 from broker.longpoll import ArrivalHub
 from broker.metrics import BrokerMetrics, StoreGauges, render
+from broker.security import (
+    InvalidUsersFile,
+    ScramMechanism,
+    User,
+    UsersFile,
+    UserTable,
+    make_credential,
+    write_users,
+)
 from store.errors import InvalidArgument
 
 TABLE = {
@@ -29,9 +33,15 @@ TABLE = {
 }
 
 
+def door_auth(tmp_path: Path, document: object = TABLE) -> DoorAuth:
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps(document))
+    return DoorAuth(UsersFile(path), b"s" * 32)
+
+
 class TestAuth:
-    def test_rights_by_pattern(self) -> None:
-        table = parse_token_table(TABLE)
+    def test_rights_by_pattern(self, tmp_path: Path) -> None:
+        table = door_auth(tmp_path)
         writer = authenticate(table, "Bearer writer-token")
         assert writer is not None
         assert writer.name == "writer"
@@ -45,11 +55,29 @@ class TestAuth:
         authorize_global_admin(authenticate(table, "bearer ops-token-1"))
 
     @pytest.mark.parametrize("header", [None, "", "Basic abc", "Bearer ", "Bearer wrong-token"])
-    def test_bad_credentials_are_401(self, header: str | None) -> None:
+    def test_bad_credentials_are_401(self, tmp_path: Path, header: str | None) -> None:
         with pytest.raises(BrokerError) as info:
-            authenticate(parse_token_table(TABLE), header)
+            authenticate(door_auth(tmp_path), header)
         assert info.value.status == 401
         assert info.value.headers == {"WWW-Authenticate": "Bearer"}
+
+    def test_basic_password_is_checked_once_then_cached(self, tmp_path: Path) -> None:
+        now = [0.0]
+        path = tmp_path / "users.json"
+        scram = {ScramMechanism.SHA_256: make_credential(ScramMechanism.SHA_256, "pencil")}
+        write_users(path, UserTable((User("alice", scram=scram, consume=("orders",)),)))
+        auth = DoorAuth(UsersFile(path), b"s" * 32, clock=lambda: now[0])
+        good = "Basic " + base64.b64encode(b"alice:pencil").decode()
+        principal = authenticate(auth, good)
+        assert principal is not None and principal.name == "alice"
+        authorize(principal, Right.CONSUME, "orders")
+        for wrong in (b"alice:pencils", b"bob:pencil", b"alice:"):
+            with pytest.raises(BrokerError) as info:
+                authenticate(auth, "Basic " + base64.b64encode(wrong).decode())
+            assert info.value.status == 401
+        assert len(auth._basic) == 1  # only successes are remembered
+        now[0] += 3600  # expired: verified again, still accepted
+        assert authenticate(auth, good) is not None
 
     def test_auth_off(self) -> None:
         assert authenticate(None, None) is None
@@ -66,17 +94,18 @@ class TestAuth:
             {"tokens": [{"token": "long-enough"}, {"token": "long-enough"}]},
         ],
     )
-    def test_invalid_files(self, document: object) -> None:
-        with pytest.raises(InvalidArgument, match="auth file"):
-            parse_token_table(document)
+    def test_invalid_files(self, tmp_path: Path, document: object) -> None:
+        with pytest.raises(InvalidArgument):
+            door_auth(tmp_path, document)
 
     def test_load_file(self, tmp_path: Path) -> None:
         path = tmp_path / "auth.json"
         path.write_text('{"tokens": [{"token": "abcdefgh", "consume": ["*"]}]}')
-        assert load_token_table(path).principals[0].may(Right.CONSUME, "x")
+        auth = DoorAuth(UsersFile(path), b"s" * 32)
+        authorize(authenticate(auth, "Bearer abcdefgh"), Right.CONSUME, "x")
         path.write_text("{")
-        with pytest.raises(InvalidArgument, match="cannot read auth file"):
-            load_token_table(path)
+        with pytest.raises(InvalidUsersFile, match="not valid JSON"):
+            UsersFile(path)
 
 
 def test_render_prometheus_text() -> None:

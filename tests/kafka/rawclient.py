@@ -6,6 +6,7 @@ For wire-level tests: exact request bytes, pipelining, garbage, truncation, acks
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -15,12 +16,21 @@ SIZE = struct.Struct(">i")
 
 
 class RawClient:
-    def __init__(self, port: int, timeout_s: float = 10.0) -> None:
+    def __init__(self, port: int, timeout_s: float = 10.0, context: ssl.SSLContext | None = None) -> None:
+        """A connection to 127.0.0.1:``port``; over TLS when ``context`` is given."""
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        if context is not None:
+            self.sock = context.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self._correlation = 0
 
     def close(self) -> None:
         self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)

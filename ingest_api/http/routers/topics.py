@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from broker.auth import Right, authorize
+from broker.auth import Right, authorize, may_any
 from broker.errors import BrokerError
 from broker.peers import PeerUnavailable, passed_headers
 from broker.routing import FORWARDED_HEADER
@@ -79,7 +79,7 @@ async def list_topics(broker: BrokerDep, principal: PrincipalDep) -> TopicListOu
         topics=[
             TopicOut(topic=name, queues=queues)
             for name, queues in sorted(topics.items())
-            if principal is None or principal.may_any(name)
+            if may_any(principal, name)
         ]
     )
 
@@ -105,7 +105,7 @@ async def describe_topic(
 ) -> TopicOut:
     """The topic's queues with each queue's min and max offset (max = next offset to write).
     In a cluster each queue's offsets come from its owner, named in ``broker``."""
-    if principal is not None and not principal.may_any(topic):
+    if principal is not None and not may_any(principal, topic):
         authorize(principal, Right.CONSUME, topic)
     if broker.cluster is None or FORWARDED_HEADER in request.headers:
         return await run_blocking(_describe, broker.store, topic)

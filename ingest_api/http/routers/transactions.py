@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from broker.auth import Principal, Right, authorize
+from broker.auth import Principal, Right, authorize, may, may_produce_somewhere
 from broker.errors import BrokerError
 from broker.membership import PRODUCER_GROUPS
 from broker.peers import ask_others, is_local_request, passed_headers
@@ -174,7 +174,7 @@ async def list_transactions(
     visible = []
     now = broker.store.now_ms()
     for tx in rows:
-        if principal is None or all(principal.may(Right.PRODUCE, t) for t in tx.topics):
+        if principal is None or all(may(principal, Right.PRODUCE, t) for t in tx.topics):
             visible.append(_out(tx, now))
         if len(visible) >= limit:
             break
@@ -195,8 +195,8 @@ async def get_transaction(
 
 
 def _may_register(principal: Principal | None) -> None:
-    if principal is not None and not principal.grants.get(Right.PRODUCE):
-        raise BrokerError(403, "forbidden", f"token {principal.name!r} may not produce")
+    if principal is not None and not may_produce_somewhere(principal):
+        raise BrokerError(403, "forbidden", f"{principal.name!r} may not produce")
 
 
 def _group_out(group: str, doc: dict[str, object]) -> ProducerGroupOut:

@@ -19,11 +19,10 @@ from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.handlers import cluster_metadata
 from ingest_api.kafka.handlers.base import Connection
 from ingest_api.kafka.handlers.topics import ensure_topic, visible_topics
+from ingest_api.kafka.sasl import SASL_VERSIONS
 from ingest_api.kafka.topology import CoordinatorKind, KafkaNode
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 
-#: Metadata requests may ask for topic auto-creation from this version on (before: always).
-AUTO_CREATE_FLAG_VERSION = 4
 #: FindCoordinator key types: consumer groups and transactional ids.
 GROUP_KEY_TYPE = CoordinatorKind.GROUP.value
 TRANSACTION_KEY_TYPE = CoordinatorKind.TRANSACTION.value
@@ -32,9 +31,12 @@ FIND_COORDINATOR_BATCHED_VERSION = 4
 
 async def handle_api_versions(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
     cls = codec.response_class(ApiKey.API_VERSIONS)
+    versions: dict[int, tuple[int, int]] = {int(key): span for key, span in SUPPORTED_VERSIONS.items()}
+    if ctx.auth is not None:  # a SASL listener: clients refuse to log in unless these are listed
+        versions.update(SASL_VERSIONS)
     api_keys = [
-        cls.ApiVersion(api_key=int(key), min_version=low, max_version=high)
-        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+        cls.ApiVersion(api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in sorted(versions.items())
     ]
     return codec.encode_response(request, error_code=ErrorCode.NONE, api_keys=api_keys, throttle_time_ms=0)
 
@@ -44,7 +46,9 @@ async def handle_metadata(ctx: GatewayContext, conn: Connection, request: KafkaR
     requested = None if body.topics is None else [t.name for t in body.topics]
     if request.api_version == 0 and requested == []:
         requested = None  # v0: an empty list means all topics
-    auto_create = request.api_version < AUTO_CREATE_FLAG_VERSION or bool(body.allow_auto_topic_creation)
+    # Before v4 the flag is not on the wire and decodes as its schema default (true); the
+    # authorization guard turns it off for a caller without CREATE, whatever the version.
+    auto_create = bool(body.allow_auto_topic_creation)
 
     def lookup() -> list[tuple[str, ErrorCode, int]]:
         if requested is None:
