@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from store.io.fs import FileSystem
     from store.io.lock import DirectoryLock
     from store.metadata.checkpoint import StoreCheckpoint
+    from store.write.offset_log import OffsetLog
     from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
     from store.metadata.topic_config import TopicConfigTable
     from store.read.queue_reader import QueueReader
@@ -61,6 +62,7 @@ class FacadeState:
     _topics: TopicConfigTable
     _offsets: ConsumerOffsetTable
     _delay_offsets: DelayOffsetTable
+    _offset_log: OffsetLog
     _visibility: Visibility
     _reader: QueueReader
     _appender: Appender
