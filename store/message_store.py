@@ -49,7 +49,6 @@ from store.io.fs import FileSystem, OsFileSystem
 from store.io.lock import DirectoryLock, remove_abort_file, write_abort_file
 from store.metadata.checkpoint import StoreCheckpoint
 from store.metadata.file_sizes import adopt_layout, record_replication
-from store.write.offset_log import OffsetLog
 from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
@@ -70,6 +69,7 @@ from store.services import PeriodicService
 from store.write.appender import Appender
 from store.write.arrivals import Arrivals
 from store.write.delay_levels import parse_delay_levels
+from store.write.offset_log import OffsetLog
 from store.write.relocator import Relocator
 from store.write.replica_log import ReplicaLog
 from store.write.replication import Standby

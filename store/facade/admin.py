@@ -125,7 +125,9 @@ class Admin(FacadeState):
         if records:
             try:
                 self._appender.put_encoded(EncodedRecords.of_fields(records))
-                log.info("retention: wrote %d live offset record(s) again before offset %d", len(records), end)
+                log.info(
+                    "retention: wrote %d live offset record(s) again before offset %d", len(records), end
+                )
             except StoreNotWritable as exc:
                 log.info("retention: live offsets before %d kept by the checkpoint only (%s)", end, exc)
         self._offsets.persist(force=True)

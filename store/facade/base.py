@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from store.io.fs import FileSystem
     from store.io.lock import DirectoryLock
     from store.metadata.checkpoint import StoreCheckpoint
-    from store.write.offset_log import OffsetLog
     from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
     from store.metadata.topic_config import TopicConfigTable
     from store.read.queue_reader import QueueReader
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
     from store.types import StoreStats
     from store.write.appender import Appender
     from store.write.arrivals import Arrivals
+    from store.write.offset_log import OffsetLog
     from store.write.relocator import Relocator
     from store.write.replica_log import ReplicaLog
     from store.write.visibility import Visibility

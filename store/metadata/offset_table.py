@@ -8,13 +8,14 @@ Keys are ``topic@group`` (neither name may contain ``@``, see :mod:`store.names`
 queue id -> next offset to consume. The table is what the ``rmq_sys_CONSUMER_OFFSETS`` records
 of the CommitLog say (:mod:`store.write.offset_log`): the file is only a checkpoint of it,
 and ``commitLogOffset`` (sparkmq; RocketMQ ignores it) is where the CommitLog was dispatched up
-to when it was taken: recovery applies the offset records from there on. ``transactionOffsetsApplied`` (sparkmq; RocketMQ ignores
-it) is the first ``rmq_sys_trans_offsets`` queue offset whose offsets are *not* in the
-snapshot: offsets committed by transactions are applied once, in log order, and the ones a
-crash kept out of the file are applied again from the log when the store's transaction
-service opens (docs/transactions.md). ``config/delayOffset.json`` is
-``{"offsetTable": {"1": 0, ...}}``: delay level -> consumed offset of ``SCHEDULE_TOPIC_XXXX``
-queue ``level - 1``.
+to when it was taken: recovery applies the offset records from there on.
+``transactionOffsetsApplied`` (sparkmq; RocketMQ ignores it) is the first
+``rmq_sys_trans_offsets`` queue offset whose offsets are *not* in the snapshot: offsets
+committed by transactions are applied once, in log order with the plain commits
+(docs/transactions.md).
+
+``config/delayOffset.json`` is ``{"offsetTable": {"1": 0, ...}}``: delay level -> consumed
+offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``.
 
 Tables live in memory, guarded by a lock; :meth:`JsonTable.persist` writes a snapshot
 atomically (temp file, fsync, ``os.replace``, fsync of the directory) and only when something
@@ -165,8 +166,7 @@ class ConsumerOffsetTable(JsonTable):
     def dispatched_to(self, end_offset: int) -> None:
         """The CommitLog is dispatched up to ``end_offset`` (its offset records applied). Does
         not make the table dirty: a snapshot that did not change needs no new file."""
-        if end_offset > self._applied_to:
-            self._applied_to = end_offset
+        self._applied_to = max(self._applied_to, end_offset)
 
     def apply(self, command: OffsetCommand, position: int) -> None:
         """Apply the offset record at CommitLog offset ``position`` (records in log order)."""

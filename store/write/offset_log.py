@@ -33,8 +33,8 @@ from its master's first file needs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -117,7 +117,9 @@ class OffsetLog:
             for topic in _OFFSET_TOPICS
             for position, queue_offset in self._units_from(topic, max(start, self._commitlog.min_offset))
         )
-        applied = sum(self._apply_at(topic, position, queue_offset) for position, topic, queue_offset in records)
+        applied = sum(
+            self._apply_at(topic, position, queue_offset) for position, topic, queue_offset in records
+        )
         self.table.dispatched_to(self._commitlog.max_offset)
         return applied
 

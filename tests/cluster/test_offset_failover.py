@@ -66,10 +66,12 @@ def test_the_new_master_answers_the_commit_acknowledged_just_before_the_kill(tmp
         )
         with cluster.http("b1-a") as http:
             wait_until(
-                lambda: http.get(
-                    "/groups/billing/offsets", params={"topic": "t"}, headers=LOCAL
-                ).json()["offsets"]
-                == {"0": 20, "1": 20},
+                lambda: (
+                    http.get("/groups/billing/offsets", params={"topic": "t"}, headers=LOCAL).json()[
+                        "offsets"
+                    ]
+                    == {"0": 20, "1": 20}
+                ),
                 30,
                 "the old master to hold the new master's commit",
             )

@@ -79,8 +79,9 @@ def test_a_truncated_slave_forgets_commits_its_new_master_never_had(group: Group
     b.store.commit_offsets("billing", "orders", {1: 3})
     follow(a, b, 2)  # A is cut back to where epoch 1 ended on B, then catches up
     wait_until(
-        lambda: a.store.commitlog_max_offset == b.store.commitlog_max_offset
-        and a.ha.status().truncations == 1,
+        lambda: (
+            a.store.commitlog_max_offset == b.store.commitlog_max_offset and a.ha.status().truncations == 1
+        ),
         what="A truncated and caught up",
     )
     wait_until(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from store import CONSUMER_OFFSETS_TOPIC, Message, MessageStore, UnknownQueue
-from store.format.offset_record import OffsetKind, decode_offset_command
+from store.format.offset_record import OffsetCommand, OffsetKind, decode_offset_command
 from tests.support.stores import ManualClock, tiny_config
 
 DAY_MS = 86_400_000
@@ -21,11 +21,15 @@ def open_store(path: Path, clock: ManualClock, **changes: object) -> MessageStor
     return MessageStore.open(tiny_config(path, **changes), clock_ms=clock)
 
 
-def offset_records(ms: MessageStore) -> list[tuple[int, object]]:
+def offset_records(ms: MessageStore) -> list[tuple[int, OffsetCommand]]:
     """(CommitLog offset, decoded command) of every retained offset record."""
     low, high = ms.queue_offsets(CONSUMER_OFFSETS_TOPIC)[0]
     got = ms.get_messages(CONSUMER_OFFSETS_TOPIC, 0, low, max(1, high - low)).messages
     return [(m.commitlog_offset, decode_offset_command(m.body)) for m in got]
+
+
+def table(ms: MessageStore) -> dict[tuple[str, str], dict[int, int]]:
+    return {(g, t): ms.committed_offsets(g, t) for g, topics in ms.groups().items() for t in topics}
 
 
 def checkpoint(path: Path) -> dict[str, object]:
@@ -40,8 +44,8 @@ def test_one_commit_is_one_record_and_the_table_follows_it(tmp_path: Path, clock
         ms.commit_offsets("billing", "orders", {q: 10 + q for q in range(8)})
         ms.commit_offset("billing", "orders", 3, 99)
         ((first_at, first), (_, second)) = offset_records(ms)
-        assert first.kind is OffsetKind.COMMIT and first.offsets == {q: 10 + q for q in range(8)}  # type: ignore[attr-defined]
-        assert second.offsets == {3: 99}  # type: ignore[attr-defined]
+        assert first.kind is OffsetKind.COMMIT and first.offsets == {q: 10 + q for q in range(8)}
+        assert second.offsets == {3: 99}
         assert ms.committed_offsets("billing", "orders") == {**{q: 10 + q for q in range(8)}, 3: 99}
         assert ms.groups() == {"billing": ["orders"]}
         assert CONSUMER_OFFSETS_TOPIC not in ms.topics()  # a system topic, hidden
@@ -80,11 +84,11 @@ def test_without_its_checkpoint_the_table_is_rebuilt_from_the_log(tmp_path: Path
         ms.commit_offsets("audit", "orders", {0: 1})
         ms.delete_group_offsets("billing", "refunds")
         ms.commit_offsets("audit", "orders", {0: 6})
-        before = ms.groups(), ms.committed_offsets("billing", "orders"), ms.committed_offsets("audit", "orders")
+        before = table(ms)
     (tmp_path / "config" / "consumerOffset.json").unlink()
     with open_store(tmp_path, clock) as ms:
-        assert (ms.groups(), ms.committed_offsets("billing", "orders"), ms.committed_offsets("audit", "orders")) == before
-        assert before[0] == {"audit": ["orders"], "billing": ["orders"]}
+        assert table(ms) == before
+        assert before == {("audit", "orders"): {0: 6}, ("billing", "orders"): {0: 4, 1: 5}}
 
 
 def test_deletes_are_records_too(tmp_path: Path, clock: ManualClock) -> None:
@@ -97,7 +101,7 @@ def test_deletes_are_records_too(tmp_path: Path, clock: ManualClock) -> None:
         assert ms.delete_group_offsets("a") == 2
         assert ms.delete_group_offsets("a") == 0  # nothing left: no record
         assert ms.delete_topic("refunds")
-        kinds = [command.kind for _, command in offset_records(ms)]  # type: ignore[attr-defined]
+        kinds = [command.kind for _, command in offset_records(ms)]
         assert kinds[-2:] == [OffsetKind.DELETE_GROUP, OffsetKind.DELETE_TOPIC]
         ms.abandon()
     (tmp_path / "config" / "consumerOffset.json").unlink(missing_ok=True)
@@ -138,16 +142,18 @@ def test_retention_keeps_a_live_groups_offsets_in_the_log(tmp_path: Path, clock:
         assert ms.run_retention(now_ms=later, force=True) >= 3
         assert ms.stats().commitlog_min_offset > first_at  # the first commits' file is gone
         kept = offset_records(ms)
-        rewritten = [c for _, c in kept if c.group == "idle"]  # type: ignore[attr-defined]
-        assert [c.offsets for c in rewritten] == [{0: 3, 1: 4}]  # type: ignore[attr-defined]
-        assert [c.group for _, c in kept].count("busy") == 1  # type: ignore[attr-defined]
+        rewritten = [c for _, c in kept if c.group == "idle"]
+        assert [c.offsets for c in rewritten] == [{0: 3, 1: 4}]
+        assert [c.group for _, c in kept].count("busy") == 1
     (tmp_path / "config" / "consumerOffset.json").unlink()  # the log alone must do
     with open_store(tmp_path, clock) as ms:
         assert ms.committed_offsets("idle", "orders") == {0: 3, 1: 4}
         assert ms.committed_offsets("busy", "orders") == {0: 300}
 
 
-def test_the_checkpoint_is_rocketmqs_file_with_the_offset_it_covers(tmp_path: Path, clock: ManualClock) -> None:
+def test_the_checkpoint_is_rocketmqs_file_with_its_commitlog_offset(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     with open_store(tmp_path, clock) as ms:
         ms.create_topic("orders", 1)
         ms.commit_offsets("billing", "orders", {0: 12})
