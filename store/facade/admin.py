@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from store.errors import StoreNotWritable
+from store.errors import StoreClosed, StoreNotWritable
 from store.facade.base import FacadeState
 from store.format.offset_record import OffsetCommand, OffsetKind
 from store.names import validate_topic
@@ -91,9 +91,25 @@ class Admin(FacadeState):
         self._checkpoint.flush()
 
     def _persist_tables(self) -> None:
+        if self._offsets.legacy:
+            self._write_legacy_offsets()
         self._offsets.persist()
         self._delay_offsets.persist()
         self._topics.persist()
+
+    def _write_legacy_offsets(self) -> None:
+        """A ``consumerOffset.json`` from before offsets were log records: its entries are
+        written into the log by the first master that can (so slaves and later recoveries
+        have them); a replica that may not write leaves them for its master."""
+        records = self._offset_log.rewrites(0, self._clock())
+        try:
+            if records:
+                self._appender.put_encoded(EncodedRecords.of_fields(records))
+        except (StoreNotWritable, StoreClosed) as exc:
+            log.debug("offsets of an older consumerOffset.json not written yet: %s", exc)
+            return
+        self._offsets.written()
+        log.info("wrote %d (group, topic) offset record(s) of an older consumerOffset.json", len(records))
 
     def run_retention(self, now_ms: int | None = None, force: bool = False) -> int:
         """Delete expired CommitLog files (then derived files below the new minimum).

@@ -119,6 +119,7 @@ class ConsumerOffsetTable(JsonTable):
         self._tx_applied = 0
         self._covered = 0
         self._applied_to = 0
+        self._legacy = False
         super().__init__(path, clock_ms)
 
     @staticmethod
@@ -137,6 +138,7 @@ class ConsumerOffsetTable(JsonTable):
             self._written_at[(topic, group)] = dict.fromkeys(self._table[(topic, group)], UNKNOWN_POSITION)
         self._tx_applied = _non_negative(document, TX_APPLIED_FIELD, self.path)
         self._covered = self._applied_to = _non_negative(document, COVERED_FIELD, self.path)
+        self._legacy = COVERED_FIELD not in document and bool(self._table)
 
     def _snapshot(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -147,8 +149,8 @@ class ConsumerOffsetTable(JsonTable):
         }
         if self._tx_applied:  # absent until a transaction committed offsets: RocketMQ's file
             document[TX_APPLIED_FIELD] = self._tx_applied
-        if self._applied_to:  # absent in a table no CommitLog stands behind (unit tests, tools)
-            document[COVERED_FIELD] = self._applied_to
+        if self._applied_to and not self._legacy:  # absent: no CommitLog stands behind the
+            document[COVERED_FIELD] = self._applied_to  # table, or its entries are not in it yet
         return document
 
     # --- the table as the log's offset records make it (store.write.offset_log) ---------
@@ -157,6 +159,16 @@ class ConsumerOffsetTable(JsonTable):
         """``commitLogOffset`` of the file as loaded: offset records from here on are applied
         again when the store opens."""
         return self._covered
+
+    @property
+    def legacy(self) -> bool:
+        """Loaded from a file written before offsets were log records: no record holds its
+        entries yet (a master writes them: :meth:`written`)."""
+        return self._legacy
+
+    def written(self) -> None:
+        """The entries of a legacy file are in the log now."""
+        self._legacy = False
 
     @property
     def applied_to(self) -> int:

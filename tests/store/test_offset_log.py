@@ -161,3 +161,36 @@ def test_the_checkpoint_is_rocketmqs_file_with_its_commitlog_offset(
     document = checkpoint(tmp_path)
     assert document["offsetTable"] == {"orders@billing": {"0": 12}}
     assert document["commitLogOffset"] == end
+
+
+def test_offsets_of_a_file_from_before_the_log_records_are_written_into_the_log(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    with open_store(tmp_path, clock) as ms:
+        ms.create_topic("orders", 2)
+    legacy = {"offsetTable": {"orders@billing": {"0": 12, "1": 7}}, "dataVersion": {"counter": 3}}
+    (tmp_path / "config" / "consumerOffset.json").write_text(json.dumps(legacy))
+    with open_store(tmp_path, clock) as ms:
+        assert ms.committed_offsets("billing", "orders") == {0: 12, 1: 7}
+        ms.flush()  # the first persist writes them as records
+        assert [c.offsets for _, c in offset_records(ms)] == [{0: 12, 1: 7}]
+    (tmp_path / "config" / "consumerOffset.json").unlink()
+    with open_store(tmp_path, clock) as ms:
+        assert ms.committed_offsets("billing", "orders") == {0: 12, 1: 7}
+        ms.flush()
+        assert len(offset_records(ms)) == 1  # once
+
+
+def test_an_older_file_stays_one_until_its_offsets_are_in_the_log(tmp_path: Path, clock: ManualClock) -> None:
+    with open_store(tmp_path, clock, replicated=True) as ms:  # a replica with no role: may not write
+        ms.create_topic("orders", 1)
+    legacy = {"offsetTable": {"orders@billing": {"0": 12}}}
+    (tmp_path / "config" / "consumerOffset.json").write_text(json.dumps(legacy))
+    with open_store(tmp_path, clock, replicated=True) as ms:
+        ms.flush()
+        assert offset_records(ms) == []
+    assert "commitLogOffset" not in checkpoint(tmp_path)  # so the next master still writes them
+    with open_store(tmp_path, clock) as ms:
+        ms.flush()
+        assert [c.offsets for _, c in offset_records(ms)] == [{0: 12}]
+    assert "commitLogOffset" in checkpoint(tmp_path)
