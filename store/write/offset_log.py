@@ -92,8 +92,10 @@ class OffsetLog:
             return
         codes = [batch.topics.index(t) for t in _OFFSET_TOPICS if t in batch.topics]
         if codes:
-            rows = np.flatnonzero(np.isin(batch.topic_codes, codes))
-            for row in rows.tolist():
+            wanted = batch.topic_codes == codes[0]
+            for code in codes[1:]:
+                wanted |= batch.topic_codes == code
+            for row in np.flatnonzero(wanted).tolist():
                 topic = batch.topics[int(batch.topic_codes[row])]
                 self._apply_at(topic, int(batch.commitlog_offsets[row]), int(batch.queue_offsets[row]))
         self.table.dispatched_to(batch.end_offset)
