@@ -5,6 +5,8 @@ commits its new master never had, and a slave that may not write refuses a commi
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from store import NotMaster
@@ -98,3 +100,16 @@ def test_a_slave_refuses_a_commit(group: Group) -> None:
     _, slave = sync_pair(group)
     with pytest.raises(NotMaster):
         slave.store.commit_offsets("billing", "orders", {0: 1})
+
+
+def test_a_slaves_retention_keeps_its_offsets_by_its_checkpoint(group: Group) -> None:
+    master, slave = sync_pair(group)
+    master.store.commit_offsets("idle", "orders", {0: 3})
+    master.store.put_batch("orders", [b"x" * 900] * 300, queue_ids=0)
+    wait_until(lambda: slave.store.commitlog_max_offset == master.store.commitlog_max_offset, what="sync")
+    later = int(time.time() * 1000) + 7 * 86_400_000
+    assert slave.store.run_retention(now_ms=later, force=True) >= 3  # may not write: no record again
+    assert slave.store.replica_log().min_offset > 0
+    group.stop(slave)
+    again = group.node(2)  # reopened from its checkpoint and what its log still holds
+    assert again.store.committed_offsets("idle", "orders") == {0: 3}
