@@ -146,7 +146,16 @@ class Admin(FacadeState):
                 )
             except StoreNotWritable as exc:
                 log.info("retention: live offsets before %d kept by the checkpoint only (%s)", end, exc)
-        self._offsets.persist(force=True)
+        try:
+            self._offsets.persist(force=True)
+        except OSError as exc:  # a full disk: freeing space comes first; the table is in memory
+            log.warning(
+                "retention: the offset checkpoint could not be written before deleting below %d "
+                "(%s): offsets committed only there are lost if the broker crashes before the "
+                "next checkpoint",
+                end,
+                exc,
+            )
 
     def rebuild_indexes(self) -> int:
         """Rebuild every ConsumeQueue and the key index from the CommitLog; returns records."""
