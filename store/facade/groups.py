@@ -58,7 +58,10 @@ class Groups(FacadeState):
     def apply_transaction_offsets(self, position: int, entry: TxOffsets) -> bool:
         """Apply the offsets record of a committed transaction found at ``rmq_sys_trans_offsets``
         queue offset ``position`` (records in queue order; one below the watermark was applied
-        before and is skipped: returns False). Queues that no longer exist are left out, logged."""
+        before and is skipped: returns False). Queues that no longer exist are left out, logged.
+        The store applies these records itself when it dispatches them (in log order with the
+        plain commits, :mod:`store.write.offset_log`), so a call after the append finds the
+        record applied and returns False; it stays for callers that replay the topic."""
         self._ensure_open()
         kept: dict[str, dict[int, int]] = {}
         for topic, offsets in entry.offsets.items():
