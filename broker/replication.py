@@ -1,12 +1,16 @@
 """What a slave copies from its master besides the CommitLog (RocketMQ's ``SlaveSynchronize``).
 
-The CommitLog reaches slaves byte for byte through the HA stream; consumer offsets
-(``consumerOffset.json``) and delay offsets (``delayOffset.json``) are side tables. A slave
-pulls them from its master every :data:`SYNC_INTERVAL_S` (RocketMQ: every 60 s) and applies
-them locally, so a slave promoted by a failover starts from offsets at most that old: an HTTP
-or Kafka consumer group re-reads at most the last second's messages (at-least-once); Spark
-queries keep their offsets in their own checkpoints and are not affected. Topic configuration
-and the groups' settings live in ZooKeeper and need no copy.
+Consumer offsets need no copy any more: a commit is a CommitLog record
+(``rmq_sys_CONSUMER_OFFSETS``, :mod:`store.write.offset_log`), replicated and acknowledged like
+a message and applied to every member's offset table as it is dispatched, so a promoted slave
+serves every acknowledged commit at once.
+
+What is still copied is the delay resolver's progress (``delayOffset.json``): a slave pulls it
+from its master every :data:`SYNC_INTERVAL_S` (RocketMQ: every 60 s). It is a position in
+``SCHEDULE_TOPIC_XXXX`` that the operator job advances as it relocates due messages; losing
+up to a second of it after a failover makes the new master relocate those messages again
+(at-least-once delivery of a delayed message, as RocketMQ). Topic configuration and the
+groups' settings live in ZooKeeper and need no copy.
 
 The master answers ``GET /replica/metadata`` (internal, left out of the OpenAPI document;
 :mod:`ingest_api.http.routers.replica`).
@@ -31,32 +35,18 @@ SYNC_INTERVAL_S = 1.0
 
 
 def metadata_snapshot(store: MessageStore) -> dict[str, Any]:
-    """Every committed consumer offset and the delay offsets of this store."""
-    offsets = {
-        group: {
-            topic: {str(q): o for q, o in store.committed_offsets(group, topic).items()} for topic in topics
-        }
-        for group, topics in store.groups().items()
-    }
-    return {
-        "offsets": offsets,
-        "delay_offsets": {str(level): o for level, o in store.delay_offsets().items()},
-    }
+    """The side tables of this store a slave copies: the delay offsets."""
+    return {"delay_offsets": {str(level): o for level, o in store.delay_offsets().items()}}
 
 
 def apply_snapshot(store: MessageStore, snapshot: dict[str, Any]) -> int:
-    """Apply a master's snapshot; the number of (group, topic) tables that changed."""
-    changed = 0
-    for group, topics in snapshot.get("offsets", {}).items():
-        for topic, offsets in topics.items():
-            wanted = {int(q): int(o) for q, o in offsets.items()}
-            if store.has_topic(topic) and store.committed_offsets(group, topic) != wanted:
-                store.commit_offsets(group, topic, wanted)
-                changed += 1
+    """Apply a master's snapshot; the number of tables that changed (0 or 1). Consumer offsets
+    a master of an older version still sends are ignored: they arrive through the log."""
     delays = {int(level): int(o) for level, o in snapshot.get("delay_offsets", {}).items()}
     if delays and delays != store.delay_offsets():
         store.set_delay_offsets(delays)
-    return changed
+        return 1
+    return 0
 
 
 def replica_status(broker: Broker) -> dict[str, Any] | None:
@@ -94,7 +84,7 @@ def replica_status(broker: Broker) -> dict[str, Any] | None:
 
 
 class SlaveMetadataFollower:
-    """While this member is a slave, copies its master's side tables every second."""
+    """While this member is a slave, copies its master's delay offsets every second."""
 
     def __init__(self, broker: Broker, node: ClusterNode, replica: Any) -> None:
         self._broker = broker
@@ -130,4 +120,4 @@ class SlaveMetadataFollower:
                 self.last_error = str(exc)
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("copying the master's offsets failed: %s", self.last_error)
+                log.warning("copying the master's delay offsets failed: %s", self.last_error)

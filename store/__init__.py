@@ -76,6 +76,7 @@ from store.message_store import MessageStore
 from store.metadata.file_sizes import existing_config
 from store.metadata.topic_config import MAX_QUEUES_PER_TOPIC
 from store.names import (
+    CONSUMER_OFFSETS_TOPIC,
     DLQ_TOPIC_PREFIX,
     GROUP_MAX_LENGTH,
     GROUP_NAME_PATTERN,
@@ -139,6 +140,7 @@ from store.write.timers import TimerIllegal, is_timer_request
 from store.write.transactions import TxOutcome
 
 __all__ = [
+    "CONSUMER_OFFSETS_TOPIC",
     "DEFAULT_DELAY_LEVELS",
     "DEFAULT_MAX_RECONSUME_TIMES",
     "DLQ_TOPIC_PREFIX",

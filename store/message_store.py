@@ -52,6 +52,7 @@ from store.metadata.file_sizes import adopt_layout, record_replication
 from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
+    CONSUMER_OFFSETS_TOPIC,
     POP_STATE_TOPIC,
     SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
@@ -68,6 +69,7 @@ from store.services import PeriodicService
 from store.write.appender import Appender
 from store.write.arrivals import Arrivals
 from store.write.delay_levels import parse_delay_levels
+from store.write.offset_log import OffsetLog
 from store.write.relocator import Relocator
 from store.write.replica_log import ReplicaLog
 from store.write.replication import Standby
@@ -88,6 +90,7 @@ _SYSTEM_TOPIC_QUEUES = {
     SENDBACK_TOPIC: 1,
     TRANS_OFFSETS_TOPIC: 1,
     POP_STATE_TOPIC: 1,
+    CONSUMER_OFFSETS_TOPIC: 1,
 }
 
 
@@ -155,6 +158,12 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
                 delay_levels=self.delay_levels,
             )
             last_store_ts = self._after_recovery()
+            self._offset_log = OffsetLog(
+                self._offsets, self._commitlog, self._queues, self._store_host, self._has_queue
+            )
+            replayed = self._offset_log.replay()
+            if replayed:
+                log.info("offset table: applied %d offset record(s) after its checkpoint", replayed)
             self._visibility = self._open_visibility()
             record_replication(cfg)
             write_abort_file(cfg.abort_path)
@@ -181,6 +190,7 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
         )
         if cfg.replicated:
             self._appender.replication = Standby()
+        self._appender.on_dispatched = self._offset_log.dispatched
         self._replica_log = ReplicaLog(
             config=cfg,
             commitlog=self._commitlog,
@@ -192,6 +202,7 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
             appender=self._appender,
             visibility=self._visibility,
             delay_levels=self.delay_levels,
+            after_truncation=self._offset_log.truncated,
         )
         self._relocator = Relocator(
             self._commitlog, self._appender, self.delay_levels, cfg.timer_precision_ms

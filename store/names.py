@@ -33,6 +33,9 @@ TRANS_OFFSETS_TOPIC = "rmq_sys_trans_offsets"
 #: POP consumption state (sparkmq, broker/pop/state_codec.py): receives, acks, changes of
 #: invisible time and dead letters of POP groups, replicated like any record, one queue.
 POP_STATE_TOPIC = "rmq_sys_pop_state"
+#: Consumer-group offset commits (sparkmq's ``__consumer_offsets``): one record per commit,
+#: queue 0 (store.write.offset_log, body: store.format.offset_record).
+CONSUMER_OFFSETS_TOPIC = "rmq_sys_CONSUMER_OFFSETS"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

@@ -392,6 +392,11 @@ class CommitLog(RecoveryWalk):
             self.queue.truncate(offset, reason=reason)
             self.queue.fs.sync_dir(self.queue.directory)
 
+    def expired_end(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> int:
+        """Where the log would start after :meth:`delete_expired_files` with these arguments
+        (the min offset when it would delete nothing); deletes nothing."""
+        return self.queue.expired_end(expired_before_ms, max_files, force)
+
     def delete_expired_files(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> int:
         """Delete the oldest files last modified before ``expired_before_ms`` (every file but
         the last when ``force``); returns how many were deleted."""

@@ -3,12 +3,19 @@ retention, index rebuilds, verification, health and stats)."""
 
 from __future__ import annotations
 
+import logging
+
+from store.errors import StoreClosed, StoreNotWritable
 from store.facade.base import FacadeState
+from store.format.offset_record import OffsetCommand, OffsetKind
 from store.names import validate_topic
 from store.recovery.recovery import rebuild_derived
 from store.recovery.retention import delete_expired
 from store.services import ServiceHealth
 from store.types import StoreHealth, StoreStats, StoreVerification
+from store.write.encoded import EncodedRecords
+
+log = logging.getLogger("sparkmq.store")
 
 
 class Admin(FacadeState):
@@ -34,6 +41,8 @@ class Admin(FacadeState):
         """Forget ``topic``: its config, ConsumeQueues and group offsets (bytes age out)."""
         self._ensure_open()
         validate_topic(topic)
+        if any(topic in topics for topics in self._offsets.groups().values()):
+            self._log_topic_deleted(topic)
         with self._appender.lock:
             existed = self._topics.delete(topic)
             self._queues.delete_topic(topic)
@@ -41,6 +50,15 @@ class Admin(FacadeState):
             self._appender.forget_topic(topic)
         self._topics.persist()
         return existed
+
+    def _log_topic_deleted(self, topic: str) -> None:
+        """A DELETE_TOPIC offset record, so that the log drops the topic's offsets too. A
+        replica that may not write deletes locally only: the master's record follows."""
+        record = self._offset_log.record(OffsetCommand(OffsetKind.DELETE_TOPIC, topic=topic), self._clock())
+        try:
+            self._appender.put_encoded(EncodedRecords.of_fields([record]))
+        except StoreNotWritable as exc:
+            log.info("topic %s deleted: its offsets are forgotten here only (%s)", topic, exc)
 
     def topics(self, include_system: bool = False) -> dict[str, int]:
         return self._topics.topics(include_system=include_system)
@@ -73,9 +91,25 @@ class Admin(FacadeState):
         self._checkpoint.flush()
 
     def _persist_tables(self) -> None:
+        if self._offsets.legacy:
+            self._write_legacy_offsets()
         self._offsets.persist()
         self._delay_offsets.persist()
         self._topics.persist()
+
+    def _write_legacy_offsets(self) -> None:
+        """A ``consumerOffset.json`` from before offsets were log records: its entries are
+        written into the log by the first master that can (so slaves and later recoveries
+        have them); a replica that may not write leaves them for its master."""
+        records = self._offset_log.rewrites(0, self._clock())
+        try:
+            if records:
+                self._appender.put_encoded(EncodedRecords.of_fields(records))
+        except (StoreNotWritable, StoreClosed) as exc:
+            log.debug("offsets of an older consumerOffset.json not written yet: %s", exc)
+            return
+        self._offsets.written()
+        log.info("wrote %d (group, topic) offset record(s) of an older consumerOffset.json", len(records))
 
     def run_retention(self, now_ms: int | None = None, force: bool = False) -> int:
         """Delete expired CommitLog files (then derived files below the new minimum).
@@ -88,7 +122,40 @@ class Admin(FacadeState):
         if self._closed:
             return 0
         now = self._clock() if now_ms is None else now_ms
-        return delete_expired(self.config, self._commitlog, self._queues, self._index, now, force=force)
+        return delete_expired(
+            self.config,
+            self._commitlog,
+            self._queues,
+            self._index,
+            now,
+            force=force,
+            before_delete=self._keep_offsets_before,
+        )
+
+    def _keep_offsets_before(self, end: int) -> None:
+        """Retention deletes the CommitLog below ``end``: a master writes again the live
+        offsets that only those files hold (:meth:`OffsetLog.rewrites`), then the table is
+        checkpointed past ``end`` (a slave keeps them by the checkpoint alone; its master
+        writes them again before deleting its own files)."""
+        records = self._offset_log.rewrites(end, self._clock())
+        if records:
+            try:
+                self._appender.put_encoded(EncodedRecords.of_fields(records))
+                log.info(
+                    "retention: wrote %d live offset record(s) again before offset %d", len(records), end
+                )
+            except StoreNotWritable as exc:
+                log.info("retention: live offsets before %d kept by the checkpoint only (%s)", end, exc)
+        try:
+            self._offsets.persist(force=True)
+        except OSError as exc:  # a full disk: freeing space comes first; the table is in memory
+            log.warning(
+                "retention: the offset checkpoint could not be written before deleting below %d "
+                "(%s): offsets committed only there are lost if the broker crashes before the "
+                "next checkpoint",
+                end,
+                exc,
+            )
 
     def rebuild_indexes(self) -> int:
         """Rebuild every ConsumeQueue and the key index from the CommitLog; returns records."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from store.types import StoreStats
     from store.write.appender import Appender
     from store.write.arrivals import Arrivals
+    from store.write.offset_log import OffsetLog
     from store.write.relocator import Relocator
     from store.write.replica_log import ReplicaLog
     from store.write.visibility import Visibility
@@ -61,6 +62,7 @@ class FacadeState:
     _topics: TopicConfigTable
     _offsets: ConsumerOffsetTable
     _delay_offsets: DelayOffsetTable
+    _offset_log: OffsetLog
     _visibility: Visibility
     _reader: QueueReader
     _appender: Appender

@@ -1,4 +1,5 @@
-"""The facade's consumer-group role: committed offsets, the offsets a committed transaction
+"""The facade's consumer-group role: committed offsets (records of ``rmq_sys_CONSUMER_OFFSETS``,
+:mod:`store.write.offset_log`), the offsets a committed transaction
 carries, lag, and the delay resolver's progress (``config/consumerOffset.json`` and
 ``config/delayOffset.json``).
 """
@@ -6,11 +7,13 @@ carries, lag, and the delay resolver's progress (``config/consumerOffset.json`` 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from store.errors import InvalidArgument, UnknownQueue
 from store.facade.base import FacadeState
+from store.format.offset_record import OffsetCommand, OffsetKind
 from store.names import validate_group
+from store.write.encoded import EncodedRecords
 from store.write.transactions import TxOffsets
 
 log = logging.getLogger("sparkmq.store")
@@ -24,6 +27,12 @@ class Groups(FacadeState):
         self.commit_offsets(group, topic, {queue_id: offset})
 
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Commit the next offsets ``group`` consumes from ``topic``'s queues: one
+        ``rmq_sys_CONSUMER_OFFSETS`` record through the put path, acknowledged as a message is
+        (a replicated store: after the in-sync slaves have it; raises what a produce raises,
+        ``NotMaster`` on a slave). The table changes when the record is dispatched
+        (:mod:`store.write.offset_log`). Raises UnknownTopic / UnknownQueue /
+        InvalidArgument for bad input, nothing written."""
         self._ensure_open()
         validate_group(group)
         count = self.queue_count(topic)
@@ -32,7 +41,14 @@ class Groups(FacadeState):
                 raise UnknownQueue(f"queue {queue_id} does not exist: topic {topic!r} has {count} queues")
             if int(offset) < 0:
                 raise InvalidArgument(f"offset must be >= 0, got {offset} for queue {queue_id}")
-        self._offsets.commit_many(group, topic, {int(q): int(o) for q, o in offsets.items()})
+        queues = {int(q): int(o) for q, o in offsets.items()}
+        self._append_offset_commands([OffsetCommand(OffsetKind.COMMIT, group, topic, queues)])
+
+    def _append_offset_commands(self, commands: Sequence[OffsetCommand]) -> None:
+        """Append one offset record per command, in one atomic append."""
+        now = self._clock()
+        records = [self._offset_log.record(command, now) for command in commands]
+        self._appender.put_encoded(EncodedRecords.of_fields(records))
 
     @property
     def transaction_offsets_applied(self) -> int:
@@ -42,7 +58,10 @@ class Groups(FacadeState):
     def apply_transaction_offsets(self, position: int, entry: TxOffsets) -> bool:
         """Apply the offsets record of a committed transaction found at ``rmq_sys_trans_offsets``
         queue offset ``position`` (records in queue order; one below the watermark was applied
-        before and is skipped: returns False). Queues that no longer exist are left out, logged."""
+        before and is skipped: returns False). Queues that no longer exist are left out, logged.
+        The store applies these records itself when it dispatches them (in log order with the
+        plain commits, :mod:`store.write.offset_log`), so a call after the append finds the
+        record applied and returns False; it stays for callers that replay the topic."""
         self._ensure_open()
         kept: dict[str, dict[int, int]] = {}
         for topic, offsets in entry.offsets.items():
@@ -71,7 +90,20 @@ class Groups(FacadeState):
         return self._offsets.groups()
 
     def delete_group_offsets(self, group: str, topic: str | None = None) -> int:
-        return self._offsets.delete(group, topic)
+        """Forget ``group``'s offsets for ``topic`` (every topic when None) by an offset
+        record (acknowledged as a commit is); returns the number of topics forgotten."""
+        self._ensure_open()
+        validate_group(group)
+        topics = self._offsets.groups().get(group, [])
+        doomed = len(topics) if topic is None else int(topic in topics)
+        if doomed:
+            command = (
+                OffsetCommand(OffsetKind.DELETE_GROUP, group)
+                if topic is None
+                else OffsetCommand(OffsetKind.DELETE, group, topic)
+            )
+            self._append_offset_commands([command])
+        return doomed
 
     def lag(self, group: str, topic: str) -> dict[int, int]:
         """Per queue: max offset - committed offset (an uncommitted queue counts from its min)."""

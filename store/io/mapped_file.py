@@ -315,6 +315,16 @@ class MappedFileQueue:
             if not self._files:
                 self._next_start = offset - offset % self.file_size
 
+    def expired_end(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> int:
+        """Start offset of the first file :meth:`delete_expired` would keep (same arguments)."""
+        files = list(self._files)
+        kept = len(files) - 1 if files else 0
+        for number, mapped in enumerate(files[:-1]):
+            if number >= max_files or (not force and self.fs.mtime_ms(mapped.path) >= expired_before_ms):
+                kept = number
+                break
+        return files[kept].start_offset if files else 0
+
     def delete_expired(self, expired_before_ms: int, max_files: int = 10, force: bool = False) -> list[Path]:
         """Delete the oldest files last modified before ``expired_before_ms`` (all old files
         when ``force``), stopping at the first one kept; never the last file."""

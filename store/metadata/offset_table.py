@@ -5,13 +5,17 @@
     {"offsetTable": {"orders@billing": {"0": 12, "1": 7}}, "dataVersion": {"counter": 3, "timestamp": ...}}
 
 Keys are ``topic@group`` (neither name may contain ``@``, see :mod:`store.names`); values map
-queue id -> next offset to consume. ``transactionOffsetsApplied`` (sparkmq; RocketMQ ignores
-it) is the first ``rmq_sys_trans_offsets`` queue offset whose offsets are *not* in the
-snapshot: offsets committed by transactions are applied once, in log order, and the ones a
-crash kept out of the file are applied again from the log when the store's transaction
-service opens (docs/transactions.md). ``config/delayOffset.json`` is
-``{"offsetTable": {"1": 0, ...}}``: delay level -> consumed offset of ``SCHEDULE_TOPIC_XXXX``
-queue ``level - 1``.
+queue id -> next offset to consume. The table is what the ``rmq_sys_CONSUMER_OFFSETS`` records
+of the CommitLog say (:mod:`store.write.offset_log`): the file is only a checkpoint of it,
+and ``commitLogOffset`` (sparkmq; RocketMQ ignores it) is where the CommitLog was dispatched up
+to when it was taken: recovery applies the offset records from there on.
+``transactionOffsetsApplied`` (sparkmq; RocketMQ ignores it) is the first
+``rmq_sys_trans_offsets`` queue offset whose offsets are *not* in the snapshot: offsets
+committed by transactions are applied once, in log order with the plain commits
+(docs/transactions.md).
+
+``config/delayOffset.json`` is ``{"offsetTable": {"1": 0, ...}}``: delay level -> consumed
+offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``.
 
 Tables live in memory, guarded by a lock; :meth:`JsonTable.persist` writes a snapshot
 atomically (temp file, fsync, ``os.replace``, fsync of the directory) and only when something
@@ -27,6 +31,7 @@ from typing import Any
 
 from store.config import StoreConfig
 from store.errors import CorruptStore, InvalidArgument
+from store.format.offset_record import OffsetCommand, OffsetKind
 from store.io.atomic_file import read_json, write_json_atomically
 from store.io.clock import Clock, wall_clock_ms
 from store.names import validate_group, validate_topic
@@ -36,6 +41,10 @@ DELAY_OFFSET_FILE = "delayOffset.json"
 KEY_SEPARATOR = "@"
 #: consumerOffset.json field: first rmq_sys_trans_offsets queue offset not in the snapshot.
 TX_APPLIED_FIELD = "transactionOffsetsApplied"
+#: consumerOffset.json field: every offset record below this CommitLog offset is in the snapshot.
+COVERED_FIELD = "commitLogOffset"
+#: ``written_at`` of an entry no retained record is known to hold (loaded from the file).
+UNKNOWN_POSITION = -1
 
 
 class JsonTable:
@@ -86,6 +95,13 @@ class JsonTable:
             return True
 
 
+def _non_negative(document: dict[str, Any], name: str, path: Path) -> int:
+    value = document.get(name, 0)
+    if not isinstance(value, int) or value < 0:
+        raise CorruptStore(f"{path}: {name} is not a non-negative integer")
+    return value
+
+
 def _int_key(table: str, raw: object) -> int:
     try:
         return int(str(raw))
@@ -98,7 +114,12 @@ class ConsumerOffsetTable(JsonTable):
 
     def __init__(self, path: Path, clock_ms: Clock = wall_clock_ms) -> None:
         self._table: dict[tuple[str, str], dict[int, int]] = {}
+        #: (topic, group) -> queue id -> CommitLog offset of the record that set its offset.
+        self._written_at: dict[tuple[str, str], dict[int, int]] = {}
         self._tx_applied = 0
+        self._covered = 0
+        self._applied_to = 0
+        self._legacy = False
         super().__init__(path, clock_ms)
 
     @staticmethod
@@ -114,10 +135,10 @@ class ConsumerOffsetTable(JsonTable):
             if not sep or not isinstance(queues, dict):
                 raise CorruptStore(f"{self.path}: bad entry {key!r}")
             self._table[(topic, group)] = {_int_key(str(self.path), q): int(o) for q, o in queues.items()}
-        applied = document.get(TX_APPLIED_FIELD, 0)
-        if not isinstance(applied, int) or applied < 0:
-            raise CorruptStore(f"{self.path}: {TX_APPLIED_FIELD} is not a non-negative integer")
-        self._tx_applied = applied
+            self._written_at[(topic, group)] = dict.fromkeys(self._table[(topic, group)], UNKNOWN_POSITION)
+        self._tx_applied = _non_negative(document, TX_APPLIED_FIELD, self.path)
+        self._covered = self._applied_to = _non_negative(document, COVERED_FIELD, self.path)
+        self._legacy = COVERED_FIELD not in document and bool(self._table)
 
     def _snapshot(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -128,7 +149,81 @@ class ConsumerOffsetTable(JsonTable):
         }
         if self._tx_applied:  # absent until a transaction committed offsets: RocketMQ's file
             document[TX_APPLIED_FIELD] = self._tx_applied
+        if self._applied_to and not self._legacy:  # absent: no CommitLog stands behind the
+            document[COVERED_FIELD] = self._applied_to  # table, or its entries are not in it yet
         return document
+
+    # --- the table as the log's offset records make it (store.write.offset_log) ---------
+    @property
+    def covered_offset(self) -> int:
+        """``commitLogOffset`` of the file as loaded: offset records from here on are applied
+        again when the store opens."""
+        return self._covered
+
+    @property
+    def legacy(self) -> bool:
+        """Loaded from a file written before offsets were log records: no record holds its
+        entries yet (a master writes them: :meth:`written`)."""
+        return self._legacy
+
+    def written(self) -> None:
+        """The entries of a legacy file are in the log now."""
+        self._legacy = False
+
+    @property
+    def applied_to(self) -> int:
+        """Every offset record below this CommitLog offset is in the table."""
+        return self._applied_to
+
+    def dispatched_to(self, end_offset: int) -> None:
+        """The CommitLog is dispatched up to ``end_offset`` (its offset records applied). Does
+        not make the table dirty: a snapshot that did not change needs no new file."""
+        self._applied_to = max(self._applied_to, end_offset)
+
+    def apply(self, command: OffsetCommand, position: int) -> None:
+        """Apply the offset record at CommitLog offset ``position`` (records in log order)."""
+        with self._lock:
+            if command.kind is OffsetKind.COMMIT:
+                key = (command.topic, command.group)
+                self._table.setdefault(key, {}).update(command.offsets)
+                self._written_at.setdefault(key, {}).update(dict.fromkeys(command.offsets, position))
+                self._changed()
+            elif command.kind is OffsetKind.DELETE:
+                self._remove([k for k in self._table if k == (command.topic, command.group)])
+            elif command.kind is OffsetKind.DELETE_GROUP:
+                self.delete(command.group)
+            else:
+                self.delete_topic(command.topic)
+
+    def stale(self, before: int) -> list[OffsetCommand]:
+        """A COMMIT per (group, topic) holding its queues whose offset no record at or after
+        CommitLog offset ``before`` carries (what must be written again before retention
+        deletes the files below ``before``)."""
+        with self._lock:
+            commands = []
+            for (topic, group), queues in sorted(self._table.items()):
+                positions = self._written_at.get((topic, group), {})
+                old = {q: o for q, o in queues.items() if positions.get(q, UNKNOWN_POSITION) < before}
+                if old:
+                    commands.append(OffsetCommand(OffsetKind.COMMIT, group, topic, old))
+            return commands
+
+    def reload(self) -> None:
+        """Forget the table and read the file again (after a truncation of the log)."""
+        with self._lock:
+            self._table, self._written_at = {}, {}
+            self._tx_applied = self._covered = self._applied_to = 0
+            self._dirty = False
+            document = read_json(self.path)
+            if document is not None:
+                self._load(document)
+
+    def clear(self) -> None:
+        """Forget everything (the log alone rebuilds the table from its first record)."""
+        with self._lock:
+            self._table, self._written_at = {}, {}
+            self._tx_applied = self._covered = self._applied_to = 0
+            self._changed()
 
     @property
     def transaction_offsets_applied(self) -> int:
@@ -200,6 +295,7 @@ class ConsumerOffsetTable(JsonTable):
     def _remove(self, keys: list[tuple[str, str]]) -> int:
         for key in keys:
             del self._table[key]
+            self._written_at.pop(key, None)
         if keys:
             self._changed()
         return len(keys)

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 from store.commitlog.commitlog import CommitLog
 from store.config import StoreConfig
@@ -30,13 +31,20 @@ def delete_expired(
     now_ms: int,
     *,
     force: bool = False,
+    before_delete: Callable[[int], None] | None = None,
 ) -> int:
-    """Apply the retention rule at ``now_ms``; returns the number of CommitLog files deleted."""
+    """Apply the retention rule at ``now_ms``; returns the number of CommitLog files deleted.
+    ``before_delete(end)`` runs first when files below CommitLog offset ``end`` are about to
+    go (the offset table keeps what they hold); when it raises, nothing is deleted."""
     hour = time.gmtime(now_ms / 1000).tm_hour
     disk_full = disk_used_ratio(config.store_dir) > config.disk_max_used_ratio
     if not (force or disk_full or hour in config.delete_when_hours):
         return 0
     expired_before = now_ms - int(config.file_reserved_time_hours * 3_600_000)
+    if before_delete is not None:
+        end = commitlog.expired_end(expired_before, force=disk_full)
+        if end > commitlog.min_offset:
+            before_delete(end)
     deleted = commitlog.delete_expired_files(expired_before, force=disk_full)
     if deleted:
         low = commitlog.min_offset

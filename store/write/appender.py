@@ -105,6 +105,9 @@ class Appender:
         self.group_commit: GroupCommitService | None = None
         #: Installed by a replicated store (:mod:`store.write.replication`); None: a lone store.
         self.replication: ReplicationHooks | None = None
+        #: Called under the put lock with every dispatched batch, after the ConsumeQueues
+        #: (the offset table follows its records: :mod:`store.write.offset_log`).
+        self.on_dispatched: Callable[[DispatchBatch], None] | None = None
         self.messages_put = 0
         self.bytes_put = 0
 
@@ -492,6 +495,8 @@ class Appender:
             self.bytes_put += int(appended.wrote_bytes)
             if self._index is not None:
                 self._index.dispatch(dispatch)
+            if self.on_dispatched is not None:
+                self.on_dispatched(dispatch)
             if self.replication is not None:
                 self.replication.appended(appended.end_offset)
         self._visibility.published(

@@ -19,7 +19,7 @@ anyway unless it is the master).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from store.commitlog.commitlog import CommitLog, ScanStop
@@ -61,6 +61,7 @@ class ReplicaLog:
         appender: Appender,
         visibility: Visibility,
         delay_levels: tuple[int, ...],
+        after_truncation: Callable[[], object] | None = None,
     ) -> None:
         self.config = config
         self._commitlog = commitlog
@@ -72,6 +73,8 @@ class ReplicaLog:
         self._appender = appender
         self._visibility = visibility
         self._delay_levels = delay_levels
+        #: Rebuilds state derived from records beyond a truncation point (the offset table).
+        self._after_truncation = after_truncation
         #: Where bytes appended from the master and not dispatched yet start (None: every
         #: record is dispatched and the log ends with a complete one, as recovery and the put
         #: path always leave it).
@@ -181,6 +184,8 @@ class ReplicaLog:
         self._queues.dispatch(batch)
         if self._dispatcher is not None:
             self._dispatcher.dispatch(batch)
+        if self._appender.on_dispatched is not None:
+            self._appender.on_dispatched(batch)
         self._appender.note_store_timestamp(int(batch.store_timestamps_ms.max()))
         for code, queue_id, last in last_per_queue(batch.topic_codes, batch.queue_ids, batch.queue_offsets):
             grown.append((batch.topics[code], queue_id, last + 1))
@@ -295,10 +300,13 @@ class ReplicaLog:
 
     def forget_beyond(self, point: int) -> None:
         """Step 6 (in memory): next queue offsets re-read from the ConsumeQueues, remembered
-        results of idempotent requests dropped, the valid end moved to ``point``."""
+        results of idempotent requests dropped, the valid end moved to ``point``, the offset
+        table rebuilt from its checkpoint and the records kept."""
         self._appender.reset_queue_offsets()
         self._appender.forget_recent_results()
         self._pending_from = None
+        if self._after_truncation is not None:
+            self._after_truncation()
 
     def wait_dispatched(self, timeout_s: float) -> bool:
         """Every record dispatched to the ConsumeQueues (always) and the index (waits)."""

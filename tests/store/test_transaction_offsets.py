@@ -195,9 +195,12 @@ def test_commit_applies_offsets_in_its_step_and_rollback_never(tmp_path: Path) -
         assert service.transactions("kafka:app")[0].topics == ["out"]  # offsets are not a topic
 
 
-def test_offsets_lost_with_the_table_are_reapplied_and_later_plain_commits_keep_winning(
+def test_after_a_crash_the_table_is_the_log_in_order_transactions_and_plain_commits_alike(
     tmp_path: Path,
 ) -> None:
+    """Both kinds of offset records are applied when dispatched, in log order, so the table a
+    crash leaves behind is rebuilt exactly: the second transaction's offsets, then the plain
+    commit after it (nothing for the transaction service to re-apply any more)."""
     with open_store(tmp_path / "s") as ms:
         ms.create_topic("in", 2)
         ms.create_topic("out", 1)
@@ -208,19 +211,19 @@ def test_offsets_lost_with_the_table_are_reapplied_and_later_plain_commits_keep_
             service.put_offsets(tx, TxOffsets("ctp", {"in": {0: offset, 1: offset}}))
         service.end(first.transaction_id, TxOutcome.COMMIT, None)
         ms.commit_offsets("ctp", "in", {1: 100})  # a plain commit after the first transaction's
-        ms.flush()  # the table is persisted here: the first transaction is in the snapshot
+        ms.flush()  # the table is checkpointed here: the first transaction is in the snapshot
         service.end(second.transaction_id, TxOutcome.COMMIT, None)
-        ms.commit_offsets("ctp", "in", {1: 200})  # after the second: lost with the crash
+        ms.commit_offsets("ctp", "in", {1: 200})  # after the second, not in the checkpoint
+        assert ms.committed_offsets("ctp", "in") == {0: 9, 1: 200}
         ms.abandon()  # kill -9: the table on disk predates the second commit
     with open_store(tmp_path / "s") as ms:
-        assert ms.committed_offsets("ctp", "in") == {0: 5, 1: 100}
-        service = TransactionService.open(ms)
-        assert service.reapplied_offsets == 1
-        assert ms.committed_offsets("ctp", "in") == {0: 9, 1: 9}
+        assert ms.committed_offsets("ctp", "in") == {0: 9, 1: 200}
+        assert TransactionService.open(ms).reapplied_offsets == 0
+        assert ms.committed_offsets("ctp", "in") == {0: 9, 1: 200}
         ms.flush()
     with open_store(tmp_path / "s") as ms:
         assert TransactionService.open(ms).reapplied_offsets == 0
-        assert ms.committed_offsets("ctp", "in") == {0: 9, 1: 9}
+        assert ms.committed_offsets("ctp", "in") == {0: 9, 1: 200}
 
 
 def test_a_commit_torn_after_some_finals_is_completed_with_its_offsets(tmp_path: Path) -> None:
