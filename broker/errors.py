@@ -55,6 +55,15 @@ STATUS_BY_CODE: dict[str, int] = {
     "flush_slave_timeout": 503,
     "replication_gap": 503,
     "replicated_data_corrupt": 500,
+    # POP consumption (broker.pop.errors; docs/pop.md's table)
+    "invalid_receipt_handle": 400,
+    "receipt_handle_expired": 409,
+    "receipt_handle_mismatch": 400,
+    "invalid_max_messages": 400,
+    "invalid_invisible_time": 400,
+    "invalid_wait_time": 400,
+    "invalid_group_settings": 400,
+    "group_kind_conflict": 409,
 }
 
 

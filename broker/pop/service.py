@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from broker.pop.config import MAX_MESSAGES_PER_RECEIVE, PopConfig
 from broker.pop.errors import (
@@ -67,6 +67,9 @@ class PopService:
         #: Wake-ups per topic ("" = everyone: expiries, acks, close), so an arrival on one topic
         #: sends only the long polls of that topic (or its retry topic) back to the store.
         self._wake_seqs: Counter[str] = Counter()
+        #: Called with the topic ("" = everyone) on every wake-up, from any thread: the
+        #: event-loop waiters of :mod:`broker.pop_async` (keep them cheap and non-blocking).
+        self._wake_listeners: list[Callable[[str], None]] = []
         self._closed = False
         self._log = StateLog(store)
         self.table = PopTable()
@@ -391,6 +394,24 @@ class PopService:
         with self._wake:
             self._wake_seqs[topic] += 1
             self._wake.notify_all()
+            listeners = tuple(self._wake_listeners)
+        for listener in listeners:
+            listener(topic)
+
+    def add_wake_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(topic)`` on every wake-up (an arrival on ``topic``, "" for an ack, an
+        expiry or close), from any thread; it must not block."""
+        with self._wake:
+            self._wake_listeners.append(listener)
+
+    def remove_wake_listener(self, listener: Callable[[str], None]) -> None:
+        with self._wake:
+            if listener in self._wake_listeners:
+                self._wake_listeners.remove(listener)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic != POP_STATE_TOPIC:
