@@ -19,6 +19,7 @@ dispatch thread, an ack, the expiry thread at a visible-at); it hops onto the lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from broker.pop import InvalidWaitTime, PopService, Received
 from broker.threads import run_blocking
@@ -84,10 +85,8 @@ class AsyncPop:
                 remaining = deadline - self._loop.time()
                 if got or remaining <= 0 or self._closed or self.pop.closed:
                     return got
-                try:
+                with contextlib.suppress(TimeoutError):  # a tick: poll again
                     await asyncio.wait_for(future, min(remaining, tick_s))
-                except TimeoutError:
-                    pass
             finally:
                 del self._waiters[future]
 

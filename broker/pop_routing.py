@@ -79,7 +79,9 @@ class Changed:
     msg_id: str
 
 
-async def ack(broker: Broker, group: str, handles: Sequence[str], headers: Mapping[str, str]) -> list[AckResult]:
+async def ack(
+    broker: Broker, group: str, handles: Sequence[str], headers: Mapping[str, str]
+) -> list[AckResult]:
     """One result per handle, in order: this broker's acked in one service call, the others
     forwarded to their brokers (one request per broker)."""
     local: list[tuple[int, str]] = []
@@ -100,7 +102,9 @@ async def ack(broker: Broker, group: str, handles: Sequence[str], headers: Mappi
         for (i, _), result in zip(local, done, strict=True):
             results[i] = AckResult(handles[i], result.ok, result.code, result.detail)
     for owner, items in remote.items():
-        for (i, _), result in zip(items, await _forward_ack(broker, owner, group, items, headers), strict=True):
+        for (i, _), result in zip(
+            items, await _forward_ack(broker, owner, group, items, headers), strict=True
+        ):
             results[i] = result
     return [r for r in results if r is not None]
 

@@ -17,6 +17,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -59,6 +60,15 @@ class PopService:
     One service per store: the doors (HTTP, gRPC) share it. Two services over one store would
     each keep a table of their own and hand the same messages out twice."""
 
+    #: The open service of each store: the offset paths (:mod:`broker.offsets`) ask it a
+    #: group's kind without every caller carrying the service.
+    _by_store: weakref.WeakKeyDictionary[MessageStore, PopService] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, store: MessageStore) -> PopService | None:
+        """The open POP service over ``store``, if any."""
+        return cls._by_store.get(store)
+
     def __init__(self, store: MessageStore, config: PopConfig | None = None) -> None:
         self.store = store
         self.config = (config or PopConfig()).validate()
@@ -85,10 +95,13 @@ class PopService:
         self._expiry = ExpiryThread(self, self.config.expiry_tick_ms) if self.config.background else None
         if self._expiry is not None:
             self._expiry.start()
+        PopService._by_store[store] = self
 
     def close(self) -> None:
         """Stop the expiry thread and release every long poll (they answer empty)."""
         self._closed = True
+        if PopService._by_store.get(self.store) is self:
+            del PopService._by_store[self.store]
         if self._expiry is not None:
             self._expiry.stop()
         self.store.remove_arrival_listener(self._on_arrival)

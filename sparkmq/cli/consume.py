@@ -2,7 +2,9 @@
 
 ``consume`` reads every queue of a topic (or one ``--queue``) from ``--from`` (earliest,
 latest, ``-N`` for the last N per queue, a time, or the ``--group``'s committed offsets), stops
-at the end unless ``--follow``, and with ``--group G --commit`` commits what it printed.
+at the end unless ``--follow``, and with ``--group G --commit`` commits what it printed. With
+``--pop --group G`` it competes with the group's other consumers instead and acks what it
+printed (:mod:`sparkmq.cli.consume_pop`).
 ``--format`` takes kcat-like tokens: ``%t`` topic, ``%q`` queue, ``%o`` offset, ``%k`` keys,
 ``%s`` body (base64 when not UTF-8), ``%T`` store time (ms), ``%B`` born time (ms), ``%g`` tags,
 ``%i`` msg id, ``%u`` UNIQ_KEY, ``%h`` properties (JSON), ``%b`` broker, ``%%``, ``\\n`` and ``\\t``.
@@ -99,6 +101,10 @@ def consume(
     tags: Annotated[str | None, typer.Option(help="Tag expression, e.g. 'A || B'.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="kcat-like format, e.g. '%q %o %s\\n'.")] = None,
     wait_ms: Annotated[int, typer.Option(help="Long-poll (every queue at once) while following.")] = 500,
+    pop: Annotated[
+        bool, typer.Option("--pop", help="Compete with the --group's other consumers; ack what is printed.")
+    ] = False,
+    invisible_ms: Annotated[int, typer.Option(help="With --pop: how long a message stays hidden.")] = 30_000,
     endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.json,
@@ -107,6 +113,10 @@ def consume(
     queue goes to stderr at the end."""
     if commit and group is None:
         fail("--commit needs --group", Exit.USAGE)
+    if pop:
+        _consume_pop(topic, group, queue_id, start, commit, max_messages, follow, wait_ms, invisible_ms,
+                     tags, fmt, endpoint, token, output)  # fmt: skip
+        return
     end_ms = parse_time_ms(until) if until else None
     queues = [queue_id] if queue_id is not None else None
     with connect(endpoint, token) as sparkmq:
@@ -118,6 +128,21 @@ def consume(
     if unavailable:
         where = ", ".join(f"{q} ({broker})" for q, broker in unavailable.items())
         fail(f"queues not read (their broker is down): {where}", Exit.UNREACHABLE)
+
+
+def _consume_pop(
+    topic: str, group: str | None, queue_id: int | None, start: str | None, commit: bool,
+    max_messages: int | None, follow: bool, wait_ms: int, invisible_ms: int, tags: str | None,
+    fmt: str | None, endpoint: str, token: str | None, output: Output,
+) -> None:  # fmt: skip
+    if group is None:
+        fail("--pop needs --group", Exit.USAGE)
+    if queue_id is not None or start is not None or commit:
+        fail("--pop hands out messages of every queue: no --queue, --from or --commit", Exit.USAGE)
+    from sparkmq.cli.consume_pop import consume_pop  # it imports render from here
+
+    consume_pop(endpoint, token, topic, group, max_messages=max_messages, follow=follow, wait_ms=wait_ms,
+                invisible_ms=invisible_ms, tags=tags, fmt=fmt, output=output)  # fmt: skip
 
 
 def _print_until_done(

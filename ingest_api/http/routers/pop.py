@@ -38,9 +38,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/groups", tags=["pop"], responses=_ERRORS)
 
 
-@router.post(
-    "/{group}/topics/{topic}/messages:receive", response_model=ReceiveOut, dependencies=[JsonBody]
-)
+@router.post("/{group}/topics/{topic}/messages:receive", response_model=ReceiveOut, dependencies=[JsonBody])
 async def receive(
     group: GroupPath, topic: TopicPath, spec: ReceiveIn, broker: BrokerDep, principal: PrincipalDep
 ) -> ReceiveOut:
@@ -67,9 +65,12 @@ async def receive(
 
 
 @router.post("/{group}/messages:ack", response_model=AckOut, dependencies=[JsonBody])
-async def ack(group: GroupPath, spec: AckIn, request: Request, broker: BrokerDep, principal: PrincipalDep) -> AckOut:
-    """Ack each handle (the consume right on each handle's topic is needed): one result per handle, in order (a bad handle does not stop the good
-    ones). The request is 200 even when some handles are refused: see each ``error``."""
+async def ack(
+    group: GroupPath, spec: AckIn, request: Request, broker: BrokerDep, principal: PrincipalDep
+) -> AckOut:
+    """Ack each handle (the consume right on each handle's topic is needed): one result per
+    handle, in order (a bad handle does not stop the good ones). The request is 200 even when
+    some handles are refused: see each ``error``."""
     for topic in sorted(pop_routing.claimed_topics(spec.receipt_handles)):
         authorize(principal, Right.CONSUME, topic)
     results = await pop_routing.ack(broker, group, spec.receipt_handles, request.headers)
@@ -91,7 +92,8 @@ async def change_invisible(
     group: GroupPath, spec: ChangeInvisibleIn, request: Request, broker: BrokerDep, principal: PrincipalDep
 ) -> ChangeInvisibleOut:
     """Make the message invisible for ``invisible_ms`` from now; answers the new handle (the
-    one sent stops working). 409 ``receipt_handle_expired``, 400 ``invalid_receipt_handle``."""
+    one sent stops working). 409 ``receipt_handle_expired``, 404 ``invalid_receipt_handle`` (malformed or
+    not issued by this broker)."""
     for topic in pop_routing.claimed_topics([spec.receipt_handle]):
         authorize(principal, Right.CONSUME, topic)
     changed = await pop_routing.change_invisible(
