@@ -17,7 +17,6 @@ from ingest_api.http.fields import JSON_INTEGER
 from ingest_api.http.schemas.messages import MessageOut
 from store import MessageView
 
-
 _LIMITS = PopConfig()
 MaxMessages = Annotated[int, Field(ge=1, le=MAX_MESSAGES_PER_RECEIVE), JSON_INTEGER]
 InvisibleMs = Annotated[int, Field(ge=_LIMITS.min_invisible_ms, le=_LIMITS.max_invisible_ms), JSON_INTEGER]
