@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -32,30 +31,13 @@ from sparkmq.cli.common import (
     fail,
     parse_time_ms,
 )
+from sparkmq.cli.consume_pop import consume_pop
+from sparkmq.cli.message_format import render
 from sparkmq.cli.root import app
 from sparkmq.client import Client, Consumer, ReceivedMessage, Start
 
 #: Most messages one poll asks for.
 PULL_CHUNK = 1000
-_TOKEN = re.compile(r"%[tqokTBsgiuhb%]|\\[nt]")
-
-
-def render(message: Mapping[str, Any], topic: str, fmt: str) -> str:
-    """One message (the pull answer's JSON object) through a kcat-like ``--format``."""
-    body = message["body"] if message.get("body") is not None else message.get("body_base64", "")
-
-    def token(match: re.Match[str]) -> str:
-        value = {
-            "%t": topic, "%q": message["queue_id"], "%o": message["queue_offset"],
-            "%k": " ".join(message.get("keys") or []), "%T": message["store_timestamp"],
-            "%B": message["born_timestamp"], "%s": body, "%g": message.get("tags") or "",
-            "%i": message["msg_id"], "%u": message.get("uniq_key") or "", "%%": "%",
-            "%h": json.dumps(message.get("properties") or {}, ensure_ascii=False),
-            "%b": message.get("broker") or "", "\\n": "\n", "\\t": "\t",
-        }[match.group(0)]  # fmt: skip
-        return str(value)
-
-    return _TOKEN.sub(token, fmt)
 
 
 def _start(
@@ -139,8 +121,6 @@ def _consume_pop(
         fail("--pop needs --group", Exit.USAGE)
     if queue_id is not None or start is not None or commit:
         fail("--pop hands out messages of every queue: no --queue, --from or --commit", Exit.USAGE)
-    from sparkmq.cli.consume_pop import consume_pop  # it imports render from here
-
     consume_pop(endpoint, token, topic, group, max_messages=max_messages, follow=follow, wait_ms=wait_ms,
                 invisible_ms=invisible_ms, tags=tags, fmt=fmt, output=output)  # fmt: skip
 

@@ -14,7 +14,7 @@ import sys
 import typer
 
 from sparkmq.cli.common import Exit, Output, connect, fail
-from sparkmq.cli.consume import render
+from sparkmq.cli.message_format import render
 from sparkmq.client import PopMessage
 
 
