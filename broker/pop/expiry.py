@@ -18,15 +18,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.pop.picking import read_one, source_topic
 from broker.pop.state_codec import Entry, Kind, StateRecord
 from broker.pop.table import PopTable
 from store import MessageStore, RecordFields, SparkMQError, dead_letter_record, dlq_topic
 
-if TYPE_CHECKING:
-    from broker.pop.service import PopService
+
+class DueRunner(Protocol):
+    """What the expiry thread drives (``PopService``; a Protocol, so no import cycle)."""
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    def run_due(self) -> int | None: ...
+
 
 log = logging.getLogger("sparkmq.broker.pop")
 
@@ -72,7 +79,7 @@ class ExpiryThread:
     """The background loop over ``PopService.run_due``; a failure is logged and retried on
     the next tick, and shown by :attr:`last_error` (nothing is lost: the entries stay in flight)."""
 
-    def __init__(self, service: PopService, tick_ms: int) -> None:
+    def __init__(self, service: DueRunner, tick_ms: int) -> None:
         self._service = service
         self._tick_s = tick_ms / 1000
         self._stop = threading.Event()
