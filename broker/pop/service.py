@@ -381,9 +381,8 @@ class PopService:
     def stats(self, group: str) -> GroupStats:
         now = self.store.now_ms()
         with self._lock:
-            entries = [
-                e for (g, _), lane in self.table.lanes.items() if g == group for e in lane.inflight.values()
-            ]
+            lanes = [(t, lane) for (g, t), lane in self.table.lanes.items() if g == group]
+            entries = [e for _, lane in lanes for e in lane.inflight.values()]
         oldest = min((e.popped_at_ms for e in entries), default=now)
         return GroupStats(
             group,
@@ -392,6 +391,7 @@ class PopService:
             max(0, now - oldest),
             self._redeliveries[group],
             self._dead_letters[group],
+            tuple(sorted(t for t, _ in lanes)),
         )
 
     # ------------------------------------------------------------------ plumbing
