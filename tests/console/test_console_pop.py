@@ -3,6 +3,8 @@ count, oldest in-flight age, retries and the DLQ count (``PopService.stats``).""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from playwright.sync_api import expect
 
@@ -14,7 +16,7 @@ from .conftest import BrowserSession, ConsoleBroker, login
 pytestmark = pytest.mark.slow
 
 
-def _receive(broker: ConsoleBroker, invisible_ms: int) -> list[dict[str, object]]:
+def _receive(broker: ConsoleBroker, invisible_ms: int) -> list[dict[str, Any]]:
     answer = broker.admin.post(
         "/groups/console_pop/topics/console_pop_work/messages:receive",
         json={"max_messages": 32, "invisible_ms": invisible_ms, "wait_ms": 3000},

@@ -103,18 +103,40 @@ def _ack(
 
 def _nemesis(cluster: ProcessCluster, history: History, stop: threading.Event) -> None:
     for threshold in KILL_AT:
-        wait_until(lambda t=threshold: history.acked() >= t or stop.is_set(), 300, f"{threshold} acked")
+
+        def reached(threshold: int = threshold) -> bool:
+            return history.acked() >= threshold or stop.is_set()
+
+        wait_until(reached, 300, f"{threshold} acked")
         if stop.is_set():
             return
         master = master_key(cluster)
         assert master is not None
         history.events.append((time.monotonic(), f"kill -9 master {master}"))
         cluster.brokers[master].kill()
-        wait_until(lambda m=master: master_key(cluster) not in (None, m), 120, "a new master")
+
+        def moved(old: str = master) -> bool:
+            return master_key(cluster) not in (None, old)
+
+        wait_until(moved, 120, "a new master")
         history.events.append((time.monotonic(), f"new master {master_key(cluster)}"))
         cluster.restart(master)
         wait_until(lambda: len((describe(cluster) or {}).get("in_sync") or []) >= 2, 120, "two in sync")
         history.events.append((time.monotonic(), f"{master} back"))
+
+
+def _stalled(history: History, threads: list[threading.Thread]) -> str:
+    with history.lock:
+        acked = {d.body for d in history.deliveries if d.ack == "ok"}
+        delivered = {d.body for d in history.deliveries}
+        last = history.deliveries[-1].answered_at if history.deliveries else 0.0
+    missing = sorted({f"m{i}" for i in range(MESSAGES)} - acked, key=lambda b: int(b[1:]))
+    return (
+        f"stalled: {len(acked)} acked, {len(delivered)} delivered, last delivery "
+        f"{time.monotonic() - last:.0f} s ago; not acked: {missing[:20]} (of {len(missing)}; "
+        f"{len(set(missing) - delivered)} never delivered); consumers alive "
+        f"{[t.is_alive() for t in threads]}; errors {history.errors[-10:]}; events {history.events}"
+    )
 
 
 def check(history: History, expected: set[str]) -> list[str]:
@@ -166,7 +188,10 @@ def test_three_consumers_ten_thousand_messages_through_kills_and_failovers(tmp_p
         for thread in [*threads, nemesis]:
             thread.start()
         try:
-            wait_until(lambda: history.acked() >= MESSAGES, 400, "all acked")
+            try:
+                wait_until(lambda: history.acked() >= MESSAGES, 400, "all acked")
+            except AssertionError:
+                raise AssertionError(_stalled(history, threads)) from None
             nemesis.join(timeout=300)
             # Nothing more comes: every message is done for the group.
             time.sleep(INVISIBLE_MS / 1000 + 1)
