@@ -283,6 +283,12 @@ class PopService:
                     handle, live = self._live(group, text)
                     if (handle.topic, handle.key) in taken:
                         raise ReceiptHandleExpired("the same message is acked twice in this request")
+                except ReceiptHandleExpired as exc:
+                    acked = self._acked_before(group, text)
+                    results[i] = AckResult(
+                        text, acked, None if acked else exc.code, "" if acked else str(exc)
+                    )
+                    continue
                 except PopError as exc:
                     results[i] = AckResult(text, False, exc.code, str(exc))
                     continue
@@ -296,6 +302,12 @@ class PopService:
         if by_topic:
             self.wake()  # a FIFO group's next message may be free now
         return [r for r in results if r is not None]
+
+    def _acked_before(self, group: str, text: str) -> bool:
+        """True when ``text`` names a delivery that was acked: an ack retried after its answer
+        was lost is answered ok again (idempotent), not expired."""
+        handle = decode_handle(text, self.table.secret)
+        return self.table.was_acked(group, handle.topic, handle.key, handle.generation)
 
     def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> Received:
         """Make the message invisible for ``invisible_ms`` from now; the answer carries the new
