@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.ingest.conftest import RunningBroker
+from tests.ingest.conftest import BrokerFactory, RunningBroker
 
 
 def _produce(client: httpx.Client, topic: str, count: int, queues: int = 2) -> None:
@@ -152,3 +154,27 @@ def test_waiting_receives_hold_no_worker_thread(shared_broker: RunningBroker, to
         http.close()
     bodies = [m["body"] for a in answers for m in a.json()["messages"]]
     assert bodies == ["wake"]
+
+
+def test_consume_right_on_the_topic_of_each_handle(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    tokens = {
+        "tokens": [
+            {"name": "admin", "token": "admin-token", "admin": ["*"], "produce": ["*"], "consume": ["*"]},
+            {"name": "reader", "token": "reader-token", "consume": ["orders"]},
+        ]
+    }
+    auth_file = tmp_path / "auth.json"
+    auth_file.write_text(json.dumps(tokens))
+    broker = broker_factory(auth_file=auth_file)
+    admin, reader = broker.client("admin-token"), broker.client("reader-token")
+    _produce(admin, "orders", 1, queues=1)
+    _produce(admin, "payments", 1, queues=1)
+    assert _receive(reader, "g", "payments").status_code == 403
+    mine = _receive(reader, "g", "orders").json()["messages"]
+    theirs = _receive(admin, "g", "payments").json()["messages"]
+    handles = [mine[0]["receipt_handle"], theirs[0]["receipt_handle"]]
+    refused = reader.post("/groups/g/messages:ack", json={"receipt_handles": handles})
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    change = {"receipt_handle": theirs[0]["receipt_handle"], "invisible_ms": 5000}
+    assert reader.post("/groups/g/messages:changeInvisible", json=change).status_code == 403
+    assert reader.post("/groups/g/messages:ack", json={"receipt_handles": handles[:1]}).json()["acked"] == 1
