@@ -32,7 +32,6 @@ from broker.membership import cluster_membership
 from broker.metrics import BrokerMetrics
 from broker.operators import OperatorBoard
 from broker.pop import PopService
-from broker.pop_async import AsyncPop
 from broker.retries import GroupConfigs
 from broker.sinks import sink_recovery
 from broker.state import Broker
@@ -74,7 +73,6 @@ async def running_broker(
             operators=board,
             pop=await run_blocking(PopService, store),
         )
-        broker.pop_async = AsyncPop(broker.pop, asyncio.get_running_loop())
         try:
             async with AsyncExitStack() as stack:
                 # Joined first, left last: the broker is a member exactly while it serves.
@@ -87,7 +85,6 @@ async def running_broker(
                     await stack.enter_async_context(companion(broker))
                 yield broker
         finally:
-            broker.pop_async.close()
             await run_blocking(broker.pop.close)
             await board.transactions.dispatcher.close()
             hub.close()

@@ -75,9 +75,6 @@ class Broker:
     local_topics: Any = None
     #: POP consumption (:class:`broker.pop.PopService`): one per store, shared by every door.
     pop: Any = None
-    #: Its long polls on the event loop (:class:`broker.pop_async.AsyncPop`): what asyncio
-    #: doors call to receive (a waiting receive holds no worker thread).
-    pop_async: Any = None
     #: Set by a running Kafka gateway in a cluster: answers ``POST /kafka/peer/{op}``
     #: (``handle(op, body) -> bytes``, :class:`ingest_api.kafka.txn_peers.PeerService`).
     kafka_peer: Any = None

@@ -25,16 +25,6 @@ from broker.pop.state_codec import Entry, Kind, StateRecord
 from broker.pop.table import PopTable
 from store import MessageStore, RecordFields, SparkMQError, dead_letter_record, dlq_topic
 
-
-class DueRunner(Protocol):
-    """What the expiry thread drives (``PopService``; a Protocol, so no import cycle)."""
-
-    @property
-    def store(self) -> MessageStore: ...
-
-    def run_due(self) -> int | None: ...
-
-
 log = logging.getLogger("sparkmq.broker.pop")
 
 #: Dead letters written per append (bounds one run's put size).
@@ -73,6 +63,15 @@ def dead_letters(
         if dead:
             records.append(StateRecord(Kind.DEAD, now_ms, group, topic, entries=tuple(dead)))
     return records, copies
+
+
+class DueRunner(Protocol):
+    """What the expiry loop drives: :class:`broker.pop.service.PopService`."""
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    def run_due(self) -> int | None: ...
 
 
 class ExpiryThread:

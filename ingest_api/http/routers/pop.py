@@ -1,8 +1,8 @@
 """POP consumption (competing consumers): receive, ack, change invisible time (docs/pop.md).
 
 A table: request -> core call -> answer. The waiting of a receive is spent on the event loop
-(:class:`broker.pop_async.AsyncPop`); in a cluster, handles name their broker and acks go back
-to it (:mod:`broker.pop_routing`).
+(:func:`broker.pop.waiting.receive_waiting`, shared with the gRPC door); in a cluster, handles
+name their broker and acks go back to it (:mod:`broker.pop_routing`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from broker import pop_routing
 from broker.auth import Right, authorize
 from broker.errors import STATUS_BY_CODE
+from broker.pop.waiting import receive_waiting
 from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
 from ingest_api.http.schemas import ErrorOut
 from ingest_api.http.schemas.pop import (
@@ -47,8 +48,8 @@ async def receive(
     it). In a cluster this broker's queues of the topic (ask every broker). 409
     ``group_kind_conflict`` for a group that commits offsets."""
     authorize(principal, Right.CONSUME, topic)
-    got = await broker.pop_async.receive(
-        group, topic, spec.max_messages, spec.invisible_ms, spec.wait_ms, spec.tags
+    got = await receive_waiting(
+        broker.pop, group, topic, spec.max_messages, spec.invisible_ms, spec.wait_ms, spec.tags
     )
     name = broker.name
     messages = [
