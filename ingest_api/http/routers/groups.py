@@ -43,8 +43,11 @@ from store import (
     validate_topic,
 )
 
+#: 409 ``group_kind_conflict``: the group is consumed by POP (receive / ack), not by offsets.
 router = APIRouter(
-    prefix="/groups", tags=["groups"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
+    prefix="/groups",
+    tags=["groups"],
+    responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
 )
 
 
