@@ -88,7 +88,7 @@ def _cut_wait(case: schemathesis.Case) -> None:
     if isinstance(body, dict):  # a POP receive's long poll is in its JSON body
         waited = body.get("wait_ms")
         # 29999.0 is an integer in JSON too
-        if isinstance(waited, int | float) and not isinstance(waited, bool) and MAX_WAIT_MS < waited <= 60_000:
+        if isinstance(waited, int | float) and not isinstance(waited, bool) and MAX_WAIT_MS < waited <= 60e3:
             body["wait_ms"] = MAX_WAIT_MS
     query = case.query
     if not isinstance(query, dict):
