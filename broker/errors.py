@@ -55,6 +55,16 @@ STATUS_BY_CODE: dict[str, int] = {
     "flush_slave_timeout": 503,
     "replication_gap": 503,
     "replicated_data_corrupt": 500,
+    # POP consumption (broker.pop.errors; docs/pop.md's table)
+    # a handle this broker cannot place (malformed, forged, another group's) is unknown: 404
+    "invalid_receipt_handle": 404,
+    "receipt_handle_expired": 409,
+    "receipt_handle_mismatch": 404,
+    "invalid_max_messages": 400,
+    "invalid_invisible_time": 400,
+    "invalid_wait_time": 400,
+    "invalid_group_settings": 400,
+    "group_kind_conflict": 409,
 }
 
 

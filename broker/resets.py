@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from broker.errors import BrokerError
+from broker.offsets import check_offset_group, commit_offsets
 from store import Boundary, InvalidArgument, MessageStore, UnknownTopic, validate_group, validate_topic
 
 ResetTarget = Literal["earliest", "latest", "timestamp", "shift"]
@@ -50,6 +51,7 @@ def plan_reset(
     """
     validate_group(group)
     validate_topic(topic)
+    check_offset_group(store, group)
     if not store.has_topic(topic):
         raise UnknownTopic(f"topic {topic!r} does not exist")
     if to == "timestamp" and timestamp_ms is None:
@@ -82,4 +84,4 @@ def plan_reset(
 
 def apply_reset(store: MessageStore, group: str, topic: str, rows: list[ResetRow]) -> None:
     """Commit every row's target offset."""
-    store.commit_offsets(group, topic, {row.queue_id: row.target for row in rows})
+    commit_offsets(store, group, topic, {row.queue_id: row.target for row in rows})

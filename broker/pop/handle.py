@@ -81,9 +81,8 @@ def encode_handle(handle: ReceiptHandle, secret: bytes) -> str:
     return base64.urlsafe_b64encode(payload + _mac(secret, payload)).rstrip(b"=").decode("ascii")
 
 
-def decode_handle(text: str, secret: bytes) -> ReceiptHandle:
-    """The handle ``text`` names; raises :class:`InvalidReceiptHandle` if it is malformed or
-    was not signed with ``secret``."""
+def _payload(text: str) -> tuple[bytes, bytes]:
+    """``(payload, mac)`` of a handle string; InvalidReceiptHandle if it is not one."""
     if not isinstance(text, str) or not 0 < len(text) <= MAX_HANDLE_CHARS:
         raise InvalidReceiptHandle(
             f"a receipt handle is a non-empty string of at most {MAX_HANDLE_CHARS} characters"
@@ -92,9 +91,12 @@ def decode_handle(text: str, secret: bytes) -> ReceiptHandle:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise InvalidReceiptHandle("receipt handle is not base64url") from None
-    payload, mac = raw[:-MAC_SIZE], raw[-MAC_SIZE:]
-    if len(payload) < FIXED.size + 2 or not hmac.compare_digest(mac, _mac(secret, payload)):
-        raise InvalidReceiptHandle("receipt handle was not issued by this broker (bad signature)")
+    if len(raw) < FIXED.size + 2 + MAC_SIZE:
+        raise InvalidReceiptHandle("receipt handle is too short")
+    return raw[:-MAC_SIZE], raw[-MAC_SIZE:]
+
+
+def _parse(payload: bytes) -> ReceiptHandle:
     version, source, queue_id, offset, generation, visible_at = FIXED.unpack_from(payload)
     if version != VERSION or source not in (Source.TOPIC, Source.RETRY):
         raise InvalidReceiptHandle(f"receipt handle version {version} / source {source} unknown")
@@ -109,3 +111,18 @@ def decode_handle(text: str, secret: bytes) -> ReceiptHandle:
     if pos != len(payload):
         raise InvalidReceiptHandle("receipt handle has trailing bytes")
     return ReceiptHandle(names[0], names[1], Source(source), queue_id, offset, generation, visible_at)
+
+
+def decode_handle(text: str, secret: bytes) -> ReceiptHandle:
+    """The handle ``text`` names; raises :class:`InvalidReceiptHandle` if it is malformed or
+    was not signed with ``secret``."""
+    payload, mac = _payload(text)
+    if not hmac.compare_digest(mac, _mac(secret, payload)):
+        raise InvalidReceiptHandle("receipt handle was not issued by this broker (bad signature)")
+    return _parse(payload)
+
+
+def claimed_topic(text: str) -> str:
+    """The topic a handle *claims*, signature unchecked: what a door authorizes before the
+    service verifies the handle. Raises :class:`InvalidReceiptHandle` if it is malformed."""
+    return _parse(_payload(text)[0]).topic

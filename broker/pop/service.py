@@ -17,6 +17,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -61,6 +62,15 @@ class PopService:
     One service per store: the doors (HTTP, gRPC) share it. Two services over one store would
     each keep a table of their own and hand the same messages out twice."""
 
+    #: The open service of each store: the offset paths (:mod:`broker.offsets`) ask it a
+    #: group's kind without every caller carrying the service.
+    _by_store: weakref.WeakKeyDictionary[MessageStore, PopService] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, store: MessageStore) -> PopService | None:
+        """The open POP service over ``store``, if any."""
+        return cls._by_store.get(store)
+
     def __init__(self, store: MessageStore, config: PopConfig | None = None) -> None:
         self.store = store
         self.config = (config or PopConfig()).validate()
@@ -87,10 +97,13 @@ class PopService:
         self._expiry = ExpiryThread(self, self.config.expiry_tick_ms) if self.config.background else None
         if self._expiry is not None:
             self._expiry.start()
+        PopService._by_store[store] = self
 
     def close(self) -> None:
         """Stop the expiry thread and release every long poll (they answer empty)."""
         self._closed = True
+        if PopService._by_store.get(self.store) is self:
+            del PopService._by_store[self.store]
         if self._expiry is not None:
             self._expiry.stop()
         self.store.remove_arrival_listener(self._on_arrival)
@@ -272,6 +285,12 @@ class PopService:
                     handle, live = self._live(group, text)
                     if (handle.topic, handle.key) in taken:
                         raise ReceiptHandleExpired("the same message is acked twice in this request")
+                except ReceiptHandleExpired as exc:
+                    acked = self._acked_before(group, text)
+                    results[i] = AckResult(
+                        text, acked, None if acked else exc.code, "" if acked else str(exc)
+                    )
+                    continue
                 except PopError as exc:
                     results[i] = AckResult(text, False, exc.code, str(exc))
                     continue
@@ -285,6 +304,12 @@ class PopService:
         if by_topic:
             self.wake()  # a FIFO group's next message may be free now
         return [r for r in results if r is not None]
+
+    def _acked_before(self, group: str, text: str) -> bool:
+        """True when ``text`` names a delivery that was acked: an ack retried after its answer
+        was lost is answered ok again (idempotent), not expired."""
+        handle = decode_handle(text, self.table.secret)
+        return self.table.was_acked(group, handle.topic, handle.key, handle.generation)
 
     def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> Received:
         """Make the message invisible for ``invisible_ms`` from now; the answer carries the new
@@ -392,9 +417,8 @@ class PopService:
     def stats(self, group: str) -> GroupStats:
         now = self.store.now_ms()
         with self._lock:
-            entries = [
-                e for (g, _), lane in self.table.lanes.items() if g == group for e in lane.inflight.values()
-            ]
+            lanes = [(t, lane) for (g, t), lane in self.table.lanes.items() if g == group]
+            entries = [e for _, lane in lanes for e in lane.inflight.values()]
         oldest = min((e.popped_at_ms for e in entries), default=now)
         return GroupStats(
             group,
@@ -403,6 +427,7 @@ class PopService:
             max(0, now - oldest),
             self._redeliveries[group],
             self._dead_letters[group],
+            tuple(sorted(t for t, _ in lanes)),
         )
 
     # ------------------------------------------------------------------ plumbing

@@ -18,6 +18,7 @@ state topic, and replay applies the same records: live state and recovered state
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -33,6 +34,11 @@ from broker.pop.state_codec import (
 )
 
 Key = tuple[Source, int, int]
+#: (group, topic, key, generation) of one delivery that was acked.
+AckedDelivery = tuple[str, str, Key, int]
+#: How many acked deliveries the table remembers, so that an ack retried after its answer was
+#: lost (a killed master, a dropped connection) is answered ok again rather than "expired".
+RECENT_ACKS = 65_536
 
 
 @dataclass
@@ -92,6 +98,13 @@ class PopTable:
     secret: bytes = b""
     settings: dict[str, GroupSettings] = field(default_factory=dict)
     lanes: dict[tuple[str, str], Lane] = field(default_factory=dict)
+    #: The newest acked deliveries (bounded, oldest dropped first; not in snapshots: an ack
+    #: retried across a snapshot and a restart is answered expired, the rare case).
+    recent_acks: OrderedDict[AckedDelivery, None] = field(default_factory=OrderedDict)
+
+    def was_acked(self, group: str, topic: str, key: Key, generation: int) -> bool:
+        """True when this very delivery (its generation) was acked."""
+        return (group, topic, key, generation) in self.recent_acks
 
     def lane(self, group: str, topic: str) -> Lane:
         return self.lanes.setdefault((group, topic), Lane())
@@ -125,6 +138,10 @@ class PopTable:
         elif kind in (Kind.ACK, Kind.DEAD):
             for entry in record.entries:
                 lane.remove(entry.key)
+                if kind is Kind.ACK:
+                    self.recent_acks[(record.group, record.topic, entry.key, entry.generation)] = None
+            while len(self.recent_acks) > RECENT_ACKS:
+                self.recent_acks.popitem(last=False)
         else:  # pragma: no cover - every Kind is handled above
             raise StateRecordCorrupt(f"unknown kind {kind}")
 

@@ -48,3 +48,5 @@ class GroupStats:
     oldest_inflight_age_ms: int
     redeliveries: int
     dead_letters: int
+    #: The topics the group has received from (sorted).
+    topics: tuple[str, ...] = ()

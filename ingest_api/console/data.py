@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from broker.lag import GroupQueueRow, group_topic_rows, lag_seconds, stored_at
+from broker.pop import GroupStats
 from store import MessageStore, MessageView
 
 __all__ = ["GroupQueueRow", "group_topic_rows", "lag_seconds", "stored_at"]
@@ -182,6 +183,9 @@ class GroupDetail:
     kind: str
     kafka: KafkaGroupInfo | None
     queues: list[GroupQueueRow] = field(default_factory=list)
+    #: A POP group's in-flight state (``broker.pop.GroupStats``) and its DLQ's message count.
+    pop: GroupStats | None = None
+    dlq_messages: int = 0
 
 
 def consumed_by(store: MessageStore, view: MessageView) -> list[tuple[str, int]]:

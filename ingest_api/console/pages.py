@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from broker.cluster_info import LOCAL_BROKER
 from broker.errors import BrokerError
+from broker.pop import GroupKind, PopService
 from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.console import data
@@ -19,6 +20,7 @@ from store import (
     MessageStore,
     StoreStats,
     UnknownTopic,
+    dlq_topic,
     validate_group,
     validate_topic,
     wall_clock_ms,
@@ -154,9 +156,15 @@ async def groups(
 
 
 def _group(
-    store: MessageStore, viewer: Viewer, group: str, kafka: dict[str, data.KafkaGroupInfo]
+    store: MessageStore,
+    viewer: Viewer,
+    group: str,
+    kafka: dict[str, data.KafkaGroupInfo],
+    pop: PopService | None,
 ) -> data.GroupDetail:
     validate_group(group)
+    if pop is not None and pop.group_kind(group) is GroupKind.POP:
+        return _pop_group(store, viewer, group, pop)
     topics = [t for t in store.groups().get(group, []) if viewer.may_read(t) and store.has_topic(t)]
     info = kafka.get(group)
     if not topics and info is None:
@@ -168,10 +176,22 @@ def _group(
     return detail
 
 
+def _pop_group(store: MessageStore, viewer: Viewer, group: str, pop: PopService) -> data.GroupDetail:
+    """A POP group: its in-flight counts (:meth:`PopService.stats`) and its DLQ's size."""
+    stats = pop.stats(group)
+    if not any(viewer.may_read(t) for t in stats.topics):
+        raise BrokerError(404, "group_not_found", f"group {group!r} consumes no topic you may read")
+    dlq = dlq_topic(group)
+    dlq_messages = 0
+    if store.has_topic(dlq):
+        dlq_messages = sum(hi - lo for lo, hi in store.queue_offsets(dlq).values())
+    return data.GroupDetail(group, "POP", None, pop=stats, dlq_messages=dlq_messages)
+
+
 @router.get("/groups/{group}", response_class=HTMLResponse)
 async def group_detail(request: Request, group: str, viewer: ViewerDep) -> HTMLResponse:
     kafka = kafka_groups(viewer.broker) if viewer.is_global_admin else {}
-    detail = await run_blocking(_group, viewer.broker.store, viewer, group, kafka)
+    detail = await run_blocking(_group, viewer.broker.store, viewer, group, kafka, viewer.broker.pop)
     topics = sorted({row.topic for row in detail.queues})
     return page(request, "group.html", viewer, section="groups", group=detail, topics=topics)
 

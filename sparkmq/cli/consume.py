@@ -2,7 +2,9 @@
 
 ``consume`` reads every queue of a topic (or one ``--queue``) from ``--from`` (earliest,
 latest, ``-N`` for the last N per queue, a time, or the ``--group``'s committed offsets), stops
-at the end unless ``--follow``, and with ``--group G --commit`` commits what it printed.
+at the end unless ``--follow``, and with ``--group G --commit`` commits what it printed. With
+``--pop --group G`` it competes with the group's other consumers instead and acks what it
+printed (:mod:`sparkmq.cli.consume_pop`).
 ``--format`` takes kcat-like tokens: ``%t`` topic, ``%q`` queue, ``%o`` offset, ``%k`` keys,
 ``%s`` body (base64 when not UTF-8), ``%T`` store time (ms), ``%B`` born time (ms), ``%g`` tags,
 ``%i`` msg id, ``%u`` UNIQ_KEY, ``%h`` properties (JSON), ``%b`` broker, ``%%``, ``\\n`` and ``\\t``.
@@ -14,8 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -30,30 +31,13 @@ from sparkmq.cli.common import (
     fail,
     parse_time_ms,
 )
+from sparkmq.cli.consume_pop import consume_pop
+from sparkmq.cli.message_format import render
 from sparkmq.cli.root import app
 from sparkmq.client import Client, Consumer, ReceivedMessage, Start
 
 #: Most messages one poll asks for.
 PULL_CHUNK = 1000
-_TOKEN = re.compile(r"%[tqokTBsgiuhb%]|\\[nt]")
-
-
-def render(message: Mapping[str, Any], topic: str, fmt: str) -> str:
-    """One message (the pull answer's JSON object) through a kcat-like ``--format``."""
-    body = message["body"] if message.get("body") is not None else message.get("body_base64", "")
-
-    def token(match: re.Match[str]) -> str:
-        value = {
-            "%t": topic, "%q": message["queue_id"], "%o": message["queue_offset"],
-            "%k": " ".join(message.get("keys") or []), "%T": message["store_timestamp"],
-            "%B": message["born_timestamp"], "%s": body, "%g": message.get("tags") or "",
-            "%i": message["msg_id"], "%u": message.get("uniq_key") or "", "%%": "%",
-            "%h": json.dumps(message.get("properties") or {}, ensure_ascii=False),
-            "%b": message.get("broker") or "", "\\n": "\n", "\\t": "\t",
-        }[match.group(0)]  # fmt: skip
-        return str(value)
-
-    return _TOKEN.sub(token, fmt)
 
 
 def _start(
@@ -99,6 +83,10 @@ def consume(
     tags: Annotated[str | None, typer.Option(help="Tag expression, e.g. 'A || B'.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="kcat-like format, e.g. '%q %o %s\\n'.")] = None,
     wait_ms: Annotated[int, typer.Option(help="Long-poll (every queue at once) while following.")] = 500,
+    pop: Annotated[
+        bool, typer.Option("--pop", help="Compete with the --group's other consumers; ack what is printed.")
+    ] = False,
+    invisible_ms: Annotated[int, typer.Option(help="With --pop: how long a message stays hidden.")] = 30_000,
     endpoint: EndpointOption = DEFAULT_ENDPOINT,
     token: TokenOption = None,
     output: OutputOption = Output.json,
@@ -107,6 +95,10 @@ def consume(
     queue goes to stderr at the end."""
     if commit and group is None:
         fail("--commit needs --group", Exit.USAGE)
+    if pop:
+        _consume_pop(topic, group, queue_id, start, commit, max_messages, follow, wait_ms, invisible_ms,
+                     tags, fmt, endpoint, token, output)  # fmt: skip
+        return
     end_ms = parse_time_ms(until) if until else None
     queues = [queue_id] if queue_id is not None else None
     with connect(endpoint, token) as sparkmq:
@@ -118,6 +110,19 @@ def consume(
     if unavailable:
         where = ", ".join(f"{q} ({broker})" for q, broker in unavailable.items())
         fail(f"queues not read (their broker is down): {where}", Exit.UNREACHABLE)
+
+
+def _consume_pop(
+    topic: str, group: str | None, queue_id: int | None, start: str | None, commit: bool,
+    max_messages: int | None, follow: bool, wait_ms: int, invisible_ms: int, tags: str | None,
+    fmt: str | None, endpoint: str, token: str | None, output: Output,
+) -> None:  # fmt: skip
+    if group is None:
+        fail("--pop needs --group", Exit.USAGE)
+    if queue_id is not None or start is not None or commit:
+        fail("--pop hands out messages of every queue: no --queue, --from or --commit", Exit.USAGE)
+    consume_pop(endpoint, token, topic, group, max_messages=max_messages, follow=follow, wait_ms=wait_ms,
+                invisible_ms=invisible_ms, tags=tags, fmt=fmt, output=output)  # fmt: skip
 
 
 def _print_until_done(

@@ -25,12 +25,15 @@ from sparkmq.client.errors import (
 )
 from sparkmq.client.messages import Message, PullResult, QueueOffsets, ReceivedMessage, SendResult
 from sparkmq.client.producer import Producer
+from sparkmq.client.push import PushStats, PushWorker
 from sparkmq.client.routes import LOCAL_BROKER, BrokerInfo, ClusterInfo, QueueRoute, TopicRoute
+from sparkmq.client.simple_consumer import AckOutcome, PopMessage, SimpleConsumer
 
 __all__ = [
     "DEFAULT_ENDPOINT",
     "LOCAL_BROKER",
     "AccessDenied",
+    "AckOutcome",
     "BatchIncomplete",
     "BrokerError",
     "BrokerInfo",
@@ -44,8 +47,11 @@ __all__ = [
     "Message",
     "NoLiveBroker",
     "NotFound",
+    "PopMessage",
     "Producer",
     "PullResult",
+    "PushStats",
+    "PushWorker",
     "QueueOffsets",
     "QueueRoute",
     "QueueUnavailable",
@@ -54,6 +60,7 @@ __all__ = [
     "RetryPolicy",
     "RouteMiss",
     "SendResult",
+    "SimpleConsumer",
     "Start",
     "TopicRoute",
     "UnknownTopic",

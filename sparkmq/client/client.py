@@ -29,6 +29,7 @@ from sparkmq.client.messages import Message, PullResult, QueueOffsets, SendResul
 from sparkmq.client.owners import Owners
 from sparkmq.client.producer import Producer
 from sparkmq.client.routes import ClusterInfo, TopicRoute
+from sparkmq.client.simple_consumer import SimpleConsumer
 from sparkmq.client.transport import Transport, segment
 
 
@@ -220,4 +221,15 @@ class Client:
             self.owners, topic, group=group, queues=queues, start=start, tags=tags,
             retry=self.config.retry, max_parallel_pulls=self.config.max_parallel_pulls,
             clock=self._clock, sleep=self._sleep,
+        )  # fmt: skip
+
+    def simple_consumer(
+        self, topic: str, group: str, *, invisible_ms: int = 30_000, tags: str | None = None
+    ) -> SimpleConsumer:
+        """A POP consumer of ``topic`` for ``group``, competing with the group's other
+        consumers: receive / ack / change the invisible time across every broker (docs/pop.md).
+        The group must not commit offsets (409 ``group_kind_conflict``)."""
+        return SimpleConsumer(
+            self.directory, self._transport, topic, group, invisible_ms=invisible_ms, tags=tags,
+            retry=self.config.retry, clock=self._clock, sleep=self._sleep,
         )  # fmt: skip

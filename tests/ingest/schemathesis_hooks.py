@@ -21,8 +21,9 @@ a case the hooks touch stays as valid (or invalid) as it was.
   is left out; in the names of bodies (topics, producer groups) the sequence becomes ``%g0``
   (still valid, same length); and a group name does not start with two hex digits (its retry
   topic ``%RETRY%<group>`` would hold one).
-* ``wait_ms`` (long-poll) above :data:`MAX_WAIT_MS` is cut, so the run does not spend minutes
-  waiting on empty queues (a value that was valid stays valid).
+* ``wait_ms`` (long-poll, a query parameter or a POP receive's body field) above
+  :data:`MAX_WAIT_MS` is cut, so the run does not spend minutes waiting on empty queues (a
+  value that was valid stays valid).
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ def _is_valid(case: schemathesis.Case) -> bool:
 
 
 def _cut_wait(case: schemathesis.Case) -> None:
+    body = case.body
+    if isinstance(body, dict):  # a POP receive's long poll is in its JSON body
+        waited = body.get("wait_ms")
+        # 29999.0 is an integer in JSON too
+        if isinstance(waited, int | float) and not isinstance(waited, bool) and MAX_WAIT_MS < waited <= 60e3:
+            body["wait_ms"] = MAX_WAIT_MS
     query = case.query
     if not isinstance(query, dict):
         return

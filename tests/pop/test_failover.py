@@ -2,8 +2,9 @@
 
 The POP state records travel in the CommitLog like messages: with SYNC replication an ack is
 answered only once the slave holds its record. After the master is deposed and the slave
-elected, the new master's table (rebuilt from the replicated state topic) refuses the acked
-handles as expired, accepts the old master's other handles (the signing secret is replicated
+elected, the new master's table (rebuilt from the replicated state topic) knows the acked
+handles as acked (an ack retried after a lost answer is answered ok again, and the message is
+not delivered again), accepts the old master's other handles (the signing secret is replicated
 too), and hands out exactly the messages never delivered.
 """
 
@@ -41,7 +42,7 @@ def test_failover_keeps_every_answered_ack(tmp_path: Path) -> None:
         group.elect(slave, 2)
         on_slave.reload()
         answers = on_slave.ack("g", [r.receipt_handle for r in acked + pending])
-        assert [a.code for a in answers[:10]] == ["receipt_handle_expired"] * 10
+        assert all(a.ok for a in answers[:10]), answers[:10]  # acked before: idempotent
         assert all(a.ok for a in answers[10:]), answers[10:]
         rest: list[bytes] = []
         while batch := on_slave.receive("g", "t", 32, 600_000):

@@ -274,3 +274,22 @@ def test_a_tag_filter_hands_out_matching_messages_only(pop: Pop) -> None:
     assert pop.service.receive("g", "t", 32, 5_000) == []
     pop.clock.advance(5_000)
     assert bodies(pop.service.receive("g", "t", 32, 5_000, tag_expression="A || C")) == [b"a0", b"a1", b"a2"]
+
+
+def test_an_ack_retried_after_a_lost_answer_is_ok_again(pop: Pop) -> None:
+    """The answer of an ack can be lost after its record was stored (a killed master, a cut
+    connection): the retry names the same delivery and is answered ok, across a reopen too;
+    an older delivery of the message stays expired."""
+    pop.put("t", b"a")
+    (first,) = pop.service.receive("g", "t", 1, 1_000)
+    pop.clock.advance(1_000)
+    (second,) = pop.service.receive("g", "t", 1, 5_000)
+    assert pop.service.ack("g", [second.receipt_handle])[0].ok
+    assert pop.service.ack("g", [second.receipt_handle])[0].ok
+    assert pop.service.ack("g", [first.receipt_handle])[0].code == "receipt_handle_expired"
+    pop.reopen(crash=True)
+    assert pop.service.ack("g", [second.receipt_handle])[0].ok
+    with pytest.raises(ReceiptHandleExpired):
+        pop.service.change_invisible("g", second.receipt_handle, 5_000)
+    pop.clock.advance(60_000)
+    assert pop.service.receive("g", "t", 32, 5_000) == []

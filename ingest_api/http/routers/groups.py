@@ -13,6 +13,8 @@ from broker.auth import Right, authorize, authorize_global_admin
 from broker.cluster_groups import local_name, placement_owners
 from broker.errors import BrokerError
 from broker.lag import GroupQueueRow, group_topic_rows
+from broker.offsets import commit_offsets
+from broker.offsets import committed_offsets as offsets_of_group
 from broker.peers import is_local_request, passed_headers
 from broker.resets import apply_reset, plan_reset
 from broker.routing import FORWARDED_HEADER
@@ -41,8 +43,11 @@ from store import (
     validate_topic,
 )
 
+#: 409 ``group_kind_conflict``: the group is consumed by POP (receive / ack), not by offsets.
 router = APIRouter(
-    prefix="/groups", tags=["groups"], responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}}
+    prefix="/groups",
+    tags=["groups"],
+    responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
 )
 
 
@@ -56,7 +61,7 @@ def _queue_count(store: MessageStore, group: str, topic: str) -> int:
 
 def _offsets(store: MessageStore, group: str, topic: str) -> GroupOffsetsOut:
     queues = _queue_count(store, group, topic)
-    committed = store.committed_offsets(group, topic)
+    committed = offsets_of_group(store, group, topic)
     offsets = {queue_id: committed.get(queue_id, -1) for queue_id in range(queues)}
     return GroupOffsetsOut(group=group, topic=topic, offsets=offsets, unavailable=None)
 
@@ -113,7 +118,7 @@ def _commit(store: MessageStore, group: str, topic: str, offsets: dict[int, int]
                 "offset_out_of_range",
                 f"offset {offset} for queue {queue_id} is past its max offset {high}",
             )
-    store.commit_offsets(group, topic, offsets)
+    commit_offsets(store, group, topic, offsets)
     return _offsets(store, group, topic)
 
 
@@ -254,7 +259,7 @@ async def describe_group(
 
 def _lag(store: MessageStore, group: str, topic: str) -> GroupLagOut:
     queues = _queue_count(store, group, topic)
-    committed = store.committed_offsets(group, topic)
+    committed = offsets_of_group(store, group, topic)
     lags = store.lag(group, topic)
     rows = [
         QueueLagOut(

@@ -1,0 +1,36 @@
+"""Offset-based consumption of a group: the one commit and read of its offsets, with the
+group-kind rule.
+
+A group is consumed either by POP (receive / ack, :mod:`broker.pop`) or by offsets (Spark, HTTP
+pull with committed offsets, Kafka clients); mixing them would make each side skip or repeat
+what the other did. Every offset commit and read of the broker core goes through here, so a
+POP group's commit is refused (``group_kind_conflict``, 409) whichever door it came through;
+the reverse (a POP receive on a group with committed offsets) is refused by the POP service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from broker.pop import GroupKind, PopService
+from store import MessageStore
+
+
+def check_offset_group(store: MessageStore, group: str) -> None:
+    """Raise :class:`broker.pop.GroupKindConflict` if ``group`` is a POP group of ``store``."""
+    pop = PopService.of(store)
+    if pop is not None:
+        pop.check_group_kind(group, GroupKind.OFFSET)
+
+
+def commit_offsets(store: MessageStore, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+    """Commit next-to-consume offsets (blocking; the store's errors, or the group-kind refusal
+    before anything is written)."""
+    check_offset_group(store, group)
+    store.commit_offsets(group, topic, offsets)
+
+
+def committed_offsets(store: MessageStore, group: str, topic: str) -> dict[int, int]:
+    """Queue id -> committed offset of an offset-based group (refuses a POP group)."""
+    check_offset_group(store, group)
+    return store.committed_offsets(group, topic)
