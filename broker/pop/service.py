@@ -80,7 +80,7 @@ class PopService:
         #: sends only the long polls of that topic (or its retry topic) back to the store.
         self._wake_seqs: Counter[str] = Counter()
         #: Called with the topic ("" = everyone) on every wake-up, from any thread: the
-        #: event-loop waiters of :mod:`broker.pop_async` (keep them cheap and non-blocking).
+        #: event-loop waiters of :mod:`broker.pop.waiting` (keep them cheap and non-blocking).
         self._wake_listeners: list[Callable[[str], None]] = []
         self._closed = False
         self._log = StateLog(store)
