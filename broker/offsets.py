@@ -11,26 +11,33 @@ the reverse (a POP receive on a group with committed offsets) is refused by the 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 from broker.pop import GroupKind, PopService
-from store import MessageStore
 
 
-def check_offset_group(store: MessageStore, group: str) -> None:
+class OffsetStore(Protocol):
+    """What an offset commit needs of the store (``MessageStore``, or a door's view of it)."""
+
+    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None: ...
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]: ...
+
+
+def check_offset_group(store: Any, group: str) -> None:
     """Raise :class:`broker.pop.GroupKindConflict` if ``group`` is a POP group of ``store``."""
     pop = PopService.of(store)
     if pop is not None:
         pop.check_group_kind(group, GroupKind.OFFSET)
 
 
-def commit_offsets(store: MessageStore, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+def commit_offsets(store: OffsetStore, group: str, topic: str, offsets: Mapping[int, int]) -> None:
     """Commit next-to-consume offsets (blocking; the store's errors, or the group-kind refusal
     before anything is written)."""
     check_offset_group(store, group)
     store.commit_offsets(group, topic, offsets)
 
 
-def committed_offsets(store: MessageStore, group: str, topic: str) -> dict[int, int]:
+def committed_offsets(store: OffsetStore, group: str, topic: str) -> dict[int, int]:
     """Queue id -> committed offset of an offset-based group (refuses a POP group)."""
     check_offset_group(store, group)
     return store.committed_offsets(group, topic)

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from urllib.parse import quote
 
+from broker.pop import GroupKindConflict
 from cluster import QueueUnavailable
 from ingest_api.kafka.cluster_link import ClusterLink, PeerRefused
 from ingest_api.kafka.context import GatewayContext
@@ -60,6 +61,9 @@ def commit_local(store: KafkaStore, group: str, commits: Sequence[Commit]) -> li
     for topic, offsets in per_topic.items():
         try:
             store.commit_offsets(group, topic, offsets)
+        except GroupKindConflict as exc:  # a POP group: offsets are not how it is consumed
+            log.info("offset commit for group %r refused: %s", group, exc)
+            failed[topic] = ErrorCode.INVALID_GROUP_ID
         except InvalidArgument as exc:
             log.info("offset commit for group %r refused: %s", group, exc)
             failed[topic] = ErrorCode.INVALID_GROUP_ID
