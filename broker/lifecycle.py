@@ -24,19 +24,21 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from broker.auth import load_token_table
 from broker.coalescer import ProduceCoalescer
 from broker.config import ServerConfig
 from broker.longpoll import ArrivalHub
 from broker.membership import cluster_membership
 from broker.metrics import BrokerMetrics
 from broker.operators import OperatorBoard
+from broker.peer_identity import check_peer_credential
 from broker.pop import PopService
 from broker.retries import GroupConfigs
+from broker.security import UserTable, load_users
 from broker.sinks import sink_recovery
 from broker.state import Broker
 from broker.threads import run_blocking
 from broker.transactions import TransactionBoard
+from broker.users_bridge import UserTokens
 from store import MessageStore, StoreConfig, parse_delay_levels
 
 #: Something run alongside the broker for its lifetime (e.g. a Kafka gateway).
@@ -50,7 +52,7 @@ async def running_broker(
     config: ServerConfig, companions: Sequence[Companion] = (), open_store: StoreOpener = MessageStore.open
 ) -> AsyncIterator[Broker]:
     """The broker of ``config``, serving until the block exits (see the module docstring)."""
-    tokens = load_token_table(config.auth_file) if config.auth_file is not None else None
+    users = load_auth_file(config)
     store = await run_blocking(open_store, config.store)
     try:
         hub = ArrivalHub(asyncio.get_running_loop())
@@ -69,7 +71,8 @@ async def running_broker(
             hub=hub,
             metrics=BrokerMetrics(),
             producer=ProduceCoalescer(store),
-            tokens=tokens,
+            tokens=None if users is None else UserTokens.of(users),
+            users=users,
             operators=board,
             pop=await run_blocking(PopService, store),
         )
@@ -91,6 +94,17 @@ async def running_broker(
             store.remove_arrival_listener(hub.on_arrival)
     finally:
         await run_blocking(store.close)
+
+
+def load_auth_file(config: ServerConfig) -> UserTable | None:
+    """The users of ``--auth-file`` (``None``: auth off); refuses a peer credential the file
+    does not hold as a broker (:class:`store.InvalidArgument`)."""
+    if config.auth_file is None:
+        return None
+    users = load_users(config.auth_file)
+    if config.peer_credential is not None:
+        check_peer_credential(users, config.peer_credential)
+    return users
 
 
 def operator_settings(config: ServerConfig) -> dict[str, Any]:

@@ -65,7 +65,12 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
         return
     node = connect(config, broker.store.config.config_dir)
     await run_blocking(node.start)
-    peers = PeerClient(node.name, broker.config.forward_timeout_s)
+    peers = PeerClient(
+        node.name,
+        broker.config.forward_timeout_s,
+        credential=broker.config.peer_credential,
+        tls_ca=broker.config.peer_tls_ca,
+    )
     try:
         sync = LocalTopicSync(broker.store, node)
         await run_blocking(sync.start)

@@ -13,6 +13,7 @@ from broker.config import ServerConfig
 from broker.longpoll import ArrivalHub
 from broker.metrics import BrokerMetrics
 from broker.operators import OperatorBoard
+from broker.security import UserTable
 from cluster import ClusterNode
 from store import MessageStore
 
@@ -53,6 +54,9 @@ class Broker:
     producer: ProduceCoalescer
     #: ``None`` when auth is off.
     tokens: TokenTable | None
+    #: The users file (``None`` when auth is off): brokers' identities for peer calls
+    #: (:func:`broker.peer_identity.resolve_principal`).
+    users: UserTable | None = None
     #: Relocation publishing and the status of the stateful operators.
     operators: OperatorBoard | None = None
     #: Set by a running Kafka gateway: its coordinator's groups. Call on the event loop.

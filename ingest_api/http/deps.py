@@ -8,9 +8,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from broker.auth import Principal, authenticate
+from broker.auth import Principal
 from broker.errors import BrokerError
 from broker.state import Broker
+from broker.users_bridge import door_principal, internal_caller
 
 #: Declares the bearer scheme in OpenAPI; the check itself is :func:`broker.auth.authenticate`.
 _bearer_scheme = HTTPBearer(auto_error=False, description="Only when the broker runs with --auth-file.")
@@ -29,11 +30,20 @@ async def get_principal(
     broker: BrokerDep,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> Principal | None:
-    """The caller's token holder; ``None`` when auth is off. 401 when required and bad."""
-    return authenticate(broker.tokens, request.headers.get("authorization"))
+    """The caller's token holder; ``None`` when auth is off. 401 when required and bad. A
+    request a broker forwards is judged on the user it carries (docs/security.md)."""
+    return door_principal(broker, request.headers)
 
 
 PrincipalDep = Annotated[Principal | None, Depends(get_principal)]
+
+
+async def require_internal_caller(request: Request, broker: BrokerDep) -> None:
+    """Internal routes (broker to broker): 401 without a credential, 403 for every user."""
+    internal_caller(broker, request.headers, request.url.path)
+
+
+InternalOnly = Depends(require_internal_caller)
 
 
 def media_type(request: Request, header: str = "content-type") -> str:
