@@ -105,8 +105,10 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
             replication=ReplicationMode.SYNC if config.replication == "sync" else ReplicationMode.ASYNC,
             min_insync=config.min_insync,
             ack_timeout_ms=config.replication_timeout_ms,
+            tls=config.ha_tls,
         ),
         group,
+        identity_check=node.replication_peer_allowed,
     )
     group.replica = ha
     if broker.operators is not None:  # what an earlier master may have relocated is not again

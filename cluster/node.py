@@ -107,6 +107,18 @@ class ClusterNode:
 
     # -- joining --------------------------------------------------------------------------
 
+    def replication_peer_allowed(self, member_id: int, identity: str) -> bool:
+        """Whether a replication peer whose certificate names ``identity`` may replicate as
+        ``member_id``: a registered (live) member of this broker's group that registered that
+        identity (:data:`store.ha.tls.IdentityCheck`)."""
+        member = self.view.member(member_id)
+        return (
+            member is not None
+            and member.broker_name == self.name
+            and member.tls_identity is not None
+            and member.tls_identity == identity
+        )
+
     def start(self) -> None:
         """Connect, take this store's member id, register, and load the routes. Raises
         :class:`CoordinationUnavailable`, :class:`BrokerNameTaken` or
@@ -123,6 +135,7 @@ class ClusterNode:
                 started_ms=wall_clock_ms(),
                 kafka=self.config.kafka_address,
                 ha=self.config.ha_address,
+                tls_identity=self.config.ha_tls.identity() if self.config.ha_tls is not None else None,
             )
             self._register()
             coordination.add_state_listener(self._on_session)
