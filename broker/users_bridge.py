@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 
 from broker.auth import Principal as DoorPrincipal
 from broker.auth import Right, TokenTable, authenticate
-from broker.errors import BrokerError
 from broker.peer_identity import ON_BEHALF_OF_HEADER, require_broker, resolve_principal
-from broker.routing import FORWARDED_HEADER
 from broker.security import Principal, UserTable
 from broker.state import Broker
 
@@ -69,15 +67,13 @@ def legacy_principal(principal: Principal) -> DoorPrincipal:
 
 def caller(broker: Broker, headers: Mapping[str, str]) -> Principal | None:
     """Who sent this request (``None``: auth off), forwarded requests resolved
-    (:func:`broker.peer_identity.resolve_principal`). A request marked forwarded
-    (``x-sparkmq-forwarded``: serve here, do not forward) from anyone but a broker is 403."""
+    (:func:`broker.peer_identity.resolve_principal`). ``x-sparkmq-forwarded`` grants nothing
+    (it only narrows a request to this broker's own data; the Python client sends it too), so
+    it is not checked here; internal routes check the caller (:func:`internal_caller`)."""
     if broker.users is None:
         return None
     authorization, on_behalf_of = headers.get("authorization"), headers.get(ON_BEHALF_OF_HEADER)
-    principal = resolve_principal(broker.users, authorization, on_behalf_of)
-    if FORWARDED_HEADER in headers and not principal.is_broker:
-        raise BrokerError(403, "forbidden", f"only brokers may send {FORWARDED_HEADER} requests")
-    return principal
+    return resolve_principal(broker.users, authorization, on_behalf_of)
 
 
 def door_principal(broker: Broker, headers: Mapping[str, str]) -> DoorPrincipal | None:

@@ -31,7 +31,7 @@ PeerCredentialOption = Annotated[
     str | None,
     typer.Option(
         envvar="SPARKMQ_PEER_CREDENTIAL",
-        help="NAME:SECRET of this broker's user (\"broker\": true in --auth-file) for calls to other "
+        help='NAME:SECRET of this broker\'s user ("broker": true in --auth-file) for calls to other '
         "brokers; prefer --peer-credential-file or the variable (argv is visible in ps).",
         rich_help_panel=_PANEL,
     ),
