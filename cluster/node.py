@@ -110,14 +110,12 @@ class ClusterNode:
     def replication_peer_allowed(self, member_id: int, identity: str) -> bool:
         """Whether a replication peer whose certificate names ``identity`` may replicate as
         ``member_id``: a registered (live) member of this broker's group that registered that
-        identity (:data:`store.ha.tls.IdentityCheck`)."""
+        identity, and no other member claims (:data:`store.ha.tls.IdentityCheck`)."""
         member = self.view.member(member_id)
-        return (
-            member is not None
-            and member.broker_name == self.name
-            and member.tls_identity is not None
-            and member.tls_identity == identity
-        )
+        if member is None or member.broker_name != self.name or member.tls_identity != identity:
+            return False
+        claims = [m for g in self.view.groups.values() for m in g.members if m.tls_identity == identity]
+        return len(claims) == 1  # an identity two members claim proves neither
 
     def start(self) -> None:
         """Connect, take this store's member id, register, and load the routes. Raises
