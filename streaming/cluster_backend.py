@@ -147,11 +147,13 @@ class ClusterBackend:
         wait_for_brokers: bool = False,
         retry_interval_s: float = RETRY_INTERVAL_S,
         read_from: str = "master",
+        tls_ca: str | None = None,
     ) -> None:
         self.entry = endpoint.rstrip("/")
         self.read_from = read_from
         self.timeout_s = timeout_s
         self.auth_token = auth_token
+        self.tls_ca = tls_ca
         self.wait_for_brokers = wait_for_brokers
         self.retry_interval_s = retry_interval_s
         self._lock = threading.Lock()
@@ -165,7 +167,7 @@ class ClusterBackend:
     # -- plumbing ---------------------------------------------------------------------------
     def broker(self, url: str) -> EndpointBackend:
         """The process-wide backend of one broker (its pooled clients and Arrow puller)."""
-        return broker_backend(url, self.timeout_s, self.auth_token, self.read_from)
+        return broker_backend(url, self.timeout_s, self.auth_token, self.read_from, self.tls_ca)
 
     def _ask(self, path: str, **params: Any) -> httpx.Response:
         """``GET path`` of the first known broker that answers (the entry first)."""
