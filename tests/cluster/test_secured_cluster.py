@@ -291,3 +291,39 @@ def test_zookeeper_nodes_refuse_a_client_without_the_credential(secured: Any) ->
     for broker in (master, slave):
         assert ZK_PASSWORD not in broker.log_tail(200_000)
         assert BROKER_TOKENS["b1-a"] not in broker.log_tail(200_000)
+
+
+@pytest.mark.spark
+def test_the_spark_source_and_sink_work_against_the_secured_cluster(secured: Any, spark: Any) -> None:
+    from tests.streaming.eo_helpers import register_sink
+
+    register_sink(spark)
+    _, master, slave, _ = secured
+    with httpx.Client(base_url=slave.url, headers=as_(ADMIN), timeout=30) as http:
+        for topic in ("orders-spark", "secret"):
+            assert http.put(f"/topics/{topic}", json={"queues": 1}).status_code == 201
+    login = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    jaas = f'{login} required username="alice" password="{ALICE_PASSWORD}";'
+    rows = spark.createDataFrame([(f"s{i}",) for i in range(20)], "body string")
+    (
+        rows.write.format("sparkmq")  # a sink's batches are decided by a master
+        .mode("append")
+        .option("endpoint", master.url)
+        .option("topic", "orders-spark")
+        .option("kafka.security.protocol", "SASL_PLAINTEXT")
+        .option("kafka.sasl.mechanism", "SCRAM-SHA-256")
+        .option("kafka.sasl.jaas.config", jaas)
+        .save()
+    )
+    read = spark.read.format("sparkmq").option("endpoint", slave.url).option("topic", "orders-spark")
+    bodies = sorted(
+        bytes(r.body).decode() for r in read.option("token", ALICE).load().select("body").collect()
+    )
+    assert bodies == sorted(f"s{i}" for i in range(20))
+    assert sorted(queue_bodies(master, "orders-spark")) == bodies
+    with pytest.raises(Exception, match=r"403|forbidden"):
+        rows.write.format("sparkmq").mode("append").option("endpoint", master.url).option(
+            "topic", "secret"
+        ).option("token", ALICE).option("retryTimeoutMs", "0").save()
+    assert queue_bodies(master, "secret") == []  # the denied sink stored nothing
+    assert queue_bodies(slave, "secret", replica=True) == []
