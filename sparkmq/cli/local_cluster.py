@@ -128,7 +128,9 @@ class Supervisor:
 
     def __init__(self, plan: LocalCluster) -> None:
         self.plan = plan
-        self.zookeeper = LocalZooKeeper(plan.root / "zookeeper", plan.zk_port)
+        self.zookeeper = LocalZooKeeper(
+            plan.root / "zookeeper", plan.zk_port, enforce_auth=plan.secure is not None
+        )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._reported: set[str] = set()
 
