@@ -214,6 +214,7 @@ def serve(
     peer_credential_file: sec.PeerCredentialFileOption = None,
     peer_tls_ca: sec.PeerTlsCaOption = None,
     zk_auth_file: sec.ZkAuthFileOption = None,
+    zk_auth: sec.ZkAuthEnvOption = None,
     ha_tls_cert: sec.HaTlsCertOption = None,
     ha_tls_key: sec.HaTlsKeyOption = None,
     ha_tls_ca: sec.HaTlsCaOption = None,
@@ -239,7 +240,14 @@ def serve(
             "--ha-port, --replication, --min-insync and --unclean-failover need --cluster and --broker-name"
         )
     security = sec.ClusterSecurityFlags(
-        peer_credential, peer_credential_file, peer_tls_ca, zk_auth_file, ha_tls_cert, ha_tls_key, ha_tls_ca
+        peer_credential,
+        peer_credential_file,
+        peer_tls_ca,
+        zk_auth_file,
+        ha_tls_cert,
+        ha_tls_key,
+        ha_tls_ca,
+        zk_auth,
     )
     try:
         membership = security.membership(membership)

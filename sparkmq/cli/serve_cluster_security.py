@@ -4,7 +4,8 @@
   ``SPARKMQ_PEER_CREDENTIAL``): this broker's identity in calls to the other brokers, a
   ``broker`` user of ``--auth-file`` and one of its tokens;
 * ``--peer-tls-ca FILE``: the CA of the other brokers' HTTPS listeners;
-* ``--zk-auth-file FILE``: ``USER:PASSWORD`` for ZooKeeper (instead of ``zk://user:pw@...``);
+* ``--zk-auth-file FILE``, or ``SPARKMQ_ZK_AUTH`` (``USER:PASSWORD``): ZooKeeper's digest
+  identity (instead of ``zk://user:pw@...``);
 * ``--ha-tls-cert/--ha-tls-key/--ha-tls-ca``: mutual TLS on the replication port.
 
 Only this module turns them into configuration; secrets are read from files or the environment
@@ -49,6 +50,15 @@ ZkAuthFileOption = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
+ZkAuthEnvOption = Annotated[
+    str | None,
+    typer.Option(
+        "--zk-auth",
+        envvar="SPARKMQ_ZK_AUTH",
+        help="USER:PASSWORD for ZooKeeper (from SPARKMQ_ZK_AUTH; argv is visible in ps).",
+        rich_help_panel=_PANEL,
+    ),
+]
 HaTlsCertOption = Annotated[
     Path | None,
     typer.Option(help="This member's certificate for mutual TLS on --ha-port.", rich_help_panel=_PANEL),
@@ -68,6 +78,7 @@ class ClusterSecurityFlags:
     ha_tls_cert: Path | None = None
     ha_tls_key: Path | None = None
     ha_tls_ca: Path | None = None
+    zk_auth: str | None = None
 
     def credential(self) -> PeerCredential | None:
         """The peer credential the flags give; :class:`InvalidArgument` when both are given or
@@ -83,21 +94,37 @@ class ClusterSecurityFlags:
     def membership(self, membership: ClusterConfig | None) -> ClusterConfig | None:
         """``membership`` with the ZooKeeper identity and the HA TLS files applied."""
         ha_files = (self.ha_tls_cert, self.ha_tls_key, self.ha_tls_ca)
+        given = [f for f in (self.zk_auth_file, self.zk_auth, *ha_files) if f is not None]
         if membership is None:
-            if self.zk_auth_file is not None or any(f is not None for f in ha_files):
-                raise InvalidArgument("--zk-auth-file and --ha-tls-* need --cluster")
+            if given:
+                raise InvalidArgument("--zk-auth(-file) and --ha-tls-* need --cluster")
             return None
         changes: dict[str, object] = {}
-        if self.zk_auth_file is not None:
+        digest = self._digest()
+        if digest is not None:
             if membership.address.digest is not None:
-                raise InvalidArgument("ZooKeeper credential: --cluster user:pw@ or --zk-auth-file, not both")
-            changes["address"] = membership.address.with_digest(_read_digest(self.zk_auth_file))
+                raise InvalidArgument(
+                    "ZooKeeper credential: --cluster user:pw@ or --zk-auth(-file), not both"
+                )
+            changes["address"] = membership.address.with_digest(digest)
         if any(f is not None for f in ha_files):
             cert, key, ca = ha_files
             if cert is None or key is None or ca is None:
                 raise InvalidArgument("--ha-tls-cert, --ha-tls-key and --ha-tls-ca go together")
             changes["ha_tls"] = HATls(cert, key, ca)
         return membership.with_changes(**changes) if changes else membership
+
+    def _digest(self) -> ZkDigest | None:
+        if self.zk_auth is not None and self.zk_auth_file is not None:
+            raise InvalidArgument("give --zk-auth (SPARKMQ_ZK_AUTH) or --zk-auth-file, not both")
+        if self.zk_auth_file is not None:
+            return _read_digest(self.zk_auth_file)
+        if self.zk_auth is None:
+            return None
+        try:
+            return parse_digest(self.zk_auth, "SPARKMQ_ZK_AUTH")
+        except InvalidClusterAddress as exc:
+            raise InvalidArgument(str(exc)) from None
 
 
 def _read_digest(path: Path) -> ZkDigest:
