@@ -1,10 +1,12 @@
 """Kafka transactions across the brokers of a cluster with auth on: the gateways' calls to each
 other (``POST /kafka/peer/{op}``) carry each broker's own credential, so enlisting a participant,
 ending its part and writing its transactional offsets work; a user's credential on that route
-gets 403 (real ZooKeeper, in-process brokers with their gateways, confluent-kafka)."""
+gets 403 (real ZooKeeper, in-process brokers with their gateways, confluent-kafka). With every
+logger at DEBUG, no secret appears in the logs: not the brokers' tokens, not the ZooKeeper digest."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,15 +24,18 @@ pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
 ADMIN = "admin-token-0123456789abcdef"
 BROKERS = {"b1": "broker-one-secret-0123456789", "b2": "broker-two-secret-0123456789"}
+ZK_PASSWORD = "zk-digest-password-42"
 
 
 @pytest.fixture
-def pair(zk_url: str, tmp_path: Path) -> Iterator[KafkaCluster]:
+def pair(zk_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[KafkaCluster]:
+    caplog.set_level(logging.DEBUG)
     users = [User("admin", token_hashes=(hash_token(ADMIN),), superuser=True)]
     users += [User(f"broker-{n}", token_hashes=(hash_token(t),), broker=True) for n, t in BROKERS.items()]
     auth_file = tmp_path / "users.json"
     write_users(auth_file, UserTable(tuple(users)))
-    cluster = KafkaCluster(zk_url, tmp_path)
+    secured_url = zk_url.replace("zk://", f"zk://sparkmq:{ZK_PASSWORD}@")
+    cluster = KafkaCluster(secured_url, tmp_path)
     for name, token in BROKERS.items():
         cluster.start(name, auth_file=auth_file, peer_credential=PeerCredential(f"broker-{name}", token))
     yield cluster
@@ -56,7 +61,9 @@ def bodies(cluster: KafkaCluster, topic: str) -> list[str]:
     return sorted(found)
 
 
-def test_a_transaction_across_secured_brokers_commits_and_aborts_everywhere(pair: KafkaCluster) -> None:
+def test_a_transaction_across_secured_brokers_commits_and_aborts_everywhere(
+    pair: KafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     with admin(pair, "b1") as http:
         wait_until(
             lambda: sum(b["alive"] for b in http.get("/cluster").json()["brokers"]) == 2, 20, "two brokers"
@@ -82,3 +89,8 @@ def test_a_transaction_across_secured_brokers_commits_and_aborts_everywhere(pair
     for name in BROKERS:  # the peers' route itself: users (even a superuser) are refused
         with admin(pair, name) as http:
             assert http.post("/kafka/peer/state", content=b"{}").status_code == 403
+    records = [*caplog.get_records("setup"), *caplog.records]
+    logged = "\n".join(f"{r.name} {r.getMessage()} {r.args!r}" for r in records)
+    assert any(r.name.startswith(("kazoo", "sparkmq")) for r in records), "the brokers' logs were seen"
+    for secret in (ZK_PASSWORD, ADMIN, *BROKERS.values()):
+        assert secret not in logged
