@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from cluster.address import ZkAddress
 from cluster.model import validate_broker_name
 from store import InvalidArgument
-from store.ha.tls import HATls
+from store.ha import HATls
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from broker.peer_identity import PeerCredential, load_peer_credential, parse_pee
 from cluster import ClusterConfig, InvalidClusterAddress
 from cluster.address import ZkDigest, parse_digest
 from store import InvalidArgument
-from store.ha.tls import HATls
+from store.ha import HATls
 
 _PANEL = "Cluster security"
 
