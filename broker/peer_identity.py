@@ -18,23 +18,20 @@ nothing (it is ignored unless the caller is a broker). Internal routes (``/repli
 ``/kafka/peer/*``, the sink's chunk route) want the broker itself: :func:`require_broker` answers
 403 to any user, superusers included.
 
-Pure: no I/O except :func:`load_peer_credential` reading one file. Secrets never appear in a
-``repr`` or an error message.
+Pure: no I/O except :func:`load_peer_credential` reading one file; how one ``Authorization``
+value is checked (Bearer, Basic) is the door's, passed in as an :data:`Authenticate`. Secrets
+never appear in a ``repr`` or an error message.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.errors import BrokerError
-from broker.security import Principal, User, UserTable
-from broker.security.plain import verify_password
+from broker.security import Principal, UserTable
 from store import InvalidArgument
 
 #: The user's original ``Authorization`` value on a request a broker forwards.
@@ -42,9 +39,6 @@ ON_BEHALF_OF_HEADER = "x-sparkmq-on-behalf-of"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: A broker secret is a bearer token (``sparkmq auth add-user NAME --broker --token``).
 MIN_SECRET_CHARS = 16
-_CHALLENGE = {"WWW-Authenticate": "Bearer"}
-#: Mock salts for unknown Basic users (per process: they only need to be unpredictable).
-_MOCK_SECRET = secrets.token_bytes(32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,47 +102,22 @@ def peer_headers(headers: Mapping[str, str], credential: PeerCredential | None) 
     return sent
 
 
-def _user_of(users: UserTable, authorization: str | None, what: str) -> Principal:
-    """The user an ``Authorization`` value names (Bearer token or Basic with a SASL password);
-    401 when missing or unknown (one message for every failure: no oracle)."""
-    if not authorization:
-        raise BrokerError(401, "unauthorized", f"missing {what}", headers=_CHALLENGE)
-    scheme, _, credentials = authorization.strip().partition(" ")
-    credentials = credentials.strip()
-    found = None
-    if scheme.lower() == "bearer" and credentials:
-        found = users.by_token(credentials)
-    elif scheme.lower() == "basic" and credentials:
-        found = _basic_user(users, credentials)
-    if found is None:
-        raise BrokerError(401, "unauthorized", f"unknown or malformed {what}", headers=_CHALLENGE)
-    return found.principal()
+#: The door's authentication of one ``Authorization`` value: its principal, or
+#: :class:`BrokerError` 401 (missing, malformed or unknown: one answer for all).
+Authenticate = Callable[[str | None], Principal]
 
 
-def _basic_user(users: UserTable, credentials: str) -> User | None:
-    """``Basic base64(user:password)`` checked against the user's stored SCRAM credential (an
-    unknown user costs the same PBKDF2 as a known one)."""
-    try:
-        decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    name, colon, password = decoded.partition(":")
-    if not colon or not name or not password:
-        return None
-    if not verify_password(users.scram_credential, _MOCK_SECRET, name, password):
-        return None
-    return users.user(name)
-
-
-def resolve_principal(users: UserTable, authorization: str | None, on_behalf_of: str | None) -> Principal:
+def resolve_principal(
+    authenticate: Authenticate, authorization: str | None, on_behalf_of: str | None
+) -> Principal:
     """Who is asking (see the module docstring): a user; a broker on its own; or a broker
-    forwarding for a user (:meth:`Principal.forwarding`). 401 for a bad credential on either
-    header; an on-behalf-of naming a broker is 401 too (brokers do not forward for brokers).
-    ``on_behalf_of`` sent by a user is ignored."""
-    caller = _user_of(users, authorization, "bearer token")
+    forwarding for a user (:meth:`Principal.forwarding`). ``authenticate`` checks each header
+    (401 for a bad one); an on-behalf-of naming a broker is 401 too (brokers do not forward
+    for brokers). ``on_behalf_of`` sent by a user is ignored."""
+    caller = authenticate(authorization)
     if not caller.is_broker or on_behalf_of is None:
         return caller
-    user = _user_of(users, on_behalf_of, f"{ON_BEHALF_OF_HEADER} credential")
+    user = authenticate(on_behalf_of)
     if user.is_broker:
         raise BrokerError(401, "unauthorized", f"{ON_BEHALF_OF_HEADER} must name a user, not a broker")
     return caller.forwarding(user)

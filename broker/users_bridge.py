@@ -16,16 +16,24 @@ move to :func:`broker.security.authorize` replaces it.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from broker.auth import Principal as DoorPrincipal
 from broker.auth import Right, TokenTable, authenticate
-from broker.peer_identity import ON_BEHALF_OF_HEADER, require_broker, resolve_principal
-from broker.security import Principal, UserTable
+from broker.errors import BrokerError
+from broker.peer_identity import ON_BEHALF_OF_HEADER, Authenticate, require_broker, resolve_principal
+from broker.security import Principal, User, UserTable
+from broker.security.plain import verify_password
 from broker.state import Broker
 
 _EVERYTHING: tuple[str, ...] = ("*",)
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+#: Mock salts for unknown Basic users (per process: they only need to be unpredictable).
+_MOCK_SECRET = secrets.token_bytes(32)
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ def caller(broker: Broker, headers: Mapping[str, str]) -> Principal | None:
     if broker.users is None:
         return None
     authorization, on_behalf_of = headers.get("authorization"), headers.get(ON_BEHALF_OF_HEADER)
-    return resolve_principal(broker.users, authorization, on_behalf_of)
+    return resolve_principal(table_authenticator(broker.users), authorization, on_behalf_of)
 
 
 def door_principal(broker: Broker, headers: Mapping[str, str]) -> DoorPrincipal | None:
@@ -87,3 +95,38 @@ def door_principal(broker: Broker, headers: Mapping[str, str]) -> DoorPrincipal 
 def internal_caller(broker: Broker, headers: Mapping[str, str], route: str) -> None:
     """401 without a valid credential, 403 for any user: ``route`` is broker to broker."""
     require_broker(caller(broker, headers), route)
+
+
+def table_authenticator(users: UserTable) -> Authenticate:
+    """``Bearer <token>`` or ``Basic base64(user:password)`` (the password checked against the
+    user's stored SCRAM keys) against ``users``; 401 for anything else, one message for all."""
+
+    def authenticate(authorization: str | None) -> Principal:
+        if not authorization:
+            raise BrokerError(401, "unauthorized", "missing credentials", headers=_CHALLENGE)
+        scheme, _, credentials = authorization.strip().partition(" ")
+        credentials = credentials.strip()
+        found = None
+        if scheme.lower() == "bearer" and credentials:
+            found = users.by_token(credentials)
+        elif scheme.lower() == "basic" and credentials:
+            found = _basic_user(users, credentials)
+        if found is None:
+            raise BrokerError(401, "unauthorized", "unknown or malformed credentials", headers=_CHALLENGE)
+        return found.principal()
+
+    return authenticate
+
+
+def _basic_user(users: UserTable, credentials: str) -> User | None:
+    """An unknown user costs the same PBKDF2 as a known one."""
+    try:
+        decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    name, colon, password = decoded.partition(":")
+    if not colon or not name or not password:
+        return None
+    if not verify_password(users.scram_credential, _MOCK_SECRET, name, password):
+        return None
+    return users.user(name)

@@ -29,6 +29,7 @@ from broker.security import (
     hash_token,
     make_credential,
 )
+from broker.users_bridge import table_authenticator
 from store import InvalidArgument
 
 ADMIN, ALICE, BROKER = "admin-token-000000", "alice-token-000000", "broker-token-0000000000"
@@ -44,6 +45,7 @@ USERS = UserTable(
         User("b1", token_hashes=(hash_token(BROKER),), broker=True),
     )
 )
+AUTH = table_authenticator(USERS)
 ORDERS, SECRET = (ResourceType.TOPIC, "orders"), (ResourceType.TOPIC, "secret")
 
 
@@ -63,18 +65,18 @@ def test_a_peer_call_carries_the_brokers_credential_and_the_users_separately() -
 
 
 def test_a_forwarded_request_is_judged_on_the_user_it_carries() -> None:
-    forwarded = resolve_principal(USERS, bearer(BROKER), bearer(ALICE))
+    forwarded = resolve_principal(AUTH, bearer(BROKER), bearer(ALICE))
     assert forwarded.is_broker and forwarded.effective.name == "alice"
     assert authorize(forwarded, Operation.WRITE, ORDERS)
     assert not authorize(forwarded, Operation.WRITE, SECRET)
-    itself = resolve_principal(USERS, bearer(BROKER), None)
+    itself = resolve_principal(AUTH, bearer(BROKER), None)
     assert authorize(itself, Operation.WRITE, SECRET)
     basic = "Basic " + base64.b64encode(b"alice:alice-pw-1").decode()
-    assert resolve_principal(USERS, bearer(BROKER), basic).effective.name == "alice"
+    assert resolve_principal(AUTH, bearer(BROKER), basic).effective.name == "alice"
 
 
 def test_users_cannot_borrow_rights_and_brokers_cannot_forward_for_brokers() -> None:
-    alice = resolve_principal(USERS, bearer(ALICE), bearer(ADMIN))  # ignored: alice is no broker
+    alice = resolve_principal(AUTH, bearer(ALICE), bearer(ADMIN))  # ignored: alice is no broker
     assert alice.name == "alice" and not authorize(alice, Operation.WRITE, SECRET)
     for bad in (
         bearer(BROKER),
@@ -82,19 +84,19 @@ def test_users_cannot_borrow_rights_and_brokers_cannot_forward_for_brokers() -> 
         "Basic " + base64.b64encode(b"alice:wrong").decode(),
     ):
         with pytest.raises(BrokerError) as info:
-            resolve_principal(USERS, bearer(BROKER), bad)
+            resolve_principal(AUTH, bearer(BROKER), bad)
         assert info.value.status == 401
     with pytest.raises(BrokerError) as missing:
-        resolve_principal(USERS, None, None)
+        resolve_principal(AUTH, None, None)
     assert missing.value.status == 401
 
 
 def test_internal_routes_want_a_broker() -> None:
-    require_broker(resolve_principal(USERS, bearer(BROKER), None), "/replica/metadata")
+    require_broker(resolve_principal(AUTH, bearer(BROKER), None), "/replica/metadata")
     require_broker(None, "/replica/metadata")  # auth off
     for token in (ADMIN, ALICE):
         with pytest.raises(BrokerError) as info:
-            require_broker(resolve_principal(USERS, bearer(token), None), "/replica/metadata")
+            require_broker(resolve_principal(AUTH, bearer(token), None), "/replica/metadata")
         assert info.value.status == 403
 
 
