@@ -14,6 +14,9 @@ PORT ?= 8080
 # make cluster: members b1-1.. on HTTP ports CLUSTER_PORT.. (HA ports +100), ZooKeeper on ZK_PORT, all data and
 # logs under CLUSTER_DIR (kept between runs); OPERATORS=off runs the brokers without Spark jobs.
 CLUSTER_DIR ?= cluster-data
+# make cluster SECURE=1: auth, broker identities, ZooKeeper ACLs and mutual TLS on the HA ports,
+# with a throw-away CA and secrets under $(CLUSTER_DIR)/secure (docs/security.md).
+SECURE ?=
 CLUSTER_BROKERS ?= 2
 # Members per broker name: 2 makes each a replica group (a master and a slave, docs/replication.md).
 CLUSTER_REPLICAS ?= 2
@@ -46,7 +49,8 @@ zookeeper:
 
 cluster: venv zookeeper
 	$(BIN)/sparkmq cluster local --brokers $(CLUSTER_BROKERS) --replicas $(CLUSTER_REPLICAS) \
-	    --port $(CLUSTER_PORT) --zk-port $(ZK_PORT) --operators $(OPERATORS) --dir $(CLUSTER_DIR)
+	    --port $(CLUSTER_PORT) --zk-port $(ZK_PORT) --operators $(OPERATORS) --dir $(CLUSTER_DIR) \
+	    $(if $(SECURE),--secure $(CLUSTER_DIR)/secure)
 
 test: venv
 	$(BIN)/python -m pytest -q

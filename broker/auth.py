@@ -30,10 +30,11 @@ import hmac
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from broker.errors import BrokerError
+from broker.peer_identity import ON_BEHALF_OF_HEADER, require_broker, resolve_principal
 from broker.security import (
     Operation,
     Principal,
@@ -229,3 +230,26 @@ def authorize(principal: Principal | None, right: Right, topic: str) -> None:
 def authorize_global_admin(principal: Principal | None) -> None:
     if principal is not None and not is_global_admin(principal):
         raise BrokerError(403, "forbidden", f"{principal.name!r} lacks admin rights on '*'")
+
+
+def caller(auth: DoorAuth | None, headers: Mapping[str, str]) -> Principal | None:
+    """Who sent a request (``None``: auth off): a user, a broker on its own, or a broker
+    forwarding for a user, each credential checked (:func:`broker.peer_identity.resolve_principal`;
+    401 for a bad one). ``x-sparkmq-forwarded`` grants nothing: it only narrows a request to this
+    broker's own data (the Python client sends it too); internal routes check the caller with
+    :func:`internal_caller`."""
+    if auth is None:
+        return None
+
+    def checked(authorization: str | None) -> Principal:
+        principal = authenticate(auth, authorization)
+        assert principal is not None  # auth is on
+        return principal
+
+    return resolve_principal(checked, headers.get("authorization"), headers.get(ON_BEHALF_OF_HEADER))
+
+
+def internal_caller(auth: DoorAuth | None, headers: Mapping[str, str], route: str) -> None:
+    """401 without a valid credential, 403 for any user (superusers too): ``route`` is broker to
+    broker."""
+    require_broker(caller(auth, headers), route)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from broker.peer_identity import PeerCredential
 from broker.tls import TlsConfig, is_loopback
 from cluster import ClusterConfig
 from store import MIB, InvalidArgument, StoreConfig
@@ -72,6 +73,11 @@ class ServerConfig:
     cluster: ClusterConfig | None = None
     #: Seconds a forwarded request (produce to another broker's queue, a fan-out query) may take.
     forward_timeout_s: float = 30.0
+    #: This broker's identity in peer calls (a ``broker`` user of ``auth_file`` and its token);
+    #: needed in a cluster with auth on (``--peer-credential``, docs/security.md).
+    peer_credential: PeerCredential | None = None
+    #: CA that verifies other brokers' HTTPS listeners in peer calls (``None``: system CAs).
+    peer_tls_ca: Path | None = None
 
     def validate(self) -> ServerConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -90,6 +96,8 @@ class ServerConfig:
             (self.tx_check_max >= 1, "tx_check_max must be >= 1"),
             (self.auth_file is None or self.auth_file.is_file(), f"auth_file {self.auth_file} not found"),
             (self.forward_timeout_s > 0, "forward_timeout_s must be > 0"),
+            (self.peer_credential is None or self.auth_file is not None, "peer_credential needs auth_file"),
+            (self.peer_tls_ca is None or self.peer_tls_ca.is_file(), f"no peer_tls_ca {self.peer_tls_ca}"),
         ]
         if self.cluster is not None:
             self.cluster.validate()

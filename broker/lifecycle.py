@@ -32,6 +32,7 @@ from broker.longpoll import ArrivalHub
 from broker.membership import cluster_membership
 from broker.metrics import BrokerMetrics
 from broker.operators import OperatorBoard
+from broker.peer_identity import check_peer_credential
 from broker.pop import PopService
 from broker.retries import GroupConfigs
 from broker.sinks import sink_recovery
@@ -100,10 +101,14 @@ async def running_broker(
 
 def open_auth(config: ServerConfig) -> DoorAuth | None:
     """The users of ``--auth-file`` and the mock-salt secret kept in the store's config dir
-    (``None`` when auth is off)."""
+    (``None`` when auth is off); refuses a peer credential the file does not hold as a broker
+    (:class:`store.InvalidArgument`: every peer would refuse this broker)."""
     if config.auth_file is None:
         return None
-    return DoorAuth.open(config.auth_file, config.store.store_dir / "config" / AUTH_SECRET_FILE)
+    auth = DoorAuth.open(config.auth_file, config.store.store_dir / "config" / AUTH_SECRET_FILE)
+    if config.peer_credential is not None:
+        check_peer_credential(auth.table, config.peer_credential)
+    return auth
 
 
 def operator_settings(config: ServerConfig) -> dict[str, Any]:

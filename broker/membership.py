@@ -9,6 +9,7 @@ store directory of another broker, ZooKeeper unreachable) fails the start with i
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,6 +29,9 @@ from store.ha import HAConfig, ReplicaController, ReplicationMode
 #: Setting kinds in ZooKeeper (``ClusterNode.put_setting``) and what they mirror here.
 PRODUCER_GROUPS = "producer-groups"
 CONSUMER_GROUPS = "consumer-groups"
+
+
+log = logging.getLogger("sparkmq.cluster")
 
 
 def _mirror_settings(broker: Broker, node: ClusterNode) -> None:
@@ -65,7 +69,17 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
         return
     node = connect(config, broker.store.config.config_dir)
     await run_blocking(node.start)
-    peers = PeerClient(node.name, broker.config.forward_timeout_s)
+    if broker.config.auth_file is not None and broker.config.peer_credential is None:
+        log.warning(
+            "auth is on but this broker has no --peer-credential(-file): the other brokers will refuse "
+            "its forwarded requests and peer calls (docs/security.md#broker-identities)"
+        )
+    peers = PeerClient(
+        node.name,
+        broker.config.forward_timeout_s,
+        credential=broker.config.peer_credential,
+        tls_ca=broker.config.peer_tls_ca,
+    )
     try:
         sync = LocalTopicSync(broker.store, node)
         await run_blocking(sync.start)
@@ -100,8 +114,10 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
             replication=ReplicationMode.SYNC if config.replication == "sync" else ReplicationMode.ASYNC,
             min_insync=config.min_insync,
             ack_timeout_ms=config.replication_timeout_ms,
+            tls=config.ha_tls,
         ),
         group,
+        identity_check=node.replication_peer_allowed,
     )
     group.replica = ha
     if broker.operators is not None:  # what an earlier master may have relocated is not again

@@ -3,18 +3,25 @@
 One pooled ``httpx.AsyncClient`` (keep-alive connections per peer) on the broker's event loop.
 A peer that cannot be reached is :class:`PeerUnavailable`, answered 503 naming the broker; a
 peer's own answer (any status) is passed back as it is.
+
+With auth on, every call carries this broker's credential and, separately, the user's original
+one (:func:`broker.peer_identity.peer_headers`; the trust model is in that module and
+docs/security.md). With ``tls_ca`` the peers are reached over HTTPS verified against that CA.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from broker.errors import BrokerError
+from broker.peer_identity import PeerCredential, peer_headers
 from broker.routing import FORWARDED_HEADER
 from broker.state import Broker
 from cluster import ClusterView, MemberInfo, QueueUnavailable
@@ -28,13 +35,25 @@ class PeerUnavailable(QueueUnavailable):
 
 
 class PeerClient:
-    """Pooled HTTP client to the other brokers; ``me`` marks what it forwards."""
+    """Pooled HTTP client to the other brokers; ``me`` marks what it forwards, ``credential``
+    (``None``: auth off) says who this broker is, ``tls_ca`` verifies HTTPS peers."""
 
-    def __init__(self, me: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        me: str,
+        timeout_s: float,
+        credential: PeerCredential | None = None,
+        tls_ca: Path | None = None,
+    ) -> None:
         self.me = me
+        self.credential = credential
+        verify: ssl.SSLContext | bool = True
+        if tls_ca is not None:
+            verify = ssl.create_default_context(cafile=str(tls_ca))
         self._client = httpx.AsyncClient(
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            verify=verify,
         )
 
     async def aclose(self) -> None:
@@ -55,7 +74,7 @@ class PeerClient:
         there is none or it cannot be reached."""
         if member is None:
             raise PeerUnavailable(f"broker {broker} is not alive (its queues are unavailable)", broker=broker)
-        sent = dict((headers or {}).items())
+        sent = peer_headers(headers or {}, self.credential)
         sent[FORWARDED_HEADER] = self.me
         try:
             # Path segments come from requests (topics with '%', msg ids): sent percent-encoded.

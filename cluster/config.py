@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from cluster.address import ZkAddress
 from cluster.model import validate_broker_name
 from store import InvalidArgument
+from store.ha import HATls
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class ClusterConfig:
     #: Elect a member outside the in-sync set when none inside is alive (loses what only the
     #: old master had: acknowledged messages included).
     unclean_failover: bool = False
+    #: Mutual TLS on the replication port (``--ha-tls-cert/--ha-tls-key/--ha-tls-ca``): this
+    #: member's certificate (its common name is registered as its identity) and the cluster CA.
+    ha_tls: HATls | None = None
+    #: Whether this broker's HTTP listener is HTTPS (its advertised URL says ``https``).
+    http_tls: bool = False
 
     def validate(self) -> ClusterConfig:
         validate_broker_name(self.broker_name)
@@ -68,6 +74,10 @@ class ClusterConfig:
         for ok, message in checks:
             if not ok:
                 raise InvalidArgument(f"invalid ClusterConfig: {message}")
+        if self.ha_tls is not None:
+            if self.ha_port is None:
+                raise InvalidArgument("invalid ClusterConfig: TLS on the replication port needs --ha-port")
+            self.ha_tls.validate()
         return self
 
     def with_changes(self, **changes: object) -> ClusterConfig:
@@ -80,7 +90,8 @@ class ClusterConfig:
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.advertise_host}:{self.http_port}"
+        scheme = "https" if self.http_tls else "http"
+        return f"{scheme}://{self.advertise_host}:{self.http_port}"
 
     @property
     def kafka_address(self) -> str | None:

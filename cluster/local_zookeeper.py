@@ -29,7 +29,10 @@ class ZooKeeperMissing(ClusterError):
     code = "zookeeper_missing"
 
 
-def zoo_cfg(data_dir: Path, port: int, tick_ms: int = 500) -> str:
+def zoo_cfg(data_dir: Path, port: int, tick_ms: int = 500, enforce_auth: bool = False) -> str:
+    """``enforce_auth``: sessions must authenticate (digest) before any operation
+    (``enforce.auth.enabled``, ZooKeeper 3.7+); every sparkmq node has a digest ACL anyway."""
+    auth = ["enforce.auth.enabled=true", "enforce.auth.schemes=digest"] if enforce_auth else []
     return "\n".join(
         [
             f"tickTime={tick_ms}",
@@ -40,6 +43,7 @@ def zoo_cfg(data_dir: Path, port: int, tick_ms: int = 500) -> str:
             "4lw.commands.whitelist=ruok,srvr,mntr,stat",
             "minSessionTimeout=1000",
             "maxSessionTimeout=60000",
+            *auth,
             "",
         ]
     )
@@ -61,6 +65,8 @@ class LocalZooKeeper:
 
     data_dir: Path
     port: int
+    #: Refuse unauthenticated sessions (``sparkmq cluster zookeeper --enforce-auth``).
+    enforce_auth: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -79,7 +85,7 @@ class LocalZooKeeper:
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text(zoo_cfg(self.data_dir / "data", self.port))
+        cfg.write_text(zoo_cfg(self.data_dir / "data", self.port, enforce_auth=self.enforce_auth))
         log = (self.data_dir / "zookeeper.log").open("ab")
         classpath = f"{DEBIAN_CONF}:{DEBIAN_JAR}" if DEBIAN_CONF.is_dir() else str(DEBIAN_JAR)
         self.process = subprocess.Popen(

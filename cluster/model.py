@@ -60,6 +60,7 @@ class _MemberJson(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
     ha: str | None = None
     last_epoch: int | None = None
     max_offset: int | None = None
+    tls_identity: str | None = None
 
 
 class _PlacementJson(msgspec.Struct, forbid_unknown_fields=False):
@@ -84,6 +85,9 @@ class MemberInfo:
     #: A replica's last epoch and CommitLog max offset, published when an election is due.
     last_epoch: int | None = None
     max_offset: int | None = None
+    #: The common name of the member's replication certificate (mutual TLS on the HA port):
+    #: the only identity a master lets replicate as this member id.
+    tls_identity: str | None = None
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(
@@ -97,6 +101,7 @@ class MemberInfo:
                 ha=self.ha,
                 last_epoch=self.last_epoch,
                 max_offset=self.max_offset,
+                tls_identity=self.tls_identity,
             )
         )
 
@@ -116,6 +121,7 @@ class MemberInfo:
             ha=value.ha,
             last_epoch=value.last_epoch,
             max_offset=value.max_offset,
+            tls_identity=value.tls_identity,
         )
 
     @property

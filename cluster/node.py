@@ -107,6 +107,16 @@ class ClusterNode:
 
     # -- joining --------------------------------------------------------------------------
 
+    def replication_peer_allowed(self, member_id: int, identity: str) -> bool:
+        """Whether a replication peer whose certificate names ``identity`` may replicate as
+        ``member_id``: a registered (live) member of this broker's group that registered that
+        identity, and no other member claims (:data:`store.ha.tls.IdentityCheck`)."""
+        member = self.view.member(member_id)
+        if member is None or member.broker_name != self.name or member.tls_identity != identity:
+            return False
+        claims = [m for g in self.view.groups.values() for m in g.members if m.tls_identity == identity]
+        return len(claims) == 1  # an identity two members claim proves neither
+
     def start(self) -> None:
         """Connect, take this store's member id, register, and load the routes. Raises
         :class:`CoordinationUnavailable`, :class:`BrokerNameTaken` or
@@ -123,6 +133,7 @@ class ClusterNode:
                 started_ms=wall_clock_ms(),
                 kafka=self.config.kafka_address,
                 ha=self.config.ha_address,
+                tls_identity=self.config.ha_tls.identity() if self.config.ha_tls is not None else None,
             )
             self._register()
             coordination.add_state_listener(self._on_session)

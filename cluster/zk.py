@@ -6,6 +6,13 @@ wait for the broker's event loop) and its ``DataWatch``/``ChildrenWatch`` recipe
 after reconnects and session loss.
 
 Only this module imports kazoo (``tests/test_architecture.py`` keeps it so).
+
+**Digest ACLs.** With a digest identity in the address (``zk://user:password@...`` or
+``--zk-auth-file``) the session authenticates with it and every node created here (paths,
+ephemerals, transaction creates: kazoo applies ``default_acl`` to all of them) carries one ACL,
+``digest:user:<sha1 hash>`` with every permission: a session without the credential gets
+``NoAuthError`` on them. kazoo logs the ``Auth`` packet (with the password) at DEBUG, so the
+``kazoo`` loggers are held at INFO or above while a digest is in use.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RuntimeInconsistency,
@@ -28,8 +36,9 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.security import ACL, make_digest_acl
 
-from cluster.address import ZkAddress
+from cluster.address import ZkAddress, ZkDigest
 from cluster.coordination import (
     Check,
     ChildrenWatcher,
@@ -47,6 +56,20 @@ from cluster.coordination import (
 from cluster.errors import CoordinationUnavailable
 
 log = logging.getLogger("sparkmq.cluster.zk")
+
+
+def digest_acl(digest: ZkDigest) -> list[ACL]:
+    """Every permission for ``digest``'s user, none for anyone else."""
+    return [make_digest_acl(digest.user, digest.password, all=True)]
+
+
+def quiet_kazoo_debug() -> None:
+    """Hold kazoo's loggers at INFO or above: its DEBUG lines carry the ``Auth`` packet."""
+    for name in ("kazoo", "kazoo.client", "kazoo.protocol.connection"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.INFO:
+            logger.setLevel(logging.INFO)
+
 
 _STATES = {
     KazooState.CONNECTED: SessionState.CONNECTED,
@@ -68,10 +91,15 @@ class ZooKeeperCoordination:
         self.address = address
         self._root = address.chroot
         self._op_timeout_s = op_timeout_s
+        digest = address.digest
+        if digest is not None:
+            quiet_kazoo_debug()
         self._client = KazooClient(
             hosts=address.hosts,
             timeout=session_timeout_s,
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 1.5, "max_delay": 1.0},
+            auth_data=None if digest is None else [("digest", digest.auth_data)],
+            default_acl=None if digest is None else digest_acl(digest),
         )
         self._state = SessionState.LOST
         self._listeners: list[StateListener] = []
@@ -134,6 +162,11 @@ class ZooKeeperCoordination:
             raise NoNode("no node") from None
         except BadVersionError:
             raise VersionConflict("version conflict") from None
+        except NoAuthError:
+            raise CoordinationUnavailable(
+                f"ZooKeeper at {self.address} refused access (NoAuth): the node's ACL does not "
+                "grant this broker's digest identity (check --cluster user:password / --zk-auth-file)"
+            ) from None
         except (KazooTimeoutError, ConnectionLoss, SessionExpiredError) as exc:
             raise CoordinationUnavailable(
                 f"ZooKeeper at {self.address} is unreachable ({type(exc).__name__})"

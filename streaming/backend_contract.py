@@ -85,8 +85,8 @@ def is_backend_fault(exc: BaseException) -> bool:
 
 # -- per-process cache -------------------------------------------------------------------------
 
-#: Backends by ``(mode, location, timeout_s, auth_token, wait_for_brokers, read_from)``: Spark
+#: Backends by ``(mode, location, timeout_s, auth_token, wait_for_brokers, read_from, tls_ca)``: Spark
 #: reuses its Python workers, so executor tasks keep their open StoreReaders / HTTP connection
 #: pools across batches (:func:`streaming.backends.backend_for` fills it).
-BACKENDS: dict[tuple[str, str, float, str | None, bool, str], Backend] = {}
+BACKENDS: dict[tuple[str, str, float, str | None, bool, str, str | None], Backend] = {}
 BACKENDS_LOCK = threading.Lock()

@@ -153,22 +153,28 @@ def backend_for(
     *,
     wait_for_brokers: bool = False,
     read_from: str = "master",
+    tls_ca: str | None = None,
 ) -> Backend:
     """The process-wide backend for a store directory (``mode="path"``), a cluster reached
     through any of its brokers (``"endpoint"``: :class:`streaming.cluster_backend.ClusterBackend`)
     or one broker only (``"broker"``: :class:`EndpointBackend`). ``wait_for_brokers``: a cluster
     backend waits for a broker that is down instead of failing (``failOnDataLoss=false``)."""
-    key = (mode, location, timeout_s, auth_token, wait_for_brokers and mode == "endpoint", read_from)
+    key = (mode, location, timeout_s, auth_token, wait_for_brokers and mode == "endpoint", read_from, tls_ca)
     with BACKENDS_LOCK:
         backend = BACKENDS.get(key)
         if backend is None:
             if mode == "path":
                 backend = PathBackend(location)
             elif mode == "broker":
-                backend = EndpointBackend(location, timeout_s, auth_token, read_from=read_from)
+                backend = EndpointBackend(location, timeout_s, auth_token, read_from=read_from, tls_ca=tls_ca)
             elif mode == "endpoint":
                 backend = ClusterBackend(
-                    location, timeout_s, auth_token, wait_for_brokers=wait_for_brokers, read_from=read_from
+                    location,
+                    timeout_s,
+                    auth_token,
+                    wait_for_brokers=wait_for_brokers,
+                    read_from=read_from,
+                    tls_ca=tls_ca,
                 )
             else:
                 raise ValueError(f"unknown backend mode {mode!r}")

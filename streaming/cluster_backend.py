@@ -155,6 +155,7 @@ class ClusterBackend:
         wait_for_brokers: bool = False,
         retry_interval_s: float = RETRY_INTERVAL_S,
         read_from: str = "master",
+        tls_ca: str | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(endpoint)
         #: The bootstrap address that answered ``/cluster`` last (a lone broker is read there).
@@ -162,6 +163,7 @@ class ClusterBackend:
         self.read_from = read_from
         self.timeout_s = timeout_s
         self.auth_token = auth_token
+        self.tls_ca = tls_ca
         self.wait_for_brokers = wait_for_brokers
         self.retry_interval_s = retry_interval_s
         self._lock = threading.Lock()
@@ -175,7 +177,7 @@ class ClusterBackend:
     # -- plumbing ---------------------------------------------------------------------------
     def broker(self, url: str) -> EndpointBackend:
         """The process-wide backend of one broker (its pooled clients and Arrow puller)."""
-        return broker_backend(url, self.timeout_s, self.auth_token, self.read_from)
+        return broker_backend(url, self.timeout_s, self.auth_token, self.read_from, self.tls_ca)
 
     def learn(self, urls: Sequence[str]) -> None:
         """Remember broker addresses learnt elsewhere (the driver's, sent with a partition)."""

@@ -28,6 +28,7 @@ from streaming.backend_contract import (
     QueueHeads,
     ReadChunk,
 )
+from streaming.http_access import auth_headers, ssl_context
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 #: The broker's cap on ``max_messages`` per pull (``broker.config.MAX_PULL_MESSAGES``).
@@ -40,8 +41,11 @@ class ArrowPuller:
     A connection the broker closed (idle timeout, restart) is reopened once per request; GET
     is idempotent, so a retry after a broken connection is safe."""
 
-    def __init__(self, base_url: str, timeout_s: float, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, base_url: str, timeout_s: float, headers: Mapping[str, str], tls_ca: str | None = None
+    ) -> None:
         parts = urlsplit(base_url)
+        self._context = ssl_context(tls_ca)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BackendError(f"endpoint {base_url!r} is not an http(s) URL")
         self._https = parts.scheme == "https"
@@ -56,8 +60,12 @@ class ArrowPuller:
         if conn is None or fresh:
             if conn is not None:
                 conn.close()
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = cls(self._host, self._port, timeout=self._timeout_s)
+            if self._https:
+                conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self._timeout_s, context=self._context
+                )
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
             self._local.conn = conn
         return conn
 
@@ -88,7 +96,13 @@ class EndpointBackend:
     JSON calls, an :class:`ArrowPuller` for the message pulls."""
 
     def __init__(
-        self, base_url: str, timeout_s: float, auth_token: str | None = None, *, read_from: str = "master"
+        self,
+        base_url: str,
+        timeout_s: float,
+        auth_token: str | None = None,
+        *,
+        read_from: str = "master",
+        tls_ca: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -96,16 +110,17 @@ class EndpointBackend:
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         #: Sent on every request: a slave of a replica group serves reads asked of it this way.
-        self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+        self._headers = auth_headers(auth_token)
+        self._verify = ssl_context(tls_ca) or True
         if read_from == "replica":
             self._headers[READ_FROM_HEADER] = "replica"
-        self._puller = ArrowPuller(self.base_url, timeout_s, dict(self._headers))
+        self._puller = ArrowPuller(self.base_url, timeout_s, dict(self._headers), tls_ca)
 
     def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
                 self._client = httpx.Client(
-                    base_url=self.base_url, timeout=self.timeout_s, headers=self._headers
+                    base_url=self.base_url, timeout=self.timeout_s, headers=self._headers, verify=self._verify
                 )
             return self._client
 
@@ -212,14 +227,16 @@ def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
-def broker_backend(url: str, timeout_s: float, auth_token: str | None, read_from: str) -> EndpointBackend:
+def broker_backend(
+    url: str, timeout_s: float, auth_token: str | None, read_from: str, tls_ca: str | None = None
+) -> EndpointBackend:
     """The process-wide backend of one broker: ``backend_for("broker", url, ...)`` (the same
     cache entry), for the cluster backend, which reads each queue at its owner."""
-    key = ("broker", url, timeout_s, auth_token, False, read_from)
+    key = ("broker", url, timeout_s, auth_token, False, read_from, tls_ca)
     with BACKENDS_LOCK:
         backend = BACKENDS.get(key)
         if backend is None:
-            backend = EndpointBackend(url, timeout_s, auth_token, read_from=read_from)
+            backend = EndpointBackend(url, timeout_s, auth_token, read_from=read_from, tls_ca=tls_ca)
             BACKENDS[key] = backend
     assert isinstance(backend, EndpointBackend)
     return backend

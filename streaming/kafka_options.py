@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import InvalidArgument, parse_duration_ms
+from streaming.http_access import ACCESS_OPTIONS
 
 BOOTSTRAP_SERVERS = "kafka.bootstrap.servers"
 
@@ -31,8 +32,9 @@ _NO_GROUP = (
     "GET /groups/{group}/lag and Kafka tools see its lag"
 )
 _NO_SECURITY = (
-    "sparkmq speaks HTTP to its broker, not the Kafka protocol: authenticate with the option "
-    "'authToken' (a bearer token) and use an https:// address for TLS"
+    "sparkmq speaks HTTP to its broker, not the Kafka protocol: kafka.security.protocol, "
+    "kafka.sasl.mechanism and kafka.sasl.jaas.config are mapped onto HTTP credentials, and "
+    "kafka.ssl.truststore.location (type PEM) onto 'tlsCa'; other kafka.ssl.* settings cannot apply"
 )
 _NO_CONSUMER = (
     "Spark hands kafka.* settings to a Kafka consumer or producer and sparkmq runs none (it reads "
@@ -53,7 +55,6 @@ _SOURCE_REFUSED: Mapping[str, str] = {
     "'group' mirrors progress into the broker",
     "kafka.interceptor.classes": "no Kafka consumer runs, so there is nothing to intercept",
     "kafka.request.timeout.ms": "use 'requestTimeoutMs' (the HTTP timeout to the broker)",
-    "kafka.security.protocol": _NO_SECURITY,
 }
 
 #: Exact option names (lower case) -> why they are refused, for the sink.
@@ -68,11 +69,12 @@ _SINK_REFUSED: Mapping[str, str] = {
     "kafka.enable.idempotence": "the sparkmq sink is exactly-once by itself (docs/exactly_once.md)",
     "kafka.acks": "a micro-batch is acknowledged once the broker has published it durably",
     "kafka.request.timeout.ms": "use 'requestTimeoutMs' (the HTTP timeout to the broker)",
-    "kafka.security.protocol": _NO_SECURITY,
 }
 
 #: Option name prefixes (lower case) -> why they are refused, for both directions.
 _REFUSED_PREFIXES = (("kafka.sasl.", _NO_SECURITY), ("kafka.ssl.", _NO_SECURITY))
+# (kafka.security.protocol, kafka.sasl.mechanism/jaas.config and the PEM truststore are mapped:
+# streaming.http_access.ACCESS_OPTIONS)
 
 
 def source_refusal(name: str) -> str | None:
@@ -87,7 +89,7 @@ def sink_refusal(name: str) -> str | None:
 
 
 def _refusal(name: str, table: Mapping[str, str]) -> str | None:
-    if name == BOOTSTRAP_SERVERS:
+    if name == BOOTSTRAP_SERVERS or name in ACCESS_OPTIONS:
         return None
     if name in table:
         return table[name]

@@ -30,6 +30,7 @@ from store import (
     parse_tag_expression,
     validate_group,
 )
+from streaming.http_access import ACCESS_OPTIONS, InvalidAccessOption, parse_access
 from streaming.kafka_options import BOOTSTRAP_SERVERS, bootstrap_endpoint, source_refusal, trigger_delay_ms
 from streaming.positions import (
     EARLIEST_SENTINEL,
@@ -108,6 +109,8 @@ class SourceOptions:
     group_commit_interval_s: float = 1.0
     #: Bearer token for a broker with auth enabled (endpoint mode).
     auth_token: str | None = field(default=None, repr=False)
+    #: CA (PEM) of the brokers' HTTPS certificates (``tlsCa``); ``None``: the system's.
+    tls_ca: str | None = None
     #: ``minOffsetsPerTrigger``: a micro-batch waits for this many offsets ...
     min_messages_per_trigger: int | None = None
     #: ... but no longer than this (``maxTriggerDelay``) since the last batch.
@@ -175,7 +178,7 @@ _KNOWN = {
     "endingoffsetsbytimestamp", "maxmessagespertrigger", "maxoffsetspertrigger",
     "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "group",
     "failondataloss", "requesttimeoutms", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
-    "fetchoffset.retryintervalms", "pollintervalms", "readchunkmessages", "authtoken",
+    "fetchoffset.retryintervalms", "pollintervalms", "readchunkmessages", *ACCESS_OPTIONS,
     "groupcommitintervalms", "systemtopics", "includeretry", "schema", "includeheaders", "readfrom",
     BOOTSTRAP_SERVERS,
 }  # fmt: skip
@@ -205,6 +208,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if unknown:
         raise InvalidSourceOption(unknown[0], "unknown option (see docs/spark_source.md)")
     endpoint, path, from_bootstrap = _parse_location(lower)
+    try:
+        auth, tls_ca = parse_access(lower, endpoint)
+    except InvalidAccessOption as exc:
+        raise InvalidSourceOption(_spelled(options, exc.option.lower()), exc.reason) from None
     subscription = _parse_subscription(lower)
     admits = subscription.admits
     shape, include_headers = _parse_shape(lower)
@@ -222,7 +229,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_parse_bool(lower, "failOnDataLoss", default=True),
         request_timeout_s=_request_timeout_ms(lower) / 1000.0,
         read_chunk_messages=_optional_positive_int(lower, "readChunkMessages") or 65_536,
-        auth_token=lower.get("authtoken") or None,
+        auth_token=auth,
+        tls_ca=tls_ca,
         poll_interval_s=_non_negative_int(lower, "pollIntervalMs", default=50) / 1000.0,
         group_commit_interval_s=_non_negative_int(lower, "groupCommitIntervalMs", default=1000) / 1000.0,
         min_messages_per_trigger=min_per_trigger,

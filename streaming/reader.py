@@ -98,6 +98,7 @@ def _cluster_backend(options: SourceOptions) -> Backend:
         options.auth_token,
         wait_for_brokers=not options.fail_on_data_loss,
         read_from=options.read_from,
+        tls_ca=options.tls_ca,
     )
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from streaming.http_access import auth_headers
+
 MAX_KEY_CHARS = 200
 #: Messages per request (the broker takes up to 10,000).
 DEFAULT_CHUNK_ROWS = 1000
@@ -53,7 +55,7 @@ def send_back(
     ids = [row[0] for row in df.select(msg_id_column).collect()]
     ordered = sorted(set(ids))
     chunks = [ordered[lo : lo + max(1, chunk_rows)] for lo in range(0, len(ordered), max(1, chunk_rows))]
-    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+    headers = auth_headers(auth_token)  # a bearer token, or Basic mapped from Kafka SASL options
     with httpx.Client(base_url=endpoint.rstrip("/"), headers=headers, timeout=60) as http:
 
         def one(k: int) -> list[dict[str, Any]]:

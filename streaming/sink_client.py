@@ -23,6 +23,7 @@ import httpx
 from cluster import KnownBrokers
 from store import SparkMQError
 from store.publish import StagedPart
+from streaming.http_access import auth_headers, ssl_context
 from streaming.sink_columns import SinkOptions
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
@@ -37,12 +38,19 @@ class SinkRequestFailed(SparkMQError):
 class SinkClient:
     """One pooled client per (endpoint, token) and process (Spark reuses its workers)."""
 
-    _cache: dict[tuple[str, str | None], SinkClient] = {}
+    _cache: dict[tuple[str, str | None, str | None], SinkClient] = {}
     _cache_lock = threading.Lock()
 
-    def __init__(self, endpoint: str, token: str | None, timeout_s: float, retry_timeout_s: float) -> None:
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(headers=headers, timeout=timeout_s)
+    def __init__(
+        self,
+        endpoint: str,
+        token: str | None,
+        timeout_s: float,
+        retry_timeout_s: float,
+        tls_ca: str | None = None,
+    ) -> None:
+        verify = ssl_context(tls_ca) or True
+        self._http = httpx.Client(headers=auth_headers(token), timeout=timeout_s, verify=verify)
         self.known = KnownBrokers(endpoint.split(","))
         self._learnt = False
         self.retry_timeout_s = retry_timeout_s
@@ -62,12 +70,16 @@ class SinkClient:
     @classmethod
     def for_options(cls, options: SinkOptions) -> SinkClient:
         assert options.endpoint is not None
-        key = (options.endpoint, options.auth_token)
+        key = (options.endpoint, options.auth_token, options.tls_ca)
         with cls._cache_lock:
             client = cls._cache.get(key)
             if client is None:
                 client = cls._cache[key] = cls(
-                    options.endpoint, options.auth_token, options.request_timeout_s, options.retry_timeout_s
+                    options.endpoint,
+                    options.auth_token,
+                    options.request_timeout_s,
+                    options.retry_timeout_s,
+                    options.tls_ca,
                 )
             client.retry_timeout_s = options.retry_timeout_s
             return client

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS, InvalidArgument, validate_topic
 from store.publish import PART_SCHEMA, check_id
+from streaming.http_access import ACCESS_OPTIONS, InvalidAccessOption, parse_access
 from streaming.kafka_options import BOOTSTRAP_SERVERS, bootstrap_endpoint, sink_refusal
 from streaming.sink_kafka import KAFKA, KAFKA_ACCEPTED, ROCKETMQ, ShapeError, kafka_part_batch, row_shape
 
@@ -85,6 +86,8 @@ class SinkOptions:
     #: Endpoint mode: a task uploads its rows in parts of about this many bytes.
     part_max_bytes: int
     auth_token: str | None = field(default=None, repr=False)
+    #: CA (PEM) of the brokers' HTTPS certificates (``tlsCa``); ``None``: the system's.
+    tls_ca: str | None = None
     #: Test-only fault injection (see ``streaming.writer.Fault``); never documented for users.
     fault: str | None = None
     #: The input's shape, ``rocketmq`` or ``kafka`` (set from the DataFrame at query start).
@@ -95,7 +98,7 @@ class SinkOptions:
 
 _KNOWN = {
     "endpoint", "path", "topic", "sinkid", "batchid", "requesttimeoutms", "retrytimeoutms",
-    "partmaxbytes", "authtoken", "checkpointlocation", "_faultinjection", "includeheaders",
+    "partmaxbytes", *ACCESS_OPTIONS, "checkpointlocation", "_faultinjection", "includeheaders",
     BOOTSTRAP_SERVERS,
 }  # fmt: skip
 
@@ -135,6 +138,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             raise InvalidSinkOption("endpoint", str(exc)) from None
     if path is not None and not os.path.isdir(path):
         raise InvalidSinkOption("path", f"{path!r} is not an existing store directory")
+    try:
+        auth, tls_ca = parse_access(lower, endpoint)
+    except InvalidAccessOption as exc:
+        raise InvalidSinkOption(exc.option, exc.reason) from None
     topic = lower.get("topic")
     if topic is not None:
         try:
@@ -156,7 +163,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         request_timeout_s=(_int(lower, "requestTimeoutMs", 30_000) or 30_000) / 1000,
         retry_timeout_s=(_int(lower, "retryTimeoutMs", 120_000, minimum=0) or 0) / 1000,
         part_max_bytes=_int(lower, "partMaxBytes", 32 * MIB) or 32 * MIB,
-        auth_token=lower.get("authtoken") or None,
+        auth_token=auth,
+        tls_ca=tls_ca,
         fault=lower.get("_faultinjection") or None,
         endpoint_from_bootstrap=bootstrap is not None,
     )

@@ -66,3 +66,11 @@ def test_cluster_brokers_listen_publish_check_and_advertise_one_port() -> None:
     volumes = [v for s in brokers.values() for v in s["volumes"]]
     assert len(set(volumes)) == 4, "each member has a store volume of its own"
     assert services["zookeeper"]["image"] == "zookeeper:3.8"
+
+
+def test_the_cluster_profile_runs_zookeeper_with_digest_acls() -> None:
+    services = _compose()
+    assert "enforce.auth.enabled=true" in services["zookeeper"]["environment"]["ZOO_CFG_EXTRA"]
+    for name, service in services.items():
+        if name.startswith("broker-"):  # every member (the YAML anchor's environment) authenticates
+            assert service["environment"]["SPARKMQ_ZK_AUTH"] == "sparkmq:${SPARKMQ_ZK_PASSWORD:-}"

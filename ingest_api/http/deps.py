@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from broker.auth import Principal, authenticate
+from broker.auth import Principal, caller, internal_caller
 from broker.errors import BrokerError
 from broker.state import Broker
 
@@ -29,11 +29,20 @@ async def get_principal(
     broker: BrokerDep,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> Principal | None:
-    """The caller's token holder; ``None`` when auth is off. 401 when required and bad."""
-    return authenticate(broker.auth, request.headers.get("authorization"))
+    """The caller's token holder; ``None`` when auth is off. 401 when required and bad. A
+    request a broker forwards is judged on the user it carries (docs/security.md)."""
+    return caller(broker.auth, request.headers)
 
 
 PrincipalDep = Annotated[Principal | None, Depends(get_principal)]
+
+
+async def require_internal_caller(request: Request, broker: BrokerDep) -> None:
+    """Internal routes (broker to broker): 401 without a credential, 403 for every user."""
+    internal_caller(broker.auth, request.headers, request.url.path)
+
+
+InternalOnly = Depends(require_internal_caller)
 
 
 def media_type(request: Request, header: str = "content-type") -> str:

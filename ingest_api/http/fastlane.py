@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker.auth import Principal, Right, authenticate, authorize
+from broker.auth import Principal, Right, authorize, caller
 from broker.errors import BrokerError
 from broker.state import Broker
 from ingest_api.http import cluster_produce
@@ -131,14 +131,14 @@ class FastLane:
         complete = message["type"] == "http.request" and size <= self.max_bytes
         answer_call = None
         if complete and topic is not None:
-            entry = _accepted_entry(broker, topic, authorization, received)
+            entry = _accepted_entry(broker, topic, _auth_headers(authorization, cluster_headers), received)
             if entry is not None:
                 route = _ROUTE
                 if authorization is not None:
                     cluster_headers["authorization"] = authorization
                 answer_call = lambda: _produce(broker, topic, entry, cluster_headers)  # noqa: E731
         elif complete and transaction_id is not None:
-            accepted = _accepted_end(broker, authorization, received)
+            accepted = _accepted_end(broker, _auth_headers(authorization, cluster_headers), received)
             if accepted is not None:
                 principal, body = accepted
                 route = _END_ROUTE
@@ -192,13 +192,22 @@ def install(app: Starlette, max_bytes: int) -> None:
     app.build_middleware_stack = build_with_lane  # type: ignore[method-assign]
 
 
+def _auth_headers(authorization: str | None, cluster_headers: dict[str, str]) -> dict[str, str]:
+    """What authentication reads: the credential and the peer headers (a forwarded request is
+    judged on the user it carries, :func:`broker.auth.caller`)."""
+    headers = dict(cluster_headers)
+    if authorization is not None:
+        headers["authorization"] = authorization
+    return headers
+
+
 def _accepted_entry(
-    broker: Broker, topic: str, authorization: str | None, received: list[Message]
+    broker: Broker, topic: str, headers: dict[str, str], received: list[Message]
 ) -> ProduceIn | None:
     """The validated entry when the route would accept this request, else None."""
     if broker.auth is not None:
         try:
-            authorize(authenticate(broker.auth, authorization), Right.PRODUCE, topic)
+            authorize(caller(broker.auth, headers), Right.PRODUCE, topic)
         except BrokerError:
             return None
     raw = (
@@ -211,14 +220,14 @@ def _accepted_entry(
 
 
 def _accepted_end(
-    broker: Broker, authorization: str | None, received: list[Message]
+    broker: Broker, headers: dict[str, str], received: list[Message]
 ) -> tuple[Principal | None, EndTransactionIn] | None:
     """The principal and the validated body when the end route would accept them, else None
     (the route then answers: 401, 422, ...)."""
     principal = None
     if broker.auth is not None:
         try:
-            principal = authenticate(broker.auth, authorization)
+            principal = caller(broker.auth, headers)
         except BrokerError:
             return None
     raw = b"".join(m.get("body", b"") for m in received)

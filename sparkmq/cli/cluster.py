@@ -104,11 +104,18 @@ def cluster_zookeeper(
     data_dir: Annotated[
         Path, typer.Option(help="Its data, zoo.cfg and zookeeper.log (kept between runs).")
     ] = Path("cluster-data/zookeeper"),
+    enforce_auth: Annotated[
+        bool,
+        typer.Option(
+            help="Refuse sessions that do not authenticate (digest): pair with brokers' --zk-auth-file "
+            "(docs/security.md#zookeeper-acls)."
+        ),
+    ] = False,
 ) -> None:
     """Run a local ZooKeeper (Debian's zookeeper package, on the Java Spark uses) in the
     foreground on 127.0.0.1 until Ctrl-C; for trying ``sparkmq serve --cluster``, not for
     production."""
-    server = LocalZooKeeper(data_dir.resolve(), port)
+    server = LocalZooKeeper(data_dir.resolve(), port, enforce_auth=enforce_auth)
     stop_on_signals()
     try:
         server.start()

@@ -18,6 +18,7 @@ Exit codes (for scripts):
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -97,7 +98,8 @@ def connect(endpoint: str, token: str | None) -> Iterator[Client]:
     """The one client set-up of every broker command: a route-aware :class:`Client` whose
     faults end the command with their message and exit code."""
     try:
-        client = Client(endpoint, token=token, config=CLI_CONFIG)
+        tls_ca = os.environ.get("SPARKMQ_TLS_CA") or None  # sparkmq --tls-ca sets it too
+        client = Client(endpoint, token=token, tls_ca=tls_ca, config=CLI_CONFIG)
     except InvalidArgument as exc:
         fail(str(exc), Exit.USAGE)
     try:

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -29,8 +29,10 @@ import typer
 
 from cluster.errors import ClusterError
 from cluster.local_zookeeper import LocalZooKeeper, ZooKeeperMissing
+from sparkmq.cli import local_secure
 from sparkmq.cli.cluster import stop_on_signals
 from sparkmq.cli.common import Exit, fail
+from sparkmq.cli.local_secure import SecureFiles
 from sparkmq.cli.root import cluster_app
 
 #: ZooKeeper chroot of the local cluster.
@@ -55,6 +57,9 @@ class LocalCluster:
     #: ``b1-2``, ...: same ``--broker-name``, each with an ``--ha-port``).
     replicas: int = 1
     replication: str = "async"
+    #: ``--secure DIR``: auth, broker identities, ZooKeeper ACLs, replication mTLS
+    #: (:mod:`sparkmq.cli.local_secure`); ``None``: everything open, as before.
+    secure: SecureFiles | None = None
 
     def validate(self) -> LocalCluster:
         if not 1 <= self.brokers <= 9:
@@ -106,7 +111,16 @@ class LocalCluster:
             argv += ["--ha-port", str(self.port(name) + 100), "--replication", self.replication]
         if self.kafka_first_port is not None:
             argv += ["--kafka-port", str(self.kafka_first_port + self.names.index(name))]
+        if self.secure is not None:
+            argv += self.secure.serve_args(name, self.replicas > 1)
         return argv
+
+    def environment(self) -> dict[str, str]:
+        """The brokers' environment: secured, the operator jobs use the admin's token."""
+        env = dict(os.environ)
+        if self.secure is not None:
+            env["SPARKMQ_TOKEN"] = self.secure.admin_token.read_text().strip()
+        return env
 
 
 class Supervisor:
@@ -114,7 +128,9 @@ class Supervisor:
 
     def __init__(self, plan: LocalCluster) -> None:
         self.plan = plan
-        self.zookeeper = LocalZooKeeper(plan.root / "zookeeper", plan.zk_port)
+        self.zookeeper = LocalZooKeeper(
+            plan.root / "zookeeper", plan.zk_port, enforce_auth=plan.secure is not None
+        )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._reported: set[str] = set()
 
@@ -124,7 +140,11 @@ class Supervisor:
         for name in self.plan.names:
             with open(self.plan.log(name), "ab") as log:
                 self.processes[name] = subprocess.Popen(
-                    self.plan.serve_argv(name), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    self.plan.serve_argv(name),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=self.plan.environment(),
                 )
         deadline = time.monotonic() + START_TIMEOUT_S
         waiting = list(self.plan.names)
@@ -197,6 +217,13 @@ def cluster_local(
     data_dir: Annotated[
         Path, typer.Option("--dir", help="Stores, checkpoints, ZooKeeper data and logs (kept between runs).")
     ] = Path("cluster-data"),
+    secure: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder for a CA, certificates, users and secrets (made on first use): auth on, broker "
+            "identities, ZooKeeper ACLs, mutual TLS on the HA ports (docs/security.md)."
+        ),
+    ] = None,
 ) -> None:
     """Run ZooKeeper and a cluster of brokers on 127.0.0.1 in the foreground until Ctrl-C."""
     try:
@@ -205,6 +232,11 @@ def cluster_local(
         ).validate()
     except ValueError as exc:
         fail(str(exc), Exit.USAGE)
+    if secure is not None:
+        files, token = local_secure.prepare(secure.resolve(), plan.names)
+        plan = replace(plan, secure=files)
+        if token is not None:
+            typer.echo(f"admin token (kept in {files.admin_token}): {token}")
     supervisor = Supervisor(plan)
     stop_on_signals()
     try:
@@ -234,5 +266,7 @@ def _announce(plan: LocalCluster) -> None:
         if plan.kafka_first_port is not None:
             kafka = f", Kafka on 127.0.0.1:{plan.kafka_first_port + plan.names.index(name)}"
         typer.echo(f"broker {name} on {plan.url(name)}{kafka} (log: {plan.log(name)})")
+    if plan.secure is not None:
+        typer.echo(f"secured: export SPARKMQ_TOKEN=$(cat {plan.secure.admin_token})")
     typer.echo(f"try: sparkmq cluster status --endpoint {first}   (or export SPARKMQ_URL={first})")
     typer.echo("Ctrl-C stops the cluster")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(help="sparkmq: a RocketMQ-compatible message queue native to Spark.", no_args_is_help=True)
@@ -29,3 +33,18 @@ app.add_typer(msg_app, name="msg")
 app.add_typer(store_app, name="store")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(auth_app, name="auth")
+
+
+@app.callback()
+def _global_options(
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SPARKMQ_TLS_CA",
+            help="CA (PEM) of the brokers' HTTPS certificates, for every command (or SPARKMQ_TLS_CA).",
+        ),
+    ] = None,
+) -> None:
+    """sparkmq: a RocketMQ-compatible message queue native to Spark."""
+    if tls_ca is not None:  # the commands' clients read it from the environment (cli/common.py)
+        os.environ["SPARKMQ_TLS_CA"] = str(tls_ca)

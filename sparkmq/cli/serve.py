@@ -22,6 +22,7 @@ from broker.lifecycle import Companion
 from broker.tls import TlsConfig
 from cluster import ClusterConfig, InvalidBrokerName, InvalidClusterAddress, parse_cluster_address
 from ingest_api.server import serve as run_server
+from sparkmq.cli import serve_cluster_security as sec
 from sparkmq.cli.root import app
 from store import DEFAULT_DELAY_LEVELS, FlushDiskType, InvalidArgument, StoreConfig, parse_duration_ms
 
@@ -280,6 +281,14 @@ def serve(
             rich_help_panel="Cluster",
         ),
     ] = 6000,
+    peer_credential: sec.PeerCredentialOption = None,
+    peer_credential_file: sec.PeerCredentialFileOption = None,
+    peer_tls_ca: sec.PeerTlsCaOption = None,
+    zk_auth_file: sec.ZkAuthFileOption = None,
+    zk_auth: sec.ZkAuthEnvOption = None,
+    ha_tls_cert: sec.HaTlsCertOption = None,
+    ha_tls_key: sec.HaTlsKeyOption = None,
+    ha_tls_ca: sec.HaTlsCaOption = None,
 ) -> None:
     """Run the broker: open the store and serve the HTTP API until SIGTERM or Ctrl-C."""
     membership = _cluster_config(
@@ -301,6 +310,21 @@ def serve(
         _refuse(
             "--ha-port, --replication, --min-insync and --unclean-failover need --cluster and --broker-name"
         )
+    security = sec.ClusterSecurityFlags(
+        peer_credential,
+        peer_credential_file,
+        peer_tls_ca,
+        zk_auth_file,
+        ha_tls_cert,
+        ha_tls_key,
+        ha_tls_ca,
+        zk_auth,
+    )
+    try:
+        membership = security.membership(membership)
+        credential = security.credential()
+    except InvalidArgument as exc:
+        _refuse(str(exc))
     store_dir.mkdir(parents=True, exist_ok=True)
     try:
         store_config = StoreConfig(
@@ -335,6 +359,8 @@ def serve(
             sink_fault=os.environ.get("SPARKMQ_TEST_SINK_FAULT"),
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
             cluster=membership,
+            peer_credential=credential,
+            peer_tls_ca=peer_tls_ca,
         ).validate()
         if kafka_port is not None:
             config.check_plaintext(kafka_host or host, "Kafka")

@@ -48,6 +48,7 @@ class Client:
         endpoints: str | Sequence[str] | None = None,
         *,
         token: str | None = None,
+        tls_ca: str | None = None,
         config: ClientConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -55,7 +56,10 @@ class Client:
         base = config or ClientConfig()
         seeds = parse_endpoints(endpoints) if endpoints is not None else base.endpoints
         self.config = replace(
-            base, endpoints=seeds, token=token if token is not None else base.token
+            base,
+            endpoints=seeds,
+            token=token if token is not None else base.token,
+            tls_ca=tls_ca if tls_ca is not None else base.tls_ca,
         ).validate()
         self._clock = clock
         self._sleep = sleep

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,6 +58,8 @@ class ClientConfig:
     endpoints: tuple[str, ...] = (DEFAULT_ENDPOINT,)
     #: Bearer token for brokers with auth on.
     token: str | None = None
+    #: PEM file of the CA that signs the brokers' HTTPS certificates (``None``: the system's).
+    tls_ca: str | None = None
     #: Opening a connection; a broker that does not accept within this is taken as down.
     connect_timeout_ms: int = 3_000
     #: Waiting for an answer (a long-poll adds its own wait on top).
@@ -72,6 +75,8 @@ class ClientConfig:
 
     def validate(self) -> ClientConfig:
         parse_endpoints(self.endpoints)
+        if self.tls_ca is not None and not os.path.isfile(self.tls_ca):
+            raise InvalidArgument(f"tls_ca {self.tls_ca!r} is not a file")
         self.retry.validate()
         positive = {
             "connect_timeout_ms": self.connect_timeout_ms,

@@ -8,6 +8,7 @@ Redirects are not followed: a ``307`` means the route moved, and the caller refr
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -43,6 +44,7 @@ class Transport:
         self._connect_timeout_s = config.connect_timeout_ms / 1000
         self._http = httpx.Client(
             headers=headers,
+            verify=ssl.create_default_context(cafile=config.tls_ca) if config.tls_ca else True,
             timeout=self._timeout(0),
             follow_redirects=False,
             limits=httpx.Limits(

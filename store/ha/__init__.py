@@ -28,6 +28,7 @@ from store.ha.errors import (
 )
 from store.ha.status import ReplicaStatus, ReplicationStatus, Role, SlaveStatus, SyncState
 from store.ha.sync_state import InMemorySyncStateAuthority, SyncStateAuthority
+from store.ha.tls import HATls, IdentityCheck, PeerRefused, certificate_identity
 from store.ha.truncation import TruncationReport, truncate_replica
 
 __all__ = [
@@ -39,8 +40,11 @@ __all__ = [
     "HAConfig",
     "HAError",
     "HAProtocolError",
+    "HATls",
+    "IdentityCheck",
     "InMemorySyncStateAuthority",
     "NoConsistentPoint",
+    "PeerRefused",
     "ReplicaController",
     "ReplicaStatus",
     "ReplicationMode",
@@ -54,6 +58,7 @@ __all__ = [
     "SyncState",
     "SyncStateAuthority",
     "TruncationReport",
+    "certificate_identity",
     "find_consistent_point",
     "truncate_replica",
 ]

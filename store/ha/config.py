@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from store.errors import InvalidArgument
 from store.ha.frames import MAX_TRANSFER_BODY
+from store.ha.tls import HATls
 
 MIB = 1 << 20
 
@@ -63,6 +64,9 @@ class HAConfig:
     sync_from_last_file: bool = False
     #: This replica never enters the in-sync set (``asyncLearner``).
     async_learner: bool = False
+    #: Mutual TLS with the cluster CA on the replication port (:mod:`store.ha.tls`); ``None``:
+    #: plain TCP (a trusted network only).
+    tls: HATls | None = None
 
     def validate(self) -> HAConfig:
         """Return ``self`` or raise :class:`InvalidArgument` naming the bad field."""
@@ -91,6 +95,8 @@ class HAConfig:
         for ok, message in checks:
             if not ok:
                 raise InvalidArgument(f"invalid HAConfig: {message}")
+        if self.tls is not None:
+            self.tls.validate()
         return self
 
     def with_changes(self, **changes: object) -> HAConfig:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +38,7 @@ from store.ha.frames import (
     encode_master_handshake,
     encode_transfer_header,
 )
+from store.ha.tls import IdentityCheck, PeerRefused, check_peer, peer_identity
 from store.ha.wire import ConnectionClosed, close_quietly, send_all
 
 if TYPE_CHECKING:
@@ -55,6 +57,9 @@ class MasterSessionPort(Protocol):
     config: HAConfig
     #: Bumped on every append and confirm move.
     generation: int
+    #: Mutual TLS (``config.tls``): the server context and who may replicate as which member.
+    tls_context: ssl.SSLContext | None
+    identity_check: IdentityCheck | None
 
     @property
     def confirm_offset(self) -> int: ...
@@ -86,6 +91,8 @@ class SlaveConnection:
         self._closed = threading.Event()
         self._last_read = time.monotonic()
         self._threads: list[threading.Thread] = []
+        #: The verified certificate's identity (mutual TLS), '' on plain TCP.
+        self.identity = ""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,6 +128,7 @@ class SlaveConnection:
         chunk = bytearray(64 * SLAVE_HANDSHAKE.size)
         view = memoryview(chunk)
         try:
+            self._secure()
             while not self._closed.is_set():
                 try:
                     got = self._sock.recv_into(view)
@@ -133,8 +141,24 @@ class SlaveConnection:
                 self._last_read = time.monotonic()
                 pending += view[:got]
                 pending = self._frames(pending)
-        except (OSError, ConnectionClosed, HAProtocolError) as exc:
+        except (OSError, ConnectionClosed, HAProtocolError, PeerRefused) as exc:
             self._fail(exc)
+
+    def _secure(self) -> None:
+        """With mutual TLS, run the handshake here (not in the accept loop), bounded; an
+        ``ssl.SSLError`` (no certificate, another CA, expired) ends the connection."""
+        context = self._session.tls_context
+        tls = self._session.config.tls
+        if context is None or tls is None:
+            return
+        raw = self._sock
+        slice_s = raw.gettimeout()
+        raw.settimeout(tls.handshake_timeout_s)
+        secured = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        self._sock = secured
+        secured.do_handshake()
+        secured.settimeout(slice_s)
+        self.identity = peer_identity(secured)
 
     def _frames(self, pending: bytearray) -> bytearray:
         position = 0
@@ -142,6 +166,8 @@ class SlaveConnection:
             frame, size = decoded
             position += size
             if isinstance(frame, SlaveHandshake):
+                if self._session.tls_context is not None:
+                    check_peer(self.identity, frame.slave_broker_id, self._session.identity_check)
                 self.broker_id = frame.slave_broker_id
                 self.async_learner = frame.async_learner
                 self.sync_from_last_file = frame.sync_from_last_file

@@ -44,6 +44,7 @@ from store.ha.master import MasterSession
 from store.ha.slave import HAClient
 from store.ha.status import ReplicaStatus, ReplicationStatus, Role, SyncState
 from store.ha.sync_state import SyncStateAuthority
+from store.ha.tls import IdentityCheck
 from store.ha.truncation import TruncationReport, truncate_replica
 from store.ha.wire import POLL_S, close_quietly, tune
 from store.io.clock import Clock
@@ -67,7 +68,11 @@ class ReplicaController:
         authority: SyncStateAuthority,
         *,
         clock_ms: Clock | None = None,
+        identity_check: IdentityCheck | None = None,
     ) -> None:
+        """``identity_check`` (with ``config.tls``) says which certificate identity may
+        replicate as which member id (the cluster's registrations); ``None``: any certificate
+        of the CA."""
         if not store.replicated:
             raise InvalidArgument(
                 "a ReplicaController needs a store opened with StoreConfig(replicated=True)"
@@ -77,6 +82,7 @@ class ReplicaController:
         self._replica = store.replica_log()
         self._authority = authority
         self._clock: Clock = clock_ms if clock_ms is not None else store.now_ms
+        self._identity_check = identity_check
         self._epochs = EpochFile(store.config.store_dir)
         self._epochs.reconcile(self._replica.max_offset)
         self._gate = ReplicaGate()
@@ -197,6 +203,7 @@ class ReplicaController:
                 state,
                 clock_ms=self._clock,
                 report=self._record,
+                identity_check=self._identity_check,
             )
             if fences != self._fences:
                 raise ReplicaFenced(f"fenced while becoming master of epoch {epoch}")

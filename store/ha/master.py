@@ -35,6 +35,7 @@ from store.ha.connection import SlaveConnection
 from store.ha.epoch_file import EpochEntry, EpochFile
 from store.ha.status import ReplicationStatus, SlaveStatus, SyncState
 from store.ha.sync_state import InSyncTracker, SyncStateAuthority
+from store.ha.tls import IdentityCheck
 from store.io.clock import Clock
 from store.write.replica_log import ReplicaLog
 
@@ -54,9 +55,13 @@ class MasterSession:
         *,
         clock_ms: Clock,
         report: Callable[[str], None],
+        identity_check: IdentityCheck | None = None,
     ) -> None:
         self.log = replica
         self.config = config
+        #: Mutual TLS (``config.tls``): one server context for every slave's connection.
+        self.tls_context = config.tls.server_context() if config.tls is not None else None
+        self.identity_check = identity_check
         self._epochs = epochs
         self._authority = authority
         self._clock = clock_ms

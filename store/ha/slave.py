@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -116,6 +117,7 @@ class HAClient:
         self._last_ack_s = 0.0
         self._unacked_bytes = 0
         self._first_unacked_s = 0.0
+        self._context: ssl.SSLContext | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -155,6 +157,11 @@ class HAClient:
         sock = socket.create_connection((host, port), timeout=self.config.connect_timeout_ms / 1000)
         self._sock = sock
         tune(sock, POLL_S)
+        if self.config.tls is not None:  # mutual TLS: the master's certificate names its host
+            sock.settimeout(self.config.tls.handshake_timeout_s)
+            sock = self._tls_context().wrap_socket(sock, server_hostname=host)
+            sock.settimeout(POLL_S)
+            self._sock = sock
         if self._stopping.is_set():
             raise ConnectionClosed("stopping")
         send_all(sock, [encode_slave_handshake(self._handshake())])
@@ -185,6 +192,12 @@ class HAClient:
                 self.log.advance_confirm(min(self._master_confirm, self.log.max_offset))
             elif backlog >= DISPATCH_EVERY_BYTES or not more_waiting(sock, DISPATCH_IDLE_S):
                 self._dispatch()
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._context is None:
+            assert self.config.tls is not None
+            self._context = self.config.tls.client_context()
+        return self._context
 
     def _handshake(self) -> SlaveHandshake:
         return SlaveHandshake(

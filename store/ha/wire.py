@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 
@@ -31,7 +32,9 @@ POLL_S = 0.2
 
 def more_waiting(sock: socket.socket, within_s: float = 0.0) -> bool:
     """Bytes are ready to read now, or arrive within ``within_s``; False once the socket is
-    closed."""
+    closed. A TLS socket may already hold decrypted bytes ``select`` cannot see."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
     try:
         readable, _, _ = select.select([sock], [], [], within_s)
     except (OSError, ValueError):  # closed under us (stop): the next read says so
@@ -54,6 +57,8 @@ def send_all(sock: socket.socket, buffers: Sequence[Buffer], stall_limit_s: floa
     socket timeout is the slice between attempts), OSError on a socket error."""
     pending = [memoryview(b).cast("B") for b in buffers if len(b)]
     total = sum(len(b) for b in pending)
+    if isinstance(sock, ssl.SSLSocket):
+        return _send_all_tls(sock, pending, total, stall_limit_s)
     last_progress = time.monotonic()
     while pending:
         try:
@@ -71,6 +76,30 @@ def send_all(sock: socket.socket, buffers: Sequence[Buffer], stall_limit_s: floa
             else:
                 pending[0] = head[sent:]
                 sent = 0
+    return total
+
+
+#: Below this, a TLS send joins the buffers (one record instead of a header record and a body).
+_TLS_JOIN_BYTES = 64 << 10
+
+
+def _send_all_tls(sock: ssl.SSLSocket, pending: list[memoryview], total: int, stall_limit_s: float) -> int:
+    """``SSLSocket`` has no ``sendmsg``: one ``send`` per buffer (small ones joined). OpenSSL
+    writes a buffer whole or not at all, so a timed-out send is retried with the same buffer."""
+    if len(pending) > 1 and total <= _TLS_JOIN_BYTES:
+        pending = [memoryview(b"".join(pending))]
+    last_progress = time.monotonic()
+    for buffer in pending:
+        view = buffer
+        while view:
+            try:
+                sent = sock.send(view)
+            except (TimeoutError, ssl.SSLWantWriteError):
+                if time.monotonic() - last_progress > stall_limit_s:
+                    raise ConnectionClosed(f"the peer took nothing for {stall_limit_s:.1f} s") from None
+                continue
+            last_progress = time.monotonic()
+            view = view[sent:]
     return total
 
 

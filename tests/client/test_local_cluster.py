@@ -122,3 +122,44 @@ def test_cluster_local_starts_brokers_and_brings_them_back(tmp_path: Path) -> No
         again.send_signal(signal.SIGINT)
         again.communicate(timeout=120)
     assert again.returncode == 0
+
+
+def test_cluster_local_secure_runs_a_secured_replicated_cluster(tmp_path: Path) -> None:
+    """``make cluster SECURE=1``: auth on, broker identities, ZooKeeper ACLs, HA over mutual TLS."""
+    base, zk_port = _free_pair(), free_port()
+    secure = tmp_path / "secure"
+    args = ("local", "--brokers", "1", "--replicas", "2", "--replication", "sync", "--port", str(base),
+            "--zk-port", str(zk_port), "--operators", "off", "--dir", str(tmp_path),
+            "--secure", str(secure))  # fmt: skip
+    first = f"http://127.0.0.1:{base}"
+    process = _run(*args)
+    try:
+        announced = wait_until(lambda: _line(process, "Ctrl-C stops the cluster"), 180, "the announcement")
+        token = (secure / "admin.token").read_text().strip()
+        assert f"admin token (kept in {secure / 'admin.token'}): {token}" in announced
+        assert httpx.get(f"{first}/cluster", timeout=5).status_code == 401
+        headers = {"authorization": f"Bearer {token}"}
+
+        def in_sync() -> bool:
+            group = httpx.get(f"{first}/cluster", headers=headers, timeout=5).json()["brokers"][0]
+            return len(group.get("in_sync") or []) == 2
+
+        wait_until(in_sync, 60, "both members in sync over mutual TLS")
+        with Client(f"http://127.0.0.1:{base + 1}", token=token) as client:  # through the slave
+            client.create_topic("tour", 2)
+            assert client.send("tour", "hello", queue_id=0).broker == "b1"
+        assert {p.name for p in secure.iterdir()} >= {
+            "ca.pem",
+            "users.json",
+            "zk-auth",
+            "b1-1.pem",
+            "b1-2.peer",
+        }
+        assert oct((secure / "zk-auth").stat().st_mode)[-3:] == "600"
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    password = (secure / "zk-auth").read_text().strip().split(":", 1)[1]
+    for log in (tmp_path / "logs").iterdir():
+        assert password not in log.read_text(errors="replace")

@@ -42,3 +42,28 @@ def test_ensemble_and_chroot() -> None:
 def test_refusals_say_what_is_wrong(value: str, says: str) -> None:
     with pytest.raises(InvalidClusterAddress, match=says):
         parse_cluster_address(value)
+
+
+def test_a_digest_identity_in_the_address_is_never_printed() -> None:
+    address = parse_cluster_address("zk://sparkmq:s3cret-pass@zk1:2181,zk2:2182/prod")
+    assert address.servers == (("zk1", 2181), ("zk2", 2182)) and address.chroot == "/prod"
+    assert address.digest is not None and address.digest.user == "sparkmq"
+    assert address.digest.auth_data == "sparkmq:s3cret-pass"
+    assert str(address) == "zk://sparkmq:***@zk1:2181,zk2:2182/prod"
+    assert "s3cret" not in repr(address)
+    assert parse_cluster_address("zk://zk1:2181").digest is None
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("zk://sparkmq@zk1:2181", "USER:PASSWORD"),
+        ("zk://:password1@zk1:2181", "USER:PASSWORD"),
+        ("zk://sparkmq:short@zk1:2181", ">= 8"),
+        ("zk://spark mq:password1@zk1:2181", "USER:PASSWORD"),
+    ],
+)
+def test_a_bad_digest_identity_is_refused_without_quoting_it(value: str, says: str) -> None:
+    with pytest.raises(InvalidClusterAddress, match=says) as info:
+        parse_cluster_address(value)
+    assert "password1" not in str(info.value) and "short" not in str(info.value).replace("characters", "")

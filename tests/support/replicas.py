@@ -36,6 +36,7 @@ from store.ha.frames import (
     encode_slave_handshake,
     encode_transfer_header,
 )
+from store.ha.tls import IdentityCheck
 from store.io.fs import FileSystem
 from tests.support.stores import tiny_config
 
@@ -70,13 +71,15 @@ class Group:
         *,
         store: dict[str, object] | None = None,
         fs: FileSystem | None = None,
+        identity_check: IdentityCheck | None = None,
         **ha: object,
     ) -> Node:
-        """Open member ``broker_id`` (``fs``: a file-system seam to break, e.g. a full disk)."""
+        """Open member ``broker_id`` (``fs``: a file-system seam to break, e.g. a full disk;
+        ``identity_check``: who may replicate, with ``tls=HATls(...)`` in ``ha``)."""
         directory = self.root / f"broker-{broker_id}"
         opened = MessageStore.open(tiny_config(directory, replicated=True, **(store or {})), fs=fs)
         config = HAConfig(broker_id=broker_id, **{**FAST, **ha})  # type: ignore[arg-type]
-        controller = ReplicaController(opened, config, self.authority)
+        controller = ReplicaController(opened, config, self.authority, identity_check=identity_check)
         controller.start()
         node = Node(broker_id, directory, opened, controller)
         self.nodes[broker_id] = node

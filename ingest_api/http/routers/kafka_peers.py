@@ -9,24 +9,22 @@ gateway (``Broker.kafka_peer``), so the protocol lives in one place.
 * 503 ``kafka_unavailable`` when this broker runs no Kafka gateway (or it is stopping): the
   caller retries.
 * 400 for an unknown ``op`` or a malformed body.
-* With ``--auth-file`` the caller needs a token with ``admin: ["*"]``; the gateways send none,
-  so cross-broker Kafka transactions need auth off (docs/kafka_gateway.md#cluster).
+* With ``--auth-file`` only brokers may call it (their peer credential); any user, superusers
+  included, gets 403 (docs/security.md#broker-identities).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from broker.auth import authorize_global_admin
 from broker.errors import BrokerError
-from ingest_api.http.deps import BrokerDep, PrincipalDep
+from ingest_api.http.deps import BrokerDep, InternalOnly
 
 router = APIRouter(prefix="/kafka/peer", tags=["kafka"], include_in_schema=False)
 
 
-@router.post("/{op}")
-async def kafka_peer_call(op: str, request: Request, broker: BrokerDep, principal: PrincipalDep) -> Response:
-    authorize_global_admin(principal)
+@router.post("/{op}", dependencies=[InternalOnly])
+async def kafka_peer_call(op: str, request: Request, broker: BrokerDep) -> Response:
     service = broker.kafka_peer
     if service is None:
         raise BrokerError(503, "kafka_unavailable", "no Kafka gateway runs on this broker", retriable=True)

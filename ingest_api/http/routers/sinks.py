@@ -44,7 +44,7 @@ from broker.errors import BrokerError
 from broker.routing import FORWARDED_HEADER
 from broker.sinks import local_ready, part_topics, sink_router, staging_for
 from broker.threads import run_blocking
-from ingest_api.http.deps import BrokerDep, JsonBody, PrincipalDep
+from ingest_api.http.deps import BrokerDep, InternalOnly, JsonBody, PrincipalDep
 from ingest_api.http.fields import Count
 from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.schemas import ErrorOut
@@ -233,7 +233,12 @@ _CHUNK_BODY = {
 }
 
 
-@router.put("/{sink_id}/batches/{batch_id}/chunks/{seq}", response_model=ChunkOut, openapi_extra=_CHUNK_BODY)
+@router.put(
+    "/{sink_id}/batches/{batch_id}/chunks/{seq}",
+    response_model=ChunkOut,
+    openapi_extra=_CHUNK_BODY,
+    dependencies=[InternalOnly],  # broker to broker; the rows are judged on the user it carries
+)
 async def store_chunk(
     sink_id: SinkPath,
     batch_id: BatchPath,
