@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from broker.peer_identity import PeerCredential
-from broker.security import User, UserTable, hash_token, write_users
+from broker.security import ScramMechanism, User, UserTable, hash_token, make_credential, write_users
 from tests.cluster.kafka_cluster import KafkaCluster
 from tests.cluster.test_kafka_cluster import FAST
 from tests.support.waiting import wait_until
@@ -25,12 +25,21 @@ pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 ADMIN = "admin-token-0123456789abcdef"
 BROKERS = {"b1": "broker-one-secret-0123456789", "b2": "broker-two-secret-0123456789"}
 ZK_PASSWORD = "zk-digest-password-42"
+ADMIN_PASSWORD = "admin-sasl-password-42"
+#: With --auth-file the Kafka listener requires SASL: the producer logs in as the superuser.
+SASL = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "admin",
+    "sasl.password": ADMIN_PASSWORD,
+}
 
 
 @pytest.fixture
 def pair(zk_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[KafkaCluster]:
     caplog.set_level(logging.DEBUG)
-    users = [User("admin", token_hashes=(hash_token(ADMIN),), superuser=True)]
+    scram = {ScramMechanism.SHA_512: make_credential(ScramMechanism.SHA_512, ADMIN_PASSWORD)}
+    users = [User("admin", token_hashes=(hash_token(ADMIN),), scram=scram, superuser=True)]
     users += [User(f"broker-{n}", token_hashes=(hash_token(t),), broker=True) for n, t in BROKERS.items()]
     auth_file = tmp_path / "users.json"
     write_users(auth_file, UserTable(tuple(users)))
@@ -74,7 +83,13 @@ def test_a_transaction_across_secured_brokers_commits_and_aborts_everywhere(
     with admin(pair, "b2") as http:
         wait_until(lambda: http.get("/topics/tx/route").status_code == 200, 10, "b2 has the route")
     producer = Producer(
-        {"bootstrap.servers": pair.bootstrap("b1"), "transactional.id": "tx-secured", "linger.ms": 5, **FAST}
+        {
+            "bootstrap.servers": pair.bootstrap("b1"),
+            "transactional.id": "tx-secured",
+            "linger.ms": 5,
+            **FAST,
+            **SASL,
+        }
     )
     producer.init_transactions(20)
     producer.begin_transaction()
@@ -92,5 +107,5 @@ def test_a_transaction_across_secured_brokers_commits_and_aborts_everywhere(
     records = [*caplog.get_records("setup"), *caplog.records]
     logged = "\n".join(f"{r.name} {r.getMessage()} {r.args!r}" for r in records)
     assert any(r.name.startswith(("kazoo", "sparkmq")) for r in records), "the brokers' logs were seen"
-    for secret in (ZK_PASSWORD, ADMIN, *BROKERS.values()):
+    for secret in (ZK_PASSWORD, ADMIN, ADMIN_PASSWORD, *BROKERS.values()):
         assert secret not in logged
