@@ -5,6 +5,7 @@ store opens and closes it before the store closes. ``sparkmq serve`` registers
 :func:`serve_companions`, which turns ``--remoting-port`` (off when absent), ``--remoting-host``
 and ``--advertise-host`` into a companion.
 
+The door holds the running :class:`broker.state.Broker`: its handlers call the core.
 For now the door serves a lone broker: in cluster mode (``broker.cluster`` set) it refuses to
 start, since its routes would not yet come from ZooKeeper.
 """
@@ -15,15 +16,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
+from broker.state import Broker
 from ingest_api.remoting.door import RemotingDoor, start_remoting_door
-from store import InvalidArgument, MessageStore
+from store import InvalidArgument
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-
-
-class _HasStore(Protocol):
-    @property
-    def store(self) -> Any: ...
 
 
 class RemotingCompanion:
@@ -45,18 +42,17 @@ class RemotingCompanion:
         self.broker_name = broker_name
         self.door: RemotingDoor | None = None
 
-    def __call__(self, broker: _HasStore) -> AbstractAsyncContextManager[RemotingDoor]:
+    def __call__(self, broker: Broker) -> AbstractAsyncContextManager[RemotingDoor]:
         return self._run(broker)
 
     @asynccontextmanager
-    async def _run(self, broker: _HasStore) -> AsyncIterator[RemotingDoor]:
-        if getattr(broker, "cluster", None) is not None:
+    async def _run(self, broker: Broker) -> AsyncIterator[RemotingDoor]:
+        if broker.cluster is not None:
             raise InvalidArgument(
                 "--remoting-port serves a lone broker for now: cluster routes over ZooKeeper are not in yet"
             )
-        store: MessageStore = broker.store
         door = await start_remoting_door(
-            store,
+            broker,
             host=self.host,
             port=self.port,
             advertised_host=self.advertised_host,

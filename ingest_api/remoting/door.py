@@ -1,10 +1,11 @@
-"""The remoting door assembled: a store, this broker's identity, the handler table, the server.
+"""The remoting door assembled: the running broker, its identity, the handler table, the server.
 
-Embedding (what ``sparkmq serve --remoting-port`` is to call, on the broker's loop)::
+Embedding (what :class:`~ingest_api.remoting.companion.RemotingCompanion` does on the broker's
+loop, between :func:`broker.lifecycle.running_broker`'s start and stop)::
 
-    door = await start_remoting_door(store, host="0.0.0.0", port=10911, advertised_host="broker.lan")
+    door = await start_remoting_door(broker, host="0.0.0.0", port=10911, advertised_host="broker.lan")
     ...
-    await door.close()      # before the store closes
+    await door.close()      # before the broker stops
 
 The advertised ``host:port`` is what route bodies give clients as the broker's address;
 ``port=0`` binds a free port and advertises it.
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 import ssl
 
+from broker.state import Broker
 from ingest_api.remoting.codec import DEFAULT_MAX_FRAME_BYTES
 from ingest_api.remoting.handlers import BrokerIdentity, DoorContext, handler_table
 from ingest_api.remoting.server import RemotingServer, RemotingServerConfig, start_remoting_server
-from store import MessageStore
 
 
 class RemotingDoor:
-    """A running door; ``close()`` stops the listener, then detaches from the store."""
+    """A running door; ``close()`` stops the listener."""
 
     def __init__(self, context: DoorContext, server: RemotingServer) -> None:
         self.context = context
@@ -37,7 +38,7 @@ class RemotingDoor:
 
 
 async def start_remoting_door(
-    store: MessageStore,
+    broker: Broker,
     *,
     host: str = "127.0.0.1",
     port: int = 10911,
@@ -49,7 +50,7 @@ async def start_remoting_door(
 ) -> RemotingDoor:
     """Bind and serve; returns once the socket listens. ``advertised_host`` defaults to ``host``."""
     shown_host = advertised_host or host
-    context = DoorContext(store, BrokerIdentity(f"{shown_host}:{port}", broker_name, cluster_name))
+    context = DoorContext(broker, BrokerIdentity(f"{shown_host}:{port}", broker_name, cluster_name))
     config = RemotingServerConfig(
         host=host, port=port, max_frame_bytes=max_frame_bytes, ssl_context=ssl_context
     ).validate()

@@ -1,5 +1,6 @@
 """Group offsets and queue bounds: QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
-SEARCH_OFFSET_BY_TIMESTAMP, over the group offset table HTTP, Kafka and Spark share.
+SEARCH_OFFSET_BY_TIMESTAMP, over the group offset table HTTP, Kafka and Spark share
+(:mod:`broker.group_offsets`: a POP group's offsets are refused).
 
 A group with no committed offset gets QUERY_NOT_FOUND (the client then applies its
 ``consumeFromWhere``), except on an empty queue, which answers 0 unless the client sent
@@ -9,6 +10,7 @@ offset 0 when nothing of the queue is there yet).
 
 from __future__ import annotations
 
+from broker.group_offsets import commit_offset, committed_offset
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import ResponseCode
 from ingest_api.remoting.connection import Connection
@@ -31,7 +33,7 @@ def _offset(cmd: RemotingCommand, offset: int) -> RemotingCommand:
 async def query_consumer_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = QueryConsumerOffsetRequest.from_ext_fields(cmd.ext_fields)
     store = ctx.store
-    committed = store.committed_offset(header.consumer_group, header.topic, header.queue_id)
+    committed = committed_offset(ctx.broker, header.consumer_group, header.topic, header.queue_id)
     if committed >= 0:
         return _offset(cmd, committed)
     empty = store.has_topic(header.topic) and store.max_offset(header.topic, header.queue_id) == 0
@@ -43,8 +45,8 @@ async def query_consumer_offset(ctx: DoorContext, conn: Connection, cmd: Remotin
 async def update_consumer_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Commit (ali-ons sends it one-way: the answer is then dropped by the server)."""
     header = UpdateConsumerOffsetRequest.from_ext_fields(cmd.ext_fields)
-    await ctx.run_blocking(
-        ctx.store.commit_offset, header.consumer_group, header.topic, header.queue_id, header.commit_offset
+    await commit_offset(
+        ctx.broker, header.consumer_group, header.topic, header.queue_id, header.commit_offset
     )
     return response_to(cmd, ResponseCode.SUCCESS)
 

@@ -3,19 +3,22 @@ CommitLog records as the body (what RocketMQ sends; clients decode them themselv
 
 The tag expression is the request's ``subscription`` when its sysFlag says so, else the
 group's from its last heartbeat, else ``*``. A commit offset in the request (sysFlag bit 0)
-is stored first. With nothing new and the suspend flag set, the pull parks up to
-``suspendTimeoutMillis`` on :class:`ArrivalWaiters` and reads again once. Status mapping
+is committed first (:func:`broker.group_offsets.commit_offset`: a POP group is refused). With
+nothing new and the suspend flag set, the pull parks up to ``suspendTimeoutMillis`` on the
+broker's arrival hub (:class:`broker.longpoll.ArrivalHub`, the one HTTP's long polls wait on)
+and reads again once. Status mapping
 (RocketMQ ``PullMessageProcessor``): FOUND -> SUCCESS, all filtered out ->
 PULL_RETRY_IMMEDIATELY, nothing new -> PULL_NOT_FOUND, below the min or beyond the max ->
 PULL_OFFSET_MOVED, an empty or unknown queue -> PULL_NOT_FOUND at offset 0 and
 PULL_OFFSET_MOVED elsewhere.
 
-Not yet (the broker-core door): serving a slave below its confirm offset with
-``suggestWhichBrokerId``, flow limits by ``maxMsgBytes``.
+Not yet: flow limits by ``maxMsgBytes``.
 """
 
 from __future__ import annotations
 
+from broker.group_offsets import commit_offset
+from broker.threads import run_blocking
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import (
     PULL_FLAG_COMMIT_OFFSET,
@@ -76,23 +79,20 @@ async def pull_message(ctx: DoorContext, conn: Connection, cmd: RemotingCommand)
             cmd, ResponseCode.INVALID_PARAMETER, f"maxMsgNums must be positive: {header.max_msg_nums}"
         )
     if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
-        await ctx.run_blocking(
-            ctx.store.commit_offset,
-            header.consumer_group,
-            header.topic,
-            header.queue_id,
-            header.commit_offset,
+        await commit_offset(
+            ctx.broker, header.consumer_group, header.topic, header.queue_id, header.commit_offset
         )
     expression = _tag_expression(ctx, header)
-    waiters = ctx.arrivals()
     result, body = await _read(ctx, header, expression)
     suspend_ms = min(header.suspend_timeout_millis, MAX_SUSPEND_MS)
     if result.status is GetStatus.NO_NEW_MESSAGE and header.sys_flag & PULL_FLAG_SUSPEND and suspend_ms > 0:
+        store = ctx.store
 
-        def arrived() -> bool:
-            return ctx.store.max_offset(header.topic, header.queue_id) > header.queue_offset
+        async def current_max() -> int:
+            return await run_blocking(store.max_offset, header.topic, header.queue_id)
 
-        if await waiters.wait(header.topic, header.queue_id, header.queue_offset, suspend_ms / 1000, arrived):
+        hub = ctx.broker.hub
+        if await hub.wait(header.topic, header.queue_id, header.queue_offset, suspend_ms / 1000, current_max):
             result, body = await _read(ctx, header, expression)
     response = PullMessageResponse(
         suggest_which_broker_id=0,
