@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,10 @@ class CheckDispatcher:
         self.stats = CheckStats()
         #: Set by the board: ends from check answers join the HTTP ends' group commit.
         self.ends: EndCoalescer | None = None
+        #: Set by a door whose producers hold a connection (RocketMQ's remoting door):
+        #: ``channel(check)`` sends the check to a live producer of the group and returns True,
+        #: or returns False (no live producer) and the group's check URL is used.
+        self.channel: Callable[[dict[str, Any]], bool] | None = None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -176,6 +181,9 @@ class CheckDispatcher:
     def submit(self, check: dict[str, Any]) -> None:
         """Start a check-back (returns at once; call on the event loop)."""
         group = str(check["producer_group"])
+        if self.channel is not None and self.channel(check):
+            self.stats.count("sent_over_channel")
+            return
         registered = self.groups.get(group)
         if registered is None:
             self.stats.count("no_check_url")

@@ -16,25 +16,40 @@ from __future__ import annotations
 import ssl
 
 from broker.state import Broker
+from broker.transactions import CheckDispatcher
 from ingest_api.remoting.codec import DEFAULT_MAX_FRAME_BYTES
 from ingest_api.remoting.handlers import BrokerIdentity, DoorContext, handler_table
+from ingest_api.remoting.handlers.transactions import CheckBacks
 from ingest_api.remoting.server import RemotingServer, RemotingServerConfig, start_remoting_server
 
 
 class RemotingDoor:
-    """A running door; ``close()`` stops the listener."""
+    """A running door; ``close()`` stops the listener. While it runs, the broker's transaction
+    check-backs for a group with a live remoting producer go over that producer's connection."""
 
     def __init__(self, context: DoorContext, server: RemotingServer) -> None:
         self.context = context
         self.server = server
+        self.check_backs = CheckBacks(context)
+        self._dispatcher = _dispatcher(context.broker)
+        if self._dispatcher is not None:
+            self._dispatcher.channel = self.check_backs
 
     @property
     def port(self) -> int:
         return self.server.port
 
     async def close(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.channel = None
+        self.check_backs.close()
         await self.server.close()
         self.context.close()
+
+
+def _dispatcher(broker: Broker) -> CheckDispatcher | None:
+    board = broker.operators.transactions if broker.operators is not None else None
+    return board.dispatcher if board is not None else None
 
 
 async def start_remoting_door(

@@ -25,6 +25,7 @@ from tests.support.stores import light_config
 class Door:
     broker: Broker
     door: RemotingDoor
+    loop: asyncio.AbstractEventLoop
 
     @property
     def store(self) -> MessageStore:
@@ -67,7 +68,7 @@ def door(tmp_path: Path) -> Iterator[Door]:
             35
         )
         assert companion.door is not None
-        yield Door(broker, companion.door)
+        yield Door(broker, companion.door, loop)
     finally:
         loop.call_soon_threadsafe(stop.set)
         task.result(30)

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from broker.state import Broker
 from broker.threads import run_blocking
+from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.handlers.clients import ClientRegistry
 from ingest_api.remoting.handlers.queue_locks import QueueLocks
 from store import Clock, MessageStore, wall_clock_ms
@@ -42,6 +43,8 @@ class DoorContext:
     clock_ms: Clock = wall_clock_ms
     clients: ClientRegistry = field(default_factory=ClientRegistry)
     locks: QueueLocks = field(default_factory=QueueLocks)
+    #: Client id -> the connection its last heartbeat came on (check-backs go there).
+    connections: dict[str, Connection] = field(default_factory=dict)
 
     @property
     def store(self) -> MessageStore:

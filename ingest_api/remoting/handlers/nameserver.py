@@ -3,13 +3,17 @@
 A lone broker answers with itself as ``brokerId 0`` of its broker name; every queue of the
 topic is readable and writable. An unknown topic is created when the store auto-creates topics
 (as a producer's first write would; ali-ons gives up on TOPIC_NOT_EXIST instead of falling
-back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise. Retry and
-dead-letter topics (``%RETRY%group``, ``%DLQ%group``) are never created here: the retry ladder
-creates them with its own queue counts; until then they have no route.
+back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise. A group's
+retry topic (``%RETRY%group``) is created with the group's retry queue count
+(:func:`broker.sendbacks.ensure_retry_topic`, as RocketMQ does at a consumer's heartbeat), so
+push consumers subscribe to it from the start; a dead-letter topic (``%DLQ%group``) has a
+route once the ladder has created it.
 """
 
 from __future__ import annotations
 
+from broker.errors import BrokerError
+from broker.sendbacks import ensure_retry_topic
 from ingest_api.remoting.bodies import (
     BrokerData,
     ClusterInfo,
@@ -40,7 +44,12 @@ async def _queue_count(ctx: DoorContext, topic: str) -> int | None:
         return store.queue_count(topic)
     if topic == AUTO_CREATE_TOPIC_KEY:
         return store.config.default_queues_per_topic if store.config.auto_create_topics else None
-    if topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)):
+    if topic.startswith(RETRY_TOPIC_PREFIX):
+        try:
+            return await ctx.run_blocking(ensure_retry_topic, ctx.broker, topic[len(RETRY_TOPIC_PREFIX) :])
+        except (SparkMQError, BrokerError):
+            return None  # not a group name the store takes, or no group settings
+    if topic.startswith(DLQ_TOPIC_PREFIX):
         return None
     try:
         return await ctx.run_blocking(store.ensure_topic, topic)

@@ -15,6 +15,7 @@ from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import ResponseCode
 from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.handlers.store_errors import answer_store_error
 from ingest_api.remoting.headers import (
     GetMaxOffsetRequest,
     GetMinOffsetRequest,
@@ -23,7 +24,7 @@ from ingest_api.remoting.headers import (
     SearchOffsetRequest,
     UpdateConsumerOffsetRequest,
 )
-from store import Boundary
+from store import Boundary, SparkMQError
 
 
 def _offset(cmd: RemotingCommand, offset: int) -> RemotingCommand:
@@ -33,7 +34,10 @@ def _offset(cmd: RemotingCommand, offset: int) -> RemotingCommand:
 async def query_consumer_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = QueryConsumerOffsetRequest.from_ext_fields(cmd.ext_fields)
     store = ctx.store
-    committed = committed_offset(ctx.broker, header.consumer_group, header.topic, header.queue_id)
+    try:
+        committed = committed_offset(ctx.broker, header.consumer_group, header.topic, header.queue_id)
+    except SparkMQError as exc:
+        return answer_store_error(cmd, exc)
     if committed >= 0:
         return _offset(cmd, committed)
     empty = store.has_topic(header.topic) and store.max_offset(header.topic, header.queue_id) == 0
@@ -45,9 +49,12 @@ async def query_consumer_offset(ctx: DoorContext, conn: Connection, cmd: Remotin
 async def update_consumer_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Commit (ali-ons sends it one-way: the answer is then dropped by the server)."""
     header = UpdateConsumerOffsetRequest.from_ext_fields(cmd.ext_fields)
-    await commit_offset(
-        ctx.broker, header.consumer_group, header.topic, header.queue_id, header.commit_offset
-    )
+    try:
+        await commit_offset(
+            ctx.broker, header.consumer_group, header.topic, header.queue_id, header.commit_offset
+        )
+    except SparkMQError as exc:
+        return answer_store_error(cmd, exc)
     return response_to(cmd, ResponseCode.SUCCESS)
 
 

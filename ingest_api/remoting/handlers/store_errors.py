@@ -6,7 +6,9 @@ unknown topic -> TOPIC_NOT_EXIST, a value the store refuses -> MESSAGE_ILLEGAL, 
 cannot write -> SERVICE_NOT_AVAILABLE (the client retries elsewhere), anything else SYSTEM_ERROR.
 A :class:`broker.errors.BrokerError` (the core's own refusal: a bad field, a queue outside the
 topic, a missing right) maps by its HTTP-class status: 400/409/413 -> MESSAGE_ILLEGAL, 401/403
--> NO_PERMISSION, 404 -> TOPIC_NOT_EXIST, 503 -> SERVICE_NOT_AVAILABLE, else SYSTEM_ERROR.
+-> NO_PERMISSION, 404 and 421 (a queue another broker owns: the client retries elsewhere and
+refreshes its route) -> TOPIC_NOT_EXIST, 503 -> SERVICE_NOT_AVAILABLE, else SYSTEM_ERROR. A POP
+group's offsets (``group_kind_conflict``) are NO_PERMISSION.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ _BY_STATUS = {
     401: ResponseCode.NO_PERMISSION,
     403: ResponseCode.NO_PERMISSION,
     404: ResponseCode.TOPIC_NOT_EXIST,
+    421: ResponseCode.TOPIC_NOT_EXIST,
     503: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
 
@@ -31,6 +34,8 @@ def store_error_code(exc: SparkMQError | BrokerError) -> ResponseCode:
     """The response code RocketMQ's broker gives for the fault or refusal ``exc``."""
     if isinstance(exc, BrokerError):
         return _BY_STATUS.get(exc.status, ResponseCode.SYSTEM_ERROR)
+    if exc.code == "group_kind_conflict":  # a POP group's offsets: not this consumer's to use
+        return ResponseCode.NO_PERMISSION
     named = getattr(exc, "status", None)
     if isinstance(named, str) and named in ResponseCode.__members__:
         return ResponseCode[named]
