@@ -60,6 +60,7 @@ class _MemberJson(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
     ha: str | None = None
     last_epoch: int | None = None
     max_offset: int | None = None
+    remoting: str | None = None
 
 
 class _PlacementJson(msgspec.Struct, forbid_unknown_fields=False):
@@ -84,6 +85,8 @@ class MemberInfo:
     #: A replica's last epoch and CommitLog max offset, published when an election is due.
     last_epoch: int | None = None
     max_offset: int | None = None
+    #: The RocketMQ remoting port's ``host:port`` (``--remoting-port``), for route bodies.
+    remoting: str | None = None
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(
@@ -97,6 +100,7 @@ class MemberInfo:
                 ha=self.ha,
                 last_epoch=self.last_epoch,
                 max_offset=self.max_offset,
+                remoting=self.remoting,
             )
         )
 
@@ -116,6 +120,7 @@ class MemberInfo:
             ha=value.ha,
             last_epoch=value.last_epoch,
             max_offset=value.max_offset,
+            remoting=value.remoting,
         )
 
     @property

@@ -123,6 +123,7 @@ class ClusterNode:
                 started_ms=wall_clock_ms(),
                 kafka=self.config.kafka_address,
                 ha=self.config.ha_address,
+                remoting=self.config.remoting_address,
             )
             self._register()
             coordination.add_state_listener(self._on_session)

@@ -5,9 +5,10 @@ store opens and closes it before the store closes. ``sparkmq serve`` registers
 :func:`serve_companions`, which turns ``--remoting-port`` (off when absent), ``--remoting-host``
 and ``--advertise-host`` into a companion.
 
-The door holds the running :class:`broker.state.Broker`: its handlers call the core.
-For now the door serves a lone broker: in cluster mode (``broker.cluster`` set) it refuses to
-start, since its routes would not yet come from ZooKeeper.
+The door holds the running :class:`broker.state.Broker`: its handlers call the core. In a
+cluster (``broker.cluster`` set) the door shows this member's broker name and the remoting
+address it registered in ZooKeeper (``sparkmq serve --cluster ... --remoting-port``), and its
+routes come from the cluster's.
 """
 
 from __future__ import annotations
@@ -47,16 +48,18 @@ class RemotingCompanion:
 
     @asynccontextmanager
     async def _run(self, broker: Broker) -> AsyncIterator[RemotingDoor]:
-        if broker.cluster is not None:
-            raise InvalidArgument(
-                "--remoting-port serves a lone broker for now: cluster routes over ZooKeeper are not in yet"
-            )
+        advertised, name = self.advertised_host, self.broker_name
+        node = broker.cluster
+        if node is not None:
+            member = node.member
+            if member is None or member.remoting is None:
+                raise InvalidArgument(
+                    "the remoting door of a cluster broker needs its remoting address registered: "
+                    "start it with --remoting-port"
+                )
+            advertised, name = member.remoting.rpartition(":")[0], node.name
         door = await start_remoting_door(
-            broker,
-            host=self.host,
-            port=self.port,
-            advertised_host=self.advertised_host,
-            broker_name=self.broker_name,
+            broker, host=self.host, port=self.port, advertised_host=advertised, broker_name=name
         )
         self.door = door
         try:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from broker.broker_routes import global_queue_id
 from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.remoting.connection import Connection
@@ -50,6 +51,11 @@ class DoorContext:
     def store(self) -> MessageStore:
         """The broker's store (reads the core has no rule about: raw records, bounds)."""
         return self.broker.store
+
+    def queue_id(self, topic: str, queue_number: int) -> int:
+        """The topic's queue id of a client's queue number on this broker (cluster routes number
+        each broker's queues from 0: :func:`broker.broker_routes.global_queue_id`)."""
+        return global_queue_id(self.broker, topic, queue_number)
 
     def close(self) -> None:
         """Nothing to release: the arrival hub and the store belong to the broker."""

@@ -10,6 +10,8 @@ offset 0 when nothing of the queue is there yet).
 
 from __future__ import annotations
 
+import dataclasses
+
 from broker.group_offsets import commit_offset, committed_offset
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import ResponseCode
@@ -33,6 +35,7 @@ def _offset(cmd: RemotingCommand, offset: int) -> RemotingCommand:
 
 async def query_consumer_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = QueryConsumerOffsetRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
     store = ctx.store
     try:
         committed = committed_offset(ctx.broker, header.consumer_group, header.topic, header.queue_id)
@@ -49,6 +52,7 @@ async def query_consumer_offset(ctx: DoorContext, conn: Connection, cmd: Remotin
 async def update_consumer_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Commit (ali-ons sends it one-way: the answer is then dropped by the server)."""
     header = UpdateConsumerOffsetRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
     try:
         await commit_offset(
             ctx.broker, header.consumer_group, header.topic, header.queue_id, header.commit_offset
@@ -60,16 +64,19 @@ async def update_consumer_offset(ctx: DoorContext, conn: Connection, cmd: Remoti
 
 async def get_max_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = GetMaxOffsetRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
     return _offset(cmd, ctx.store.max_offset(header.topic, header.queue_id))
 
 
 async def get_min_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = GetMinOffsetRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
     return _offset(cmd, ctx.store.min_offset(header.topic, header.queue_id))
 
 
 async def search_offset(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = SearchOffsetRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
     boundary = Boundary.UPPER if (header.boundary_type or "").lower() == "upper" else Boundary.LOWER
     offset = await ctx.run_blocking(
         ctx.store.offset_for_timestamp, header.topic, header.queue_id, header.timestamp, boundary

@@ -8,12 +8,15 @@ several messages (as the HTTP door's JSON batches). The topic is created on firs
 store auto-creates topics (:func:`broker.produce.topic_queue_count`). In a cluster the queue
 must be one this broker owns (:func:`broker.writes.write_queue_count`), else the send is refused
 (see :mod:`ingest_api.remoting.handlers.store_errors` for the code) and the client retries on
-another broker of its route. The answer carries the offset msg id, the queue and queue offset,
-and the UNIQ_KEY as ``transactionId``.
+another broker of its route. The client's queue number is this broker's ``i``-th queue of the
+topic (:func:`broker.broker_routes.global_queue_id`); the answer gives it back as sent. The
+answer carries the offset msg id, the queue and queue offset, and the UNIQ_KEY as
+``transactionId``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from broker.errors import BrokerError
@@ -65,10 +68,12 @@ async def send_message(ctx: DoorContext, conn: Connection, cmd: RemotingCommand)
     """Store the message(s) of a send request, all or nothing."""
     header = decode_send_request(cmd)
     store = ctx.store
+    queue_id = ctx.queue_id(header.topic, header.queue_id)
     try:
-        queue_count = await write_queue_count(ctx.broker, header.topic, header.queue_id)
+        queue_count = await write_queue_count(ctx.broker, header.topic, queue_id)
         placing = Placing(queue_count, store.config, store.now_ms())
-        messages = request_messages(header, cmd, (conn.peer_host, conn.peer_port), placing)
+        placed = dataclasses.replace(header, queue_id=queue_id)
+        messages = request_messages(placed, cmd, (conn.peer_host, conn.peer_port), placing)
         if not messages:
             raise RemotingRequestError("the batch holds no message", ResponseCode.MESSAGE_ILLEGAL)
         results = await _store(ctx, cmd, header, messages)
