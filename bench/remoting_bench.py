@@ -124,7 +124,7 @@ async def bench_remoting_pull(port: int, total: int) -> Figure:
         while offset < total:
             fields = {"consumerGroup": "bench", "topic": TOPIC, "queueId": "0", "queueOffset": str(offset),
                       "maxMsgNums": str(PAGE), "sysFlag": "0", "commitOffset": "0",
-                      "suspendTimeoutMillis": "0"}  # fmt: skip
+                      "suspendTimeoutMillis": "0", "subVersion": "0"}  # fmt: skip
             answer = await conn.call(RequestCode.PULL_MESSAGE, fields)
             if answer.code != ResponseCode.SUCCESS:
                 raise RuntimeError(f"pull answered {answer.code}: {answer.remark}")

@@ -18,7 +18,7 @@ from tests.support.network import free_port
 from tests.support.ons import ensure_ali_ons, run_producer, start_consumer
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800)]
 
 SHORT_LEVELS = ("--delay-levels", "1s 1s 1s 1s 1s 1s 1s 1s")
 
@@ -48,6 +48,8 @@ def test_a_failed_message_comes_back_through_the_retry_topic_then_lands_in_the_d
             return sorted(int(m["reconsumeTimes"]) for m in consumer.received if m["body"] == "bad")
 
         try:
+            # the first redelivery waits for the operator job's retry query to start
+            wait_until(lambda: bad_deliveries()[:2] == [0, 1], 3 * JOB_START_TIMEOUT_S, "a redelivery")
             wait_until(
                 lambda: bad_deliveries() == [0, 1, 2], JOB_START_TIMEOUT_S, "three deliveries of 'bad'"
             )

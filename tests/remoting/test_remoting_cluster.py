@@ -137,25 +137,36 @@ def test_ali_ons_on_a_replicated_cluster(tmp_path: Path) -> None:
         assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, refused.remark
         pull = {"consumerGroup": "GP", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
                 "maxMsgNums": "32", "sysFlag": str(PULL_FLAG_SUSPEND), "commitOffset": "0",
-                "suspendTimeoutMillis": "0"}  # fmt: skip
+                "suspendTimeoutMillis": "0", "subVersion": "0"}  # fmt: skip
         at_slave = _call(slave, request(RequestCode.PULL_MESSAGE, 4, pull))
         assert at_slave.code == ResponseCode.SUCCESS, at_slave.remark
         assert at_slave.ext_fields["suggestWhichBrokerId"] == "0"
 
-        first = start_consumer(slave, "G_CL", TOPIC, instanceName="c1")
-        second = start_consumer(slave, "G_CL", TOPIC, instanceName="c2")
+        with cluster.http("b1-a") as http:
+            assert http.put("/topics/RcSplit", json={"queues": 2}).status_code == 201
+        first = start_consumer(slave, "G_CL", "RcSplit", instanceName="c1")
+        second = start_consumer(slave, "G_CL", "RcSplit", instanceName="c2")
         try:
             first.wait_ready(60)
             second.wait_ready(60)
+
+            def split() -> bool:
+                a, b = first.queues or [], second.queues or []
+                return bool(a and b) and sorted(a + b) == [0, 1]
+
+            wait_until(split, 60, "the two consumers to split the two queues")
+            sent_split = run_producer(slave, "RcSplit", [{"body": f"s-{i}"} for i in range(12)])
+            everything = {s["msgId"] for s in sent_split}
             wait_until(
-                lambda: sorted((first.queues or []) + (second.queues or [])) == [0, 1], 60, "the split"
+                lambda: {r["msgId"] for r in first.received + second.received} == everything,
+                60,
+                "every message at one of the consumers",
             )
-            wait_until(lambda: len(first.received) + len(second.received) >= 7, 60, "every message")
         finally:
             first.stop()
             second.stop()
-        bodies = [r["body"] for r in first.received + second.received]
-        assert sorted(bodies) == sorted([f"n-{i}" for i in range(4)] + [f"b-{i}" for i in range(3)])
+        ids = [r["msgId"] for r in first.received + second.received]
+        assert len(ids) == len(set(ids)) == 12
         assert first.received and second.received
 
         process, streamed = _stream(slave, 400)
