@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_a_failed_message_comes_back_through_the_retry_topic_then_lands_in_the_d
             raise AssertionError(
                 f"{exc}\nreceived: {seen}\nconsumer:\n{consumer.stderr[-2000:]}\nbroker:\n{log}"
             ) from exc
-        dead = []
+        dead: list[dict[str, Any]] = []
 
         def dead_letters() -> bool:
             dead[:] = all_messages(server, "%DLQ%G_RETRY")
