@@ -15,6 +15,7 @@ from broker.errors import BrokerError
 from broker.produce import topic_queue_count
 from broker.state import Broker
 from broker.threads import run_blocking
+from store import validate_topic
 
 
 async def write_queue_count(broker: Broker, topic: str, queue_id: int) -> int:
@@ -40,3 +41,15 @@ async def write_queue_count(broker: Broker, topic: str, queue_id: int) -> int:
         if not store.has_topic(topic) or store.queue_count(topic) < count:
             await run_blocking(broker.local_topics.ensure_local, topic, count)
     return count
+
+
+async def create_or_grow_topic(broker: Broker, topic: str, queues: int) -> int:
+    """Create ``topic`` with ``queues`` queues or grow it (queues never shrink): on this lone
+    broker, or in the cluster's routes (new queue ids round robin over the live brokers).
+    Returns the topic's queue count."""
+    validate_topic(topic)
+    node = broker.cluster
+    if node is None:
+        return await run_blocking(broker.store.create_topic, topic, queues)
+    placement = await run_blocking(node.create_or_grow_topic, topic, queues, None)
+    return placement.queue_count
