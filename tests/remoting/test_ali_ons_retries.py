@@ -40,7 +40,13 @@ def test_a_failed_message_comes_back_through_the_retry_topic_then_lands_in_the_d
     run_producer(name_srv, "RetryT", [{"body": "bad", "tags": "T"}, {"body": "good", "tags": "T"}])
     (original,) = [m for m in all_messages(server, "RetryT") if m["body"] == "bad"]
     consumer = start_consumer(
-        name_srv, "G_RETRY", "RetryT", instanceName="r1", fail={"bad": 100}, maxReconsumeTimes=2
+        name_srv,
+        "G_RETRY",
+        "RetryT",
+        instanceName="r1",
+        fail={"bad": 100},
+        maxReconsumeTimes=2,
+        timeoutMs=1_800_000,  # the driver's own deadline: longer than the operator job's start
     )
     try:
         consumer.wait_ready(60)
