@@ -161,10 +161,10 @@ class CheckDispatcher:
         self.stats = CheckStats()
         #: Set by the board: ends from check answers join the HTTP ends' group commit.
         self.ends: EndCoalescer | None = None
-        #: Set by a door whose producers hold a connection (RocketMQ's remoting door):
-        #: ``channel(check)`` sends the check to a live producer of the group and returns True,
-        #: or returns False (no live producer) and the group's check URL is used.
-        self.channel: Callable[[dict[str, Any]], bool] | None = None
+        #: Doors that reach producers themselves (the gRPC door's Telemetry streams): for a
+        #: group with no check URL, each is asked in turn; one that returns True has sent the
+        #: check, and the producer's answer ends the transaction through that door.
+        self.pushers: list[Callable[[dict[str, Any]], bool]] = []
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -181,11 +181,11 @@ class CheckDispatcher:
     def submit(self, check: dict[str, Any]) -> None:
         """Start a check-back (returns at once; call on the event loop)."""
         group = str(check["producer_group"])
-        if self.channel is not None and self.channel(check):
-            self.stats.count("sent_over_channel")
-            return
         registered = self.groups.get(group)
         if registered is None:
+            if any(push(check) for push in self.pushers):
+                self.stats.count("pushed")
+                return
             self.stats.count("no_check_url")
             return
         breaker = self._breakers.setdefault(group, Breaker())

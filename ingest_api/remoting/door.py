@@ -33,15 +33,15 @@ class RemotingDoor:
         self.check_backs = CheckBacks(context)
         self._dispatcher = _dispatcher(context.broker)
         if self._dispatcher is not None:
-            self._dispatcher.channel = self.check_backs
+            self._dispatcher.pushers.append(self.check_backs)
 
     @property
     def port(self) -> int:
         return self.server.port
 
     async def close(self) -> None:
-        if self._dispatcher is not None:
-            self._dispatcher.channel = None
+        if self._dispatcher is not None and self.check_backs in self._dispatcher.pushers:
+            self._dispatcher.pushers.remove(self.check_backs)
         self.check_backs.close()
         await self.server.close()
         self.context.close()

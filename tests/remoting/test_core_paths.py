@@ -126,7 +126,7 @@ def test_a_check_back_reaches_the_producer_connection_and_its_answer_ends_the_tr
             offset
         )
         assert asked.body == door.store.read_record(offset)
-        assert dispatcher.stats.outcomes["sent_over_channel"] == 1
+        assert dispatcher.stats.outcomes["pushed"] == 1
         answer = {
             "producerGroup": "TPG",
             "tranStateTableOffset": "0",

@@ -7,8 +7,9 @@ A transaction is named by its half's UNIQ_KEY (the send answer's ``transactionId
 the Java client send it as ``msgId`` and ``transactionId``). ``commitOrRollback`` 8 commits, 12
 rolls back, 0 (unknown) leaves the half to the resolver's next check. The check's body is the
 half's CommitLog record, which the client decodes for the transaction id. The producer answers
-a check with END_TRANSACTION (``fromTransactionCheck=true``). A group with no live remoting
-producer falls back to its HTTP check URL (:class:`broker.transactions.CheckDispatcher`).
+a check with END_TRANSACTION (``fromTransactionCheck=true``). A group that registered an HTTP
+check URL keeps it (:class:`broker.transactions.CheckDispatcher` asks its pushers, this door
+and the gRPC door, only for groups without one).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ async def end_transaction_request(
 
 
 class CheckBacks:
-    """``CheckDispatcher.channel``: a check goes to the connection of a live producer of the group."""
+    """One of ``CheckDispatcher.pushers``: a check goes to a live producer's connection of the group."""
 
     def __init__(self, ctx: DoorContext) -> None:
         self.ctx = ctx
