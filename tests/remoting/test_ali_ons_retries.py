@@ -72,7 +72,7 @@ def test_a_failed_message_comes_back_through_the_retry_topic_then_lands_in_the_d
             dead[:] = all_messages(server, "%DLQ%G_RETRY")
             return bool(dead)
 
-        wait_until(dead_letters, JOB_START_TIMEOUT_S, "the dead letter", poll_s=0.5)
+        wait_until(dead_letters, 2 * JOB_START_TIMEOUT_S, "the dead letter", poll_s=0.5)
     finally:
         consumer.stop()
     assert [m["body"] for m in consumer.received if m["body"] == "good"] == ["good"]
