@@ -58,7 +58,7 @@ def test_a_failed_message_comes_back_through_the_retry_topic_then_lands_in_the_d
             # the first redelivery waits for the operator job's retry query to start
             wait_until(lambda: bad_deliveries()[:2] == [0, 1], 3 * JOB_START_TIMEOUT_S, "a redelivery")
             wait_until(
-                lambda: bad_deliveries() == [0, 1, 2], JOB_START_TIMEOUT_S, "three deliveries of 'bad'"
+                lambda: bad_deliveries() == [0, 1, 2], 2 * JOB_START_TIMEOUT_S, "three deliveries of 'bad'"
             )
         except AssertionError as exc:
             seen = [(m["body"], m["reconsumeTimes"], m["topic"]) for m in consumer.received]
