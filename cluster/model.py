@@ -57,10 +57,10 @@ class _MemberJson(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
     store: str
     started_ms: int
     kafka: str | None = None
+    remoting: str | None = None
     ha: str | None = None
     last_epoch: int | None = None
     max_offset: int | None = None
-    remoting: str | None = None
 
 
 class _PlacementJson(msgspec.Struct, forbid_unknown_fields=False):
@@ -81,12 +81,12 @@ class MemberInfo:
     store: str
     started_ms: int
     kafka: str | None = None
+    #: The RocketMQ remoting port's ``host:port`` (``--remoting-port``), for route bodies.
+    remoting: str | None = None
     ha: str | None = None
     #: A replica's last epoch and CommitLog max offset, published when an election is due.
     last_epoch: int | None = None
     max_offset: int | None = None
-    #: The RocketMQ remoting port's ``host:port`` (``--remoting-port``), for route bodies.
-    remoting: str | None = None
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(
@@ -97,10 +97,10 @@ class MemberInfo:
                 store=self.store,
                 started_ms=self.started_ms,
                 kafka=self.kafka,
+                remoting=self.remoting,
                 ha=self.ha,
                 last_epoch=self.last_epoch,
                 max_offset=self.max_offset,
-                remoting=self.remoting,
             )
         )
 
@@ -117,10 +117,10 @@ class MemberInfo:
             store=value.store,
             started_ms=value.started_ms,
             kafka=value.kafka,
+            remoting=value.remoting,
             ha=value.ha,
             last_epoch=value.last_epoch,
             max_offset=value.max_offset,
-            remoting=value.remoting,
         )
 
     @property

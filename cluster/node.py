@@ -122,8 +122,8 @@ class ClusterNode:
                 store=f"{self.config.advertise_host}:{self.config.http_port}",
                 started_ms=wall_clock_ms(),
                 kafka=self.config.kafka_address,
-                ha=self.config.ha_address,
                 remoting=self.config.remoting_address,
+                ha=self.config.ha_address,
             )
             self._register()
             coordination.add_state_listener(self._on_session)
