@@ -22,6 +22,8 @@ class ClusterConfig:
     advertise_host: str
     http_port: int
     kafka_port: int | None = None
+    #: RocketMQ's remoting port (``--remoting-port``), published for the NameServer routes.
+    remoting_port: int | None = None
     #: The replication listener (issue 22); ``None``: this broker takes no replicas, and a
     #: second live broker with the same name is refused.
     ha_port: int | None = None
@@ -59,6 +61,10 @@ class ClusterConfig:
             (0 < self.http_port < 65536, "http_port must be in 1..65535"),
             (self.kafka_port is None or 0 < self.kafka_port < 65536, "kafka_port must be in 1..65535"),
             (self.ha_port is None or 0 < self.ha_port < 65536, "ha_port must be in 1..65535"),
+            (
+                self.remoting_port is None or 0 < self.remoting_port < 65536,
+                "remoting_port must be in 1..65535",
+            ),
             (1000 <= self.session_timeout_ms <= 60_000, "session_timeout_ms must be in [1000, 60000]"),
             (100 <= self.op_timeout_ms <= 60_000, "op_timeout_ms must be in [100, 60000]"),
             (self.connect_timeout_ms >= 100, "connect_timeout_ms must be >= 100"),
@@ -96,6 +102,10 @@ class ClusterConfig:
     @property
     def kafka_address(self) -> str | None:
         return None if self.kafka_port is None else f"{self.advertise_host}:{self.kafka_port}"
+
+    @property
+    def remoting_address(self) -> str | None:
+        return None if self.remoting_port is None else f"{self.advertise_host}:{self.remoting_port}"
 
     @property
     def ha_address(self) -> str | None:

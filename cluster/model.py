@@ -57,6 +57,7 @@ class _MemberJson(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=Tru
     store: str
     started_ms: int
     kafka: str | None = None
+    remoting: str | None = None
     ha: str | None = None
     last_epoch: int | None = None
     max_offset: int | None = None
@@ -81,6 +82,8 @@ class MemberInfo:
     store: str
     started_ms: int
     kafka: str | None = None
+    #: The RocketMQ remoting port's ``host:port`` (``--remoting-port``), for route bodies.
+    remoting: str | None = None
     ha: str | None = None
     #: A replica's last epoch and CommitLog max offset, published when an election is due.
     last_epoch: int | None = None
@@ -98,6 +101,7 @@ class MemberInfo:
                 store=self.store,
                 started_ms=self.started_ms,
                 kafka=self.kafka,
+                remoting=self.remoting,
                 ha=self.ha,
                 last_epoch=self.last_epoch,
                 max_offset=self.max_offset,
@@ -118,6 +122,7 @@ class MemberInfo:
             store=value.store,
             started_ms=value.started_ms,
             kafka=value.kafka,
+            remoting=value.remoting,
             ha=value.ha,
             last_epoch=value.last_epoch,
             max_offset=value.max_offset,

@@ -132,6 +132,7 @@ class ClusterNode:
                 store=f"{self.config.advertise_host}:{self.config.http_port}",
                 started_ms=wall_clock_ms(),
                 kafka=self.config.kafka_address,
+                remoting=self.config.remoting_address,
                 ha=self.config.ha_address,
                 tls_identity=self.config.ha_tls.identity() if self.config.ha_tls is not None else None,
             )

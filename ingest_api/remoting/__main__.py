@@ -1,5 +1,6 @@
 """``python -m ingest_api.remoting --store-dir DIR``: serve one store over RocketMQ's remoting
-protocol only (name-server and broker codes on one port)."""
+protocol only (name-server and broker codes on one port), as a companion of a broker that runs
+without its HTTP door."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import logging
 import signal
 from pathlib import Path
 
-from ingest_api.remoting.door import start_remoting_door
-from store import MessageStore, StoreConfig
+from broker.config import ServerConfig
+from broker.lifecycle import running_broker
+from ingest_api.remoting.companion import RemotingCompanion
+from store import StoreConfig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,24 +26,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--broker-name", default="broker-a")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ServerConfig(store=StoreConfig(store_dir=args.store_dir).validate()).validate()
+    door = RemotingCompanion(args.port, args.host, args.advertised_host, args.broker_name)
 
     async def serve() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        with MessageStore.open(StoreConfig(store_dir=args.store_dir).validate()) as store:
-            door = await start_remoting_door(
-                store,
-                host=args.host,
-                port=args.port,
-                advertised_host=args.advertised_host,
-                broker_name=args.broker_name,
-            )
-            try:
-                await stop.wait()  # SIGINT / SIGTERM: close the door, then the store
-            finally:
-                await door.close()
+        async with running_broker(config, companions=[door]):
+            await stop.wait()  # SIGINT / SIGTERM: the door closes, then the broker stops
 
     asyncio.run(serve())
 

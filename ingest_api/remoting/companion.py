@@ -5,8 +5,10 @@ store opens and closes it before the store closes. ``sparkmq serve`` registers
 :func:`serve_companions`, which turns ``--remoting-port`` (off when absent), ``--remoting-host``
 and ``--advertise-host`` into a companion.
 
-For now the door serves a lone broker: in cluster mode (``broker.cluster`` set) it refuses to
-start, since its routes would not yet come from ZooKeeper.
+The door holds the running :class:`broker.state.Broker`: its handlers call the core. In a
+cluster (``broker.cluster`` set) the door shows this member's broker name and the remoting
+address it registered in ZooKeeper (``sparkmq serve --cluster ... --remoting-port``), and its
+routes come from the cluster's.
 """
 
 from __future__ import annotations
@@ -15,15 +17,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
+from broker.state import Broker
 from ingest_api.remoting.door import RemotingDoor, start_remoting_door
-from store import InvalidArgument, MessageStore
+from store import InvalidArgument
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-
-
-class _HasStore(Protocol):
-    @property
-    def store(self) -> Any: ...
 
 
 class RemotingCompanion:
@@ -45,22 +43,23 @@ class RemotingCompanion:
         self.broker_name = broker_name
         self.door: RemotingDoor | None = None
 
-    def __call__(self, broker: _HasStore) -> AbstractAsyncContextManager[RemotingDoor]:
+    def __call__(self, broker: Broker) -> AbstractAsyncContextManager[RemotingDoor]:
         return self._run(broker)
 
     @asynccontextmanager
-    async def _run(self, broker: _HasStore) -> AsyncIterator[RemotingDoor]:
-        if getattr(broker, "cluster", None) is not None:
-            raise InvalidArgument(
-                "--remoting-port serves a lone broker for now: cluster routes over ZooKeeper are not in yet"
-            )
-        store: MessageStore = broker.store
+    async def _run(self, broker: Broker) -> AsyncIterator[RemotingDoor]:
+        advertised, name = self.advertised_host, self.broker_name
+        node = broker.cluster
+        if node is not None:
+            member = node.member
+            if member is None or member.remoting is None:
+                raise InvalidArgument(
+                    "the remoting door of a cluster broker needs its remoting address registered: "
+                    "start it with --remoting-port"
+                )
+            advertised, name = member.remoting.rpartition(":")[0], node.name
         door = await start_remoting_door(
-            store,
-            host=self.host,
-            port=self.port,
-            advertised_host=self.advertised_host,
-            broker_name=self.broker_name,
+            broker, host=self.host, port=self.port, advertised_host=advertised, broker_name=name
         )
         self.door = door
         try:

@@ -302,6 +302,8 @@ def serve(
         default_queues,
         auto_create_topics,
     )
+    if membership is not None and remoting_port is not None:  # published for the NameServer routes
+        membership = membership.with_changes(remoting_port=remoting_port)
     if membership is not None and ha_port is not None:
         membership = _with_replication(
             membership, ha_port, replication, min_insync, replication_timeout_ms, unclean_failover

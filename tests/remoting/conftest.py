@@ -1,4 +1,5 @@
-"""The remoting door over a real store, on an event loop of its own (shared by the door tests)."""
+"""The remoting door as a companion of a real running broker (``broker.lifecycle.running_broker``
+over a real store, no HTTP door), on an event loop of its own (shared by the door tests)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.remoting.door import RemotingDoor, start_remoting_door
+from broker.config import ServerConfig
+from broker.lifecycle import running_broker
+from broker.state import Broker
+from ingest_api.remoting.companion import RemotingCompanion
+from ingest_api.remoting.door import RemotingDoor
 from ingest_api.remoting.handlers import DoorContext
 from store import MessageStore
 from tests.support.stores import light_config
@@ -18,8 +23,13 @@ from tests.support.stores import light_config
 
 @dataclass
 class Door:
-    store: MessageStore
+    broker: Broker
     door: RemotingDoor
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def store(self) -> MessageStore:
+        return self.broker.store
 
     @property
     def ctx(self) -> DoorContext:
@@ -32,20 +42,36 @@ class Door:
 
 @pytest.fixture
 def door(tmp_path: Path) -> Iterator[Door]:
-    """A remoting door on a free port (port 0: it advertises the port it bound) over a store,
-    on an event loop of its own."""
+    """A running broker with its remoting door on a free port (port 0: it advertises the port it
+    bound), on an event loop of its own; stopped (door first, then the store) at the end."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="remoting-door-test", daemon=True)
     thread.start()
-    store = MessageStore.open(light_config(tmp_path / "store"))
-    try:
-        running = asyncio.run_coroutine_threadsafe(start_remoting_door(store, port=0), loop).result(10)
+    companion = RemotingCompanion(port=0)
+    config = ServerConfig(store=light_config(tmp_path / "store"), log_level="warning").validate()
+    started: asyncio.Future[Broker] = loop.create_future()
+    stop = asyncio.Event()
+
+    async def run() -> None:
         try:
-            yield Door(store, running)
-        finally:
-            asyncio.run_coroutine_threadsafe(running.close(), loop).result(10)
+            async with running_broker(config, companions=[companion]) as broker:
+                started.set_result(broker)
+                await stop.wait()
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+            raise
+
+    task = asyncio.run_coroutine_threadsafe(run(), loop)
+    try:
+        broker = asyncio.run_coroutine_threadsafe(asyncio.wait_for(asyncio.shield(started), 30), loop).result(
+            35
+        )
+        assert companion.door is not None
+        yield Door(broker, companion.door, loop)
     finally:
+        loop.call_soon_threadsafe(stop.set)
+        task.result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
-        store.close()

@@ -168,8 +168,10 @@ def test_routes(door: Door) -> None:
     route = decode_route(answer.body)
     assert [(q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == [(3, 3, 6)]
     assert route.broker_datas[0].broker_addrs == {0: f"127.0.0.1:{door.door.port}"}
-    missing = call(door, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 2, {"topic": "%RETRY%G"}))
-    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "%RETRY%G" in (missing.remark or "")
+    missing = call(door, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 2, {"topic": "%DLQ%G"}))
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "%DLQ%G" in (missing.remark or "")
+    retry = call(door, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 4, {"topic": "%RETRY%G"}))
+    assert [q.write_queue_nums for q in decode_route(retry.body).queue_datas] == [1]
     cluster = call(door, request(RequestCode.GET_BROKER_CLUSTER_INFO, 3))
     assert (
         cluster.code == ResponseCode.SUCCESS

@@ -51,6 +51,10 @@ class ClientRegistry:
         if not state.producer_groups and not state.consumers:
             del self._clients[client_id]
 
+    def knows(self, client_id: str) -> bool:
+        """Whether ``client_id`` still runs a group (live or not)."""
+        return client_id in self._clients
+
     def _live(self, now_ms: int) -> dict[str, ClientState]:
         return {cid: s for cid, s in self._clients.items() if now_ms - s.last_heartbeat_ms <= self.expiry_ms}
 

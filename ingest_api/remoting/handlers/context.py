@@ -1,19 +1,23 @@
-"""What the remoting handlers share: the store, this broker's identity in routes, the clients.
+"""What the remoting handlers share: the running broker, this broker's identity in routes, the
+remoting clients (heartbeats, orderly locks, producer connections for check-backs).
 
-The broker core (``broker/``) will replace the direct store calls; until then the handlers call
-the :class:`store.MessageStore` facade in a worker thread (:meth:`DoorContext.run_blocking`)
-so the event loop keeps serving other connections.
+The door is a companion of the running broker (:mod:`broker.lifecycle`): every rule is the
+core's (:mod:`broker.produce`, :mod:`broker.longpoll`, :mod:`broker.retries`,
+:mod:`broker.transactions`, :mod:`broker.reads`), reached through :attr:`DoorContext.broker`;
+the handlers decode, call the core and encode. Blocking store calls run in a worker thread
+(:meth:`DoorContext.run_blocking`) so the event loop keeps serving other connections.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ingest_api.remoting.handlers.arrivals import ArrivalWaiters
+from broker.broker_routes import global_queue_id
+from broker.state import Broker
+from broker.threads import run_blocking
+from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.handlers.clients import ClientRegistry
 from ingest_api.remoting.handlers.queue_locks import QueueLocks
 from store import Clock, MessageStore, wall_clock_ms
@@ -35,27 +39,27 @@ class BrokerIdentity:
 class DoorContext:
     """Shared by every handler of one remoting door."""
 
-    store: MessageStore
+    broker: Broker
     identity: BrokerIdentity
     clock_ms: Clock = wall_clock_ms
     clients: ClientRegistry = field(default_factory=ClientRegistry)
     locks: QueueLocks = field(default_factory=QueueLocks)
-    _waiters: ArrivalWaiters | None = None
+    #: Client id -> the connection its last heartbeat came on (check-backs go there).
+    connections: dict[str, Connection] = field(default_factory=dict)
 
-    def arrivals(self) -> ArrivalWaiters:
-        """The long-polling waiters, created on first use on the running loop and fed by the
-        store's arrival listener until :meth:`close`."""
-        if self._waiters is None:
-            self._waiters = ArrivalWaiters(asyncio.get_running_loop())
-            self.store.add_arrival_listener(self._waiters.on_arrival)
-        return self._waiters
+    @property
+    def store(self) -> MessageStore:
+        """The broker's store (reads the core has no rule about: raw records, bounds)."""
+        return self.broker.store
+
+    def queue_id(self, topic: str, queue_number: int) -> int:
+        """The topic's queue id of a client's queue number on this broker (cluster routes number
+        each broker's queues from 0: :func:`broker.broker_routes.global_queue_id`)."""
+        return global_queue_id(self.broker, topic, queue_number)
 
     def close(self) -> None:
-        """Stop listening to the store (call after the server closed)."""
-        if self._waiters is not None:
-            self.store.remove_arrival_listener(self._waiters.on_arrival)
-            self._waiters = None
+        """Nothing to release: the arrival hub and the store belong to the broker."""
 
     async def run_blocking(self, call: Callable[..., T], *args: object) -> T:
-        """Run a blocking store call in the default executor."""
-        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(call, *args))
+        """Run a blocking store call in a worker thread (the core's :func:`broker.threads.run_blocking`)."""
+        return await run_blocking(call, *args)

@@ -15,12 +15,15 @@ async def heart_beat(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -
     hb = decode_heartbeat(cmd.body)
     ctx.clients.heartbeat(hb, ctx.clock_ms())
     conn.client_id = hb.client_id
+    ctx.connections[hb.client_id] = conn
     return response_to(cmd, ResponseCode.SUCCESS)
 
 
 async def unregister_client(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = UnregisterClientRequest.from_ext_fields(cmd.ext_fields)
     ctx.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
+    if not ctx.clients.knows(header.client_id):
+        ctx.connections.pop(header.client_id, None)
     return response_to(cmd, ResponseCode.SUCCESS)
 
 

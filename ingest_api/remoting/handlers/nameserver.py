@@ -1,15 +1,25 @@
 """The name-server codes on the broker's own port: GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO.
 
 A lone broker answers with itself as ``brokerId 0`` of its broker name; every queue of the
-topic is readable and writable. An unknown topic is created when the store auto-creates topics
+topic is readable and writable. A cluster member answers from the routes in ZooKeeper
+(:func:`broker.broker_routes.topic_broker_routes`): each broker name holding queues of the
+topic with as many queues as it holds (its ``i``-th queue id is the client's queue ``i``), its
+master as ``brokerId 0`` and its slaves as ``1..n`` at their registered remoting addresses;
+a broker name without a live master is read-only (``perm`` 4) until a slave is elected, and the
+next route lookup shows the new master. An unknown topic is created when the store auto-creates topics
 (as a producer's first write would; ali-ons gives up on TOPIC_NOT_EXIST instead of falling
-back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise. Retry and
-dead-letter topics (``%RETRY%group``, ``%DLQ%group``) are never created here: the retry ladder
-creates them with its own queue counts; until then they have no route.
+back to ``TBW102`` like the Java client) and answered TOPIC_NOT_EXIST otherwise. A group's
+retry topic (``%RETRY%group``) is created with the group's retry queue count
+(:func:`broker.sendbacks.ensure_retry_topic`, as RocketMQ does at a consumer's heartbeat), so
+push consumers subscribe to it from the start; a dead-letter topic (``%DLQ%group``) has a
+route once the ladder has created it.
 """
 
 from __future__ import annotations
 
+from broker.broker_routes import BrokerRoute, topic_broker_routes
+from broker.errors import BrokerError
+from broker.sendbacks import ensure_retry_topic
 from ingest_api.remoting.bodies import (
     BrokerData,
     ClusterInfo,
@@ -40,7 +50,12 @@ async def _queue_count(ctx: DoorContext, topic: str) -> int | None:
         return store.queue_count(topic)
     if topic == AUTO_CREATE_TOPIC_KEY:
         return store.config.default_queues_per_topic if store.config.auto_create_topics else None
-    if topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX)):
+    if topic.startswith(RETRY_TOPIC_PREFIX):
+        try:
+            return await ctx.run_blocking(ensure_retry_topic, ctx.broker, topic[len(RETRY_TOPIC_PREFIX) :])
+        except (SparkMQError, BrokerError):
+            return None  # not a group name the store takes, or no group settings
+    if topic.startswith(DLQ_TOPIC_PREFIX):
         return None
     try:
         return await ctx.run_blocking(store.ensure_topic, topic)
@@ -48,8 +63,40 @@ async def _queue_count(ctx: DoorContext, topic: str) -> int | None:
         return None  # auto-create off, or a name the store refuses
 
 
+def _member_addresses(route: BrokerRoute) -> dict[int, str]:
+    """brokerId -> remoting address: the master 0, the slaves 1..n (members without a
+    registered remoting address are left out)."""
+    addresses = {}
+    if route.master is not None and route.master.remoting is not None:
+        addresses[MASTER_ID] = route.master.remoting
+    for slave_id, slave in enumerate(route.slaves, start=1):
+        if slave.remoting is not None:
+            addresses[slave_id] = slave.remoting
+    return addresses
+
+
+def _cluster_route(ctx: DoorContext, routes: list[BrokerRoute]) -> TopicRouteData:
+    cluster = ctx.identity.cluster_name
+    return TopicRouteData(
+        queue_datas=[QueueData(r.broker_name, len(r.queue_ids), len(r.queue_ids), _perm(r)) for r in routes],
+        broker_datas=[BrokerData(cluster, r.broker_name, _member_addresses(r)) for r in routes],
+    )
+
+
+def _perm(route: BrokerRoute) -> int:
+    return PERM_READ | PERM_WRITE if route.master is not None else PERM_READ
+
+
 async def get_route_info(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = GetRouteInfoRequest.from_ext_fields(cmd.ext_fields)
+    if ctx.broker.cluster is not None:
+        try:
+            routes = await topic_broker_routes(ctx.broker, header.topic)
+        except SparkMQError:
+            routes = None
+        if not routes:
+            return response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, NO_ROUTE_REMARK + header.topic)
+        return response_to(cmd, ResponseCode.SUCCESS, body=encode_route(_cluster_route(ctx, routes)))
     queues = await _queue_count(ctx, header.topic)
     if queues is None:
         return response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, NO_ROUTE_REMARK + header.topic)
@@ -63,6 +110,16 @@ async def get_route_info(ctx: DoorContext, conn: Connection, cmd: RemotingComman
 async def get_broker_cluster_info(
     ctx: DoorContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
+    node = ctx.broker.cluster
+    if node is not None:
+        cluster = ctx.identity.cluster_name
+        datas = {}
+        for name, group in sorted(node.view.groups.items()):
+            master = group.master
+            slaves = tuple(sorted((m for m in group.members if m is not master), key=lambda m: m.member_id))
+            datas[name] = BrokerData(cluster, name, _member_addresses(BrokerRoute(name, (), master, slaves)))
+        info = ClusterInfo(datas, {cluster: list(datas)})
+        return response_to(cmd, ResponseCode.SUCCESS, body=encode_cluster_info(info))
     broker = _broker_data(ctx)
     info = ClusterInfo({broker.broker_name: broker}, {broker.cluster: [broker.broker_name]})
     return response_to(cmd, ResponseCode.SUCCESS, body=encode_cluster_info(info))

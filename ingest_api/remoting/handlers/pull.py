@@ -3,19 +3,30 @@ CommitLog records as the body (what RocketMQ sends; clients decode them themselv
 
 The tag expression is the request's ``subscription`` when its sysFlag says so, else the
 group's from its last heartbeat, else ``*``. A commit offset in the request (sysFlag bit 0)
-is stored first. With nothing new and the suspend flag set, the pull parks up to
-``suspendTimeoutMillis`` on :class:`ArrivalWaiters` and reads again once. Status mapping
+is committed first (:func:`broker.group_offsets.commit_offset`: a POP group is refused). With
+nothing new and the suspend flag set, the pull parks up to ``suspendTimeoutMillis`` on the
+broker's arrival hub (:class:`broker.longpoll.ArrivalHub`, the one HTTP's long polls wait on)
+and reads again once. Status mapping
 (RocketMQ ``PullMessageProcessor``): FOUND -> SUCCESS, all filtered out ->
 PULL_RETRY_IMMEDIATELY, nothing new -> PULL_NOT_FOUND, below the min or beyond the max ->
 PULL_OFFSET_MOVED, an empty or unknown queue -> PULL_NOT_FOUND at offset 0 and
 PULL_OFFSET_MOVED elsewhere.
 
-Not yet (the broker-core door): serving a slave below its confirm offset with
-``suggestWhichBrokerId``, flow limits by ``maxMsgBytes``.
+In a cluster the client's queue number is this broker's ``i``-th queue of the topic; a master
+serves its own queues, a slave serves them below its confirm offset (the store's bound on a
+replica) and answers ``suggestWhichBrokerId`` 0 so the client goes back to the master once it
+is there; a queue read elsewhere is refused like a send (TOPIC_NOT_EXIST). Not yet: flow limits
+by ``maxMsgBytes``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from broker.errors import BrokerError
+from broker.group_offsets import commit_offset
+from broker.reads import read_placement
+from broker.threads import run_blocking
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import (
     PULL_FLAG_COMMIT_OFFSET,
@@ -25,8 +36,9 @@ from ingest_api.remoting.codes import (
 )
 from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.handlers.store_errors import answer_store_error
 from ingest_api.remoting.headers import PullMessageRequest, PullMessageResponse
-from store import GetResult, GetStatus
+from store import GetResult, GetStatus, SparkMQError
 
 #: Longest park of one pull, whatever the client asks (RocketMQ clients ask 15-20 s).
 MAX_SUSPEND_MS = 30_000
@@ -69,30 +81,47 @@ async def _read(ctx: DoorContext, header: PullMessageRequest, expression: str) -
     return await ctx.run_blocking(read)
 
 
+async def _served_here(ctx: DoorContext, topic: str, queue_id: int) -> None:
+    """Raise unless this broker serves reads of the queue (:func:`broker.reads.read_placement`:
+    a slave serves below its confirm offset, a master its own queues)."""
+    node = ctx.broker.cluster
+    if node is None:
+        return
+    master = node.view.master_of(node.name)
+    at_slave = master is None or node.member is None or master.member_id != node.member.member_id
+    elsewhere = await read_placement(ctx.broker, topic, queue_id, at_slave)
+    if elsewhere is not None:
+        raise BrokerError(
+            421, "not_owner", f"queue {queue_id} of {topic!r} is read at broker {elsewhere.broker_name}"
+        )
+
+
 async def pull_message(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     header = PullMessageRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
+    try:
+        await _served_here(ctx, header.topic, header.queue_id)
+    except (BrokerError, SparkMQError) as exc:
+        return answer_store_error(cmd, exc)
     if header.max_msg_nums <= 0:
         return response_to(
             cmd, ResponseCode.INVALID_PARAMETER, f"maxMsgNums must be positive: {header.max_msg_nums}"
         )
     if header.sys_flag & PULL_FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
-        await ctx.run_blocking(
-            ctx.store.commit_offset,
-            header.consumer_group,
-            header.topic,
-            header.queue_id,
-            header.commit_offset,
+        await commit_offset(
+            ctx.broker, header.consumer_group, header.topic, header.queue_id, header.commit_offset
         )
     expression = _tag_expression(ctx, header)
-    waiters = ctx.arrivals()
     result, body = await _read(ctx, header, expression)
     suspend_ms = min(header.suspend_timeout_millis, MAX_SUSPEND_MS)
     if result.status is GetStatus.NO_NEW_MESSAGE and header.sys_flag & PULL_FLAG_SUSPEND and suspend_ms > 0:
+        store = ctx.store
 
-        def arrived() -> bool:
-            return ctx.store.max_offset(header.topic, header.queue_id) > header.queue_offset
+        async def current_max() -> int:
+            return await run_blocking(store.max_offset, header.topic, header.queue_id)
 
-        if await waiters.wait(header.topic, header.queue_id, header.queue_offset, suspend_ms / 1000, arrived):
+        hub = ctx.broker.hub
+        if await hub.wait(header.topic, header.queue_id, header.queue_offset, suspend_ms / 1000, current_max):
             result, body = await _read(ctx, header, expression)
     response = PullMessageResponse(
         suggest_which_broker_id=0,

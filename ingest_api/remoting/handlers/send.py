@@ -1,108 +1,38 @@
-"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) into the store.
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) through the core.
 
-The request becomes a :class:`store.Message`: ``TAGS``, ``KEYS``, ``UNIQ_KEY`` (the client's
-when it set one, else the store makes one), ``DELAY`` and ``TRAN_MSG`` move from the properties
-string to their fields, every other property is kept as sent (``WAIT``, the timer properties,
-user properties); the born host is the connection's peer. A compressed body (sysFlag bit 0,
-zlib: the only codec RocketMQ 4 clients and ali-ons use) is inflated and the store applies its
-own body policy. The answer carries the offset msg id, the queue and queue offset, and the
-UNIQ_KEY as ``transactionId``.
-
-Not yet (left to the broker-core door): keeping the client's compressed bytes and sysFlag
-bits verbatim, LZ4/ZSTD bodies (refused with MESSAGE_ILLEGAL), forwarding a send for a queue
-this broker does not own.
+The request is decoded into placed messages (:mod:`ingest_api.remoting.handlers.messages`,
+which applies :mod:`broker.produce`'s rules); then one message goes through the core's
+coalesced single put (:func:`broker.produce.produce_message`), a half (``TRAN_MSG``) through
+:func:`broker.halves.produce_half`, and a batch through the store's all-or-nothing put of
+several messages (as the HTTP door's JSON batches). The topic is created on first send when the
+store auto-creates topics (:func:`broker.produce.topic_queue_count`). In a cluster the queue
+must be one this broker owns (:func:`broker.writes.write_queue_count`), else the send is refused
+(see :mod:`ingest_api.remoting.handlers.store_errors` for the code) and the client retries on
+another broker of its route. The client's queue number is this broker's ``i``-th queue of the
+topic (:func:`broker.broker_routes.global_queue_id`); the answer gives it back as sent. The
+answer carries the offset msg id, the queue and queue offset, and the UNIQ_KEY as
+``transactionId``.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Mapping
+import dataclasses
+import time
 
-from ingest_api.remoting.batch import decode_batch
+from broker.errors import BrokerError
+from broker.halves import produce_half
+from broker.produce import produce_message
+from broker.threads import run_blocking
+from broker.writes import write_queue_count
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import RequestCode, ResponseCode
 from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.errors import RemotingRequestError
 from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.handlers.messages import Placing, request_messages
 from ingest_api.remoting.handlers.store_errors import answer_store_error
 from ingest_api.remoting.headers import SendMessageRequest, SendMessageResponse, decode_send_request
-from store import (
-    SYSFLAG_COMPRESSED,
-    SYSFLAG_COMPRESSION_MASK,
-    SYSFLAG_COMPRESSION_ZLIB,
-    SYSFLAG_TX_PREPARED,
-    Message,
-    PutResult,
-    SparkMQError,
-)
-
-
-def inflate_body(body: bytes, sys_flag: int) -> bytes:
-    """The body as the producer wrote it; raises RemotingRequestError (MESSAGE_ILLEGAL)."""
-    if not sys_flag & SYSFLAG_COMPRESSED:
-        return body
-    codec = sys_flag & SYSFLAG_COMPRESSION_MASK
-    if codec not in (0, SYSFLAG_COMPRESSION_ZLIB):
-        raise RemotingRequestError(
-            f"compression type 0x{codec:x} is not supported (zlib only)", ResponseCode.MESSAGE_ILLEGAL
-        )
-    try:
-        return zlib.decompress(body)
-    except zlib.error as exc:
-        raise RemotingRequestError(
-            f"compressed body does not inflate: {exc}", ResponseCode.MESSAGE_ILLEGAL
-        ) from exc
-
-
-def to_message(
-    header: SendMessageRequest,
-    properties: Mapping[str, str],
-    body: bytes,
-    flag: int,
-    born_host: tuple[str, int],
-) -> Message:
-    """One store message from a send header (topic, queue, times) and one message's parts."""
-    props = dict(properties)
-    tags = props.pop("TAGS", None) or None
-    keys = tuple(props.pop("KEYS", "").split())
-    uniq_key = props.pop("UNIQ_KEY", None) or None
-    delay = props.pop("DELAY", "0")
-    prepared = props.pop("TRAN_MSG", "").lower() == "true" or bool(header.sys_flag & SYSFLAG_TX_PREPARED)
-    if prepared:
-        props["PGROUP"] = header.producer_group
-    try:
-        delay_level = int(delay or "0")
-    except ValueError:
-        raise RemotingRequestError(
-            f"DELAY property is not a level: {delay!r}", ResponseCode.MESSAGE_ILLEGAL
-        ) from None
-    return Message(
-        topic=header.topic,
-        body=body,
-        tags=tags,
-        keys=keys,
-        properties=props,
-        queue_id=header.queue_id,
-        flag=flag,
-        delay_level=delay_level,
-        transaction_prepared=prepared,
-        born_timestamp_ms=header.born_timestamp,
-        born_host=born_host,
-        reconsume_times=header.reconsume_times or 0,
-        uniq_key=uniq_key,
-    )
-
-
-def _messages(header: SendMessageRequest, cmd: RemotingCommand, born_host: tuple[str, int]) -> list[Message]:
-    if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
-        return [
-            to_message(
-                header, entry.properties, inflate_body(entry.body, header.sys_flag), entry.flag, born_host
-            )
-            for entry in decode_batch(cmd.body)
-        ]
-    body = inflate_body(cmd.body, header.sys_flag)
-    return [to_message(header, header.property_map(), body, header.flag, born_host)]
+from store import Message, PutResult, SparkMQError
 
 
 def _answer(cmd: RemotingCommand, header: SendMessageRequest, results: list[PutResult]) -> RemotingCommand:
@@ -116,14 +46,39 @@ def _answer(cmd: RemotingCommand, header: SendMessageRequest, results: list[PutR
     return response_to(cmd, ResponseCode.SUCCESS, ext_fields=response.to_ext_fields())
 
 
+async def _store(
+    ctx: DoorContext, cmd: RemotingCommand, header: SendMessageRequest, messages: list[Message]
+) -> list[PutResult]:
+    broker = ctx.broker
+    if cmd.code != RequestCode.SEND_BATCH_MESSAGE and len(messages) == 1:
+        (message,) = messages
+        if message.transaction_prepared:
+            return [await produce_half(broker, message, header.producer_group)]
+        return [await produce_message(broker, message)]
+    if any(m.transaction_prepared for m in messages):
+        raise BrokerError(400, "invalid_transaction", "a batch cannot hold transactional messages")
+    started = time.perf_counter()
+    results = await run_blocking(broker.store.put_messages, messages)
+    size = sum(len(m.body) for m in messages)
+    broker.metrics.produced(header.topic, len(messages), size, "batch", time.perf_counter() - started)
+    return results
+
+
 async def send_message(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Store the message(s) of a send request, all or nothing."""
     header = decode_send_request(cmd)
-    messages = _messages(header, cmd, (conn.peer_host, conn.peer_port))
-    if not messages:
-        raise RemotingRequestError("the batch holds no message", ResponseCode.MESSAGE_ILLEGAL)
+    store = ctx.store
+    queue_id = ctx.queue_id(header.topic, header.queue_id)
     try:
-        results = await ctx.run_blocking(ctx.store.put_messages, messages)
-    except SparkMQError as exc:
+        queue_count = await write_queue_count(ctx.broker, header.topic, queue_id)
+        placing = Placing(queue_count, store.config, store.now_ms())
+        placed = dataclasses.replace(header, queue_id=queue_id)
+        messages = request_messages(placed, cmd, (conn.peer_host, conn.peer_port), placing)
+        if not messages:
+            raise RemotingRequestError("the batch holds no message", ResponseCode.MESSAGE_ILLEGAL)
+        results = await _store(ctx, cmd, header, messages)
+    except RemotingRequestError:
+        raise  # answered by the server with its own code
+    except (SparkMQError, BrokerError) as exc:
         return answer_store_error(cmd, exc)
     return _answer(cmd, header, results)

@@ -3,15 +3,20 @@ QUERY_MESSAGE (12, by key) and GET_EARLIEST_MSG_STORETIME (32).
 
 Messages are answered as RocketMQ does, as raw CommitLog records in the body (the client
 decodes them, as for pulls). A topic is created with ``max(readQueueNums, writeQueueNums)``
-queues (sparkmq has one queue count per topic; a topic only ever grows).
+queues (sparkmq has one queue count per topic; a topic only ever grows), in a cluster in the
+cluster's routes (:func:`broker.writes.create_or_grow_topic`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from broker.writes import create_or_grow_topic
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import ResponseCode
 from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.handlers.store_errors import answer_store_error
 from ingest_api.remoting.headers import (
     CreateTopicRequest,
     GetEarliestMsgStoretimeRequest,
@@ -20,7 +25,7 @@ from ingest_api.remoting.headers import (
     TimestampResponse,
     ViewMessageRequest,
 )
-from store import MessageView
+from store import MessageView, SparkMQError
 
 
 async def create_topic(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -28,7 +33,10 @@ async def create_topic(ctx: DoorContext, conn: Connection, cmd: RemotingCommand)
     queues = max(header.read_queue_nums, header.write_queue_nums)
     if queues <= 0:
         return response_to(cmd, ResponseCode.INVALID_PARAMETER, f"queue numbers must be positive: {queues}")
-    await ctx.run_blocking(ctx.store.create_topic, header.topic, queues)
+    try:
+        await create_or_grow_topic(ctx.broker, header.topic, queues)
+    except SparkMQError as exc:
+        return answer_store_error(cmd, exc)
     return response_to(cmd, ResponseCode.SUCCESS)
 
 
@@ -69,6 +77,7 @@ async def query_message(ctx: DoorContext, conn: Connection, cmd: RemotingCommand
 async def earliest_store_time(ctx: DoorContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Store timestamp of the queue's first message; -1 for an empty queue."""
     header = GetEarliestMsgStoretimeRequest.from_ext_fields(cmd.ext_fields)
+    header = dataclasses.replace(header, queue_id=ctx.queue_id(header.topic, header.queue_id))
     store = ctx.store
 
     def earliest() -> int:

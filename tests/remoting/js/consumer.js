@@ -64,7 +64,9 @@ async function main() {
       storeHost: msg.storeHost,
       properties: msg.properties,
     });
-    if (fails) return Consumer.ACTION_RETRY;
+    // Fail by throwing: ali-ons wraps the handler of its %RETRY%<group> subscription without
+    // passing its return value on, so Consumer.ACTION_RETRY would count a redelivery as consumed.
+    if (fails) throw new Error(`failing ${body} on purpose`);
     consumed += 1;
     if (opts.expect && consumed >= opts.expect) setImmediate(() => finish({ event: 'done' }).catch(fail));
   });
