@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-from functools import partial
 from typing import Annotated, Any
 
 import msgspec
@@ -17,18 +16,16 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.auth import Right, authorize
-from broker.errors import BrokerError
 from broker.membership import CONSUMER_GROUPS
 from broker.peers import ask_others, is_local_request, passed_headers
 from broker.retries import (
-    GroupConfigs,
     SendBackItem,
     UnknownMessage,
     holds,
     resend_dead_letter,
-    send_back_many,
 )
 from broker.routing import SCOPE_HEADER
+from broker.sendbacks import group_configs, send_back_here
 from broker.state import Broker
 from broker.threads import run_blocking
 from ingest_api.http import producing
@@ -93,21 +90,13 @@ class DeadLettersOut(BaseModel):
     next_offset: int
 
 
-def configs_of(broker: Any) -> GroupConfigs:
-    board = broker.operators
-    configs = getattr(board, "group_configs", None)
-    if configs is None:
-        raise BrokerError(503, "retry_unavailable", "this broker has no group configuration")
-    return configs  # type: ignore[no-any-return]
-
-
 @router.put("/{group}", response_model=GroupConfigOut)
 async def put_group_config(
     group: GroupPath, body: GroupConfigIn, broker: BrokerDep, principal: PrincipalDep
 ) -> GroupConfigOut:
     """Create or change a consumer group's retry settings (RocketMQ subscription group config)."""
     authorize(principal, Right.CONSUME, f"%RETRY%{group}")
-    doc = await run_blocking(configs_of(broker).put, group, body.max_reconsume_times, body.retry_queues)
+    doc = await run_blocking(group_configs(broker).put, group, body.max_reconsume_times, body.retry_queues)
     if broker.cluster is not None:  # whichever broker receives a send-back of this group applies it
         await run_blocking(broker.cluster.put_setting, CONSUMER_GROUPS, group, dict(doc))
     return GroupConfigOut(group=group, **doc)
@@ -116,7 +105,7 @@ async def put_group_config(
 @router.get("/{group}/config", response_model=GroupConfigOut)
 async def get_group_config(group: GroupPath, broker: BrokerDep, principal: PrincipalDep) -> GroupConfigOut:
     authorize(principal, Right.CONSUME, f"%RETRY%{group}")
-    doc = configs_of(broker).get(group) or {"max_reconsume_times": 16, "retry_queues": 1}
+    doc = group_configs(broker).get(group) or {"max_reconsume_times": 16, "retry_queues": 1}
     return GroupConfigOut(group=group, **doc)
 
 
@@ -160,30 +149,11 @@ async def send_back_messages(
 async def _send_back_here(
     broker: Broker, group: str, items: list[SendBackIn], key: str | None, scope: str | None
 ) -> list[Any]:
-    """Store the send-back requests of messages this broker holds (one atomic append)."""
+    """Store the send-back requests of messages this broker holds (one atomic append;
+    :func:`broker.sendbacks.send_back_here`)."""
     producer = producing.idempotency_ref(f"sendback:{group}" + (f"#{scope}" if scope else ""), key)
-    own_queues = None
-    node = broker.cluster
-    if node is not None:
-
-        def own_queues(topic: str, count: int) -> tuple[int, ...]:
-            mine = node.own_queues(topic, count)
-            placement = node.view.placement(topic)
-            broker.local_topics.ensure_local(topic, placement.queue_count if placement else max(mine) + 1)
-            return mine
-
-    results: list[Any] = await run_blocking(
-        partial(
-            send_back_many,
-            broker.store,
-            configs_of(broker),
-            group,
-            [SendBackItem(i.topic, i.msg_id, i.delay_level, i.max_reconsume_times) for i in items],
-            producer=producer,
-            own_queues=own_queues,
-        )
-    )
-    return results
+    send_backs = [SendBackItem(i.topic, i.msg_id, i.delay_level, i.max_reconsume_times) for i in items]
+    return list(await send_back_here(broker, group, send_backs, producer=producer))
 
 
 async def _send_back_at_holders(
