@@ -57,8 +57,20 @@ def _kafka_companions(options: ServeOptions) -> list[Companion]:
     return list(serve_companions(options))
 
 
+def _unauthenticated_door(options: ServeOptions, flag: str, door: str) -> None:
+    """Refuse a door that checks no credentials yet on a broker whose other doors do: with
+    ``--auth-file`` it would let anyone in (docs/security.md)."""
+    if options.config.auth_file is not None and options.extra.get(flag[2:].replace("-", "_")) is not None:
+        raise typer.BadParameter(
+            f"the {door} does not check credentials yet, and --auth-file is given: it would let anyone "
+            f"in. Leave {flag} off on a secured broker (docs/security.md).",
+            param_hint=flag,
+        )
+
+
 def _remoting_companions(options: ServeOptions) -> list[Companion]:
     """The RocketMQ remoting door, when ``--remoting-port`` is given."""
+    _unauthenticated_door(options, "--remoting-port", "RocketMQ remoting door")
     from ingest_api.remoting.companion import serve_companions
 
     return list(serve_companions(options))
@@ -93,6 +105,7 @@ def _grpc_companions(options: ServeOptions) -> list[Companion]:
     """The RocketMQ 5 gRPC door, when ``--grpc-port`` is given."""
     if options.extra.get("grpc_port") is None:
         return []
+    _unauthenticated_door(options, "--grpc-port", "gRPC door")
     try:
         from ingest_api.grpc.companion import serve_companions
     except ImportError as exc:
