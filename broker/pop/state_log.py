@@ -90,6 +90,7 @@ class StateLog:
     def load(self) -> PopTable:
         """The table as the state topic says; a fresh one (a new secret, written with the first
         append) if the topic holds no complete snapshot."""
+        self._unwritten_secret = None  # a table loaded from the topic has its secret written
         for begin in reversed(self._snapshot_offsets()):
             table = self._replay_from(begin)
             if table is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from broker.pop import PopService
 from broker.pop.state_codec import Kind, StateRecord, snapshot_mark
 from broker.pop.state_log import StateLog
 from store import POP_STATE_TOPIC
@@ -50,3 +51,23 @@ def test_an_empty_state_topic_gets_a_secret_and_a_first_snapshot(pop: Pop) -> No
     assert pop.store.max_offset(POP_STATE_TOPIC, 0) == 3
     pop.reopen(crash=True)
     assert pop.service.table.secret == secret
+
+
+def test_a_table_reloaded_from_the_topic_keeps_the_secret_it_found(pop: Pop) -> None:
+    """A replica opens on an empty state topic (a fresh secret, not yet written); the master's
+    state arrives by replication and the replica is promoted (``reload``). Its next change must
+    not write its own fresh secret as a newer, empty snapshot: that would drop the master's
+    state and every handle it signed."""
+    master = PopService(pop.store)  # stands in for the old master writing the shared topic
+    try:
+        master.configure_group("g", max_retries=3)
+        written = master.table.secret
+    finally:
+        master.close()
+    pop.service.reload()  # promoted
+    assert pop.service.table.secret == written
+    pop.service.configure_group("h", max_retries=5)
+    pop.reopen(crash=True)
+    assert pop.service.table.secret == written
+    assert pop.service.table.group_settings("g").max_retries == 3
+    assert pop.service.table.group_settings("h").max_retries == 5
