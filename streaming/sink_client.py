@@ -53,6 +53,8 @@ class SinkClient:
         self._http = httpx.Client(headers=auth_headers(token), timeout=timeout_s, verify=verify)
         self.known = KnownBrokers(endpoint.split(","))
         self._learnt = False
+        #: The broker that took this client's first request (see :meth:`_call`).
+        self._pinned: str | None = None
         self.retry_timeout_s = retry_timeout_s
 
     def _learn(self) -> None:
@@ -107,14 +109,19 @@ class SinkClient:
         delay = 0.1
         self._learn()
         while True:
-            base = self.known.best()
+            # Staged parts live on the broker that took them: once one answered, the batch
+            # protocol stays with it (a restarted broker resumes its decisions); before that,
+            # a dead bootstrap address is skipped for the next one known.
+            base = self._pinned or self.known.best()
             try:
                 response = self._http.request(method, base + url, **kwargs)
             except httpx.TransportError as exc:
-                self.known.unreachable(base)
+                if self._pinned is None:
+                    self.known.unreachable(base)
                 problem = f"{base}: {type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 300:
+                    self._pinned = base
                     answer: dict[str, Any] = response.json()
                     return answer
                 if response.status_code < 500:
