@@ -5,10 +5,11 @@ publishes the earlier decision), so transport errors and 5xx answers — a broke
 mid-batch — are retried with backoff until ``retry_timeout_s``; 4xx answers are final.
 
 ``endpoint`` is a bootstrap list; every broker and replica member named by ``GET /cluster`` is
-learnt at the first call and kept (:class:`cluster.KnownBrokers`), so when the address in use
-stops answering the next call goes to another (a replica group's new master). A batch whose
-parts were staged at a broker that died is refused there and replayed by Spark (staged parts
-are not replicated yet).
+learnt at the first call and kept (:class:`cluster.KnownBrokers`): an address that refuses
+connections before any broker has taken a request is skipped for the next. Once a broker has
+taken one, the client stays with it: staged parts and decisions live there (they are not
+replicated yet), and a broker that restarts resumes them; moving mid-batch would ask another
+broker for parts it never saw.
 """
 
 from __future__ import annotations
@@ -109,15 +110,19 @@ class SinkClient:
         delay = 0.1
         self._learn()
         while True:
-            # Staged parts live on the broker that took them: once one answered, the batch
-            # protocol stays with it (a restarted broker resumes its decisions); before that,
-            # a dead bootstrap address is skipped for the next one known.
+            # Staged parts and decisions live on the broker that took them: once a broker has
+            # seen a request (it answered, or the connection broke after sending), the batch
+            # protocol stays with it (a restarted broker resumes its decisions). Before that,
+            # an address that refuses connections is skipped for the next one known.
             base = self._pinned or self.known.best()
             try:
                 response = self._http.request(method, base + url, **kwargs)
-            except httpx.TransportError as exc:
+            except httpx.ConnectError as exc:
                 if self._pinned is None:
                     self.known.unreachable(base)
+                problem = f"{base}: {type(exc).__name__}: {exc}"
+            except httpx.TransportError as exc:
+                self._pinned = base
                 problem = f"{base}: {type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 300:
