@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from broker.pop import GroupKind, PopService
+from broker.state import Broker
+from broker.threads import run_blocking
 
 
 class OffsetStore(Protocol):
@@ -41,3 +43,15 @@ def committed_offsets(store: OffsetStore, group: str, topic: str) -> dict[int, i
     """Queue id -> committed offset of an offset-based group (refuses a POP group)."""
     check_offset_group(store, group)
     return store.committed_offsets(group, topic)
+
+
+def committed_offset(broker: Broker, group: str, topic: str, queue_id: int) -> int:
+    """The group's committed offset of one queue, -1 when none (never blocks on I/O): RocketMQ's
+    QUERY_CONSUMER_OFFSET and a pull's commit offset."""
+    check_offset_group(broker.store, group)
+    return broker.store.committed_offset(group, topic, queue_id)
+
+
+async def commit_offset(broker: Broker, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """Commit the group's next-to-consume offset of one queue (in a worker thread)."""
+    await run_blocking(commit_offsets, broker.store, group, topic, {queue_id: offset})

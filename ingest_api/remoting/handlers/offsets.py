@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from broker.group_offsets import commit_offset, committed_offset
+from broker.offsets import commit_offset, committed_offset
 from ingest_api.remoting.codec import RemotingCommand, response_to
 from ingest_api.remoting.codes import ResponseCode
 from ingest_api.remoting.connection import Connection

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from broker.errors import BrokerError
-from broker.group_offsets import commit_offset
+from broker.offsets import commit_offset
 from broker.reads import read_placement
 from broker.threads import run_blocking
 from ingest_api.remoting.codec import RemotingCommand, response_to
