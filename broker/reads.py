@@ -10,9 +10,11 @@ path there; RocketMQ: ``suggestWhichBrokerId``). An owner with no live member is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from broker.state import Broker
 from broker.threads import run_blocking
-from cluster import MemberInfo, QueueUnavailable
+from cluster import MemberInfo, QueueUnavailable, TopicPlacement
 
 
 async def read_placement(broker: Broker, topic: str, queue_id: int, replica_asked: bool) -> MemberInfo | None:
@@ -28,9 +30,7 @@ async def read_placement(broker: Broker, topic: str, queue_id: int, replica_aske
     owner = placement.owners[queue_id]
     reads_here = replica_asked or node.view.master_of(node.name) is None
     if owner == node.name and (node.serving or reads_here):
-        store = broker.store
-        if not store.has_topic(topic) or store.queue_count(topic) < placement.queue_count:
-            await run_blocking(broker.local_topics.ensure_local, topic, placement.queue_count)
+        await local_ready(broker, {topic: placement})
         return None
     master = node.view.master_of(owner)
     if master is None:
@@ -38,3 +38,22 @@ async def read_placement(broker: Broker, topic: str, queue_id: int, replica_aske
             f"queue {queue_id} of {topic!r} lives on broker {owner}, which is not alive", broker=owner
         )
     return master
+
+
+async def local_ready(broker: Broker, placements: Mapping[str, TopicPlacement]) -> None:
+    """The local store has every routed topic with its full queue count (the route watch may
+    not have been applied yet when a forwarded write arrives)."""
+    store = broker.store
+    missing = [
+        (topic, p.queue_count)
+        for topic, p in placements.items()
+        if not store.has_topic(topic) or store.queue_count(topic) < p.queue_count
+    ]
+    if missing:
+        sync = broker.local_topics
+
+        def create() -> None:
+            for topic, count in missing:
+                sync.ensure_local(topic, count)
+
+        await run_blocking(create)

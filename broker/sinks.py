@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path as FilePath
 
@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 from broker.sink_peers import PeerSinkRouter
 from broker.state import Broker
 from broker.threads import run_blocking
-from cluster import TopicPlacement
 from store import InvalidArgument, MessageStore
 from store.publish import CommitOutcome, SinkRouter, SinkStaging
 
@@ -125,22 +124,3 @@ def part_topics(payload: bytes) -> list[str]:
     if "topic" not in table.schema.names:
         raise InvalidArgument("a staged part needs a 'topic' column")
     return [t for t in pc.unique(table.column("topic")).to_pylist() if t is not None]
-
-
-async def local_ready(broker: Broker, placements: Mapping[str, TopicPlacement]) -> None:
-    """The local store has every routed topic with its full queue count (the route watch may
-    not have been applied yet when a forwarded write arrives)."""
-    store = broker.store
-    missing = [
-        (topic, p.queue_count)
-        for topic, p in placements.items()
-        if not store.has_topic(topic) or store.queue_count(topic) < p.queue_count
-    ]
-    if missing:
-        sync = broker.local_topics
-
-        def create() -> None:
-            for topic, count in missing:
-                sync.ensure_local(topic, count)
-
-        await run_blocking(create)

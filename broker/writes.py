@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from broker.errors import BrokerError
 from broker.produce import topic_queue_count
+from broker.reads import local_ready
 from broker.state import Broker
 from broker.threads import run_blocking
 from store import validate_topic
@@ -37,9 +38,7 @@ async def write_queue_count(broker: Broker, topic: str, queue_id: int) -> int:
                 f"queue {queue_id} of {topic!r} lives on broker {owner}, not {node.name}: refresh the route",
                 broker=owner,
             )
-        store = broker.store
-        if not store.has_topic(topic) or store.queue_count(topic) < count:
-            await run_blocking(broker.local_topics.ensure_local, topic, count)
+        await local_ready(broker, {topic: placement})
     return count
 
 

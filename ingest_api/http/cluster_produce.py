@@ -29,8 +29,8 @@ import pyarrow as pa
 
 from broker.errors import BrokerError
 from broker.peers import PeerUnavailable, passed_headers
+from broker.reads import local_ready
 from broker.routing import FORWARDED_HEADER, SCOPE_HEADER, Plan
-from broker.sinks import local_ready
 from broker.state import Broker
 from broker.threads import run_blocking
 from cluster import TopicPlacement

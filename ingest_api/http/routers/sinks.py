@@ -41,8 +41,9 @@ from pydantic import BaseModel, Field
 
 from broker.auth import Right, authorize
 from broker.errors import BrokerError
+from broker.reads import local_ready
 from broker.routing import FORWARDED_HEADER
-from broker.sinks import local_ready, part_topics, sink_router, staging_for
+from broker.sinks import part_topics, sink_router, staging_for
 from broker.threads import run_blocking
 from ingest_api.http.deps import BrokerDep, InternalOnly, JsonBody, PrincipalDep
 from ingest_api.http.fields import Count
