@@ -33,6 +33,8 @@ BATCH = 100
 
 def _certificates(root: Path) -> dict[int, HATls]:
     ca = make_ca("bench CA")
+    shutil.rmtree(root, ignore_errors=True)  # a former run's keys (they are written exclusively)
+    root.mkdir(parents=True)
     ca_file = root / "ca.pem"
     ca_file.write_bytes(ca.cert_pem)
     out = {}
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "sparkmq-sec-bench")
     args = parser.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
-    tls = _certificates(args.dir)
+    tls = _certificates(args.dir / "certs")
     results: dict[str, list[tuple[float, float]]] = {"plain": [], "mtls": []}
     for _ in range(args.rounds):
         for label, setting in (("plain", None), ("mtls", tls)):

@@ -39,7 +39,8 @@ from store.ha.frames import (
     encode_transfer_header,
 )
 from store.ha.tls import IdentityCheck, PeerRefused, check_peer, peer_identity
-from store.ha.wire import ConnectionClosed, close_quietly, send_all
+from store.ha.tls_channel import TlsChannel
+from store.ha.wire import Buffer, ConnectionClosed, close_quietly, send_all
 
 if TYPE_CHECKING:
     from store.ha.config import HAConfig
@@ -93,6 +94,8 @@ class SlaveConnection:
         self._threads: list[threading.Thread] = []
         #: The verified certificate's identity (mutual TLS), '' on plain TCP.
         self.identity = ""
+        #: Mutual TLS over ``_sock``, once the handshake is done (None: plain TCP).
+        self._tls: TlsChannel | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -131,7 +134,7 @@ class SlaveConnection:
             self._secure()
             while not self._closed.is_set():
                 try:
-                    got = self._sock.recv_into(view)
+                    got = (self._sock if self._tls is None else self._tls).recv_into(view)
                 except TimeoutError:
                     if time.monotonic() - self._last_read > idle_s:
                         raise ConnectionClosed(f"no ack from the slave for {idle_s:.1f} s") from None
@@ -151,14 +154,15 @@ class SlaveConnection:
         tls = self._session.config.tls
         if context is None or tls is None:
             return
-        raw = self._sock
-        slice_s = raw.gettimeout()
-        raw.settimeout(tls.handshake_timeout_s)
-        secured = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
-        self._sock = secured
-        secured.do_handshake()
-        secured.settimeout(slice_s)
-        self.identity = peer_identity(secured)
+        self._tls = TlsChannel.accept(self._sock, context, tls.handshake_timeout_s)
+        self.identity = peer_identity(self._tls.ssl_object)
+
+    def _send(self, buffers: list[Buffer]) -> None:
+        """Send every buffer, through TLS when the connection has it (see :mod:`tls_channel`)."""
+        if self._tls is None:
+            send_all(self._sock, buffers)
+        else:
+            self._tls.sendall(buffers)
 
     def _frames(self, pending: bytearray) -> bytearray:
         position = 0
@@ -191,7 +195,7 @@ class SlaveConnection:
                 raise ConnectionClosed("no handshake from the slave")
             entries = session.epoch_entries()
             last_epoch = entries[-1].epoch if entries else -1
-            send_all(self._sock, [encode_master_handshake(session.log.max_offset, last_epoch, entries)])
+            self._send([encode_master_handshake(session.log.max_offset, last_epoch, entries)])
             if not self._first_ack.wait(idle_s) or self._closed.is_set():
                 raise ConnectionClosed("no first ack from the slave")
             self.transfer_offset = self._start_offset()
@@ -240,14 +244,14 @@ class SlaveConnection:
                     header = TransferHeader(
                         len(data), self.transfer_offset, entry.epoch, entry.start_offset, confirm
                     )
-                    send_all(self._sock, [encode_transfer_header(header), data])
+                    self._send([encode_transfer_header(header), data])
                     self.transfer_offset += len(data)
                     session.transferred(self)
                     told_confirm, idle_since = confirm, time.monotonic()
                     continue
             if confirm != told_confirm or time.monotonic() - idle_since >= heartbeat_s:
                 header = TransferHeader(0, self.transfer_offset, entry.epoch, entry.start_offset, confirm)
-                send_all(self._sock, [encode_transfer_header(header)])
+                self._send([encode_transfer_header(header)])
                 told_confirm, idle_since = confirm, time.monotonic()
             session.wait_for_change(generation, heartbeat_s)
 

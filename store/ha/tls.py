@@ -16,7 +16,9 @@ A failed handshake is a failed connection like any other (the slave backs off an
 is never read as "the master is gone": only a refused TCP connection is (cluster/replica_group).
 
 TLS sockets have no ``sendmsg`` and may hold decrypted bytes ``select`` cannot see;
-:mod:`store.ha.wire` handles both.
+:mod:`store.ha.wire` handles both on the slave (one thread per connection). The master reads
+and writes each connection from two threads, which one ``SSLSocket`` does not allow:
+:mod:`store.ha.tls_channel` keeps its TLS state apart from the socket.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def certificate_identity(pem: bytes) -> str:
     return str(names[0].value) if names else ""
 
 
-def peer_identity(sock: ssl.SSLSocket) -> str:
+def peer_identity(sock: ssl.SSLSocket | ssl.SSLObject) -> str:
     """The common name of the verified peer certificate ('' when it has none)."""
     der = sock.getpeercert(binary_form=True)
     if not der:
