@@ -161,5 +161,5 @@ class GroupListOut(BaseModel):
         description="Offset-based group -> topics it has offsets for (POP groups are in `summaries`)."
     )
     summaries: list[GroupSummaryOut] = Field(
-        default_factory=list, description="Every group, offset-based and POP, by name, with its kind."
+        description="Every group, offset-based and POP, by name, with its kind."
     )
