@@ -187,7 +187,7 @@ def _listed(client: httpx.Client, group: str) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     rows = [row for row in answer.json()["summaries"] if row["group"] == group]
     assert len(rows) == 1, answer.json()
-    return rows[0]
+    return dict(rows[0])
 
 
 def test_pop_groups_are_listed_with_kind_and_inflight_counts(client: httpx.Client, topic: str) -> None:
