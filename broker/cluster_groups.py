@@ -4,7 +4,8 @@ The HTTP routes, the Spark lag mirror and the Kafka coordinator all commit a que
 the broker that owns it, so the offset moves with the data (and, with replication, replicates
 with it). Any broker answers for the whole cluster: it asks the others (a forwarded request is
 answered from the local offset table only) and keeps, for each queue, its owner's answer. A
-queue whose owner is down shows ``-1`` committed and is listed in ``unavailable``.
+queue whose owner is down shows ``-1`` committed and is listed in ``unavailable``. Group lists
+(offset and POP groups, :mod:`broker.group_listing`) are every broker's own, merged.
 """
 
 from __future__ import annotations
