@@ -4,7 +4,8 @@ The HTTP routes, the Spark lag mirror and the Kafka coordinator all commit a que
 the broker that owns it, so the offset moves with the data (and, with replication, replicates
 with it). Any broker answers for the whole cluster: it asks the others (a forwarded request is
 answered from the local offset table only) and keeps, for each queue, its owner's answer. A
-queue whose owner is down shows ``-1`` committed and is listed in ``unavailable``.
+queue whose owner is down shows ``-1`` committed and is listed in ``unavailable``. Group lists
+(offset and POP groups, :mod:`broker.group_listing`) are every broker's own, merged.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from broker.errors import BrokerError
+from broker.group_listing import GroupListing, listing_from_answer, merge_listings
 from broker.lag import GroupQueueRow, group_topic_rows
 from broker.peers import PeerUnavailable, ask_others, passed_headers
 from broker.state import Broker
@@ -116,12 +118,15 @@ async def split_commit(
 async def group_lists(
     broker: Broker, headers: Mapping[str, str], local: dict[str, list[str]]
 ) -> dict[str, list[str]]:
-    """The union of every broker's group -> topics table."""
-    merged = {group: set(topics) for group, topics in local.items()}
-    for answer in (await ask_others(broker, "/groups", headers)).values():
-        for group, topics in answer.get("groups", {}).items():
-            merged.setdefault(group, set()).update(topics)
-    return {group: sorted(topics) for group, topics in sorted(merged.items())}
+    """The union of every broker's group -> topics table (offset groups)."""
+    return (await cluster_listing(broker, headers, GroupListing(local, []))).offsets
+
+
+async def cluster_listing(broker: Broker, headers: Mapping[str, str], local: GroupListing) -> GroupListing:
+    """Every broker's groups, offset-based and POP, merged (:func:`merge_listings`); this
+    broker's are ``local``. Raises ``PeerUnavailable`` when a live broker cannot be asked."""
+    answers = await ask_others(broker, "/groups", headers)
+    return merge_listings([local, *(listing_from_answer(answers[name]) for name in sorted(answers))])
 
 
 async def gather_describe(

@@ -414,7 +414,19 @@ class PopService:
         """The expiry thread's last failure while it persists (for /healthz), else None."""
         return None if self._expiry is None else self._expiry.last_error
 
+    def groups(self) -> list[str]:
+        """Every POP group of this store (it received or was configured here), sorted; none on
+        a replica, whose table is not loaded."""
+        with self._lock:
+            return sorted({*self.table.settings, *(group for group, _ in self.table.lanes)})
+
+    def all_stats(self) -> list[GroupStats]:
+        """:meth:`stats` of every POP group, sorted by group (the group lists show them)."""
+        return [self.stats(group) for group in self.groups()]
+
     def stats(self, group: str) -> GroupStats:
+        """What ``group`` has in flight now (ages in ms from the store's clock) and its
+        counters since this service opened."""
         now = self.store.now_ms()
         with self._lock:
             lanes = [(t, lane) for (g, t), lane in self.table.lanes.items() if g == group]

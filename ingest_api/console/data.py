@@ -8,12 +8,13 @@ of AKHQ #2171, Kafbat #1776 and RabbitMQ's management PR #399).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from broker.group_listing import GroupSummary, PopCounts
 from broker.lag import GroupQueueRow, group_topic_rows, lag_seconds, stored_at
-from broker.pop import GroupStats
+from broker.pop import GroupKind, GroupStats
 from store import MessageStore, MessageView
 
 __all__ = ["GroupQueueRow", "group_topic_rows", "lag_seconds", "stored_at"]
@@ -141,12 +142,15 @@ class KafkaGroupInfo:
 @dataclass(frozen=True)
 class GroupRow:
     name: str
-    #: "kafka" for groups the Kafka gateway coordinates, else "offset table" (HTTP commits
-    #: and Spark queries mirrored with the source's ``group`` option).
+    #: "kafka" for groups the Kafka gateway coordinates, "POP" for groups consumed by receive /
+    #: ack, else "offset table" (HTTP commits and Spark queries mirrored with the source's
+    #: ``group`` option).
     kind: str
     topics: list[str]
     lags: list[GroupTopicLag]
     members: int
+    #: A POP group's in-flight counts (its lag columns stay empty: it has no offsets).
+    pop: PopCounts | None = None
 
     @property
     def total_lag(self) -> int:
@@ -161,15 +165,21 @@ class GroupRow:
 def group_rows(
     store: MessageStore,
     names: Sequence[str],
-    group_topics: dict[str, list[str]],
+    summaries: Mapping[str, GroupSummary],
     kafka: dict[str, KafkaGroupInfo],
     may_read: Callable[[str], bool],
     now_ms: int,
 ) -> list[GroupRow]:
-    """Rows for the groups on one page, with their lag per topic (in messages and seconds)."""
+    """Rows for the groups on one page (``summaries``: :func:`broker.group_listing.local_listing`'s,
+    by name): an offset group's lag per topic (in messages and seconds), a POP group's counts."""
     rows = []
     for name in names:
-        topics = [t for t in group_topics.get(name, []) if may_read(t) and store.has_topic(t)]
+        summary = summaries.get(name)
+        listed = summary.topics if summary is not None else ()
+        topics = [t for t in listed if may_read(t) and store.has_topic(t)]
+        if summary is not None and summary.kind is GroupKind.POP:
+            rows.append(GroupRow(name, "POP", topics, [], 0, summary.pop))
+            continue
         lags = [summarize(name, t, group_topic_rows(store, name, t, now_ms)) for t in topics]
         info = kafka.get(name)
         kind = "kafka" if info is not None else "offset table"

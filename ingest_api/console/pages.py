@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from broker.cluster_info import LOCAL_BROKER
 from broker.errors import BrokerError
+from broker.group_listing import local_listing
 from broker.pop import GroupKind, PopService
 from broker.state import Broker
 from broker.threads import run_blocking
@@ -57,14 +58,14 @@ async def console_root() -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/", status_code=307)
 
 
-def _overview(store: MessageStore, viewer: Viewer) -> tuple[StoreStats, int, int]:
+def _overview(store: MessageStore, viewer: Viewer, pop: PopService | None) -> tuple[StoreStats, int, int]:
     topics = [t for t in store.topics() if viewer.may_see(t)]
-    return store.stats(), len(topics), len(store.groups())
+    return store.stats(), len(topics), len(local_listing(store, pop).summaries)
 
 
 @router.get("/", response_class=HTMLResponse)
 async def overview(request: Request, viewer: ViewerDep) -> HTMLResponse:
-    stats, topics, groups = await run_blocking(_overview, viewer.broker.store, viewer)
+    stats, topics, groups = await run_blocking(_overview, viewer.broker.store, viewer, viewer.broker.pop)
     return page(
         request,
         "overview.html",
@@ -128,16 +129,19 @@ def _groups(
     store: MessageStore,
     viewer: Viewer,
     kafka: dict[str, data.KafkaGroupInfo],
+    pop: PopService | None,
     name: str,
     number: int,
     size: int,
 ) -> data.Page[data.GroupRow]:
-    offsets = store.groups()
-    visible = {g for g, ts in offsets.items() if any(viewer.may_read(t) for t in ts)}
+    """Offset and POP groups (:func:`local_listing`) with a topic the viewer may read, and for
+    global admins the Kafka coordinator's groups."""
+    summaries = {s.group: s for s in local_listing(store, pop).summaries}
+    visible = {g for g, s in summaries.items() if any(viewer.may_read(t) for t in s.topics)}
     if viewer.is_global_admin:
         visible |= set(kafka)
     cut = data.paginate(data.matching(sorted(visible), name), number, size)
-    rows = data.group_rows(store, cut.items, offsets, kafka, viewer.may_read, now_ms())
+    rows = data.group_rows(store, cut.items, summaries, kafka, viewer.may_read, now_ms())
     return data.Page(rows, cut.page, cut.page_size, cut.total)
 
 
@@ -150,7 +154,8 @@ async def groups(
     size: SizeQuery = data.DEFAULT_PAGE_SIZE,
 ) -> HTMLResponse:
     kafka = kafka_groups(viewer.broker)
-    rows = await run_blocking(_groups, viewer.broker.store, viewer, kafka, name, page_number, size)
+    broker = viewer.broker
+    rows = await run_blocking(_groups, broker.store, viewer, kafka, broker.pop, name, page_number, size)
     template = "groups_rows.html" if request.headers.get("hx-request") else "groups.html"
     return page(request, template, viewer, section="groups", rows=rows, name=name)
 

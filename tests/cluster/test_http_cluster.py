@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from store import sharding_queue
@@ -243,3 +245,32 @@ def test_a_system_topic_routes_to_the_asked_broker(trio: InProcessCluster) -> No
         route = http.get("/topics/SCHEDULE_TOPIC_XXXX/route").json()
         assert {q["broker"] for q in route["queues"]} == {"b2"}
         assert len(route["queues"]) >= 3
+
+
+def test_pop_groups_are_listed_merged_over_the_brokers(trio: InProcessCluster) -> None:
+    handles: dict[str, list[str]] = {}
+    for name, count in (("b1", 3), ("b2", 2)):  # messages without a key stay on the broker asked
+        with trio.http(name) as http:
+            if name == "b1":
+                assert http.put("/topics/popped", json={"queues": 3}).status_code == 201
+            for i in range(count):
+                assert http.post("/topics/popped/messages", json={"body": f"{name}-{i}"}).status_code == 201
+            spec = {"max_messages": 32, "invisible_ms": 60_000}
+            got = http.post("/groups/popper/topics/popped/messages:receive", json=spec).json()["messages"]
+            assert sorted(m["body"] for m in got) == [f"{name}-{i}" for i in range(count)]
+            handles[name] = [m["receipt_handle"] for m in got]
+
+    def popper(http: httpx.Client) -> dict[str, Any]:
+        rows = [row for row in http.get("/groups").json()["summaries"] if row["group"] == "popper"]
+        assert len(rows) == 1
+        return dict(rows[0])
+
+    with trio.http("b3") as http:  # b3 has none of the group's state: it asks the others
+        listed = popper(http)
+        assert (listed["kind"], listed["topics"], listed["pop"]["inflight"]) == ("pop", ["popped"], 5)
+        acked = http.post(
+            "/groups/popper/messages:ack", json={"receipt_handles": [*handles["b1"][:2], handles["b2"][0]]}
+        )
+        assert acked.json()["acked"] == 3  # forwarded to each handle's broker
+        assert popper(http)["pop"]["inflight"] == 2
+        assert "popper" not in http.get("/groups").json()["groups"]

@@ -44,7 +44,8 @@ def test_pop_group_page_shows_inflight_retries_and_dead_letters(
     wait_until(lambda: pop.stats("console_pop").dead_letters == 3, 10, "three dead letters")
     more = {"messages": [{"body": "late 1"}, {"body": "late 2"}]}
     assert admin.post("/topics/console_pop_work/messages:batch", json=more).status_code == 201
-    assert len(_receive(console_broker, 60_000)) == 2
+    late = _receive(console_broker, 60_000)
+    assert len(late) == 2
 
     page = session.page
     login(session, console_broker.url, path="/console/groups/console_pop")
@@ -56,6 +57,19 @@ def test_pop_group_page_shows_inflight_retries_and_dead_letters(
     expect(page.locator("#pop-oldest")).to_contain_text(" s")
     expect(page.locator("#pop-topics")).to_contain_text("console_pop_work")
     session.shot("pop-group")
+    # The group list shows it as a POP group with its counts (billing, offset-based, as before).
+    page.goto(f"{console_broker.url}/console/groups")  # logged in above
+    row = page.locator("#group-rows tr[data-group='console_pop']")
+    expect(row.locator(".kind")).to_have_text("POP")
+    expect(row.locator(".topics")).to_have_text("console_pop_work")
+    expect(row.locator(".inflight")).to_have_text("2")
+    expect(row.locator(".visible-again")).to_have_text("0")
+    expect(page.locator("#group-rows tr[data-group='billing'] .kind")).to_have_text("offset table")
+    session.shot("pop-group-list")
+    handles = {"receipt_handles": [m["receipt_handle"] for m in late]}
+    assert admin.post("/groups/console_pop/messages:ack", json=handles).json()["acked"] == 2
+    page.reload()
+    expect(row.locator(".inflight")).to_have_text("0")
     # The offset routes refuse the POP group (the group-kind rule).
     refused = admin.put(
         "/groups/console_pop/offsets", json={"topic": "console_pop_work", "offsets": {"0": 0}}

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from tests.ingest.conftest import BrokerFactory, RunningBroker
+from tests.support.waiting import wait_until
 
 
 def _produce(client: httpx.Client, topic: str, count: int, queues: int = 2) -> None:
@@ -178,3 +179,53 @@ def test_consume_right_on_the_topic_of_each_handle(broker_factory: BrokerFactory
     change = {"receipt_handle": theirs[0]["receipt_handle"], "invisible_ms": 5000}
     assert reader.post("/groups/g/messages:changeInvisible", json=change).status_code == 403
     assert reader.post("/groups/g/messages:ack", json={"receipt_handles": handles[:1]}).json()["acked"] == 1
+
+
+def _listed(client: httpx.Client, group: str) -> dict[str, Any]:
+    """The group's row in ``GET /groups``' summaries."""
+    answer = client.get("/groups")
+    assert answer.status_code == 200, answer.text
+    rows = [row for row in answer.json()["summaries"] if row["group"] == group]
+    assert len(rows) == 1, answer.json()
+    return dict(rows[0])
+
+
+def test_pop_groups_are_listed_with_kind_and_inflight_counts(client: httpx.Client, topic: str) -> None:
+    pop_group, offset_group = f"{topic}-pop", f"{topic}-offsets"
+    _produce(client, topic, 5)
+    got = _receive(client, pop_group, topic, max_messages=3, invisible_ms=60_000).json()["messages"]
+    assert len(got) == 3
+    row = _listed(client, pop_group)
+    assert (row["kind"], row["topics"]) == ("pop", [topic])
+    assert row["pop"]["inflight"] == 3 and row["pop"]["visible_again"] == 0
+    assert row["pop"]["oldest_inflight_age_ms"] >= 0
+    assert pop_group not in client.get("/groups").json()["groups"]  # the offset groups' map (Kafka's)
+
+    acked = client.post(
+        f"/groups/{pop_group}/messages:ack", json={"receipt_handles": [got[0]["receipt_handle"]]}
+    )
+    assert acked.json()["acked"] == 1
+    assert _listed(client, pop_group)["pop"]["inflight"] == 2
+    # Two more with a short invisible time: once it passes they are the backlog (visible again).
+    assert len(_receive(client, pop_group, topic, max_messages=2, invisible_ms=1000).json()["messages"]) == 2
+    counts = wait_until(
+        lambda: (c := _listed(client, pop_group)["pop"])["visible_again"] == 2 and c, 10, "two visible again"
+    )
+    assert counts["inflight"] == 4
+    rest = [m["receipt_handle"] for m in got[1:]]
+    assert (
+        client.post(f"/groups/{pop_group}/messages:ack", json={"receipt_handles": rest}).json()["acked"] == 2
+    )
+    after = _listed(client, pop_group)["pop"]
+    assert (after["inflight"], after["visible_again"], after["dead_letters"]) == (2, 2, 0)
+
+    # An offset-based group lists as before, and as an offset group with no POP counts.
+    committed = client.put(f"/groups/{offset_group}/offsets", json={"topic": topic, "offsets": {"0": 1}})
+    assert committed.status_code == 200, committed.text
+    assert client.get("/groups").json()["groups"][offset_group] == [topic]
+    assert _listed(client, offset_group) == {
+        "group": offset_group,
+        "kind": "offset",
+        "topics": [topic],
+        "pop": None,
+    }

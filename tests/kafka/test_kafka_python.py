@@ -10,7 +10,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
-from store import MessageStore
+from broker.offsets import commit_offsets
+from broker.pop import PopConfig, PopService
+from store import Message, MessageStore
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
@@ -167,3 +169,19 @@ def test_admin_create_and_delete_topics(admin: KafkaAdminClient, store: MessageS
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.delete_topics(["kp-admin"], raise_errors=True)
     assert "SCHEDULE_TOPIC_XXXX" not in admin.list_topics()  # system topics stay hidden
+
+
+def test_list_groups_lists_offset_groups_not_pop_groups(admin: KafkaAdminClient, store: MessageStore) -> None:
+    """ListGroups lists the groups with committed offsets whichever door committed them (HTTP
+    pull, Spark), as Kafka lists simple consumer groups; a POP group has no offsets: not listed."""
+    store.create_topic("kp-kinds", 1)
+    store.put_message(Message(topic="kp-kinds", body=b"one", queue_id=0))
+    pop = PopService(store, PopConfig(background=False))
+    try:
+        assert len(pop.receive("kp-pop", "kp-kinds", invisible_ms=60_000)) == 1
+        commit_offsets(store, "kp-offsets", "kp-kinds", {0: 1})  # what PUT /groups/{g}/offsets does
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed["kp-offsets"]["protocol_type"] == ""
+        assert "kp-pop" not in listed
+    finally:
+        pop.close()

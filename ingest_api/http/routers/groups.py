@@ -12,10 +12,12 @@ from broker import cluster_groups
 from broker.auth import Right, authorize, authorize_global_admin
 from broker.cluster_groups import local_name, placement_owners
 from broker.errors import BrokerError
+from broker.group_listing import GroupSummary, local_listing
 from broker.lag import GroupQueueRow, group_topic_rows
 from broker.offsets import commit_offsets
 from broker.offsets import committed_offsets as offsets_of_group
 from broker.peers import is_local_request, passed_headers
+from broker.pop import GroupKind
 from broker.resets import apply_reset, plan_reset
 from broker.routing import FORWARDED_HEADER
 from broker.state import Broker
@@ -31,7 +33,9 @@ from ingest_api.http.schemas import (
     GroupQueueOut,
     GroupResetIn,
     GroupResetOut,
+    GroupSummaryOut,
     KafkaMemberOut,
+    PopCountsOut,
     QueueLagOut,
     ResetQueueOut,
 )
@@ -68,13 +72,24 @@ def _offsets(store: MessageStore, group: str, topic: str) -> GroupOffsetsOut:
 
 @router.get("", response_model=GroupListOut)
 async def list_groups(request: Request, broker: BrokerDep, principal: PrincipalDep) -> GroupListOut:
-    """Every group with committed offsets, and the topics it has them for (in a cluster: on any
-    broker)."""
+    """Every group (in a cluster: of any broker, merged): ``groups`` maps each offset-based
+    group to the topics it has offsets for; ``summaries`` lists every group, POP ones too, with
+    its kind, topics and, for a POP group, its in-flight counts."""
     authorize_global_admin(principal)
-    local = await run_blocking(broker.store.groups)
-    if is_local_request(broker, request.headers):
-        return GroupListOut(groups=local)
-    return GroupListOut(groups=await cluster_groups.group_lists(broker, request.headers, local))
+    listing = await run_blocking(local_listing, broker.store, broker.pop)
+    if not is_local_request(broker, request.headers):
+        listing = await cluster_groups.cluster_listing(broker, request.headers, listing)
+    return GroupListOut(groups=listing.offsets, summaries=[_summary_out(s) for s in listing.summaries])
+
+
+def _summary_out(summary: GroupSummary) -> GroupSummaryOut:
+    counts = summary.pop
+    return GroupSummaryOut(
+        group=summary.group,
+        kind="pop" if summary.kind is GroupKind.POP else "offset",
+        topics=list(summary.topics),
+        pop=None if counts is None else PopCountsOut.model_validate(counts, from_attributes=True),
+    )
 
 
 @router.get("/{group}/offsets", response_model=GroupOffsetsOut)

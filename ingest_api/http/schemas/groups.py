@@ -135,5 +135,31 @@ class GroupLagOut(BaseModel):
     )
 
 
+class PopCountsOut(BaseModel):
+    """A POP group's in-flight state (in a cluster: summed over the brokers)."""
+
+    inflight: int = Field(description="Received and neither acked nor dead-lettered yet.")
+    visible_again: int = Field(
+        description="Of those, past their invisible time: the backlog waiting for a receive."
+    )
+    oldest_inflight_age_ms: int = Field(description="Age of the oldest delivery in flight (0: none).")
+    redeliveries: int = Field(description="Redeliveries since the broker started.")
+    dead_letters: int = Field(description="Messages dead-lettered since the broker started.")
+
+
+class GroupSummaryOut(BaseModel):
+    group: str
+    kind: Literal["offset", "pop"] = Field(
+        description="`offset`: committed offsets (HTTP pull, Spark, Kafka); `pop`: receive / ack."
+    )
+    topics: list[str] = Field(description="Topics it has offsets for (offset) or received from (pop).")
+    pop: PopCountsOut | None = Field(None, description="A POP group's counts; null for an offset group.")
+
+
 class GroupListOut(BaseModel):
-    groups: dict[str, list[str]] = Field(description="Group -> topics it has offsets for.")
+    groups: dict[str, list[str]] = Field(
+        description="Offset-based group -> topics it has offsets for (POP groups are in `summaries`)."
+    )
+    summaries: list[GroupSummaryOut] = Field(
+        description="Every group, offset-based and POP, by name, with its kind."
+    )
