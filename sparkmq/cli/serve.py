@@ -317,6 +317,8 @@ def serve(
     )
     if membership is not None and remoting_port is not None:  # published for the NameServer routes
         membership = membership.with_changes(remoting_port=remoting_port)
+    if membership is not None and tls_cert is not None:  # the peers call this broker over HTTPS
+        membership = membership.with_changes(http_tls=True)
     if membership is not None and ha_port is not None:
         membership = _with_replication(
             membership, ha_port, replication, min_insync, replication_timeout_ms, unclean_failover
@@ -375,10 +377,15 @@ def serve(
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
             cluster=membership,
             peer_credential=credential,
-            peer_tls_ca=peer_tls_ca,
+            peer_tls_ca=peer_tls_ca if peer_tls_ca is not None else tls_ca,
         ).validate()
-        if kafka_port is not None:
-            config.check_plaintext(kafka_host or host, "Kafka")
+        for door_port, door_host, door in (
+            (kafka_port, kafka_host, "Kafka"),
+            (remoting_port, remoting_host, "remoting"),
+            (grpc_port, None, "gRPC"),
+        ):
+            if door_port is not None:
+                config.check_plaintext(door_host or host, door)
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)
         raise typer.Exit(2) from None
