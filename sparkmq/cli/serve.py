@@ -317,8 +317,6 @@ def serve(
     )
     if membership is not None and remoting_port is not None:  # published for the NameServer routes
         membership = membership.with_changes(remoting_port=remoting_port)
-    if membership is not None and tls_cert is not None:  # the peers call this broker over HTTPS
-        membership = membership.with_changes(http_tls=True)
     if membership is not None and ha_port is not None:
         membership = _with_replication(
             membership, ha_port, replication, min_insync, replication_timeout_ms, unclean_failover
@@ -377,7 +375,7 @@ def serve(
             relocation_chunk_rows=int(os.environ.get("SPARKMQ_TEST_RELOCATION_CHUNK_ROWS", "65536")),
             cluster=membership,
             peer_credential=credential,
-            peer_tls_ca=peer_tls_ca if peer_tls_ca is not None else tls_ca,
+            peer_tls_ca=peer_tls_ca,
         ).validate()
         for door_port, door_host, door in (
             (kafka_port, kafka_host, "Kafka"),
