@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from ingest_api.remoting.codec import RemotingCommand, encode_command, request
 from ingest_api.remoting.codes import RequestCode, ResponseCode
 from ingest_api.remoting.companion import RemotingCompanion
 from ingest_api.remoting.headers import send_request_ext_fields
+from ingest_api.remoting.server import RemotingServerConfig, RemotingServerThread
 from sparkmq.cli import app
 from store import InvalidArgument
 from tests.remoting.conftest import Door
@@ -169,3 +171,13 @@ def test_serve_refuses_a_plaintext_remoting_port_off_loopback_with_auth_on(tmp_p
     result = CliRunner().invoke(app, argv, terminal_width=200)
     assert result.exit_code == 2, result.output
     assert "remoting listener on '0.0.0.0'" in result.output and "--allow-plaintext" in result.output
+
+
+def test_a_connection_that_never_handshakes_is_closed_after_the_timeout(tmp_path: Path, ca: TestCA) -> None:
+    leaf = ca.issue("broker")
+    context = TlsConfig(leaf.cert, leaf.key).server_context()
+    config = RemotingServerConfig(port=0, ssl_context=context, ssl_handshake_timeout_s=0.5)
+    with RemotingServerThread({}, config) as running, RawClient("127.0.0.1", running.port) as silent:
+        started = time.monotonic()
+        assert silent.closed_by_server()  # it sent nothing, not even a ClientHello
+        assert time.monotonic() - started < 5

@@ -11,11 +11,12 @@ Prints ``{"sent": message_id}`` per send, ``{"received": body}`` per acked messa
 import json
 import sys
 import time
+from typing import Any
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
 
-def produce(argument: dict, config: ClientConfiguration) -> bool:
+def produce(argument: dict[str, Any], config: ClientConfiguration) -> bool:
     producer = Producer(config, (argument["topic"],), tls_enable=argument["tls"])
     try:
         producer.startup()
@@ -32,7 +33,7 @@ def produce(argument: dict, config: ClientConfiguration) -> bool:
     return True
 
 
-def consume(argument: dict, config: ClientConfiguration) -> int:
+def consume(argument: dict[str, Any], config: ClientConfiguration) -> int:
     subscription = {argument["topic"]: FilterExpression("*")}
     consumer = SimpleConsumer(
         config, argument["group"], subscription, await_duration=5, tls_enable=argument["tls"]
