@@ -26,7 +26,8 @@ LOCAL_BROKER = "local"
 
 def self_url(broker: Broker) -> str:
     host = broker.config.host if broker.config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    return f"http://{host}:{broker.config.port}"
+    scheme = "http" if broker.config.tls is None else "https"
+    return f"{scheme}://{host}:{broker.config.port}"
 
 
 async def describe_cluster(broker: Broker) -> dict[str, Any]:

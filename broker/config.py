@@ -76,7 +76,7 @@ class ServerConfig:
     #: This broker's identity in peer calls (a ``broker`` user of ``auth_file`` and its token);
     #: needed in a cluster with auth on (``--peer-credential``, docs/security.md).
     peer_credential: PeerCredential | None = None
-    #: CA that verifies other brokers' HTTPS listeners in peer calls (``None``: system CAs).
+    #: CA that verifies other brokers' HTTPS listeners in peer calls (``None``: :attr:`peer_ca`).
     peer_tls_ca: Path | None = None
 
     def validate(self) -> ServerConfig:
@@ -108,6 +108,15 @@ class ServerConfig:
             if not ok:
                 raise InvalidArgument(f"invalid ServerConfig: {message}")
         return self
+
+    @property
+    def peer_ca(self) -> Path | None:
+        """The CA peer calls verify the other brokers' HTTPS listeners with: ``peer_tls_ca``,
+        else the listeners' own ``tls.ca_file`` (a secured cluster has one CA), else ``None``
+        (the system CAs)."""
+        if self.peer_tls_ca is not None:
+            return self.peer_tls_ca
+        return None if self.tls is None else self.tls.ca_file
 
     def check_plaintext(self, host: str, door: str) -> None:
         """Refuse credentials in clear text off this machine: auth on, no TLS, ``host`` not a

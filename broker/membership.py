@@ -67,6 +67,9 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
     if config is None:
         yield
         return
+    tls = broker.config.tls
+    if tls is not None:  # the peers and the clients' routes reach it over HTTPS
+        config = config.with_changes(http_tls=True)
     node = connect(config, broker.store.config.config_dir)
     await run_blocking(node.start)
     if broker.config.auth_file is not None and broker.config.peer_credential is None:
@@ -78,7 +81,8 @@ async def cluster_membership(broker: Broker) -> AsyncIterator[None]:
         node.name,
         broker.config.forward_timeout_s,
         credential=broker.config.peer_credential,
-        tls_ca=broker.config.peer_tls_ca,
+        tls_ca=broker.config.peer_ca,
+        client_cert=None if tls is None else (tls.cert_file, tls.key_file),
     )
     try:
         sync = LocalTopicSync(broker.store, node)

@@ -6,7 +6,8 @@ peer's own answer (any status) is passed back as it is.
 
 With auth on, every call carries this broker's credential and, separately, the user's original
 one (:func:`broker.peer_identity.peer_headers`; the trust model is in that module and
-docs/security.md). With ``tls_ca`` the peers are reached over HTTPS verified against that CA.
+docs/security.md). With ``tls_ca`` the peers are reached over HTTPS verified against that CA;
+a broker serving TLS presents its own certificate to them (mutual TLS).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ class PeerUnavailable(QueueUnavailable):
 
 class PeerClient:
     """Pooled HTTP client to the other brokers; ``me`` marks what it forwards, ``credential``
-    (``None``: auth off) says who this broker is, ``tls_ca`` verifies HTTPS peers."""
+    (``None``: auth off) says who this broker is, ``tls_ca`` verifies HTTPS peers and
+    ``client_cert`` (certificate and key files) is presented to peers that ask for one
+    (``--tls-require-client-cert``)."""
 
     def __init__(
         self,
@@ -44,12 +47,15 @@ class PeerClient:
         timeout_s: float,
         credential: PeerCredential | None = None,
         tls_ca: Path | None = None,
+        client_cert: tuple[Path, Path] | None = None,
     ) -> None:
         self.me = me
         self.credential = credential
         verify: ssl.SSLContext | bool = True
-        if tls_ca is not None:
-            verify = ssl.create_default_context(cafile=str(tls_ca))
+        if tls_ca is not None or client_cert is not None:
+            verify = ssl.create_default_context(cafile=None if tls_ca is None else str(tls_ca))
+            if client_cert is not None:
+                verify.load_cert_chain(*client_cert)
         self._client = httpx.AsyncClient(
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),

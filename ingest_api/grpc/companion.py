@@ -9,6 +9,11 @@ undoes both and stops the door (running calls get ``grace_s``).
 
 Advertised host: ``advertised_host``, else the cluster member's ``--advertise-host``, else the
 bound host (``127.0.0.1`` for a wildcard).
+
+TLS: with ``sparkmq serve --tls-cert/--tls-key`` (``broker.config.tls``) the port serves TLS
+only (:func:`server_credentials`; the clients' ``tls_enable`` / ``enableSsl``); with
+``--tls-require-client-cert`` a client certificate chaining to ``--tls-ca`` is required. With
+auth on, a plaintext door off loopback is refused unless ``--allow-plaintext``.
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from typing import Any, Protocol
 
+import grpc
+
 from broker.state import Broker
 from broker.threads import run_blocking
+from broker.tls import TlsConfig
 from ingest_api.grpc.broker_port import BrokerPort
 from ingest_api.grpc.clients import ClientRegistry
 from ingest_api.grpc.endpoints import DoorAddress, DoorDirectory
 from ingest_api.grpc.server import DoorConfig, GrpcDoor, MessagingService
-from store import Clock, wall_clock_ms
+from store import Clock, InvalidArgument, wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +75,16 @@ class GrpcCompanion:
     async def _run(self, broker: Broker) -> AsyncIterator[GrpcDoor]:
         doors = DoorDirectory(DoorAddress(self._advertised(broker), self.port), broker.cluster)
         registry = ClientRegistry(self.clock_ms)
+        broker.config.check_plaintext(self.host, "gRPC")
+        tls = broker.config.tls
+        credentials = None if tls is None else server_credentials(tls)
         service = MessagingService(BrokerPort(broker, doors), registry, self._config(broker))
         door = await GrpcDoor.start(
-            service, host=self.host, port=self.port, expiry_check_s=self.expiry_check_s
+            service,
+            host=self.host,
+            port=self.port,
+            expiry_check_s=self.expiry_check_s,
+            credentials=credentials,
         )
         doors.own = DoorAddress(doors.own.host, door.port)
         board = broker.operators.transactions if broker.operators is not None else None
@@ -105,6 +120,29 @@ class GrpcCompanion:
             limits=replace(base.limits, max_body_bytes=max_body),
             settings=replace(base.settings, max_body_bytes=min(base.settings.max_body_bytes, max_body)),
         )
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """gRPC's TLS credentials from the listeners' files: the certificate chain and key; with
+    ``require_client_cert`` a client certificate chaining to ``ca_file`` is required.
+
+    gRPC cannot ask for an *optional* client certificate: without ``require_client_cert`` none
+    is asked for (the HTTP and Kafka listeners verify one when presented). Raises
+    :class:`InvalidArgument` naming the files when they do not load (checked with Python's
+    ``ssl`` first: gRPC itself only fails when the port is added, without saying why).
+    """
+    tls.server_context()  # the files load and the key matches the certificate
+    try:
+        key, chain = tls.key_file.read_bytes(), tls.cert_file.read_bytes()
+        roots = None if tls.ca_file is None else tls.ca_file.read_bytes()
+    except OSError as exc:
+        files = f"{tls.cert_file}, {tls.key_file}"
+        raise InvalidArgument(f"cannot read TLS files {files}: {exc.strerror}") from None
+    return grpc.ssl_server_credentials(
+        [(key, chain)],
+        root_certificates=roots if tls.require_client_cert else None,
+        require_client_auth=tls.require_client_cert,
+    )
 
 
 class CheckBackPusher:

@@ -333,16 +333,26 @@ class GrpcDoor:
 
     @classmethod
     async def start(
-        cls, service: MessagingService, host: str = "127.0.0.1", port: int = 8081, expiry_check_s: float = 5.0
+        cls,
+        service: MessagingService,
+        host: str = "127.0.0.1",
+        port: int = 8081,
+        expiry_check_s: float = 5.0,
+        credentials: grpc.ServerCredentials | None = None,
     ) -> GrpcDoor:
-        """Bind ``host:port`` (0: a free port, see :attr:`port`) and start serving.
+        """Bind ``host:port`` (0: a free port, see :attr:`port`) and start serving; TLS only
+        when ``credentials`` are given (``grpc.ssl_server_credentials``), plaintext otherwise.
 
         Raises :class:`OSError` when the address cannot be bound.
         """
         server = grpc.aio.server()
         # generated, untyped (mypy does not check ingest_api.grpc.v2)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
-        bound = server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
         if bound == 0:
             raise OSError(f"cannot bind the gRPC door to {host}:{port}")
         await server.start()

@@ -9,6 +9,12 @@ The door holds the running :class:`broker.state.Broker`: its handlers call the c
 cluster (``broker.cluster`` set) the door shows this member's broker name and the remoting
 address it registered in ZooKeeper (``sparkmq serve --cluster ... --remoting-port``), and its
 routes come from the cluster's.
+
+TLS: with ``sparkmq serve --tls-cert/--tls-key`` (``broker.config.tls``) the port speaks TLS
+only (RocketMQ's ``tls.server.mode=enforcing``; clients set ``useTLS`` / ``-Dtls.enable=true``);
+a plaintext client is disconnected. Routes keep advertising the same ``host:port``. With auth
+on, a plaintext door off loopback is refused unless ``--allow-plaintext``
+(:meth:`broker.config.ServerConfig.check_plaintext`).
 """
 
 from __future__ import annotations
@@ -58,8 +64,15 @@ class RemotingCompanion:
                     "start it with --remoting-port"
                 )
             advertised, name = member.remoting.rpartition(":")[0], node.name
+        broker.config.check_plaintext(self.host, "remoting")
+        tls = broker.config.tls
         door = await start_remoting_door(
-            broker, host=self.host, port=self.port, advertised_host=advertised, broker_name=name
+            broker,
+            host=self.host,
+            port=self.port,
+            advertised_host=advertised,
+            broker_name=name,
+            ssl_context=None if tls is None else tls.server_context(),
         )
         self.door = door
         try:

@@ -60,13 +60,16 @@ STREAM_BUFFER_BYTES = 4 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class RemotingServerConfig:
     """``port`` 0 picks a free port. ``max_frame_bytes``: the largest ``length`` accepted
-    (16 MiB, RocketMQ's default). ``ssl_context``: serve TLS instead of plain TCP."""
+    (16 MiB, RocketMQ's default). ``ssl_context``: serve TLS instead of plain TCP (every
+    connection, RocketMQ's ``tls.server.mode=enforcing``: a client that does not complete a
+    handshake within ``ssl_handshake_timeout_s`` seconds is disconnected, nothing served)."""
 
     host: str = "127.0.0.1"
     port: int = 10911
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_in_flight_per_connection: int = 256
     ssl_context: ssl.SSLContext | None = None
+    ssl_handshake_timeout_s: float = 10.0
 
     def validate(self) -> RemotingServerConfig:
         if not 0 <= self.port < 65536:
@@ -75,6 +78,8 @@ class RemotingServerConfig:
             raise ValueError(f"max_frame_bytes must be at least 64, got {self.max_frame_bytes}")
         if self.max_in_flight_per_connection < 1:
             raise ValueError("max_in_flight_per_connection must be at least 1")
+        if self.ssl_handshake_timeout_s <= 0:
+            raise ValueError(f"ssl_handshake_timeout_s must be positive, got {self.ssl_handshake_timeout_s}")
         return self
 
 
@@ -100,12 +105,15 @@ class RemotingServer:
         return [conn for conn in self._connections if not conn.closed]
 
     async def start(self) -> RemotingServer:
+        context = self._config.ssl_context
         self._server = await asyncio.start_server(
             self._on_connect,
             self._config.host,
             self._config.port,
             limit=STREAM_BUFFER_BYTES,
-            ssl=self._config.ssl_context,
+            ssl=context,
+            # asyncio refuses a handshake timeout without ssl
+            ssl_handshake_timeout=None if context is None else self._config.ssl_handshake_timeout_s,
         )
         self._port = self._server.sockets[0].getsockname()[1]
         tls = " (TLS)" if self._config.ssl_context is not None else ""

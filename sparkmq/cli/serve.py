@@ -377,8 +377,13 @@ def serve(
             peer_credential=credential,
             peer_tls_ca=peer_tls_ca,
         ).validate()
-        if kafka_port is not None:
-            config.check_plaintext(kafka_host or host, "Kafka")
+        for door_port, door_host, door in (
+            (kafka_port, kafka_host, "Kafka"),
+            (remoting_port, remoting_host, "remoting"),
+            (grpc_port, None, "gRPC"),
+        ):
+            if door_port is not None:
+                config.check_plaintext(door_host or host, door)
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -3,7 +3,7 @@
 * ``--peer-credential NAME:SECRET`` or ``--peer-credential-file FILE`` (or
   ``SPARKMQ_PEER_CREDENTIAL``): this broker's identity in calls to the other brokers, a
   ``broker`` user of ``--auth-file`` and one of its tokens;
-* ``--peer-tls-ca FILE``: the CA of the other brokers' HTTPS listeners;
+* ``--peer-tls-ca FILE``: the CA of the other brokers' HTTPS listeners (default: ``--tls-ca``);
 * ``--zk-auth-file FILE``, or ``SPARKMQ_ZK_AUTH`` (``USER:PASSWORD``): ZooKeeper's digest
   identity (instead of ``zk://user:pw@...``);
 * ``--ha-tls-cert/--ha-tls-key/--ha-tls-ca``: mutual TLS on the replication port.
@@ -41,7 +41,11 @@ PeerCredentialFileOption = Annotated[
     Path | None, typer.Option(help="A file holding NAME:SECRET (mode 0600).", rich_help_panel=_PANEL)
 ]
 PeerTlsCaOption = Annotated[
-    Path | None, typer.Option(help="CA of the other brokers' HTTPS listeners.", rich_help_panel=_PANEL)
+    Path | None,
+    typer.Option(
+        help="CA of the other brokers' HTTPS listeners (default: --tls-ca, the cluster CA).",
+        rich_help_panel=_PANEL,
+    ),
 ]
 ZkAuthFileOption = Annotated[
     Path | None,

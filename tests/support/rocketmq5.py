@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +85,18 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def run_client(script: str, argument: dict[str, Any], home: Path, timeout_s: float = 120) -> list[Any]:
+def run_client(
+    script: str,
+    argument: dict[str, Any],
+    home: Path,
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+) -> list[Any]:
     """Run ``tests/grpc/clients/<script>`` in the client venv with ``argument`` as JSON.
 
     ``home`` becomes the script's ``HOME`` (the client's log lands in
-    ``home/logs/rocketmq_python/``). Returns the JSON objects it printed, in order.
+    ``home/logs/rocketmq_python/``); ``env`` adds variables (e.g. gRPC's
+    ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``). Returns the JSON objects it printed, in order.
     """
     python = venv_python()
     home.mkdir(parents=True, exist_ok=True)
@@ -98,7 +106,7 @@ def run_client(script: str, argument: dict[str, Any], home: Path, timeout_s: flo
         text=True,
         check=False,
         timeout=timeout_s,
-        env=_clean_env(home),
+        env={**_clean_env(home), **(env or {})},
         cwd=home,
     )
     if done.returncode != 0:
