@@ -3,7 +3,8 @@
 ``GrpcCompanion(port=8081)`` is a companion of :func:`broker.lifecycle.running_broker`: entered
 once the store is open and the broker has joined its cluster, it starts the door over
 :class:`~ingest_api.grpc.broker_port.BrokerPort`, publishes the door's advertised address to
-the cluster (:mod:`~ingest_api.grpc.endpoints`) and registers the door with the transaction
+the cluster (:mod:`~ingest_api.grpc.endpoints`), checks every call against the broker's users
+when it has them (``--auth-file``: :mod:`~ingest_api.grpc.authz`) and registers the door with the transaction
 board, so that check-backs of gRPC producers go out on their Telemetry streams. Leaving it
 undoes both and stops the door (running calls get ``grace_s``).
 
@@ -67,7 +68,9 @@ class GrpcCompanion:
     async def _run(self, broker: Broker) -> AsyncIterator[GrpcDoor]:
         doors = DoorDirectory(DoorAddress(self._advertised(broker), self.port), broker.cluster)
         registry = ClientRegistry(self.clock_ms)
-        service = MessagingService(BrokerPort(broker, doors), registry, self._config(broker))
+        service = MessagingService(
+            BrokerPort(broker, doors), registry, self._config(broker), auth=broker.auth
+        )
         door = await GrpcDoor.start(
             service, host=self.host, port=self.port, expiry_check_s=self.expiry_check_s
         )
