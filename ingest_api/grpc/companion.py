@@ -21,13 +21,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from typing import Any, Protocol
 
+from broker.config import ServerConfig
 from broker.state import Broker
 from broker.threads import run_blocking
+from broker.tls import is_loopback
 from ingest_api.grpc.broker_port import BrokerPort
 from ingest_api.grpc.clients import ClientRegistry
 from ingest_api.grpc.endpoints import DoorAddress, DoorDirectory
 from ingest_api.grpc.server import DoorConfig, GrpcDoor, MessagingService
-from store import Clock, wall_clock_ms
+from store import Clock, InvalidArgument, wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ class GrpcCompanion:
 
     @asynccontextmanager
     async def _run(self, broker: Broker) -> AsyncIterator[GrpcDoor]:
+        check_plaintext(broker.config, self.host)
         doors = DoorDirectory(DoorAddress(self._advertised(broker), self.port), broker.cluster)
         registry = ClientRegistry(self.clock_ms)
         service = MessagingService(
@@ -107,6 +110,17 @@ class GrpcCompanion:
             base,
             limits=replace(base.limits, max_body_bytes=max_body),
             settings=replace(base.settings, max_body_bytes=min(base.settings.max_body_bytes, max_body)),
+        )
+
+
+def check_plaintext(config: ServerConfig, host: str) -> None:
+    """The door has no TLS: with ``--auth-file`` it binds a loopback address only, unless
+    ``--allow-plaintext`` (its signatures are replayable: the date is not checked, as the
+    proxy's is not). Raises :class:`store.InvalidArgument`."""
+    if config.auth_file is not None and not config.allow_plaintext and not is_loopback(host):
+        raise InvalidArgument(
+            f"the gRPC door on {host!r} has no TLS and --auth-file is given: its signed calls would "
+            "cross the network in clear. Bind 127.0.0.1 or pass --allow-plaintext"
         )
 
 

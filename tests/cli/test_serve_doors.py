@@ -3,15 +3,17 @@ the gRPC door checks them (ingest_api/grpc/authz.py), so it runs there."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from broker.config import ServerConfig
-from ingest_api.grpc.companion import GrpcCompanion
+from ingest_api.grpc.companion import GrpcCompanion, check_plaintext
 from sparkmq.cli import app
 from sparkmq.cli.serve import ServeOptions, _grpc_companions
+from store import InvalidArgument
 from tests.support.stores import light_config
 
 USERS = '{"tokens": [{"name": "ops", "token": "ops-token-1234", "admin": ["*"]}]}'
@@ -36,3 +38,14 @@ def test_the_grpc_door_runs_on_a_secured_broker(tmp_path: Path) -> None:
     config = ServerConfig(store=light_config(tmp_path / "data"), auth_file=users)
     (door,) = _grpc_companions(ServeOptions(config, {"grpc_port": 0}))
     assert isinstance(door, GrpcCompanion) and door.port == 0
+
+
+def test_the_grpc_door_has_no_tls_so_a_secured_broker_keeps_it_on_loopback(tmp_path: Path) -> None:
+    users = tmp_path / "users.json"
+    users.write_text(USERS)
+    config = ServerConfig(store=light_config(tmp_path / "data"), auth_file=users, allow_plaintext=True)
+    check_plaintext(config, "0.0.0.0")  # allowed by --allow-plaintext
+    check_plaintext(replace(config, allow_plaintext=False), "127.0.0.1")
+    check_plaintext(replace(config, auth_file=None, allow_plaintext=False), "0.0.0.0")  # auth off
+    with pytest.raises(InvalidArgument, match="no TLS and --auth-file"):
+        check_plaintext(replace(config, allow_plaintext=False), "0.0.0.0")
