@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from google.protobuf.message import Message as ProtoMessage
+
 from broker.auth import DoorAuth
 from broker.security import Operation, Principal, Resource, ResourceType, authorize, cluster
 from broker.security.errors import GENERIC_FAILURE, MalformedAuthorization
@@ -110,7 +112,7 @@ def _creators(topic: str) -> tuple[tuple[Operation, Resource], ...]:
 
 
 #: Request type -> what it needs (the module doc's table). A served RPC missing here is refused.
-RPC_RIGHTS: Mapping[type, tuple[Need, ...]] = MappingProxyType(
+RPC_RIGHTS: Mapping[type[ProtoMessage], tuple[Need, ...]] = MappingProxyType(
     {
         spb.QueryRouteRequest: (Need(_T, _D, _topic),),
         spb.QueryAssignmentRequest: (Need(_T, _D, _topic),),
