@@ -26,7 +26,12 @@ asks them: its Metadata needs DESCRIBE topic, as QueryRoute does here)::
     ChangeInvisibleDuration             READ topic, READ group                   Sub group
     ForwardMessageToDeadLetterQueue     READ topic, READ group                   Sub topic + group
     Heartbeat, NotifyClientTermination  READ group when one is named             Sub group
-    Telemetry (each settings command)   READ group when subscribing              Pub/Sub of all
+    Telemetry (each settings command)   WRITE each topic it publishes to,        Pub topics,
+                                        READ group when subscribing              Sub group + topics
+
+A Telemetry stream's publishing settings register the client as a producer of those topics,
+which is who the broker sends its check-backs to (a half message each): so, as in the proxy,
+only a writer of the topics may register.
 
 A route query (QueryRoute, QueryAssignment) creates a missing topic, as a first produce does,
 only for a caller with WRITE or CREATE on it (or CREATE on the cluster); anyone else holding
@@ -96,11 +101,21 @@ def _queue_topic(request: spb.ReceiveMessageRequest) -> list[str]:
     return [request.message_queue.topic.name]
 
 
+def _settings_of(command: spb.TelemetryCommand, pub_sub: str) -> pb.Settings | None:
+    """The command's settings when it carries settings of kind ``pub_sub``."""
+    if command.WhichOneof("command") != "settings" or command.settings.WhichOneof("pub_sub") != pub_sub:
+        return None
+    return command.settings
+
+
 def _subscribed_group(command: spb.TelemetryCommand) -> list[str]:
-    settings = command.settings
-    if command.WhichOneof("command") != "settings" or settings.WhichOneof("pub_sub") != "subscription":
-        return []
-    return [settings.subscription.group.name]
+    settings = _settings_of(command, "subscription")
+    return [] if settings is None else [settings.subscription.group.name]
+
+
+def _published_topics(command: spb.TelemetryCommand) -> list[str]:
+    settings = _settings_of(command, "publishing")
+    return [] if settings is None else sorted({t.name for t in settings.publishing.topics})
 
 
 _CONSUME = (Need(_T, _R, _topic), Need(_G, _R, _group))
@@ -124,7 +139,7 @@ RPC_RIGHTS: Mapping[type[ProtoMessage], tuple[Need, ...]] = MappingProxyType(
         spb.ForwardMessageToDeadLetterQueueRequest: _CONSUME,
         spb.HeartbeatRequest: (Need(_G, _R, _group),),
         spb.NotifyClientTerminationRequest: (Need(_G, _R, _group),),
-        spb.TelemetryCommand: (Need(_G, _R, _subscribed_group),),
+        spb.TelemetryCommand: (Need(_T, _W, _published_topics), Need(_G, _R, _subscribed_group)),
     }
 )
 

@@ -50,7 +50,8 @@ CASES: list[tuple[Any, set[Right]]] = [
     (spb.HeartbeatRequest(), set()),  # a producer names no group: authenticated only
     (spb.NotifyClientTerminationRequest(group=group), {(G, R, "g")}),
     (spb.TelemetryCommand(settings=subscribing), {(G, R, "g")}),
-    (spb.TelemetryCommand(settings=pb.Settings(publishing=pb.Publishing(topics=[topic]))), set()),
+    (spb.TelemetryCommand(settings=pb.Settings(publishing=pb.Publishing(topics=[topic]))), {(T, W, "t")}),
+    (spb.TelemetryCommand(thread_stack_trace=spb.ThreadStackTrace()), set()),  # authenticated only
 ]
 
 
