@@ -53,3 +53,13 @@ class InvalidUsersFile(InvalidArgument, SecurityError):
     """The users file cannot be read or breaks its schema; the message names the field."""
 
     code = "invalid_users_file"
+
+
+class MalformedAuthorization(AuthenticationFailed):
+    """A RocketMQ 5 gRPC ``authorization`` value that breaks its grammar
+    (:mod:`broker.security.grpc_signature`); the message names the rule, never the value."""
+
+    code = "malformed_authorization"
+
+    def __init__(self, message: str) -> None:
+        SparkMQError.__init__(self, message)

@@ -89,8 +89,8 @@ class BrokerPort:
 
     # --- routes --------------------------------------------------------------------------
 
-    async def query_route(self, topic: str) -> list[QueueRoute]:
-        owners = await self._placement(topic)
+    async def query_route(self, topic: str, create: bool = True) -> list[QueueRoute]:
+        owners = await self._placement(topic, create)
         routes = []
         for queue_id, owner in enumerate(owners):
             door = self.doors.serving_door(owner)
@@ -100,24 +100,29 @@ class BrokerPort:
             raise GrpcRefusal(Code.TOPIC_NOT_FOUND, f"no broker serving topic {topic!r} runs a gRPC door")
         return routes
 
-    async def _placement(self, topic: str) -> tuple[str, ...]:
+    async def _placement(self, topic: str, create: bool = True) -> tuple[str, ...]:
         """The owner's broker name of each queue id of ``topic``, creating the topic when the
-        broker auto-creates topics (as a first produce would). Raises ``UnknownTopic``."""
+        broker auto-creates topics (as a first produce would) and ``create`` allows it. Raises
+        ``UnknownTopic``."""
         node = self.broker.cluster
         store = self.broker.store
         if node is None:
             if not store.has_topic(topic):
+                if not create:
+                    raise UnknownTopic(f"topic {topic!r} does not exist")
                 await run_blocking(store.ensure_topic, topic)
             return (LOCAL_NAME,) * store.queue_count(topic)
         placement = node.view.placement(topic)
         if placement is None:
-            if not node.config.auto_create_topics:
+            if not node.config.auto_create_topics or not create:
                 raise UnknownTopic(f"topic {topic!r} does not exist in the cluster")
             placement = await run_blocking(node.ensure_topic, topic)
         return placement.owners
 
-    async def query_assignment(self, topic: str, group: str, client_id: str) -> list[QueueRoute]:
-        routes = await self.query_route(topic)
+    async def query_assignment(
+        self, topic: str, group: str, client_id: str, create: bool = True
+    ) -> list[QueueRoute]:
+        routes = await self.query_route(topic, create)
         if (await self.group_policy(group) or GroupPolicy()).fifo:
             return routes
         by_broker: dict[str, QueueRoute] = {}

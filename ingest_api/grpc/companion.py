@@ -5,7 +5,9 @@ once the store is open and the broker has joined its cluster, it starts the door
 :class:`~ingest_api.grpc.broker_port.BrokerPort`, publishes the door's advertised address to
 the cluster (:mod:`~ingest_api.grpc.endpoints`) and registers the door with the transaction
 board, so that check-backs of gRPC producers go out on their Telemetry streams. Leaving it
-undoes both and stops the door (running calls get ``grace_s``).
+undoes both and stops the door (running calls get ``grace_s``). With the broker's users
+(``--auth-file``) the door checks every call (:mod:`~ingest_api.grpc.authz`) and binds a
+loopback address only, unless ``--allow-plaintext``: it has no TLS.
 
 Advertised host: ``advertised_host``, else the cluster member's ``--advertise-host``, else the
 bound host (``127.0.0.1`` for a wildcard).
@@ -78,7 +80,9 @@ class GrpcCompanion:
         broker.config.check_plaintext(self.host, "gRPC")
         tls = broker.config.tls
         credentials = None if tls is None else server_credentials(tls)
-        service = MessagingService(BrokerPort(broker, doors), registry, self._config(broker))
+        service = MessagingService(
+            BrokerPort(broker, doors), registry, self._config(broker), auth=broker.auth
+        )
         door = await GrpcDoor.start(
             service,
             host=self.host,

@@ -136,8 +136,10 @@ class AckEntry:
 class GrpcBrokerPort(Protocol):
     """The broker as the gRPC door sees it (module doc)."""
 
-    async def query_route(self, topic: str) -> list[QueueRoute]:
-        """Every queue of ``topic``, on every broker name (``UnknownTopic`` when none)."""
+    async def query_route(self, topic: str, create: bool = True) -> list[QueueRoute]:
+        """Every queue of ``topic``, on every broker name (``UnknownTopic`` when none). A
+        missing topic is created as a first produce would, unless ``create`` is false (the
+        caller may not: ``UnknownTopic``)."""
         ...
 
     async def send(self, messages: list[Message], client_id: str) -> list[SendOutcome]:
@@ -176,9 +178,12 @@ class GrpcBrokerPort(Protocol):
         """``client`` is alive (consumer group membership for assignments)."""
         ...
 
-    async def query_assignment(self, topic: str, group: str, client_id: str) -> list[QueueRoute]:
+    async def query_assignment(
+        self, topic: str, group: str, client_id: str, create: bool = True
+    ) -> list[QueueRoute]:
         """A push consumer's queues: one per broker (``queue_id -1``) for a non-FIFO group,
-        one per readable queue for a FIFO group; empty answers ``FORBIDDEN``."""
+        one per readable queue for a FIFO group; empty answers ``FORBIDDEN``. ``create`` as
+        for :meth:`query_route`."""
         ...
 
     async def group_policy(self, group: str) -> GroupPolicy | None:

@@ -1,6 +1,8 @@
 """The gRPC door: ``apache.rocketmq.v2.MessagingService`` on ``grpc.aio``, one table row per RPC.
 
-Each RPC checks the call's metadata (``x-mq-client-id`` missing -> ``CLIENT_ID_REQUIRED``),
+With ``--auth-file`` each RPC is first admitted by :class:`~ingest_api.grpc.authz.CallGuard`
+(RocketMQ 5's signature, then the RPC's rights; ``UNAUTHORIZED`` otherwise). Then it checks the
+call's metadata (``x-mq-client-id`` missing -> ``CLIENT_ID_REQUIRED``),
 converts the request into plain values (:mod:`~ingest_api.grpc.convert`), asks the broker
 through :class:`~ingest_api.grpc.port.GrpcBrokerPort` and answers with
 :mod:`~ingest_api.grpc.responses`::
@@ -29,7 +31,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from broker.auth import DoorAuth
 from ingest_api.grpc import requests as rq
+from ingest_api.grpc.authz import CallGuard
 from ingest_api.grpc.clients import ClientRegistry
 from ingest_api.grpc.convert import SendLimits, from_send_request, to_proto, under_real_topic
 from ingest_api.grpc.port import AckEntry, GrpcBrokerPort, HandleResult, HandleStatus
@@ -93,20 +97,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         registry: ClientRegistry,
         config: DoorConfig | None = None,
         clock_ms: Clock = wall_clock_ms,
+        auth: DoorAuth | None = None,
     ) -> None:
+        """``auth``: the broker's users (``--auth-file``); ``None`` lets every call in."""
         self._port = port
         self.registry = registry
         self._config = (config or DoorConfig()).validate()
         self._clock_ms = clock_ms
+        self._guard = CallGuard(auth)
 
     # --- connecting --------------------------------------------------------------------------
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:  # noqa: N802
         async def answer(_: str) -> spb.QueryRouteResponse:
             rq.check_topic(request.topic.name)
-            return query_route_response(request.topic, await self._port.query_route(request.topic.name))
+            create = self._guard.may_create(context, request.topic.name)
+            return query_route_response(
+                request.topic, await self._port.query_route(request.topic.name, create)
+            )
 
-        return await self._answer(context, spb.QueryRouteResponse, answer)
+        return await self._answer(context, request, spb.QueryRouteResponse, answer)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:  # noqa: N802
         async def answer(client_id: str) -> spb.HeartbeatResponse:
@@ -116,7 +126,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             await self._port.heartbeat(session)
             return spb.HeartbeatResponse(status=ok())
 
-        return await self._answer(context, spb.HeartbeatResponse, answer)
+        return await self._answer(context, request, spb.HeartbeatResponse, answer)
 
     async def Telemetry(  # noqa: N802
         self, requests: AsyncIterator[spb.TelemetryCommand], context: Any
@@ -124,7 +134,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client_id = rq.client_id_of(context)
         if not client_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-mq-client-id is required")
-        session = TelemetrySession(client_id, self.registry, self._port.group_policy, self._config.settings)
+        session = TelemetrySession(
+            client_id,
+            self.registry,
+            self._port.group_policy,
+            self._config.settings,
+            admit=lambda command: self._guard.admit(context, command),
+        )
         try:
             async for command in session.run(requests):
                 yield command
@@ -144,7 +160,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             await self._port.client_gone(session)
             return spb.NotifyClientTerminationResponse(status=ok())
 
-        return await self._answer(context, spb.NotifyClientTerminationResponse, answer)
+        return await self._answer(context, request, spb.NotifyClientTerminationResponse, answer)
 
     def push_check_back(self, topic: str, message: MessageView, transaction_id: str) -> bool:
         """Ask a producer of ``topic`` whether transaction ``transaction_id`` (its half message
@@ -172,7 +188,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
             return send_response(await self._port.send(messages, client_id))
 
-        return await self._answer(context, spb.SendMessageResponse, answer)
+        return await self._answer(context, request, spb.SendMessageResponse, answer)
 
     async def EndTransaction(  # noqa: N802
         self, request: spb.EndTransactionRequest, context: Any
@@ -184,13 +200,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
             return spb.EndTransactionResponse(status=ok())
 
-        return await self._answer(context, spb.EndTransactionResponse, answer)
+        return await self._answer(context, request, spb.EndTransactionResponse, answer)
 
     # --- consuming ---------------------------------------------------------------------------
 
     async def ReceiveMessage(  # noqa: N802
         self, request: spb.ReceiveMessageRequest, context: Any
     ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        refused = self._guard.admit(context, request)
+        if refused is not None:  # the proxy writes the status alone and ends the stream
+            yield spb.ReceiveMessageResponse(status=refused)
+            return
         client_id = rq.client_id_of(context)
         try:
             if not client_id:
@@ -217,7 +237,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ]
             return spb.AckMessageResponse(status=overall(out), entries=out)
 
-        return await self._answer(context, spb.AckMessageResponse, answer)
+        return await self._answer(context, request, spb.AckMessageResponse, answer)
 
     async def ChangeInvisibleDuration(  # noqa: N802
         self, request: spb.ChangeInvisibleDurationRequest, context: Any
@@ -236,7 +256,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 status=handle_status(result), receipt_handle=result.receipt_handle
             )
 
-        return await self._answer(context, spb.ChangeInvisibleDurationResponse, answer)
+        return await self._answer(context, request, spb.ChangeInvisibleDurationResponse, answer)
 
     async def ForwardMessageToDeadLetterQueue(  # noqa: N802
         self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
@@ -252,17 +272,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
             return spb.ForwardMessageToDeadLetterQueueResponse(status=handle_status(result))
 
-        return await self._answer(context, spb.ForwardMessageToDeadLetterQueueResponse, answer)
+        return await self._answer(context, request, spb.ForwardMessageToDeadLetterQueueResponse, answer)
 
     async def QueryAssignment(  # noqa: N802
         self, request: spb.QueryAssignmentRequest, context: Any
     ) -> spb.QueryAssignmentResponse:
         async def answer(client_id: str) -> spb.QueryAssignmentResponse:
             rq.check_group_and_topic(request.group.name, request.topic.name)
-            routes = await self._port.query_assignment(request.topic.name, request.group.name, client_id)
+            create = self._guard.may_create(context, request.topic.name)
+            routes = await self._port.query_assignment(
+                request.topic.name, request.group.name, client_id, create
+            )
             return query_assignment_response(request.topic, routes)
 
-        return await self._answer(context, spb.QueryAssignmentResponse, answer)
+        return await self._answer(context, request, spb.QueryAssignmentResponse, answer)
 
     # --- not served: offsets (no official client calls them), recall, lite topics ------------
 
@@ -288,9 +311,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # --- the shared frame of a unary RPC -----------------------------------------------------
 
     async def _answer(
-        self, context: Any, response: Callable[..., R], call: Callable[[str], Awaitable[R]]
+        self, context: Any, request: Any, response: Callable[..., R], call: Callable[[str], Awaitable[R]]
     ) -> R:
-        """Run ``call(client_id)``; a missing client id, a refusal or a fault becomes ``status``."""
+        """Run ``call(client_id)`` once the guard admits ``request``; a refused call, a missing
+        client id, a refusal or a fault becomes ``status``."""
+        refused = self._guard.admit(context, request)
+        if refused is not None:
+            return response(status=refused)
         client_id = rq.client_id_of(context)
         if not client_id:
             return response(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id is required"))

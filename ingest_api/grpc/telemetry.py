@@ -8,7 +8,9 @@ from any thread. Other client commands (thread stack traces, verify results) are
 nothing, as the proxy only relays them to admin requests sparkmq does not make.
 
 Settings with neither publishing nor subscription end the stream with gRPC
-``INVALID_ARGUMENT``, as the proxy does.
+``INVALID_ARGUMENT``, as the proxy does. Each command is first put to ``admit`` (the door's
+:class:`~ingest_api.grpc.authz.CallGuard`, re-checked per command as the proxy's pipeline
+does); a refused one is answered with its ``{status}`` alone, and the stream ends.
 """
 
 from __future__ import annotations
@@ -19,18 +21,31 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from ingest_api.grpc.clients import ClientRegistry
 from ingest_api.grpc.settings import GroupPolicy, ServerSettings, merged_settings
 from ingest_api.grpc.status import ok
+from ingest_api.grpc.v2 import definition_pb2 as pb
 from ingest_api.grpc.v2 import service_pb2 as spb
 
 GroupPolicies = Callable[[str], Awaitable[GroupPolicy | None]]
+#: ``admit(command)``: ``None`` to go on, else the status that refuses it.
+Admission = Callable[[spb.TelemetryCommand], pb.Status | None]
+
+
+def _admit_all(_: spb.TelemetryCommand) -> pb.Status | None:
+    return None
 
 
 class TelemetrySession:
     """The server side of one Telemetry stream (a :class:`~ingest_api.grpc.clients.TelemetryStream`)."""
 
     def __init__(
-        self, client_id: str, registry: ClientRegistry, group_policy: GroupPolicies, server: ServerSettings
+        self,
+        client_id: str,
+        registry: ClientRegistry,
+        group_policy: GroupPolicies,
+        server: ServerSettings,
+        admit: Admission = _admit_all,
     ) -> None:
         self.client_id = client_id
+        self._admit = admit
         self._registry = registry
         self._group_policy = group_policy
         self._server = server
@@ -70,6 +85,10 @@ class TelemetrySession:
     async def _read(self, inbound: AsyncIterator[spb.TelemetryCommand]) -> None:
         try:
             async for command in inbound:
+                refused = self._admit(command)
+                if refused is not None:
+                    self._outbox.put_nowait(spb.TelemetryCommand(status=refused))
+                    break
                 if command.WhichOneof("command") == "settings":
                     self._outbox.put_nowait(await self._answer(command))
         except Exception as exc:  # a refusal, or the client's side failing: end the stream with it

@@ -105,7 +105,6 @@ def _grpc_companions(options: ServeOptions) -> list[Companion]:
     """The RocketMQ 5 gRPC door, when ``--grpc-port`` is given."""
     if options.extra.get("grpc_port") is None:
         return []
-    _unauthenticated_door(options, "--grpc-port", "gRPC door")
     try:
         from ingest_api.grpc.companion import serve_companions
     except ImportError as exc:
