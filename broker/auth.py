@@ -130,6 +130,15 @@ class DoorAuth:
         user = self.table.by_token(token)
         return None if user is None else user.principal()
 
+    def by_access_key(self, access_key: str) -> tuple[Principal, bytes] | None:
+        """The principal holding ``access_key`` and its secret key (UTF-8), for the doors that
+        verify RocketMQ's HMAC signatures; None for an unknown key."""
+        found = self.table.by_access_key(access_key)
+        if found is None:
+            return None
+        user, key = found
+        return user.principal(), key.secret_key.encode("utf-8")
+
     def by_password(self, name: str, password: str) -> Principal | None:
         """The user when ``password`` matches their stored SCRAM keys (cached briefly)."""
         table = self.table

@@ -41,16 +41,25 @@ from broker.security.plain import authenticate_plain, format_plain, parse_plain
 from broker.security.scram import CredentialLookup, ScramClient, ScramServer, ScramState
 from broker.security.scram_format import ScramCredential, ScramMechanism, make_credential
 from broker.security.secret_file import load_or_create_secret
-from broker.security.users import User, UserTable, hash_token, new_token, parse_users, shorthand_grants
+from broker.security.users import (
+    AccessKey,
+    User,
+    UserTable,
+    hash_token,
+    new_access_key,
+    new_token,
+    parse_users,
+    shorthand_grants,
+)
 from broker.security.users_file import ReloadOutcome, ReloadResult, UsersFile, load_users, write_users
 
 __all__ = [
-    "CLUSTER_NAME", "GENERIC_FAILURE", "KAFKA_API_RULES", "ApiRule", "AuthenticationFailed", "Check",
-    "CredentialLookup", "Grant", "IllegalSaslState", "InvalidUsersFile", "MalformedSaslMessage",
-    "Operation", "Permission", "Principal", "PrincipalKind", "ReloadOutcome", "ReloadResult",
-    "Resource", "ResourceType", "ScramClient", "ScramCredential", "ScramMechanism", "ScramServer",
-    "ScramState", "SecurityError", "User", "UserTable", "UsersFile", "authenticate_plain",
-    "authorize", "authorize_any", "cluster", "format_plain", "hash_token", "load_or_create_secret",
-    "load_users", "make_credential", "new_token", "parse_plain", "parse_users", "shorthand_grants",
-    "write_users",
+    "CLUSTER_NAME", "GENERIC_FAILURE", "KAFKA_API_RULES", "AccessKey", "ApiRule",
+    "AuthenticationFailed", "Check", "CredentialLookup", "Grant", "IllegalSaslState",
+    "InvalidUsersFile", "MalformedSaslMessage", "Operation", "Permission", "Principal",
+    "PrincipalKind", "ReloadOutcome", "ReloadResult", "Resource", "ResourceType", "ScramClient",
+    "ScramCredential", "ScramMechanism", "ScramServer", "ScramState", "SecurityError", "User",
+    "UserTable", "UsersFile", "authenticate_plain", "authorize", "authorize_any", "cluster",
+    "format_plain", "hash_token", "load_or_create_secret", "load_users", "make_credential",
+    "new_access_key", "new_token", "parse_plain", "parse_users", "shorthand_grants", "write_users",
 ]  # fmt: skip

@@ -12,6 +12,7 @@ still read, with the same rights (``produce``/``consume``/``admin`` topic globs)
         "rights": [{"resource": "group", "pattern": "billing-*", "operations": ["read"]},
                    {"resource": "topic", "pattern": "orders-secret", "operations": ["all"],
                     "permission": "deny"}],
+        "access_keys": [{"access_key": "AKALICE01", "secret_key": "..."}],
         "superuser": false, "broker": false}],
      "tokens": [{"name": "legacy", "token": "plaintext-token", "produce": ["*"]}]}
 
@@ -21,6 +22,13 @@ invert and lets a request be matched by one dict lookup (then ``hmac.compare_dig
 slow KDF is only needed for human-chosen passwords, which is what the SCRAM entries are (salted
 PBKDF2, Kafka's format, no plaintext). Tokens of the former ``tokens`` section are plaintext in
 that file; they are hashed in memory, and written hashed when the file is rewritten.
+
+**Access keys** are RocketMQ's credentials (the remoting door's ACL signature, the gRPC door's
+``MQv2-HMAC-SHA1`` header). Those protocols sign each request with HMAC-SHA1 under the secret
+key, so the verifier must hold the secret key itself, as RocketMQ's own ``plain_acl.yml`` and
+ACL 2.0 user store do: it is the one secret kept as given, which is why the file is 0600. An
+access key is 3-64 characters of ``[A-Za-z0-9._-]``, a secret key 6-128 printable ASCII
+characters without spaces (RocketMQ's minimum is 6); an access key names one user only.
 
 **Shorthands** (today's HTTP rights) expand into Kafka operations (:func:`shorthand_grants`):
 ``produce`` = WRITE topic; ``consume`` = READ topic and READ on every group (the HTTP door
@@ -51,7 +59,9 @@ _TOKEN_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 SHORTHANDS = ("produce", "consume", "admin")
 #: A legacy plaintext token's minimum length (unchanged from the HTTP door's rule).
 MIN_LEGACY_TOKEN_CHARS = 8
-_USER_FIELDS = {"name", "tokens", "scram", "rights", "superuser", "broker", *SHORTHANDS}
+_USER_FIELDS = {"name", "tokens", "scram", "access_keys", "rights", "superuser", "broker", *SHORTHANDS}
+_ACCESS_KEY = re.compile(r"[A-Za-z0-9._-]{3,64}")
+_SECRET_KEY = re.compile(r"[!-~]{6,128}")
 _RIGHT_FIELDS = {"resource", "pattern", "operations", "permission"}
 
 
@@ -65,12 +75,28 @@ def hash_token(token: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessKey:
+    """A RocketMQ access key and its secret key (HMAC-SHA1 signatures; see the docstring)."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+
+
+def new_access_key() -> AccessKey:
+    """A fresh pair: ``SMQ`` + 16 upper-case base-32 characters, and a 256-bit secret key."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    access = "SMQ" + "".join(secrets.choice(alphabet) for _ in range(16))
+    return AccessKey(access, secrets.token_urlsafe(32))
+
+
+@dataclass(frozen=True, slots=True)
 class User:
     """One user. ``rights`` are the explicit grants; ``grants`` adds the shorthands."""
 
     name: str
     token_hashes: tuple[str, ...] = field(default=(), repr=False)
     scram: Mapping[ScramMechanism, ScramCredential] = field(default_factory=dict, repr=False)
+    access_keys: tuple[AccessKey, ...] = field(default=(), repr=False)
     produce: tuple[str, ...] = ()
     consume: tuple[str, ...] = ()
     admin: tuple[str, ...] = ()
@@ -120,11 +146,14 @@ class UserTable:
     users: tuple[User, ...] = ()
     _by_name: Mapping[str, User] = field(init=False, repr=False, compare=False)
     _by_token: Mapping[str, User] = field(init=False, repr=False, compare=False)
+    _by_access_key: Mapping[str, tuple[User, AccessKey]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", MappingProxyType({u.name: u for u in self.users}))
         by_token = {digest: u for u in self.users for digest in u.token_hashes}
         object.__setattr__(self, "_by_token", MappingProxyType(by_token))
+        by_key = {k.access_key: (u, k) for u in self.users for k in u.access_keys}
+        object.__setattr__(self, "_by_access_key", MappingProxyType(by_key))
 
     def user(self, name: str) -> User | None:
         return self._by_name.get(name)
@@ -137,6 +166,10 @@ class UserTable:
             return None
         found = any(hmac.compare_digest(digest, stored) for stored in user.token_hashes)
         return user if found else None
+
+    def by_access_key(self, access_key: str) -> tuple[User, AccessKey] | None:
+        """The user holding ``access_key`` and the pair (the caller verifies the signature)."""
+        return self._by_access_key.get(access_key)
 
     def scram_credential(self, name: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """A :data:`~broker.security.scram.CredentialLookup` over this table."""
@@ -155,7 +188,12 @@ def revoked_users(old: UserTable, new: UserTable) -> frozenset[str]:
     revoked = set()
     for user in old.users:
         now = new.user(user.name)
-        if now is None or now.token_hashes != user.token_hashes or dict(now.scram) != dict(user.scram):
+        if (
+            now is None
+            or now.token_hashes != user.token_hashes
+            or dict(now.scram) != dict(user.scram)
+            or now.access_keys != user.access_keys
+        ):
             revoked.add(user.name)
     return frozenset(revoked)
 
@@ -174,6 +212,7 @@ def parse_users(document: Any) -> UserTable:
     users += [_parse_legacy(e, i) for i, e in enumerate(_list(document, "tokens", "users file"))]
     names: set[str] = set()
     tokens: set[str] = set()
+    access_keys: set[str] = set()
     for user in users:
         if user.name in names:
             raise InvalidUsersFile(f"user {user.name!r} is defined twice")
@@ -181,6 +220,10 @@ def parse_users(document: Any) -> UserTable:
         if tokens & set(user.token_hashes) or len(set(user.token_hashes)) != len(user.token_hashes):
             raise InvalidUsersFile(f"user {user.name!r}: a token is used twice")
         tokens.update(user.token_hashes)
+        keys = [k.access_key for k in user.access_keys]
+        if access_keys & set(keys) or len(set(keys)) != len(keys):
+            raise InvalidUsersFile(f"user {user.name!r}: an access key is used twice")
+        access_keys.update(keys)
     return UserTable(tuple(users))
 
 
@@ -233,6 +276,10 @@ def _parse_user(entry: Any, where: str) -> User:
         if not isinstance(digest, str) or not _TOKEN_HASH.fullmatch(digest):
             raise InvalidUsersFile(f"{where}.tokens[{index}] must be 'sha256:' and 64 lowercase hex digits")
     scram = _parse_scram(entry.get("scram", {}), f"{where}.scram")
+    keys = tuple(
+        _parse_access_key(k, f"{where}.access_keys[{i}]")
+        for i, k in enumerate(_list(entry, "access_keys", where))
+    )
     rights = tuple(
         _parse_right(r, f"{where}.rights[{i}]") for i, r in enumerate(_list(entry, "rights", where))
     )
@@ -240,6 +287,7 @@ def _parse_user(entry: Any, where: str) -> User:
         name=name,
         token_hashes=tuple(token_hashes),
         scram=MappingProxyType(scram),
+        access_keys=keys,
         produce=_globs(entry, "produce", where),
         consume=_globs(entry, "consume", where),
         admin=_globs(entry, "admin", where),
@@ -247,6 +295,17 @@ def _parse_user(entry: Any, where: str) -> User:
         superuser=_flag(entry, "superuser", where),
         broker=_flag(entry, "broker", where),
     )
+
+
+def _parse_access_key(value: Any, where: str) -> AccessKey:
+    if not isinstance(value, dict) or set(value) != {"access_key", "secret_key"}:
+        raise InvalidUsersFile(f'{where} must be an object with "access_key" and "secret_key"')
+    access, secret = value["access_key"], value["secret_key"]
+    if not isinstance(access, str) or not _ACCESS_KEY.fullmatch(access):
+        raise InvalidUsersFile(f"{where}.access_key must be 3-64 characters of A-Z a-z 0-9 . _ -")
+    if not isinstance(secret, str) or not _SECRET_KEY.fullmatch(secret):
+        raise InvalidUsersFile(f"{where}.secret_key must be 6-128 printable ASCII characters, no spaces")
+    return AccessKey(access, secret)
 
 
 def _parse_scram(value: Any, where: str) -> dict[ScramMechanism, ScramCredential]:
@@ -327,6 +386,10 @@ def _dump_user(user: User) -> dict[str, Any]:
         entry["scram"] = {
             m.value: c.to_kafka() for m, c in sorted(user.scram.items(), key=lambda i: i[0].value)
         }
+    if user.access_keys:
+        entry["access_keys"] = [
+            {"access_key": k.access_key, "secret_key": k.secret_key} for k in user.access_keys
+        ]
     for key in SHORTHANDS:
         if getattr(user, key):
             entry[key] = list(getattr(user, key))

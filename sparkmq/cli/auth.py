@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from broker.security import (
+    AccessKey,
     InvalidUsersFile,
     ScramMechanism,
     User,
@@ -24,6 +25,7 @@ from broker.security import (
     hash_token,
     load_users,
     make_credential,
+    new_access_key,
     new_token,
     write_users,
 )
@@ -59,8 +61,10 @@ def build_user(
     superuser: bool = False,
     broker: bool = False,
     iterations: int = DEFAULT_ITERATIONS,
+    access_key: AccessKey | None = None,
 ) -> User:
-    """A user with SCRAM-SHA-256 and -512 credentials for ``password`` and the hash of ``token``."""
+    """A user with SCRAM-SHA-256 and -512 credentials for ``password``, the hash of ``token``
+    and the RocketMQ ``access_key`` pair."""
     scram = {}
     if password is not None:
         scram = {m: make_credential(m, password, iterations=iterations) for m in ScramMechanism}
@@ -68,6 +72,7 @@ def build_user(
         name=name,
         token_hashes=(hash_token(token),) if token else (),
         scram=scram,
+        access_keys=(access_key,) if access_key else (),
         produce=tuple(produce or ()),
         consume=tuple(consume or ()),
         admin=tuple(admin or ()),
@@ -91,6 +96,10 @@ def add_user(
     file: UsersFileOption,
     password_stdin: Annotated[bool, typer.Option(help="Read a SASL password from stdin.")] = False,
     token: Annotated[bool, typer.Option(help="Generate a bearer token (printed once).")] = False,
+    access_key: Annotated[
+        bool,
+        typer.Option(help="Generate a RocketMQ access key and secret key (printed once, two lines)."),
+    ] = False,
     produce: Globs = None,
     consume: Globs = None,
     admin: Globs = None,
@@ -106,22 +115,31 @@ def add_user(
         check_name(name, "user")
     except InvalidUsersFile as exc:
         fail(str(exc), Exit.USAGE)
-    if not (password_stdin or token):
-        fail("give --password-stdin (a SASL password) and/or --token (a bearer token)", Exit.USAGE)
+    if not (password_stdin or token or access_key):
+        fail(
+            "give --password-stdin (a SASL password), --token (a bearer token) and/or"
+            " --access-key (RocketMQ clients)",
+            Exit.USAGE,
+        )
     table = _load_or_empty(file)
     if table.user(name) is not None and not replace:
         fail(f"user {name!r} exists in {file} (use --replace to overwrite it)", Exit.USAGE)
     password = read_password(password_stdin)
     bearer = new_token() if token else None
+    pair = new_access_key() if access_key else None
     user = build_user(
         name, password, bearer, produce=produce, consume=consume, admin=admin,
-        superuser=superuser, broker=broker, iterations=iterations,
+        superuser=superuser, broker=broker, iterations=iterations, access_key=pair,
     )  # fmt: skip
     write_users(file, table.with_user(user))
     typer.echo(f"{'replaced' if table.user(name) else 'added'} user {name!r} in {file}", err=True)
     if bearer is not None:
         typer.echo("bearer token (shown once, store it now):", err=True)
         typer.echo(bearer)
+    if pair is not None:
+        typer.echo("RocketMQ access key, then secret key (shown once, store them now):", err=True)
+        typer.echo(pair.access_key)
+        typer.echo(pair.secret_key)
 
 
 @auth_app.command("init")

@@ -142,3 +142,16 @@ def test_init_reads_the_password_from_stdin_and_never_overwrites(tmp_path: Path)
     again = runner.invoke(app, ["auth", "init", str(folder)])
     assert again.exit_code == 2 and "refusing to overwrite" in again.stderr
     assert (folder / "ca.pem").read_bytes() == before
+
+
+def test_add_user_with_an_access_key(tmp_path: Path) -> None:
+    users = tmp_path / "users.json"
+    result = runner.invoke(
+        app, ["auth", "add-user", "rmq", "--access-key", "--produce", "orders*", "--file", str(users)]
+    )
+    assert result.exit_code == 0, result.output
+    access_key, secret_key = result.stdout.split()
+    found = load_users(users).by_access_key(access_key)
+    assert found is not None and found[0].name == "rmq" and found[1].secret_key == secret_key
+    assert authorize(found[0].principal(), Operation.WRITE, (ResourceType.TOPIC, "orders-1"))
+    assert stat.S_IMODE(users.stat().st_mode) == 0o600

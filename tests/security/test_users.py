@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -14,6 +15,7 @@ import pytest
 
 from broker.auth import Right
 from broker.security import (
+    AccessKey,
     Grant,
     InvalidUsersFile,
     Operation,
@@ -28,6 +30,7 @@ from broker.security import (
     hash_token,
     load_users,
     make_credential,
+    new_access_key,
     new_token,
     parse_users,
     write_users,
@@ -85,6 +88,7 @@ def full_user() -> User:
         name="alice",
         token_hashes=(hash_token("t0ken-alice-123"),),
         scram={m: make_credential(m, "wonderland") for m in ScramMechanism},
+        access_keys=(AccessKey("AKALICE01", "alice-secret-key"),),
         produce=("orders-*",),
         consume=("orders-*",),
         rights=(
@@ -145,6 +149,11 @@ def test_legacy_file_is_written_back_hashed(tmp_path: Path) -> None:
                                    "permission": "maybe"}]}, "'maybe'"),
         ({"name": "a", "superuser": "yes"}, r"'a'\.superuser"),
         ({"name": "a", "produce": [""]}, r"'a'\.produce"),
+        ({"name": "a", "access_keys": [{"access_key": "AK"}]}, r"'a'\.access_keys\[0\] must be an object"),
+        ({"name": "a", "access_keys": [{"access_key": "A K", "secret_key": "123456"}]},
+         r"access_keys\[0\]\.access_key"),
+        ({"name": "a", "access_keys": [{"access_key": "AKA", "secret_key": "12345"}]},
+         r"access_keys\[0\]\.secret_key must be 6-128"),
     ],
 )  # fmt: skip
 def test_errors_name_the_field(entry: dict[str, object], message: str) -> None:
@@ -196,3 +205,33 @@ def test_a_password_change_revokes() -> None:
 
     assert revoked_users(old, new) == frozenset({"alice"})
     assert revoked_users(old, old) == frozenset()
+
+
+def test_access_keys_find_their_user_and_revoke_on_change(tmp_path: Path) -> None:
+    path = tmp_path / "users.json"
+    write_users(path, UserTable((full_user(),)))
+    assert "alice-secret-key" in path.read_text()  # HMAC needs the key itself (module docstring)
+    table = load_users(path)
+    found = table.by_access_key("AKALICE01")
+    assert found is not None and found[0].name == "alice" and found[1].secret_key == "alice-secret-key"
+    assert table.by_access_key("AKNOBODY") is None
+    assert "alice-secret-key" not in repr(found[1]) + repr(found[0])
+    from broker.security.users import revoked_users
+
+    rotated = UserTable(
+        (dataclasses.replace(full_user(), access_keys=(AccessKey("AKALICE02", "other-secret"),)),)
+    )
+    assert revoked_users(table, rotated) == frozenset({"alice"})
+    with pytest.raises(InvalidUsersFile, match="access key is used twice"):
+        parse_users({"users": [
+            {"name": "a", "access_keys": [{"access_key": "AKX", "secret_key": "123456"}]},
+            {"name": "b", "access_keys": [{"access_key": "AKX", "secret_key": "654321"}]},
+        ]})  # fmt: skip
+
+
+def test_new_access_keys_are_fresh_and_valid() -> None:
+    first, second = new_access_key(), new_access_key()
+    assert first.access_key != second.access_key and first.secret_key != second.secret_key
+    document = {"users": [{"name": "a", "access_keys": [
+        {"access_key": first.access_key, "secret_key": first.secret_key}]}]}  # fmt: skip
+    assert parse_users(document).by_access_key(first.access_key) is not None
