@@ -69,8 +69,8 @@ def _unauthenticated_door(options: ServeOptions, flag: str, door: str) -> None:
 
 
 def _remoting_companions(options: ServeOptions) -> list[Companion]:
-    """The RocketMQ remoting door, when ``--remoting-port`` is given."""
-    _unauthenticated_door(options, "--remoting-port", "RocketMQ remoting door")
+    """The RocketMQ remoting door, when ``--remoting-port`` is given (with ``--auth-file`` it
+    checks every request's access-key signature: docs/remoting.md)."""
     from ingest_api.remoting.companion import serve_companions
 
     return list(serve_companions(options))

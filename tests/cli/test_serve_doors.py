@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from sparkmq.cli import app
 
 
-@pytest.mark.parametrize(("flag", "door"), [("--remoting-port", "remoting"), ("--grpc-port", "gRPC")])
+@pytest.mark.parametrize(("flag", "door"), [("--grpc-port", "gRPC")])
 def test_a_door_without_authentication_is_refused_on_a_secured_broker(
     tmp_path: Path, flag: str, door: str
 ) -> None:
