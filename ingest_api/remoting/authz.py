@@ -104,11 +104,13 @@ UNPARSED: Final = "parse authorization context error."
 @dataclass(frozen=True, slots=True)
 class Need:
     """``operation`` on every resource ``find`` names; on a group's retry topic the check is
-    ``on_retry_group`` on the group (RocketMQ: Sub on the group)."""
+    ``on_retry_group`` on the group (RocketMQ: Sub on the group). ``anywhere_if_none``: when
+    ``find`` names nothing, ``operation`` on *some* topic (:func:`broker.security.authorize_any`)."""
 
     operation: Operation
     find: Finder
     on_retry_group: Operation | None = None
+    anywhere_if_none: bool = False
 
 
 # --- finders: where each request names its topics and groups ---------------------------------
@@ -148,7 +150,7 @@ def _lock_topics(ctx: DoorContext, cmd: RemotingCommand) -> Names:
 
 def _transaction_topics(ctx: DoorContext, cmd: RemotingCommand) -> Names:
     """The topics of the transaction's halves (the HTTP door's rule: WRITE on each), else the
-    header's topic; empty when neither is known (:func:`_check` then asks for WRITE anywhere)."""
+    header's topic; empty when neither is known (the row then asks for WRITE on some topic)."""
     header = EndTransactionRequest.from_ext_fields(cmd.ext_fields)
     txid = header.transaction_id or header.msg_id
     operators = ctx.broker.operators
@@ -205,7 +207,7 @@ NEEDS: dict[int, tuple[Need, ...]] = {
     RequestCode.CONSUMER_SEND_MSG_BACK: (Need(_R, _group(ConsumerSendMsgBackRequest, "group")),),
     RequestCode.LOCK_BATCH_MQ: _LOCKS,
     RequestCode.UNLOCK_BATCH_MQ: _LOCKS,
-    RequestCode.END_TRANSACTION: (Need(_W, _transaction_topics, on_retry_group=_R),),
+    RequestCode.END_TRANSACTION: (Need(_W, _transaction_topics, on_retry_group=_R, anywhere_if_none=True),),
     RequestCode.GET_MAX_OFFSET: (Need(_D, _topic(GetMaxOffsetRequest)),),
     RequestCode.GET_MIN_OFFSET: (Need(_D, _topic(GetMinOffsetRequest)),),
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: (Need(_D, _topic(SearchOffsetRequest)),),
@@ -216,9 +218,6 @@ NEEDS: dict[int, tuple[Need, ...]] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: (Need(_D, _topic(GetRouteInfoRequest)),),
     RequestCode.GET_BROKER_CLUSTER_INFO: (Need(_D, _cluster),),
 }
-
-#: Rows whose finder may name nothing, and then need their operation on *some* topic.
-NEEDS_SOMEWHERE: frozenset[int] = frozenset({RequestCode.END_TRANSACTION})
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -249,7 +248,7 @@ async def denial(ctx: DoorContext, principal: Principal, cmd: RemotingCommand, p
             names = await found if inspect.isawaitable(found) else found
         except (RemotingRequestError, SparkMQError, ValueError, KeyError, TypeError):
             return UNPARSED
-        if not names and cmd.code in NEEDS_SOMEWHERE and not authorize_any(principal, need.operation, _T):
+        if not names and need.anywhere_if_none and not authorize_any(principal, need.operation, _T):
             return f"{subject} has no permission to {need.operation.value} any topic from {peer_host}."
         for operation, resource in _checks(need, names):
             if not authorize(principal, operation, resource):

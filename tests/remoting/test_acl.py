@@ -33,6 +33,7 @@ from ingest_api.remoting.headers import (
 from tests.remoting.conftest import Door, running_door
 from tests.remoting.rawclient import RawClient
 from tests.support.ons import run_producer, start_consumer
+from tests.support.waiting import wait_until
 
 TOPIC = "acl-orders"
 GROUP = "acl-group"
@@ -222,6 +223,32 @@ def test_a_refused_one_way_offset_update_is_not_answered_and_not_stored(secured:
         assert committed(client, 8) == (8, ResponseCode.QUERY_NOT_FOUND, None)
         client.send(commit("AKROOT001", 9))
         assert committed(client, 10) == (10, ResponseCode.SUCCESS, 5)
+
+
+def test_a_transaction_is_ended_only_by_a_writer_of_its_topics(secured: Door) -> None:
+    """END_TRANSACTION without a topic (RocketMQ 4 clients): the halves' topics decide."""
+    half = send_fields("acl-tx") | {"e": "0", "f": "4", "i": "TRAN_MSG\x01true\x02PGROUP\x01acl-pg\x02"}
+    sent = ask(secured, signed(RequestCode.SEND_MESSAGE_V2, half, b"tx", "AKALICE01"))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    txid = sent.ext_fields["transactionId"]
+    end = {"producerGroup": "acl-pg", "tranStateTableOffset": "0", "commitLogOffset": "0",
+           "commitOrRollback": "8", "msgId": txid, "transactionId": txid}  # fmt: skip
+    assert_refused(ask(secured, signed(RequestCode.END_TRANSACTION, end, access_key="AKMALLORY1")),
+                   no("mallory", "Topic:acl-tx", "write"))  # fmt: skip
+    assert secured.store.max_offset("acl-tx", 0) == 0  # still a half
+    assert ask(secured, signed(RequestCode.END_TRANSACTION, end)).code == ResponseCode.SUCCESS
+    wait_until(lambda: secured.store.max_offset("acl-tx", 0) == 1, 10, "the committed message")
+
+
+def test_viewing_a_message_by_offset_needs_read_on_its_topic(secured: Door) -> None:
+    sent = ask(secured, signed(RequestCode.SEND_MESSAGE_V2, send_fields("secret-topic"), b"s", "AKROOT001"))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    view = {"offset": "0"}  # the CommitLog offset of that first record; no topic, as ali-ons sends it
+    assert_refused(ask(secured, signed(RequestCode.VIEW_MESSAGE_BY_ID, view, access_key="AKMALLORY1")),
+                   no("mallory", "Topic:secret-topic", "read"))  # fmt: skip
+    shown = ask(secured, signed(RequestCode.VIEW_MESSAGE_BY_ID, view, access_key="AKROOT001"))
+    # the raw record: ... bodyLength 1, body "s", topicLength 12, the topic ...
+    assert shown.code == ResponseCode.SUCCESS and b"\x00\x00\x00\x01s\x0csecret-topic" in shown.body
 
 
 def test_every_served_code_has_a_row() -> None:
