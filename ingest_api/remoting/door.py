@@ -8,7 +8,9 @@ loop, between :func:`broker.lifecycle.running_broker`'s start and stop)::
     await door.close()      # before the broker stops
 
 The advertised ``host:port`` is what route bodies give clients as the broker's address;
-``port=0`` binds a free port and advertises it.
+``port=0`` binds a free port and advertises it. When the broker has users (``broker.auth``),
+every request must be signed with a user's access key and is authorized per request code
+(:mod:`ingest_api.remoting.authz`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ssl
 
 from broker.state import Broker
 from broker.transactions import CheckDispatcher
+from ingest_api.remoting.authz import AclGuard
 from ingest_api.remoting.codec import DEFAULT_MAX_FRAME_BYTES
 from ingest_api.remoting.handlers import BrokerIdentity, DoorContext, handler_table
 from ingest_api.remoting.handlers.transactions import CheckBacks
@@ -69,7 +72,8 @@ async def start_remoting_door(
     config = RemotingServerConfig(
         host=host, port=port, max_frame_bytes=max_frame_bytes, ssl_context=ssl_context
     ).validate()
-    server = await start_remoting_server(handler_table(context), config)
+    guard = AclGuard(context, broker.auth) if broker.auth is not None else None
+    server = await start_remoting_server(handler_table(context), config, guard)
     if port == 0:  # advertise the port actually bound
         context.identity = BrokerIdentity(f"{shown_host}:{server.port}", broker_name, cluster_name)
     return RemotingDoor(context, server)

@@ -12,7 +12,10 @@ client connection carries long-polling pulls next to its sends), up to
   other exception with ``SYSTEM_ERROR`` (remark = the message); the connection stays open;
 * a one-way request is never answered, whatever its handler returns;
 * a response from the client (bit 0 of ``flag``) completes a server -> client
-  :meth:`Connection.invoke`.
+  :meth:`Connection.invoke`;
+* a ``guard`` (RocketMQ's server RPC hook; the door's ACL, :mod:`ingest_api.remoting.authz`)
+  sees every request first, unknown codes included: when it returns a command, that is the
+  answer and no handler runs.
 
 A handler is ``async def handler(conn, cmd) -> RemotingCommand | None``; the server stamps the
 answer with the request's ``opaque``, the response bit and the request's serialize type.
@@ -52,6 +55,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 #: request code -> handler.
 HandlerTable = Mapping[int, Handler]
+#: ``guard(conn, request)``: None lets the request through, a command is the refusal to answer.
+Guard = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 #: Read-ahead per connection (lets pipelined requests arrive while earlier ones run).
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024
@@ -86,8 +91,11 @@ class RemotingServerConfig:
 class RemotingServer:
     """A running listener; ``port`` is the bound port, ``close()`` stops it (idempotent)."""
 
-    def __init__(self, handlers: HandlerTable, config: RemotingServerConfig) -> None:
+    def __init__(
+        self, handlers: HandlerTable, config: RemotingServerConfig, guard: Guard | None = None
+    ) -> None:
         self._handlers = handlers
+        self._guard = guard
         self._config = config.validate()
         self._server: asyncio.Server | None = None
         self._port = config.port
@@ -194,13 +202,16 @@ class RemotingServer:
                 await conn.send(response_to(cmd, ResponseCode.SYSTEM_ERROR, f"cannot encode answer: {exc}"))
 
     async def _answer(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        handler = self._handlers.get(cmd.code)
-        if handler is None:
-            log.info("remoting: %r sent unsupported %s", conn, code_name(cmd.code))
-            return response_to(
-                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-            )
         try:
+            refusal = None if self._guard is None else await self._guard(conn, cmd)
+            if refusal is not None:
+                return refusal
+            handler = self._handlers.get(cmd.code)
+            if handler is None:
+                log.info("remoting: %r sent unsupported %s", conn, code_name(cmd.code))
+                return response_to(
+                    cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+                )
             return await handler(conn, cmd)
         except RemotingRequestError as exc:
             log.info("remoting: %s from %r refused: %s", code_name(cmd.code), conn, exc)
@@ -225,10 +236,10 @@ class RemotingServer:
 
 
 async def start_remoting_server(
-    handlers: HandlerTable, config: RemotingServerConfig | None = None
+    handlers: HandlerTable, config: RemotingServerConfig | None = None, guard: Guard | None = None
 ) -> RemotingServer:
     """Start listening on the running loop; returns once the socket is bound."""
-    return await RemotingServer(handlers, config or RemotingServerConfig()).start()
+    return await RemotingServer(handlers, config or RemotingServerConfig(), guard).start()
 
 
 class RemotingServerThread:

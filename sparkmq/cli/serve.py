@@ -57,20 +57,9 @@ def _kafka_companions(options: ServeOptions) -> list[Companion]:
     return list(serve_companions(options))
 
 
-def _unauthenticated_door(options: ServeOptions, flag: str, door: str) -> None:
-    """Refuse a door that checks no credentials yet on a broker whose other doors do: with
-    ``--auth-file`` it would let anyone in (docs/security.md)."""
-    if options.config.auth_file is not None and options.extra.get(flag[2:].replace("-", "_")) is not None:
-        raise typer.BadParameter(
-            f"the {door} does not check credentials yet, and --auth-file is given: it would let anyone "
-            f"in. Leave {flag} off on a secured broker (docs/security.md).",
-            param_hint=flag,
-        )
-
-
 def _remoting_companions(options: ServeOptions) -> list[Companion]:
-    """The RocketMQ remoting door, when ``--remoting-port`` is given."""
-    _unauthenticated_door(options, "--remoting-port", "RocketMQ remoting door")
+    """The RocketMQ remoting door, when ``--remoting-port`` is given (with ``--auth-file`` it
+    checks every request's access-key signature: docs/remoting.md)."""
     from ingest_api.remoting.companion import serve_companions
 
     return list(serve_companions(options))

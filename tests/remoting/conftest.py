@@ -4,10 +4,12 @@ over a real store, no HTTP door), on an event loop of its own (shared by the doo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,21 +42,23 @@ class Door:
         return f"127.0.0.1:{self.door.port}"
 
 
-@pytest.fixture
-def door(tmp_path: Path) -> Iterator[Door]:
+@contextlib.contextmanager
+def running_door(tmp_path: Path, **config: Any) -> Iterator[Door]:
     """A running broker with its remoting door on a free port (port 0: it advertises the port it
-    bound), on an event loop of its own; stopped (door first, then the store) at the end."""
+    bound), on an event loop of its own; stopped (door first, then the store) at the end.
+    ``config``: more :class:`ServerConfig` fields (``auth_file``)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="remoting-door-test", daemon=True)
     thread.start()
     companion = RemotingCompanion(port=0)
-    config = ServerConfig(store=light_config(tmp_path / "store"), log_level="warning").validate()
+    server_config = ServerConfig(store=light_config(tmp_path / "store"), log_level="warning", **config)
+    server_config = server_config.validate()
     started: asyncio.Future[Broker] = loop.create_future()
     stop = asyncio.Event()
 
     async def run() -> None:
         try:
-            async with running_broker(config, companions=[companion]) as broker:
+            async with running_broker(server_config, companions=[companion]) as broker:
                 started.set_result(broker)
                 await stop.wait()
         except BaseException as exc:
@@ -75,3 +79,10 @@ def door(tmp_path: Path) -> Iterator[Door]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@pytest.fixture
+def door(tmp_path: Path) -> Iterator[Door]:
+    """A running broker with its remoting door (:func:`running_door`), no auth."""
+    with running_door(tmp_path) as running:
+        yield running
