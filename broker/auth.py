@@ -226,6 +226,20 @@ def may_produce_somewhere(principal: Principal | None) -> bool:
     return authorize_any(principal, Operation.WRITE, ResourceType.TOPIC)
 
 
+def may_create_topic(principal: Principal | None, topic: str) -> bool:
+    """Whether a lookup (a route query, Kafka Metadata) by ``principal`` may create a missing
+    ``topic``: always with auth off (None); else with WRITE on it (a first produce creates it
+    on every door) or CREATE on it or on the cluster (Kafka's Metadata rule)."""
+    if principal is None:
+        return True
+    rights = (
+        (Operation.WRITE, (ResourceType.TOPIC, topic)),
+        (Operation.CREATE, (ResourceType.TOPIC, topic)),
+        (Operation.CREATE, cluster()),
+    )
+    return any(acl_authorize(principal, operation, resource) for operation, resource in rights)
+
+
 def is_global_admin(principal: Principal | None) -> bool:
     return acl_authorize(principal, Operation.DESCRIBE, cluster())
 

@@ -56,8 +56,8 @@ from typing import Any
 
 from google.protobuf.message import Message as ProtoMessage
 
-from broker.auth import DoorAuth
-from broker.security import Operation, Principal, Resource, ResourceType, authorize, cluster
+from broker.auth import DoorAuth, may_create_topic
+from broker.security import Operation, Principal, ResourceType, authorize
 from broker.security.errors import GENERIC_FAILURE, MalformedAuthorization
 from broker.security.grpc_signature import (
     AUTHORIZATION_KEY,
@@ -121,11 +121,6 @@ def _published_topics(command: spb.TelemetryCommand) -> list[str]:
 _CONSUME = (Need(_T, _R, _topic), Need(_G, _R, _group))
 
 
-def _creators(topic: str) -> tuple[tuple[Operation, Resource], ...]:
-    """The rights of which any one lets a route query create a missing ``topic``."""
-    return ((_W, (_T, topic)), (Operation.CREATE, (_T, topic)), (Operation.CREATE, cluster()))
-
-
 #: Request type -> what it needs (the module doc's table). A served RPC missing here is refused.
 RPC_RIGHTS: Mapping[type[ProtoMessage], tuple[Need, ...]] = MappingProxyType(
     {
@@ -172,14 +167,13 @@ class CallGuard:
 
     def may_create(self, context: Any, topic: str) -> bool:
         """Whether an admitted call's QueryRoute / QueryAssignment may create ``topic`` when it
-        is missing: always with auth off, else with WRITE on the topic (a first produce creates
-        it on every door) or CREATE on the topic or the cluster (Kafka's Metadata rule)."""
+        is missing (:func:`broker.auth.may_create_topic`)."""
         if self.auth is None:
             return True
         principal = authenticate(self.auth, metadata_of(context))
         if isinstance(principal, pb.Status):
             return False
-        return any(authorize(principal, op, resource) for op, resource in _creators(topic))
+        return may_create_topic(principal, topic)
 
 
 def authenticate(auth: DoorAuth, metadata: Mapping[str, str]) -> Principal | pb.Status:

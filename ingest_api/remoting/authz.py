@@ -30,7 +30,10 @@ every request, name-server codes and unknown codes included (RocketMQ's server R
    QUERY_MESSAGE                     READ topic
    VIEW_MESSAGE_BY_ID                READ topic (the header's, else the stored message's)
    UPDATE_AND_CREATE_TOPIC           CREATE topic
-   GET_ROUTEINFO_BY_TOPIC            DESCRIBE topic
+   GET_ROUTEINFO_BY_TOPIC            DESCRIBE topic; a lookup that would create the topic also
+                                     needs WRITE or CREATE on it, or CREATE on the cluster
+                                     (:func:`broker.auth.may_create_topic`, as the gRPC and
+                                     Kafka doors), else TOPIC_NOT_EXIST
    GET_BROKER_CLUSTER_INFO           DESCRIBE cluster
    ================================  ==============================================================
 
@@ -56,7 +59,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from broker.auth import DoorAuth
+from broker.auth import DoorAuth, may_create_topic
 from broker.security import Operation, Principal, Resource, ResourceType, authorize, authorize_any, cluster
 from broker.security.remoting_signature import ACCESS_KEY, signature_matches
 from ingest_api.remoting.bodies import decode_heartbeat, decode_lock_request
@@ -65,6 +68,7 @@ from ingest_api.remoting.codes import RequestCode, ResponseCode, code_name
 from ingest_api.remoting.connection import Connection
 from ingest_api.remoting.errors import RemotingRequestError
 from ingest_api.remoting.handlers.context import DoorContext
+from ingest_api.remoting.handlers.nameserver import NO_ROUTE_REMARK, creates_topic
 from ingest_api.remoting.header_fields import Header
 from ingest_api.remoting.headers import (
     ConsumerSendMsgBackRequest,
@@ -289,6 +293,11 @@ class AclGuard:
         if why is not None:
             log.info("remoting: %s from %s refused: %s", code_name(cmd.code), conn.peer, why)
             return response_to(cmd, ResponseCode.NO_PERMISSION, why)
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            topic = GetRouteInfoRequest.from_ext_fields(cmd.ext_fields).topic
+            if creates_topic(self.ctx, topic) and not may_create_topic(principal, topic):
+                return response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, NO_ROUTE_REMARK + topic)
+        conn.principal = principal
         return None
 
 

@@ -15,6 +15,7 @@ import itertools
 import logging
 from collections.abc import Mapping
 
+from broker.security import Principal
 from ingest_api.remoting.codec import RemotingCommand, encode_command, request
 from ingest_api.remoting.codes import SerializeType, code_name
 from ingest_api.remoting.errors import ConnectionClosed, InvokeTimeout
@@ -31,7 +32,8 @@ DEFAULT_INVOKE_TIMEOUT_S = 3.0
 class Connection:
     """A live client connection. ``client_id`` is set by the handlers (from HEART_BEAT);
     ``serialize_type`` is the encoding of the client's last request (used for requests the
-    server sends it)."""
+    server sends it); ``principal`` is the signer of its last admitted request when auth is on
+    (transaction check-backs go only to a producer that may write the half's topic)."""
 
     def __init__(
         self, connection_id: int, peer_host: str, peer_port: int, writer: asyncio.StreamWriter
@@ -40,6 +42,7 @@ class Connection:
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.client_id: str | None = None
+        self.principal: Principal | None = None
         self.serialize_type = SerializeType.JSON
         self._writer = writer
         self._write_lock = asyncio.Lock()

@@ -21,11 +21,13 @@ import pytest
 
 from broker.security.remoting_signature import ACCESS_KEY, SIGNATURE, sign_request
 from ingest_api.remoting.authz import NEEDS
+from ingest_api.remoting.bodies import HeartbeatData, encode_heartbeat
 from ingest_api.remoting.codec import RemotingCommand, request
 from ingest_api.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
 from ingest_api.remoting.handlers import _HANDLERS
 from ingest_api.remoting.headers import (
     GetMaxOffsetRequest,
+    GetRouteInfoRequest,
     OffsetResponse,
     SendMessageRequest,
     send_request_ext_fields,
@@ -155,13 +157,14 @@ def test_a_user_without_the_right_stores_nothing(secured: Door, debug_logs: Any)
     """mallory may read acl-* (so the route lookup passes) but not write: the send is refused
     (ali-ons would retry NO_PERMISSION on another broker, as the Java client; with one broker it
     gives up) and a superuser sees no message."""
+    lookup = GetRouteInfoRequest(topic=TOPIC).to_ext_fields()  # root's lookup creates the topic
+    assert ask(secured, signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup, access_key="AKROOT001")).code == 0
     with pytest.raises(AssertionError) as refused:
         run_producer(secured.name_srv, TOPIC, [{"body": "forbidden"}], **ons_keys("AKMALLORY1"))
     assert "Send [4] times, still failed" in str(refused.value)
     why = "User:mallory has no permission to access Topic:acl-orders from 127.0.0.1, write is not allowed."
     refusals = [r.getMessage() for r in debug_logs.records if r.getMessage().endswith(why)]
     assert refusals and all("SEND_MESSAGE_V2(310)" in line for line in refusals)  # one broker: one try
-    assert secured.store.has_topic(TOPIC)  # the route lookup created it, as for any reader
     queues = secured.store.queue_count(TOPIC)
     assert [max_offset_as_root(secured, TOPIC, q) for q in range(queues)] == [0] * queues
 
@@ -293,3 +296,32 @@ def test_each_code_needs_its_right(
 
 def _fields(cmd: RemotingCommand) -> dict[str, Any]:
     return {name: getattr(cmd, name) for name in RemotingCommand.__dataclass_fields__}
+
+
+def test_a_route_lookup_creates_a_topic_only_for_a_writer(secured: Door) -> None:
+    """Describing a missing topic does not create it (RocketMQ creates topics on a send): a
+    reader's lookup answers TOPIC_NOT_EXIST, a writer's creates it (the gRPC and Kafka rule)."""
+    lookup = GetRouteInfoRequest(topic="acl-new").to_ext_fields()
+    refused = ask(secured, signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup, access_key="AKMALLORY1"))
+    assert refused.code == ResponseCode.TOPIC_NOT_EXIST and not secured.store.has_topic("acl-new")
+    created = ask(secured, signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup))
+    assert created.code == ResponseCode.SUCCESS and secured.store.has_topic("acl-new")
+    again = ask(secured, signed(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup, access_key="AKMALLORY1"))
+    assert again.code == ResponseCode.SUCCESS  # an existing topic: describe is enough
+
+
+def test_check_backs_go_only_to_a_producer_that_may_write_the_topic(secured: Door) -> None:
+    """A heartbeat may name any producer group, so naming one is no right to its check-backs
+    (they carry the half message): mallory (read only) registered as a producer of the group
+    gets none; alice (who may write the topic) does."""
+    beat = encode_heartbeat(HeartbeatData("mallory@1", ("acl-pg",)))
+    with RawClient("127.0.0.1", secured.door.port) as mallory:
+        mallory.send(signed(RequestCode.HEART_BEAT, {}, beat, "AKMALLORY1"))
+        assert mallory.recv().code == ResponseCode.SUCCESS
+        assert secured.door.check_backs.producer_connection("acl-pg", TOPIC) is None
+        with RawClient("127.0.0.1", secured.door.port) as alice:
+            beat = encode_heartbeat(HeartbeatData("alice@1", ("acl-pg",)))
+            alice.send(signed(RequestCode.HEART_BEAT, {}, beat))
+            assert alice.recv().code == ResponseCode.SUCCESS
+            chosen = secured.door.check_backs.producer_connection("acl-pg", TOPIC)
+            assert chosen is not None and chosen.client_id == "alice@1"

@@ -44,6 +44,13 @@ def _broker_data(ctx: DoorContext) -> BrokerData:
     return BrokerData(ident.cluster_name, ident.broker_name, {MASTER_ID: ident.address})
 
 
+def creates_topic(ctx: DoorContext, topic: str) -> bool:
+    """Whether a route lookup of ``topic`` would create it (a plain topic missing on a lone
+    broker): the ACL guard then asks :func:`broker.auth.may_create_topic` first."""
+    special = topic == AUTO_CREATE_TOPIC_KEY or topic.startswith((RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX))
+    return ctx.broker.cluster is None and not special and not ctx.store.has_topic(topic)
+
+
 async def _queue_count(ctx: DoorContext, topic: str) -> int | None:
     store = ctx.store
     if store.has_topic(topic):

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from typing import Any
 
+from broker.auth import Right, may
 from broker.errors import BrokerError
 from broker.halves import end_transaction
 from ingest_api.remoting.codec import RemotingCommand, response_to
@@ -63,18 +64,25 @@ class CheckBacks:
         self.ctx = ctx
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def producer_connection(self, group: str) -> Connection | None:
-        """An open connection of a live producer of ``group`` (by its heartbeats), if any."""
+    def producer_connection(self, group: str, topic: str) -> Connection | None:
+        """An open connection of a live producer of ``group`` (by its heartbeats), if any; with
+        auth on, one whose signer may write ``topic``: a check-back carries the half message,
+        and a heartbeat may name any producer group."""
         ctx = self.ctx
         for client_id in ctx.clients.producer_ids(group, ctx.clock_ms()):
             conn = ctx.connections.get(client_id)
-            if conn is not None and not conn.closed:
+            if conn is not None and not conn.closed and self._may_check(conn, topic):
                 return conn
         return None
 
+    def _may_check(self, conn: Connection, topic: str) -> bool:
+        if self.ctx.broker.auth is None:
+            return True
+        return conn.principal is not None and may(conn.principal, Right.PRODUCE, topic)
+
     def __call__(self, check: dict[str, Any]) -> bool:
         """Start sending ``check`` (on the event loop); False when the group has no live producer."""
-        conn = self.producer_connection(str(check["producer_group"]))
+        conn = self.producer_connection(str(check["producer_group"]), str(check["topic"]))
         if conn is None:
             return False
         task = asyncio.get_running_loop().create_task(self._send(conn, check))
