@@ -43,22 +43,18 @@ class Door:
 
 
 @contextlib.contextmanager
-def running_door(tmp_path: Path, **config: Any) -> Iterator[Door]:
-    """A running broker with its remoting door on a free port (port 0: it advertises the port it
-    bound), on an event loop of its own; stopped (door first, then the store) at the end.
-    ``config``: more :class:`ServerConfig` fields (``auth_file``)."""
+def serve_door(config: ServerConfig, companion: RemotingCompanion) -> Iterator[Door]:
+    """``running_broker(config)`` with ``companion`` on an event loop of its own; stopped (door
+    first, then the store) at the end. The broker's start-up failure is raised here."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="remoting-door-test", daemon=True)
     thread.start()
-    companion = RemotingCompanion(port=0)
-    server_config = ServerConfig(store=light_config(tmp_path / "store"), log_level="warning", **config)
-    server_config = server_config.validate()
     started: asyncio.Future[Broker] = loop.create_future()
     stop = asyncio.Event()
 
     async def run() -> None:
         try:
-            async with running_broker(server_config, companions=[companion]) as broker:
+            async with running_broker(config, companions=[companion]) as broker:
                 started.set_result(broker)
                 await stop.wait()
         except BaseException as exc:
@@ -68,17 +64,26 @@ def running_door(tmp_path: Path, **config: Any) -> Iterator[Door]:
 
     task = asyncio.run_coroutine_threadsafe(run(), loop)
     try:
-        broker = asyncio.run_coroutine_threadsafe(asyncio.wait_for(asyncio.shield(started), 30), loop).result(
-            35
-        )
+        waited = asyncio.wait_for(asyncio.shield(started), 30)
+        broker = asyncio.run_coroutine_threadsafe(waited, loop).result(35)
         assert companion.door is not None
         yield Door(broker, companion.door, loop)
     finally:
         loop.call_soon_threadsafe(stop.set)
-        task.result(30)
+        with contextlib.suppress(Exception):  # a start-up failure: already raised from ``started``
+            task.result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def running_door(tmp_path: Path, **config: Any) -> Iterator[Door]:
+    """A running broker with its remoting door on a free port (port 0: it advertises the port it
+    bound). ``config``: more :class:`ServerConfig` fields (``auth_file``)."""
+    server_config = ServerConfig(store=light_config(tmp_path / "store"), log_level="warning", **config)
+    with serve_door(server_config.validate(), RemotingCompanion(port=0)) as door:
+        yield door
 
 
 @pytest.fixture

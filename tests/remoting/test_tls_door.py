@@ -9,21 +9,15 @@ off loopback" rule.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ssl
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from broker.config import ServerConfig
-from broker.lifecycle import running_broker
-from broker.state import Broker
 from broker.tls import TlsConfig
 from ingest_api.remoting.bodies import decode_route
 from ingest_api.remoting.codec import RemotingCommand, encode_command, request
@@ -33,48 +27,13 @@ from ingest_api.remoting.headers import send_request_ext_fields
 from ingest_api.remoting.server import RemotingServerConfig, RemotingServerThread
 from sparkmq.cli import app
 from store import InvalidArgument
-from tests.remoting.conftest import Door
+from tests.remoting.conftest import Door, serve_door
 from tests.remoting.rawclient import RawClient
 from tests.remoting.test_handlers import pull_fields, send_header
 from tests.support.stores import light_config
 from tests.support.tls import LeafFiles, TestCA
 
 USERS = '{"tokens": [{"name": "ops", "token": "ops-token-1234", "admin": ["*"]}]}'
-
-
-@contextmanager
-def running_door(config: ServerConfig, companion: RemotingCompanion) -> Iterator[Door]:
-    """``running_broker(config)`` with ``companion`` on an event loop of its own; the
-    broker's start-up failure is raised here."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="remoting-tls-test", daemon=True)
-    thread.start()
-    started: asyncio.Future[Broker] = loop.create_future()
-    stop = asyncio.Event()
-
-    async def run() -> None:
-        try:
-            async with running_broker(config, companions=[companion]) as broker:
-                started.set_result(broker)
-                await stop.wait()
-        except BaseException as exc:
-            if not started.done():
-                started.set_exception(exc)
-            raise
-
-    task = asyncio.run_coroutine_threadsafe(run(), loop)
-    try:
-        waited = asyncio.wait_for(asyncio.shield(started), 30)
-        broker = asyncio.run_coroutine_threadsafe(waited, loop).result(35)
-        assert companion.door is not None
-        yield Door(broker, companion.door, loop)
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        with contextlib.suppress(Exception):  # a start-up failure: already raised from ``started``
-            task.result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 @pytest.fixture
@@ -90,9 +49,7 @@ def tls_config(tmp_path: Path, tls: TlsConfig | None, **changes: object) -> Serv
 @pytest.fixture
 def tls_door(tmp_path: Path, ca: TestCA) -> Iterator[Door]:
     leaf = ca.issue("broker")
-    with running_door(
-        tls_config(tmp_path, TlsConfig(leaf.cert, leaf.key)), RemotingCompanion(port=0)
-    ) as door:
+    with serve_door(tls_config(tmp_path, TlsConfig(leaf.cert, leaf.key)), RemotingCompanion(port=0)) as door:
         yield door
 
 
@@ -138,7 +95,7 @@ def test_a_client_trusting_another_ca_fails_the_handshake(tls_door: Door, tmp_pa
 def test_mutual_tls_needs_a_certificate_of_the_ca(tmp_path: Path, ca: TestCA) -> None:
     leaf, client = ca.issue("broker"), ca.issue("app")
     tls = TlsConfig(leaf.cert, leaf.key, ca.ca_file, require_client_cert=True)
-    with running_door(tls_config(tmp_path, tls), RemotingCompanion(port=0)) as door:
+    with serve_door(tls_config(tmp_path, tls), RemotingCompanion(port=0)) as door:
         answer = call(door, ca.client_context(client), RequestCode.GET_BROKER_CLUSTER_INFO, 1, {})
         assert answer.code == ResponseCode.SUCCESS
         for presented in (None, _foreign_leaf(tmp_path)):
@@ -157,7 +114,7 @@ def test_auth_on_refuses_a_plaintext_door_off_loopback(tmp_path: Path) -> None:
     refused = RemotingCompanion(port=0, host="0.0.0.0")  # refused before it binds
     with (
         pytest.raises(InvalidArgument, match=r"remoting listener on '0\.0\.0\.0'"),
-        running_door(config, refused),
+        serve_door(config, refused),
     ):
         pass
     assert refused.door is None
