@@ -74,9 +74,11 @@ def test_drop_resets_connections_until_healed(echo: tuple[str, int]) -> None:
         with pytest.raises(OSError):
             _echoed(conn, b"y", 5)
         conn.close()
-        with pytest.raises(OSError):  # reset on accept (the connect itself may see it)
-            with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as refused:
-                _echoed(refused, b"z", 5)
+        with (  # reset on accept (the connect itself may see it)
+            pytest.raises(OSError),
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as refused,
+        ):
+            _echoed(refused, b"z", 5)
         proxy.heal()
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as healed:
             assert _echoed(healed, b"again", 5) == b"again"

@@ -26,6 +26,7 @@ every 0.1 s so a cut or a close is seen promptly). Everything is on 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import struct
@@ -42,10 +43,8 @@ _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
 def _reset(sock: socket.socket) -> None:
     """Close ``sock`` with a TCP reset (no FIN, no lingering)."""
-    try:
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-    except OSError:
-        pass
     sock.close()
 
 
