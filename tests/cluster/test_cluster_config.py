@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from typer.testing import CliRunner
 
 from cluster import parse_cluster_address
 from cluster.config import ClusterConfig
+from sparkmq.cli import app
 from store import InvalidArgument
 
 
@@ -31,3 +35,26 @@ def test_ha_advertise_replaces_the_published_replication_address() -> None:
 def test_a_bad_ha_advertise_is_refused(changes: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         _config(**changes)
+
+
+_MEMBER = ["--cluster", "zk://127.0.0.1:1/c", "--broker-name", "b1"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--ha-advertise", "h:10912"], "--ha-advertise needs --ha-port"),
+        (
+            [*_MEMBER, "--ha-port", "10912", "--ha-advertise", "h"],
+            "is not HOST:PORT",
+        ),
+    ],
+)
+def test_serve_refuses_a_bad_ha_advertise_before_opening_anything(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    argv = ["serve", "--store-dir", str(tmp_path / "data"), "--operators", "off", *extra]
+    result = CliRunner().invoke(app, argv, terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "data").exists()
