@@ -144,14 +144,18 @@ def ack_windows(attempts: Sequence[Attempt]) -> dict[int, AckWindow]:
     return windows
 
 
-def read_bodies(url: str, topic: str, queues: int) -> list[str]:
-    """Every message body of ``topic`` as the broker at ``url`` serves it, all queues from 0."""
+def read_bodies(url: str, topic: str, queues: int, *, replica: bool = False) -> list[str]:
+    """Every message body of ``topic`` as the broker at ``url`` serves it, all queues from 0
+    (``replica``: a slave answers from its own store, ``readFrom=replica``, up to the offset
+    every in-sync member holds, instead of redirecting to its master)."""
     bodies: list[str] = []
     with httpx.Client(base_url=url, timeout=30) as http:
         for queue in range(queues):
             offset = 0
             while True:
-                params = {"offset": offset, "max_messages": 5000}
+                params: dict[str, str | int] = {"offset": offset, "max_messages": 5000}
+                if replica:
+                    params["readFrom"] = "replica"
                 answer = http.get(f"/topics/{topic}/queues/{queue}/messages", params=params)
                 assert answer.status_code == 200, answer.text
                 page = answer.json()
