@@ -27,6 +27,9 @@ class ClusterConfig:
     #: The replication listener (issue 22); ``None``: this broker takes no replicas, and a
     #: second live broker with the same name is refused.
     ha_port: int | None = None
+    #: ``HOST:PORT`` slaves connect to for replication instead of ``advertise_host:ha_port``
+    #: (``--ha-advertise``): a port forwarded by NAT, a TCP proxy in front of the HA port.
+    ha_advertise: str | None = None
     #: ZooKeeper session timeout asked for: a broker killed with ``kill -9`` is seen as dead
     #: (its queues unavailable) this long after its last heartbeat.
     session_timeout_ms: int = 6000
@@ -80,6 +83,10 @@ class ClusterConfig:
         for ok, message in checks:
             if not ok:
                 raise InvalidArgument(f"invalid ClusterConfig: {message}")
+        if self.ha_advertise is not None:
+            _check_host_port(self.ha_advertise, "ha_advertise")
+            if self.ha_port is None:
+                raise InvalidArgument("invalid ClusterConfig: --ha-advertise needs --ha-port")
         if self.ha_tls is not None:
             if self.ha_port is None:
                 raise InvalidArgument("invalid ClusterConfig: TLS on the replication port needs --ha-port")
@@ -109,4 +116,14 @@ class ClusterConfig:
 
     @property
     def ha_address(self) -> str | None:
-        return None if self.ha_port is None else f"{self.advertise_host}:{self.ha_port}"
+        """Where slaves reach this member's replication listener (published in ZooKeeper)."""
+        if self.ha_port is None:
+            return None
+        return self.ha_advertise or f"{self.advertise_host}:{self.ha_port}"
+
+
+def _check_host_port(value: str, name: str) -> None:
+    """Refuse anything but ``HOST:PORT`` with a port in 1..65535."""
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgument(f"invalid ClusterConfig: {name} {value!r} is not HOST:PORT (port in 1..65535)")

@@ -15,11 +15,14 @@ state znode, its members) on the node's worker thread, so decisions are serialis
 
 Fencing, the part a lease cannot do alone: the replica is fenced (no write, no acknowledgement)
 the moment the ZooKeeper connection is SUSPENDED, before anything else runs; it resumes only
-once CONNECTED again with the same epoch still ours in ZooKeeper. A master paused past its
-session comes back to a state with a newer epoch and becomes a slave, truncating what it wrote
-alone (the HA handshake); its slaves had already moved on and refuse its frames. The in-sync
-set is changed only by the master's proposals, each a versioned write checking both epochs
-(:meth:`propose`, the store's ``SyncStateAuthority``).
+once CONNECTED again *in the same session* with the same epoch still ours in ZooKeeper. After
+an expired session (a partition past the timeout) the others saw its member node vanish and may
+be electing on the very state that still names it, so it leads again only by a versioned write
+of a new epoch, which an election running meanwhile either wins or loses to, never both. A
+master paused past its session comes back to a state with a newer epoch and becomes a slave,
+truncating what it wrote alone (the HA handshake); its slaves had already moved on and refuse
+its frames. The in-sync set is changed only by the master's proposals, each a versioned write
+checking both epochs (:meth:`propose`, the store's ``SyncStateAuthority``).
 """
 
 from __future__ import annotations
@@ -101,6 +104,9 @@ class ReplicaGroup:
         self._led_epoch: int | None = None
         self._following: tuple[int, int] | None = None
         self._fenced = False
+        #: The ZooKeeper session expired since this member last took a role: its member node
+        #: vanished, so the others may be electing; it may not resume an epoch unannounced.
+        self._session_lost = False
         self._closed = False
         self._lock = threading.Lock()
         #: Members whose process is known dead (their HA port refuses connections) while their
@@ -182,6 +188,7 @@ class ReplicaGroup:
             return
         with self._lock:
             self._fenced = True
+            self._session_lost = self._session_lost or state is SessionState.LOST
             self.counters.fences += 1
         self.replica.fence(f"ZooKeeper session {state}")
         log.warning("replica %s fenced: ZooKeeper session %s", self.me, state)
@@ -206,13 +213,17 @@ class ReplicaGroup:
             return
         live = self._live()
         if state.master == self.me:
-            if self._led_epoch == state.epoch:
-                if self._fenced:  # connected again, the epoch is still ours: resume with the set
+            if self._led_epoch == state.epoch and not self._session_lost:
+                if self._fenced:  # connected again, same session, the epoch is still ours: resume
                     self._lead(state, "resumed after a fence", in_sync=state.sync_state_set)
                 return
+            # A restart, or back from an expired session: the others saw our member node vanish
+            # and may be electing on this very state; lead only by winning a versioned write of
+            # a new epoch (their election's write then fails, or ours does and we follow).
             renewed = restart_as_master(state, self.me)
             if self.node.write_group_state(renewed, state):
-                self._lead(renewed, "restarted as master")
+                why = "back after a lost session" if self._led_epoch is not None else "restarted"
+                self._lead(renewed, f"{why}: leads a new epoch")
             return
         if state.master is not None and state.master in live:
             self._follow(state, live[state.master])
@@ -273,6 +284,7 @@ class ReplicaGroup:
         resumed = self._led_epoch == state.epoch
         with self._lock:
             self._led_epoch, self._following, self._fenced = state.epoch, None, False
+            self._session_lost = False
             self.counters.became_master += 1
             self.counters.last_role_change_ms = int(time.time() * 1000)
         log.warning("member %d of %s is master: %s", self.me, self.node.name, why)
@@ -298,6 +310,7 @@ class ReplicaGroup:
             return
         with self._lock:
             self._following, self._led_epoch, self._fenced = (master.member_id, state.epoch), None, False
+            self._session_lost = False
             self.counters.became_slave += 1
             self.counters.last_role_change_ms = int(time.time() * 1000)
         log.warning(

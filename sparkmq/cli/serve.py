@@ -250,6 +250,14 @@ def serve(
             rich_help_panel="Replication",
         ),
     ] = None,
+    ha_advertise: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT slaves connect to for replication (default: --advertise-host and --ha-port), "
+            "e.g. a forwarded port or a proxy in front of --ha-port.",
+            rich_help_panel="Replication",
+        ),
+    ] = None,
     replication: Annotated[
         str,
         typer.Option(
@@ -309,10 +317,14 @@ def serve(
         membership = _with_replication(
             membership, ha_port, replication, min_insync, replication_timeout_ms, unclean_failover
         )
+        if ha_advertise is not None:
+            membership = _with_ha_advertise(membership, ha_advertise)
     elif ha_port is not None or replication != "async" or min_insync != 1 or unclean_failover:
         _refuse(
             "--ha-port, --replication, --min-insync and --unclean-failover need --cluster and --broker-name"
         )
+    elif ha_advertise is not None:
+        _refuse("--ha-advertise needs --ha-port, --cluster and --broker-name")
     security = sec.ClusterSecurityFlags(
         peer_credential,
         peer_credential_file,
@@ -456,6 +468,13 @@ def _with_replication(
             replication_timeout_ms=timeout_ms,
             unclean_failover=unclean,
         )
+    except InvalidArgument as exc:
+        _refuse(str(exc))
+
+
+def _with_ha_advertise(membership: ClusterConfig, address: str) -> ClusterConfig:
+    try:
+        return membership.with_changes(ha_advertise=address)
     except InvalidArgument as exc:
         _refuse(str(exc))
 

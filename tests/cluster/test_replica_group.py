@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cluster import ClusterConfig, ClusterNode, SessionState, connect, parse_cluster_address
+from cluster.group_state import Candidate, elect
 from cluster.replica_group import ReplicaGroup
 from tests.support.waiting import wait_until
 
@@ -154,3 +155,39 @@ def test_a_fenced_master_resumes_only_its_own_epoch(start_member: Start) -> None
     group_a._on_session(SessionState.CONNECTED)
     wait_until(lambda: leader.role == "master", 10, "a to resume")
     assert leader.calls == [("master", 1), ("fence", 1), ("master", 1)]
+
+
+def test_a_master_back_from_a_lost_session_leads_only_through_a_new_epoch(start_member: Start) -> None:
+    """Its member node vanished with the session, so a slave may be electing meanwhile: the
+    master must not resume its old epoch unannounced (both would lead) but write a new one,
+    which the election's versioned write then loses to (or wins against)."""
+    a, group_a, leader = start_member("a")
+    wait_until(lambda: leader.role == "master", 10, "a to lead")
+    b, _, follower = start_member("b", offset=0)
+    wait_until(lambda: follower.role == "slave", 10, "b to follow")
+    ids = [node.member.member_id for node in (a, b) if node.member]
+    assert group_a.propose(frozenset(ids), 1, 1)
+    seen_by_b = b.read_group_state()  # b saw a's member node vanish and read the state to elect
+    assert seen_by_b is not None and seen_by_b.master == ids[0]
+    group_a._on_session(SessionState.LOST)  # the session expired during a partition ...
+    assert leader.role == "fenced"
+    group_a._on_session(SessionState.CONNECTED)  # ... and a new one is up (re-registered)
+    wait_until(lambda: leader.calls[-1] == ("master", 2), 10, "a to lead a new epoch")
+    assert _state(a) == (ids[0], 2, [ids[0]])
+    # b's election, decided on what it read before a came back, cannot also succeed
+    candidates = {ids[1]: Candidate(ids[1], 1, 0)}
+    elected = elect(seen_by_b, candidates)
+    assert elected is not None and elected.master == ids[1]
+    assert not b.write_group_state(elected, seen_by_b)
+    wait_until(lambda: follower.calls[-1] == ("slave", 2), 10, "b to follow a's new epoch")
+
+
+def test_a_master_back_from_a_suspension_resumes_its_epoch(start_member: Start) -> None:
+    """The same session: its member node never vanished, no one could elect; nothing written."""
+    a, group_a, leader = start_member("a")
+    wait_until(lambda: leader.role == "master", 10, "a to lead")
+    version = a.read_group_state()
+    group_a._on_session(SessionState.SUSPENDED)
+    group_a._on_session(SessionState.CONNECTED)
+    wait_until(lambda: leader.calls[-1] == ("master", 1), 10, "a to resume")
+    assert a.read_group_state() == version

@@ -47,6 +47,9 @@ class ProcessBroker:
     args: tuple[str, ...]
     env: dict[str, str]
     session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS
+    #: ``--cluster`` for this broker only (e.g. through a proxy that can cut it from
+    #: ZooKeeper); ``None``: the cluster's.
+    zk_url: str | None = None
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -77,7 +80,7 @@ class ProcessBroker:
         self.log_path = self.log_dir / f"{self.name}-{time.monotonic_ns()}.log"
         with open(self.log_path, "wb") as out:
             self.process = subprocess.Popen(
-                self.command(zk_url),
+                self.command(self.zk_url or zk_url),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
@@ -192,8 +195,10 @@ class ProcessCluster:
         env: dict[str, str] | None = None,
         wait: bool = True,
         member: str | None = None,
+        zk_url: str | None = None,
     ) -> ProcessBroker:
-        """Start broker ``name`` (``member`` names a second process of the same name: a replica)."""
+        """Start broker ``name`` (``member`` names a second process of the same name: a replica;
+        ``zk_url``: its own ``--cluster``, e.g. through a proxy)."""
         key = member or name
         broker = ProcessBroker(
             name=name,
@@ -205,6 +210,7 @@ class ProcessCluster:
             args=tuple(args),
             env=dict(env or {}),
             session_timeout_ms=self.session_timeout_ms,
+            zk_url=zk_url,
         )
         self.brokers[key] = broker
         if not wait:
