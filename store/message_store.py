@@ -53,6 +53,7 @@ from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
     CONSUMER_OFFSETS_TOPIC,
+    KAFKA_TXN_STATE_TOPIC,
     POP_STATE_TOPIC,
     SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
@@ -91,6 +92,7 @@ _SYSTEM_TOPIC_QUEUES = {
     TRANS_OFFSETS_TOPIC: 1,
     POP_STATE_TOPIC: 1,
     CONSUMER_OFFSETS_TOPIC: 1,
+    KAFKA_TXN_STATE_TOPIC: 1,
 }
 
 

@@ -31,7 +31,8 @@ from ingest_api.kafka.topology import CoordinatorKind
 from ingest_api.kafka.txn_cluster import After
 from ingest_api.kafka.txn_cluster_recovery import PendingEnd, recover_cluster
 from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH, PREPARING, TxnEntry, TxnState
-from ingest_api.kafka.txn_state import DurableId, recover
+from ingest_api.kafka.txn_record import DurableId
+from ingest_api.kafka.txn_state import recover
 from ingest_api.kafka.versions import PRODUCER_FENCED_SINCE, ApiKey
 from store import SparkMQError
 from store.publish import HalfOf, TxOutcome
@@ -203,7 +204,7 @@ async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: 
             await ctx.run_blocking(
                 ctx.transactional_ids.save,
                 transactional_id,
-                DurableId(producer_id, epoch, last_epoch, entry.timeout_ms),
+                DurableId(producer_id, epoch, last_epoch, entry.timeout_ms, TxnState.COMPLETE_ABORT),
             )
             ctx.txn.fence_done(transactional_id, producer_id, epoch)
 
@@ -217,19 +218,27 @@ async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: 
             await fence()
 
 
-def recover_transactions(ctx: GatewayContext) -> list[PendingEnd]:
-    """Blocking, before serving: rebuild the coordinator and abort orphaned transactions; in a
-    cluster also returns the decided ends still to deliver (start them on the loop)."""
-    orphans = recover(ctx.txn, ctx.transactional_ids, ctx.transactions)
+def recover_transactions(ctx: GatewayContext) -> tuple[GatewayContext, list[PendingEnd]]:
+    """Blocking: replay the state topic into a new coordinator, and abort orphaned
+    transactions; in a cluster also the decided ends still to deliver (start them on the loop).
+    Returns the staged context (take it with ``ctx.adopt_txn_state``) and those ends. Run
+    before serving, and when a replica group's slave is promoted (``ctx.transactions`` then
+    being the service rebuilt from the replicated log)."""
+    staged = ctx.with_txn_tables(ctx.txn_log.load())
+    orphans = recover(staged.txn, staged.transactional_ids, staged.transactions)
     pending: list[PendingEnd] = []
-    if ctx.cluster is not None:
-        orphans, pending = recover_cluster(ctx, orphans)
+    if staged.cluster is not None:
+        orphans, pending = recover_cluster(staged, orphans)
     for sparkmq_id in orphans:
-        tx = ctx.transactions.get(sparkmq_id)
-        if tx is not None:
-            log.warning("transaction %s has no current producer epoch: aborting it", sparkmq_id)
-            ctx.transactions.end(sparkmq_id, TxOutcome.ROLLBACK, tx.producer_group)
-    return pending
+        tx = staged.transactions.get(sparkmq_id)
+        if tx is None:
+            continue
+        log.warning("transaction %s has no current producer epoch: aborting it", sparkmq_id)
+        try:
+            staged.transactions.end(sparkmq_id, TxOutcome.ROLLBACK, tx.producer_group)
+        except SparkMQError as exc:  # a replica group's slave: the master (or this one, promoted) ends it
+            log.warning("transaction %s left open: %s", sparkmq_id, exc)
+    return staged, pending
 
 
 # --- DescribeTransactions / ListTransactions -------------------------------------------------------
