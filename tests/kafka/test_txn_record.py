@@ -177,9 +177,11 @@ def test_a_malformed_side_file_is_refused_with_its_path(tmp_path: Path) -> None:
     config_dir = tmp_path / "store" / "config"
     config_dir.mkdir(parents=True)
     (config_dir / TXN_PARTICIPANTS_FILE).write_text('{"transactions": {"kafka-1-0-1": {"participants": []}}}')
-    with MessageStore.open(store_config(tmp_path / "store")) as store:
-        with pytest.raises(InvalidArgument, match=TXN_PARTICIPANTS_FILE):
-            TxnStateLog(store).load()
+    with (
+        MessageStore.open(store_config(tmp_path / "store")) as store,
+        pytest.raises(InvalidArgument, match=TXN_PARTICIPANTS_FILE),
+    ):
+        TxnStateLog(store).load()
 
 
 def test_an_unreadable_record_names_its_queue_offset(tmp_path: Path) -> None:
