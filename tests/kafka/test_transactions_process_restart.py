@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.kafka.test_confluent import FAST, consumer, poll_values
 from tests.kafka.test_transactions_kill import Processes

@@ -91,7 +91,7 @@ def test_out_of_range_values_are_refused() -> None:
 
 def test_the_replay_folds_records_in_order() -> None:
     tables = TxnTables()
-    for record in [
+    records: list[TxnRecord] = [
         ProducerIdBlock(0, 2),
         ProducerIdBlock(PID, 1),
         ProducerIdBlock(0, 1),  # an older counter never lowers the block
@@ -103,7 +103,8 @@ def test_the_replay_folds_records_in_order() -> None:
         LedgerEntry("kafka-0-1-2", "a", frozenset({"b2"})),
         Completed("kafka-0-1-2"),
         Decided("kafka-9-9-9", True),  # of nothing known: ignored
-    ]:
+    ]
+    for record in records:
         tables.apply(record)
     assert tables.producer_ids == {0: 2, PID: 1}
     assert tables.transactional_ids == {"a": DurableId(0, 1, 0, 1000)}
