@@ -99,14 +99,20 @@ async def init_transactional(ctx: GatewayContext, request: KafkaRequest) -> byte
                 return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             if aborted is None:  # the abort still has to reach a participant: retry later
                 return answer(ErrorCode.CONCURRENT_TRANSACTIONS)
-        if plan.new_producer_id:
-            producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
-        else:
-            producer_id, epoch = plan.producer_id, plan.epoch
-        last_epoch = entry.epoch if entry is not None and entry.producer_id == producer_id else -1
-        await ctx.run_blocking(
-            ctx.transactional_ids.save, tid, DurableId(producer_id, epoch, last_epoch, timeout_ms)
-        )
+        try:
+            if plan.new_producer_id:
+                producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
+            else:
+                producer_id, epoch = plan.producer_id, plan.epoch
+            last_epoch = entry.epoch if entry is not None and entry.producer_id == producer_id else -1
+            await ctx.run_blocking(
+                ctx.transactional_ids.save, tid, DurableId(producer_id, epoch, last_epoch, timeout_ms)
+            )
+        except SparkMQError as exc:  # its state record not acknowledged: the client retries
+            log.warning("InitProducerId %r: the new epoch is not stored: %s", tid, exc)
+            if plan.abort is not None:
+                ctx.txn.end_done(tid, False)  # the abort itself is done
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         ctx.txn.init_done(tid, producer_id, epoch, timeout_ms)
     return answer(ErrorCode.NONE, producer_id, epoch)
 
@@ -199,13 +205,18 @@ async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: 
         ctx.txn.plan_end(transactional_id, entry.producer_id, entry.epoch, commit=False)
 
         async def fence() -> None:
-            producer_id, epoch = await _new_epoch(ctx, entry)
-            last_epoch = entry.epoch if producer_id == entry.producer_id else -1
-            await ctx.run_blocking(
-                ctx.transactional_ids.save,
-                transactional_id,
-                DurableId(producer_id, epoch, last_epoch, entry.timeout_ms, TxnState.COMPLETE_ABORT),
-            )
+            try:
+                producer_id, epoch = await _new_epoch(ctx, entry)
+                last_epoch = entry.epoch if producer_id == entry.producer_id else -1
+                await ctx.run_blocking(
+                    ctx.transactional_ids.save,
+                    transactional_id,
+                    DurableId(producer_id, epoch, last_epoch, entry.timeout_ms, TxnState.COMPLETE_ABORT),
+                )
+            except SparkMQError as exc:  # aborted, not fenced: its next EndTxn finds nothing open
+                log.warning("fencing %r after its timeout failed: %s", transactional_id, exc)
+                ctx.txn.end_done(transactional_id, False)
+                return
             ctx.txn.fence_done(transactional_id, producer_id, epoch)
 
         try:
