@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -108,6 +109,7 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
         self._lock = DirectoryLock(config.lock_path)
         self._closed = True
         self._services: list[PeriodicService] = []
+        self._retention_listeners: list[Callable[[int], None]] = []
         self._group_commit: GroupCommitService | None = None
         self._index_dispatcher: IndexDispatcher | None = None
         self._arrivals = Arrivals(self.max_offset)

@@ -188,6 +188,9 @@ class GatewayContext:
     #: True while a promoted member replays the state topic: the transactional ids' requests
     #: answer NOT_COORDINATOR (retried by the client) until it is done.
     txn_loading: bool = False
+    #: The store retention listener that writes the coordinator's state again (set once it
+    #: is loaded; removed when the gateway closes).
+    retention_keeper: Callable[[int], None] | None = None
 
     @classmethod
     def create(

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ class ProducerIdAllocator:
 
     def __init__(self, log: TxnStateLog, blocks: Mapping[int, int], base: int = 0) -> None:
         self._log = log
-        self._lock = threading.Lock()
+        self._lock = log.lock  # shared: see TxnStateLog.keep_before
         self._base = base
         self._blocks = dict(blocks)
         self._next_id = self._blocks.get(base, 0)
@@ -63,6 +62,11 @@ class ProducerIdAllocator:
             self._log.append([ProducerIdBlock(self._base, counter + 1)])
             self._next_id = self._blocks[self._base] = counter + 1
             return self._base + counter
+
+    def blocks(self) -> dict[int, int]:
+        """Block base -> ids handed out from it (every member's, as the state topic says)."""
+        with self._lock:
+            return dict(self._blocks)
 
     def issued(self, producer_id: int) -> bool:
         with self._lock:

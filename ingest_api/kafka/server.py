@@ -47,7 +47,7 @@ from ingest_api.kafka.handlers.transactions import abort_expired
 from ingest_api.kafka.sasl import MAX_PRE_AUTH_FRAME_BYTES, SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_VERSIONS
 from ingest_api.kafka.sasl_session import Phase, SaslSession, Step
 from ingest_api.kafka.store_port import KafkaStore
-from ingest_api.kafka.txn_reload import recover_at_start
+from ingest_api.kafka.txn_reload import recover_at_start, stop_keeping
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 from store import MessageStore
 from store.publish import TransactionService
@@ -276,6 +276,7 @@ class KafkaGateway:
             *self._expiring.values(), *self._ctx.pending_ends.values(), return_exceptions=True
         )
         self._ctx.coordinator.close()
+        stop_keeping(self._ctx)
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)

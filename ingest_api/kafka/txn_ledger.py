@@ -20,7 +20,6 @@ broker (one atomic append).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -38,7 +37,7 @@ class TxnLedger:
     def __init__(self, log: TxnStateLog, entries: Mapping[str, LedgerEntry]) -> None:
         self._log = log
         self._entries = dict(entries)
-        self._lock = threading.Lock()
+        self._lock = log.lock  # shared: see TxnStateLog.keep_before
 
     def get(self, transaction_id: str) -> LedgerEntry | None:
         with self._lock:

@@ -13,15 +13,20 @@
   ``kafkaTxnParticipants.json``). While the topic is empty they are read once, written as
   records, and renamed ``*.migrated``; a store that cannot write yet (a slave) keeps them
   and uses what they say until it can.
-* **Retention** deletes whole CommitLog files, and would take old records with it: not
-  handled yet (docs/replication.md). The state is small: a full rewrite is
-  :meth:`TxnTables.records`.
+* **Retention** deletes whole CommitLog files, and old records with them. Before it does,
+  :meth:`TxnStateLog.keep_before` (a store retention listener) writes the whole live state
+  again (:meth:`TxnTables.records`: it is small) when a record lies in those files, so the
+  retained log always holds it. Every state change and the rewrite hold :attr:`TxnStateLog.lock`
+  from the in-memory change to the append, so no change falls between the snapshot and its
+  records. A member that cannot write (a slave) logs it: its master's rewrite, replicated,
+  is what it keeps.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,6 +71,8 @@ class TxnStateStore(Protocol):
     def get_messages(
         self, topic: str, queue_id: int, offset: int, max_messages: int = 32, tag_expression: str | None = "*"
     ) -> GetResult: ...
+    def add_retention_listener(self, listener: Callable[[int], None]) -> None: ...
+    def remove_retention_listener(self, listener: Callable[[int], None]) -> None: ...
 
 
 class TxnStateLog:
@@ -76,6 +83,8 @@ class TxnStateLog:
         #: This member's producer-id block (``member_id << 32`` in a cluster, else 0).
         self.id_base = id_base
         self.config_dir = Path(store.config.store_dir) / "config"
+        #: Held by every state change from its append to its in-memory change (re-entrant).
+        self.lock = threading.RLock()
 
     def append(self, records: Sequence[TxnRecord]) -> None:
         """Put ``records`` in one atomic append (raises the store's errors, nothing written)."""
@@ -114,6 +123,25 @@ class TxnStateLog:
                         f"{KAFKA_TXN_STATE_TOPIC} queue offset {view.queue_offset}: {exc}"
                     ) from None
             offset = got.next_offset
+
+    def first_position(self) -> int | None:
+        """The CommitLog offset of the oldest retained record (``None``: there is none)."""
+        offset = self.store.min_offset(KAFKA_TXN_STATE_TOPIC, QUEUE_ID)
+        got = self.store.get_messages(KAFKA_TXN_STATE_TOPIC, QUEUE_ID, offset, 1)
+        return got.messages[0].commitlog_offset if got.messages else None
+
+    def keep_before(self, end: int, snapshot: Callable[[], TxnTables]) -> int:
+        """Retention is about to delete the CommitLog below ``end``: when a record lies there,
+        append the whole live state (``snapshot()``, taken under :attr:`lock`) again; returns
+        how many records were written. Raises the store's errors (nothing written)."""
+        with self.lock:
+            first = self.first_position()
+            if first is None or first >= end:
+                return 0
+            records = snapshot().records()
+            self.append(records)
+        log.info("Kafka transaction state: %d records written again before offset %d", len(records), end)
+        return len(records)
 
     def load(self) -> TxnTables:
         """The tables the records say; on a store with none, the side files of an upgrade

@@ -17,6 +17,7 @@ itself once promoted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +26,8 @@ from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.handlers.transactions import recover_transactions
 from ingest_api.kafka.txn_cluster import start_retries
 from ingest_api.kafka.txn_cluster_recovery import PendingEnd
+from ingest_api.kafka.txn_record import TxnTables
+from store import SparkMQError
 from store.publish import TransactionService
 
 log = logging.getLogger(__name__)
@@ -39,10 +42,34 @@ def serving(ctx: GatewayContext) -> bool:
 
 
 async def recover_at_start(ctx: GatewayContext) -> None:
-    """Replay the state topic into ``ctx`` (before the gateway serves)."""
+    """Replay the state topic into ``ctx`` (before the gateway serves); from then on the live
+    state is written again before retention deletes its records (:func:`stop_keeping`)."""
     staged, pending = await ctx.run_blocking(recover_transactions, ctx)
     ctx.adopt_txn_state(staged)
     _deliver(ctx, pending)
+    ctx.retention_keeper = functools.partial(_keep_before, ctx)
+    ctx.txn_log.store.add_retention_listener(ctx.retention_keeper)
+
+
+def stop_keeping(ctx: GatewayContext) -> None:
+    """The gateway closes: retention no longer asks it (the store outlives it)."""
+    if ctx.retention_keeper is not None:
+        ctx.txn_log.store.remove_retention_listener(ctx.retention_keeper)
+        ctx.retention_keeper = None
+
+
+def live_tables(ctx: GatewayContext) -> TxnTables:
+    """The coordinator's state as it is now (call under ``ctx.txn_log.lock``)."""
+    ledger = {e.transaction_id: e for e in ctx.ledger.entries()} if ctx.ledger is not None else {}
+    return TxnTables(ctx.producer_ids.blocks(), ctx.transactional_ids.all(), ledger)
+
+
+def _keep_before(ctx: GatewayContext, end: int) -> None:
+    """Store retention listener (its thread): the live state again before ``end`` goes."""
+    try:
+        ctx.txn_log.keep_before(end, lambda: live_tables(ctx))
+    except SparkMQError as exc:  # a slave: its master's rewrite is replicated to it
+        log.warning("Kafka transaction state not written again before offset %d: %s", end, exc)
 
 
 async def reload_transactions(ctx: GatewayContext, service: TransactionService | None) -> None:

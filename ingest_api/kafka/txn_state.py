@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 
 from ingest_api.kafka.names import from_store, to_store
@@ -39,7 +38,7 @@ class TransactionalIds:
 
     def __init__(self, log: TxnStateLog, durable: Mapping[str, DurableId]) -> None:
         self._log = log
-        self._lock = threading.Lock()
+        self._lock = log.lock  # shared: see TxnStateLog.keep_before
         self._ids = dict(durable)
 
     def all(self) -> dict[str, DurableId]:

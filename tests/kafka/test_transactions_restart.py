@@ -11,15 +11,21 @@ from pathlib import Path
 from ingest_api.kafka import GatewayThread
 from ingest_api.kafka.txn_log import TxnStateLog
 from ingest_api.kafka.txn_record import DurableId, IdChanged
-from store import MessageStore
+from store import KAFKA_TXN_STATE_TOPIC, MessageStore
 from tests.kafka.conftest import gateway_config, store_config
 from tests.kafka.test_wire_transactions import TID, TxnClient, tx_batch
 
 
 @contextmanager
-def broker(path: Path, *, crash: bool = False) -> Iterator[tuple[MessageStore, GatewayThread, TxnClient]]:
-    """A store and gateway; ``crash`` abandons the store instead of closing it."""
-    store = MessageStore.open(store_config(path))
+def broker(
+    path: Path, *, crash: bool = False, file_bytes: int | None = None
+) -> Iterator[tuple[MessageStore, GatewayThread, TxnClient]]:
+    """A store and gateway; ``crash`` abandons the store instead of closing it; ``file_bytes``:
+    the CommitLog file size (default 64 MiB)."""
+    config = store_config(path)
+    if file_bytes is not None:
+        config = config.with_changes(commitlog_file_size_bytes=file_bytes)
+    store = MessageStore.open(config)
     gateway = GatewayThread(store, gateway_config()).start()
     client = TxnClient(gateway.port)
     try:
@@ -112,3 +118,16 @@ def test_an_open_transaction_of_an_old_epoch_is_aborted_at_start(tmp_path: Path)
         assert tx is not None and tx.outcome is not None and tx.outcome.value == "rollback"
         assert txn.end(pid, 0, commit=True) == 90  # PRODUCER_FENCED
         assert bodies(store, "out") == []
+
+
+def test_the_transactional_ids_outlive_the_retention_of_their_records(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with broker(path, file_bytes=64 * 1024) as (store, _, txn):
+        pid = txn.init().producer_id
+        store.create_topic("filler", 1)
+        store.put_batch("filler", [b"x" * 900] * 300, queue_ids=0)
+        assert store.run_retention(now_ms=store.now_ms() + 7 * 86_400_000, force=True) >= 3
+        assert store.min_offset(KAFKA_TXN_STATE_TOPIC, 0) > 0  # the first records are gone
+    with broker(path, file_bytes=64 * 1024) as (_, _, txn):
+        again = txn.init()
+        assert (again.producer_id, again.producer_epoch) == (pid, 1)  # the id and its epoch kept

@@ -32,6 +32,7 @@ from ingest_api.kafka.txn_record import (
 from ingest_api.kafka.txn_state import TransactionalIds
 from store import KAFKA_TXN_STATE_TOPIC, InvalidArgument, MessageStore, RecordFields
 from tests.kafka.conftest import store_config
+from tests.support.stores import light_config
 
 PID = 4294967296  # member 1's first producer id
 
@@ -195,3 +196,31 @@ def test_an_unreadable_record_names_its_queue_offset(tmp_path: Path) -> None:
         )
         with pytest.raises(InvalidArgument, match=f"{KAFKA_TXN_STATE_TOPIC} queue offset 1"):
             log.load()
+
+
+def test_retention_keeps_the_live_state_by_writing_it_again(tmp_path: Path) -> None:
+    config = light_config(tmp_path / "store", commitlog_file_size_bytes=64 * 1024)
+    with MessageStore.open(config) as store:
+        log = TxnStateLog(store)
+        ids = ProducerIdAllocator(log, {})
+        names = TransactionalIds(log, {})
+        ledger = TxnLedger(log, {})
+        ids.allocate()
+        names.save("app", DurableId(0, 4, 3, 9000))
+        ledger.add("kafka-0-4-1", "app", {"b2"}, {("t", 1)})
+        ledger.decide("kafka-0-4-1", False)
+        before = log.load()
+
+        def live() -> TxnTables:
+            entries = {e.transaction_id: e for e in ledger.entries()}
+            return TxnTables(ids.blocks(), names.all(), entries)
+
+        store.add_retention_listener(lambda end: log.keep_before(end, live))
+        store.create_topic("filler", 1)
+        store.put_batch("filler", [b"x" * 900] * 300, queue_ids=0)  # several files past the records
+        later = store.now_ms() + 7 * 86_400_000
+        assert store.run_retention(now_ms=later, force=True) >= 3
+        assert store.min_offset(KAFKA_TXN_STATE_TOPIC, 0) > 0  # the first records are gone
+        assert log.load() == before  # written again before they went
+    with MessageStore.open(config) as store:
+        assert TxnStateLog(store).load() == before  # and so after a reopen
