@@ -211,14 +211,14 @@ class GatewayContext:
         )
         id_base = config.node_id << PRODUCER_ID_BLOCK_BITS if cluster is not None else 0
         txn_log = TxnStateLog(cast(TxnStateStore, store), id_base)
-        empty = TxnTables()  # the tables are loaded by recover_transactions, before serving
         return cls(
             store=KafkaNamedStore(store),
             config=config,
             loop=loop,
             executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),
             coordinator=coordinator,
-            producer_ids=ProducerIdAllocator(txn_log, empty.producer_ids, id_base),
+            # Empty until recover_transactions replays the state topic, before serving.
+            producer_ids=ProducerIdAllocator(txn_log, {}, id_base),
             transactions=transactions,
             txn=TxnCoordinator(store.now_ms, TxnConfig(max_timeout_ms=config.max_transaction_timeout_ms)),
             transactional_ids=TransactionalIds(txn_log, {}),
