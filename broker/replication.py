@@ -3,7 +3,9 @@
 Consumer offsets need no copy any more: a commit is a CommitLog record
 (``rmq_sys_CONSUMER_OFFSETS``, :mod:`store.write.offset_log`), replicated and acknowledged like
 a message and applied to every member's offset table as it is dispatched, so a promoted slave
-serves every acknowledged commit at once.
+serves every acknowledged commit at once. Nor does the Kafka transaction coordinator's state:
+its records (``rmq_sys_KAFKA_TXN_STATE``) are replayed by the gateway of a promoted slave
+(:mod:`ingest_api.kafka.txn_reload`).
 
 What is still copied is the delay resolver's progress (``delayOffset.json``): a slave pulls it
 from its master every :data:`SYNC_INTERVAL_S` (RocketMQ: every 60 s). It is a position in

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -53,6 +54,7 @@ from store.metadata.offset_table import ConsumerOffsetTable, DelayOffsetTable
 from store.metadata.topic_config import TopicConfigTable
 from store.names import (
     CONSUMER_OFFSETS_TOPIC,
+    KAFKA_TXN_STATE_TOPIC,
     POP_STATE_TOPIC,
     SCHEDULE_TOPIC,
     SENDBACK_TOPIC,
@@ -91,6 +93,7 @@ _SYSTEM_TOPIC_QUEUES = {
     TRANS_OFFSETS_TOPIC: 1,
     POP_STATE_TOPIC: 1,
     CONSUMER_OFFSETS_TOPIC: 1,
+    KAFKA_TXN_STATE_TOPIC: 1,
 }
 
 
@@ -106,6 +109,7 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
         self._lock = DirectoryLock(config.lock_path)
         self._closed = True
         self._services: list[PeriodicService] = []
+        self._retention_listeners: list[Callable[[int], None]] = []
         self._group_commit: GroupCommitService | None = None
         self._index_dispatcher: IndexDispatcher | None = None
         self._arrivals = Arrivals(self.max_offset)

@@ -36,6 +36,10 @@ POP_STATE_TOPIC = "rmq_sys_pop_state"
 #: Consumer-group offset commits (sparkmq's ``__consumer_offsets``): one record per commit,
 #: queue 0 (store.write.offset_log, body: store.format.offset_record).
 CONSUMER_OFFSETS_TOPIC = "rmq_sys_CONSUMER_OFFSETS"
+#: The Kafka transaction coordinator's state (sparkmq's ``__transaction_state``): producer ids,
+#: transactional ids and the ledger, one record per change, queue 0
+#: (ingest_api.kafka.txn_log, body: ingest_api.kafka.txn_record).
+KAFKA_TXN_STATE_TOPIC = "rmq_sys_KAFKA_TXN_STATE"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

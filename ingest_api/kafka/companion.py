@@ -21,7 +21,9 @@ from ingest_api.kafka.server import KafkaGateway, start_kafka_gateway
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.topology import cluster_id
 from ingest_api.kafka.txn_peers import PeerService
+from ingest_api.kafka.txn_reload import follow_promotions
 from store import InvalidArgument
+from store.publish import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,12 @@ log = logging.getLogger(__name__)
 class _HasStore(Protocol):
     @property
     def store(self) -> Any: ...
+
+
+def service_of(broker: _HasStore) -> TransactionService | None:
+    """The broker's transaction service (replaced when a replica group's slave is promoted)."""
+    board = getattr(getattr(broker, "operators", None), "transactions", None)
+    return getattr(board, "service", None)
 
 
 class KafkaCompanion:
@@ -56,8 +64,7 @@ class KafkaCompanion:
     async def _run(self, broker: _HasStore) -> AsyncIterator[KafkaGateway]:
         store: KafkaStore = broker.store
         metrics = getattr(broker, "metrics", None)
-        board = getattr(getattr(broker, "operators", None), "transactions", None)
-        service = getattr(board, "service", None)  # one transaction service per store
+        service = service_of(broker)  # one transaction service per store
         link, config = self._cluster(broker)
         server_config = getattr(broker, "config", None)
         tls = getattr(server_config, "tls", None)
@@ -82,9 +89,16 @@ class KafkaCompanion:
                     "kafka gateway: with --auth-file the other brokers refuse this gateway's calls "
                     "(it sends no token): offsets and transactions of queues on other brokers fail"
                 )
+        replica_group = getattr(broker, "replica_group", None)
+        promoted = None
+        if replica_group is not None:  # a promoted slave replays the coordinator's state
+            promoted = follow_promotions(gateway.context, lambda: service_of(broker))
+            replica_group.on_lead.append(promoted)
         try:
             yield gateway
         finally:
+            if replica_group is not None and promoted is not None:
+                replica_group.on_lead.remove(promoted)
             if link is not None:
                 setattr(broker, "kafka_peer", None)  # noqa: B010
             if hasattr(broker, "kafka_groups"):

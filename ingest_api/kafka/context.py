@@ -14,25 +14,21 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar, cast
 
 from ingest_api.kafka.cluster_link import ClusterLink
 from ingest_api.kafka.coordinator import CoordinatorConfig, GroupCoordinator
 from ingest_api.kafka.framing import MAX_REQUEST_BYTES
 from ingest_api.kafka.names import KafkaNamedStore
-from ingest_api.kafka.producer_state import (
-    PRODUCER_ID_BLOCK_BITS,
-    PRODUCER_IDS_FILE,
-    ProducerIdAllocator,
-    ProducerStateTable,
-)
+from ingest_api.kafka.producer_state import PRODUCER_ID_BLOCK_BITS, ProducerIdAllocator, ProducerStateTable
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.txn_coordinator import TxnConfig, TxnCoordinator
-from ingest_api.kafka.txn_ledger import TXN_PARTICIPANTS_FILE, TxnLedger
+from ingest_api.kafka.txn_ledger import TxnLedger
+from ingest_api.kafka.txn_log import TxnStateLog, TxnStateStore
 from ingest_api.kafka.txn_participants import TxnParticipants
-from ingest_api.kafka.txn_state import TRANSACTIONAL_IDS_FILE, TransactionalIds
+from ingest_api.kafka.txn_record import TxnTables
+from ingest_api.kafka.txn_state import TransactionalIds
 from store import InvalidArgument
 from store.publish import TransactionService
 
@@ -162,9 +158,12 @@ class GatewayContext:
     producer_ids: ProducerIdAllocator
     #: The store's one transaction service (shared with the HTTP door when embedded).
     transactions: TransactionService
-    #: Transactional ids: state machine, and the durable ids file.
+    #: Transactional ids: state machine, and the durable ids (records of the state topic).
     txn: TxnCoordinator
     transactional_ids: TransactionalIds
+    #: The coordinator's state topic (``rmq_sys_KAFKA_TXN_STATE``), replayed at start and on
+    #: a replica group's promotion (:meth:`with_txn_tables`).
+    txn_log: TxnStateLog
     producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     #: Serialises idempotent appends per producer id (check + append + record).
     producer_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
@@ -186,6 +185,12 @@ class GatewayContext:
     pending_ends: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     #: The broker's users (``broker.auth.DoorAuth``) on a SASL listener; ``None``: no SASL.
     auth: Any = None
+    #: True while a promoted member replays the state topic: the transactional ids' requests
+    #: answer NOT_COORDINATOR (retried by the client) until it is done.
+    txn_loading: bool = False
+    #: The store retention listener that writes the coordinator's state again (set once it
+    #: is loaded; removed when the gateway closes).
+    retention_keeper: Callable[[int], None] | None = None
 
     @classmethod
     def create(
@@ -204,22 +209,44 @@ class GatewayContext:
                 max_session_timeout_ms=config.max_session_timeout_ms,
             ),
         )
-        config_dir = Path(store.config.store_dir) / "config"
         id_base = config.node_id << PRODUCER_ID_BLOCK_BITS if cluster is not None else 0
+        txn_log = TxnStateLog(cast(TxnStateStore, store), id_base)
         return cls(
             store=KafkaNamedStore(store),
             config=config,
             loop=loop,
             executor=ThreadPoolExecutor(config.executor_workers, thread_name_prefix="kafka-gw"),
             coordinator=coordinator,
-            producer_ids=ProducerIdAllocator(config_dir / PRODUCER_IDS_FILE, id_base),
+            # Empty until recover_transactions replays the state topic, before serving.
+            producer_ids=ProducerIdAllocator(txn_log, {}, id_base),
             transactions=transactions,
             txn=TxnCoordinator(store.now_ms, TxnConfig(max_timeout_ms=config.max_transaction_timeout_ms)),
-            transactional_ids=TransactionalIds(config_dir / TRANSACTIONAL_IDS_FILE),
+            transactional_ids=TransactionalIds(txn_log, {}),
+            txn_log=txn_log,
             arrivals=ArrivalNotifier(loop),
             cluster=cluster,
-            ledger=TxnLedger.open(config_dir / TXN_PARTICIPANTS_FILE) if cluster is not None else None,
+            ledger=TxnLedger(txn_log, {}) if cluster is not None else None,
         )
+
+    def with_txn_tables(self, tables: TxnTables) -> GatewayContext:
+        """A copy of this context whose coordinator, producer ids, transactional ids and ledger
+        are what ``tables`` say (the coordinator's entries are installed by ``recover``)."""
+        log = self.txn_log
+        return replace(
+            self,
+            producer_ids=ProducerIdAllocator(log, tables.producer_ids, log.id_base),
+            txn=TxnCoordinator(self.txn.now_ms, self.txn.config),
+            transactional_ids=TransactionalIds(log, tables.transactional_ids),
+            ledger=TxnLedger(log, tables.ledger) if self.cluster is not None else None,
+        )
+
+    def adopt_txn_state(self, staged: GatewayContext) -> None:
+        """Take the coordinator state built in ``staged`` (:meth:`with_txn_tables`; on the loop)."""
+        self.producer_ids = staged.producer_ids
+        self.txn = staged.txn
+        self.transactional_ids = staged.transactional_ids
+        self.ledger = staged.ledger
+        self.transactions = staged.transactions
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking store call on the gateway's thread pool."""

@@ -1,8 +1,8 @@
 """Idempotent-producer state: producer-id allocation and per-partition sequence checks.
 
-* :class:`ProducerIdAllocator` hands out monotonically increasing producer ids and persists
-  the next id in ``config/kafkaProducerIds.json`` (written atomically: temp file, fsync,
-  rename, fsync directory) *before* returning an id, so ids are never reused after a restart.
+* :class:`ProducerIdAllocator` hands out monotonically increasing producer ids and puts the
+  next id in the state topic (:mod:`ingest_api.kafka.txn_log`) *before* returning an id, so ids
+  are never reused after a restart or a replica group's failover.
 * :class:`ProducerStateTable` keeps, per ``(producer_id, topic, partition)``, the producer
   epoch and the last :data:`MAX_CACHED_BATCHES` batches ``(first_seq, last_seq, base_offset)``
   (Kafka's ``ProducerStateManager``). A retried batch that matches one of them is a duplicate:
@@ -18,16 +18,16 @@
 
 from __future__ import annotations
 
-import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.records import MAX_SEQUENCE
-from store import read_json, write_json_atomically
+from ingest_api.kafka.txn_log import TxnStateLog
+from ingest_api.kafka.txn_record import ProducerIdBlock
+from store import InvalidArgument
 
-PRODUCER_IDS_FILE = "kafkaProducerIds.json"
 MAX_CACHED_BATCHES = 5
 
 
@@ -36,38 +36,41 @@ PRODUCER_ID_BLOCK_BITS = 32
 
 
 class ProducerIdAllocator:
-    """Persisted producer-id counter (thread-safe; call from an executor: it fsyncs).
+    """Producer-id counter kept in the state topic (thread-safe; call from an executor: each
+    allocation is a store append, acknowledged like a message).
 
-    Ids are ``base + n`` for the persisted counter ``n``. A lone broker uses base 0; in a cluster
-    each broker uses ``member_id << PRODUCER_ID_BLOCK_BITS``, so ids handed out by different
-    brokers never collide (an idempotent producer's id is used on every partition leader)."""
+    Ids are ``base + n`` for the counter ``n``. A lone broker uses base 0; in a cluster
+    each member uses ``member_id << PRODUCER_ID_BLOCK_BITS``, so ids handed out by different
+    members never collide (an idempotent producer's id is used on every partition leader).
+    ``blocks`` is what the state topic says of every member's block (a promoted slave knows
+    the ids its master handed out: :meth:`issued`)."""
 
-    def __init__(self, path: Path, base: int = 0) -> None:
-        self._path = path
-        self._lock = threading.Lock()
+    def __init__(self, log: TxnStateLog, blocks: Mapping[int, int], base: int = 0) -> None:
+        self._log = log
+        self._lock = log.lock  # shared: see TxnStateLog.keep_before
         self._base = base
-        self._next_id = self._load()
-
-    def _load(self) -> int:
-        document = read_json(self._path)
-        if document is None:
-            return 0
-        next_id = document.get("next_producer_id")
-        if not isinstance(next_id, int) or next_id < 0:
-            raise ValueError(f"{self._path}: next_producer_id missing or invalid: {document!r}")
-        return next_id
+        self._blocks = dict(blocks)
+        self._next_id = self._blocks.get(base, 0)
 
     def allocate(self) -> int:
+        """A new producer id, once its record is in the log (raises the store's errors, or
+        InvalidArgument when this member's block is used up)."""
         with self._lock:
             counter = self._next_id
             if counter >= 1 << PRODUCER_ID_BLOCK_BITS and self._base:
-                raise ValueError(f"{self._path}: this broker's block of producer ids is used up")
-            write_json_atomically(self._path, {"next_producer_id": counter + 1})
-            self._next_id = counter + 1
+                raise InvalidArgument(f"producer ids of block {self._base:#x} are used up")
+            self._log.append([ProducerIdBlock(self._base, counter + 1)])
+            self._next_id = self._blocks[self._base] = counter + 1
             return self._base + counter
 
+    def blocks(self) -> dict[int, int]:
+        """Block base -> ids handed out from it (every member's, as the state topic says)."""
+        with self._lock:
+            return dict(self._blocks)
+
     def issued(self, producer_id: int) -> bool:
-        return self._base <= producer_id < self._base + self._next_id
+        with self._lock:
+            return any(base <= producer_id < base + n for base, n in self._blocks.items())
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,11 +43,11 @@ from ingest_api.kafka.context import DoorMetrics, GatewayConfig, GatewayContext,
 from ingest_api.kafka.errors import KafkaGatewayError
 from ingest_api.kafka.framing import FRAME_SIZE, parse_frame_size, peek_request_prefix
 from ingest_api.kafka.handlers import HANDLERS, Connection
-from ingest_api.kafka.handlers.transactions import abort_expired, recover_transactions
+from ingest_api.kafka.handlers.transactions import abort_expired
 from ingest_api.kafka.sasl import MAX_PRE_AUTH_FRAME_BYTES, SASL_AUTHENTICATE, SASL_HANDSHAKE, SASL_VERSIONS
 from ingest_api.kafka.sasl_session import Phase, SaslSession, Step
 from ingest_api.kafka.store_port import KafkaStore
-from ingest_api.kafka.txn_cluster import start_retries
+from ingest_api.kafka.txn_reload import recover_at_start, stop_keeping
 from ingest_api.kafka.versions import SUPPORTED_VERSIONS, ApiKey
 from store import MessageStore
 from store.publish import TransactionService
@@ -276,6 +276,7 @@ class KafkaGateway:
             *self._expiring.values(), *self._ctx.pending_ends.values(), return_exceptions=True
         )
         self._ctx.coordinator.close()
+        stop_keeping(self._ctx)
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
@@ -332,13 +333,11 @@ async def start_kafka_gateway(
     if transactions is None:
         transactions = await loop.run_in_executor(None, TransactionService.open, cast(MessageStore, store))
     ctx = GatewayContext.create(store, config, loop, transactions, cluster)
-    pending = await ctx.run_blocking(recover_transactions, ctx)
+    await recover_at_start(ctx)  # decided ends: delivered again to every participant
     ctx.metrics = metrics
     ctx.auth = auth
     gateway = KafkaGateway(ctx, ssl_context)
     await gateway._start()
-    for end in pending:  # decided before the restart: delivered again to every participant
-        start_retries(ctx, end.transactional_id, end.transaction_id, end.commit, set(end.brokers), [])
     return gateway
 
 

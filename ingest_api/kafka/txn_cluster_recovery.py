@@ -1,7 +1,7 @@
 """A cluster broker's Kafka transactions after a restart (blocking, before the gateway serves).
 
 :func:`ingest_api.kafka.txn_state.recover` rebuilds the transactional ids this broker
-coordinates from its ids file and its log, and lists the open Kafka transactions nobody owns.
+coordinates from its state topic and its log, and lists the open Kafka transactions nobody owns.
 In a cluster two things change:
 
 * An open transaction of a transactional id this broker never initialised is a *participant's*
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ingest_api.kafka.context import GatewayContext
 from ingest_api.kafka.txn_coordinator import TxnState, parse_transaction_id
 from ingest_api.kafka.txn_state import producer_group
+from store import SparkMQError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,11 @@ def recover_cluster(ctx: GatewayContext, orphans: list[str]) -> tuple[list[str],
         decision = bool(record.decision)
         if record.decision is None:
             log.warning("transaction %s has no current producer epoch: aborting it everywhere", txid)
-            ctx.ledger.decide(txid, False)
+            try:
+                ctx.ledger.decide(txid, False)
+            except SparkMQError as exc:  # a replica group's slave: decided once it is promoted
+                log.warning("transaction %s left undecided: %s", txid, exc)
+                continue
         brokers = frozenset({*record.participants, ctx.cluster.me})
         pending.append(PendingEnd(record.transactional_id, txid, decision, brokers))
     return kept, pending

@@ -278,7 +278,7 @@ class TxnCoordinator:
 
     # --- restart -----------------------------------------------------------------------------
     def recover(self, entry: TxnEntry) -> None:
-        """Install an entry rebuilt from the durable ids file and the log (see module docs)."""
+        """Install an entry rebuilt from the state topic and the log (see module docs)."""
         entry.recovered = True
         if entry.state is TxnState.ONGOING:
             entry.started_ms = self._clock()  # an open transaction gets a full timeout again

@@ -1,19 +1,16 @@
 """The transaction coordinator's durable record of transactions that span brokers.
 
-``config/kafkaTxnParticipants.json`` in the coordinator's store directory::
+Kept in the state topic (:mod:`ingest_api.kafka.txn_log`, records PARTICIPANTS, DECISION and
+COMPLETE of :mod:`ingest_api.kafka.txn_record`), so a replica group's promoted slave knows
+every participant and decision its master acknowledged. Per transaction:
 
-    {"transactions": {
-       "kafka-4294967296-0-3": {"transactionalId": "app-1",
-                                "participants": ["b2", "b3"],
-                                "partitions": [["orders", 1], ["orders", 2]],
-                                "decision": null}}}
-
-* A broker is added to ``participants`` (and the file rewritten atomically: temp file, fsync,
-  rename, directory fsync) *before* it is told about the transaction, so every broker that can
-  hold halves of it is known after a crash.
-* ``decision`` (``"commit"`` / ``"abort"``) is written before any participant is asked to end its
-  halves: from then on the outcome is fixed, and ends are retried (after a restart too) until
-  every participant has ended its part. The entry is removed once they all have.
+* A broker is added to ``participants`` (a PARTICIPANTS record put) *before* it is told
+  about the transaction, so every broker that can hold halves of it is known after a crash
+  or a failover.
+* ``decision`` (commit / abort, a DECISION record) is put before any participant is asked to
+  end its halves: from then on the outcome is fixed, and ends are retried (after a restart
+  too) until every participant has ended its part. A COMPLETE record removes the entry
+  once they all have.
 * ``partitions`` are informative (DescribeTransactions after a restart); only
   ``participants`` and ``decision`` matter for exactly-once ends.
 
@@ -23,45 +20,24 @@ broker (one atomic append).
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import replace
 
-from store import InvalidArgument, read_json, write_json_atomically
+from ingest_api.kafka.txn_log import TxnStateLog
+from ingest_api.kafka.txn_record import Completed, Decided, LedgerEntry
 
-TXN_PARTICIPANTS_FILE = "kafkaTxnParticipants.json"
-COMMIT = "commit"
-ABORT = "abort"
+__all__ = ["LedgerEntry", "TxnLedger"]
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    transaction_id: str
-    transactional_id: str
-    participants: frozenset[str] = frozenset()
-    partitions: frozenset[tuple[str, int]] = frozenset()
-    #: ``None`` while open; ``True`` commit, ``False`` abort once decided.
-    decision: bool | None = None
-
-
-@dataclass
 class TxnLedger:
-    """The file above (thread-safe; writes fsync: call them from an executor)."""
+    """The ledger (thread-safe; writes are store appends: call them from an executor). Each
+    write changes the entries only once its record is in the log (the store's errors are
+    raised, nothing changed)."""
 
-    path: Path
-    _entries: dict[str, LedgerEntry] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @classmethod
-    def open(cls, path: Path) -> TxnLedger:
-        ledger = cls(path)
-        document = read_json(path) or {}
-        raw = document.get("transactions", {})
-        if not isinstance(raw, dict):
-            raise InvalidArgument(f"{path}: transactions is not an object")
-        for txid, value in raw.items():
-            ledger._entries[str(txid)] = _decode(str(txid), value, path)
-        return ledger
+    def __init__(self, log: TxnStateLog, entries: Mapping[str, LedgerEntry]) -> None:
+        self._log = log
+        self._entries = dict(entries)
+        self._lock = log.lock  # shared: see TxnStateLog.keep_before
 
     def get(self, transaction_id: str) -> LedgerEntry | None:
         with self._lock:
@@ -86,51 +62,22 @@ class TxnLedger:
                 participants=current.participants | participants,
                 partitions=current.partitions | partitions,
             )
-            self._entries[transaction_id] = grown
             if grown.participants != current.participants:
-                self._write()
+                self._log.append([replace(grown, decision=None)])
+            self._entries[transaction_id] = grown
             return grown
 
     def decide(self, transaction_id: str, commit: bool) -> LedgerEntry:
         """Fix the outcome (durably) before any participant is asked to end."""
         with self._lock:
             entry = replace(self._entries[transaction_id], decision=commit)
+            self._log.append([Decided(transaction_id, commit)])
             self._entries[transaction_id] = entry
-            self._write()
             return entry
 
     def forget(self, transaction_id: str) -> None:
         """Every participant has ended its part."""
         with self._lock:
-            if self._entries.pop(transaction_id, None) is not None:
-                self._write()
-
-    def _write(self) -> None:
-        document = {"transactions": {txid: _encode(e) for txid, e in sorted(self._entries.items())}}
-        write_json_atomically(self.path, document)
-
-
-def _encode(entry: LedgerEntry) -> dict[str, object]:
-    return {
-        "transactionalId": entry.transactional_id,
-        "participants": sorted(entry.participants),
-        "partitions": [list(p) for p in sorted(entry.partitions)],
-        "decision": None if entry.decision is None else (COMMIT if entry.decision else ABORT),
-    }
-
-
-def _decode(transaction_id: str, value: object, path: Path) -> LedgerEntry:
-    try:
-        assert isinstance(value, dict)
-        decision = value.get("decision")
-        if decision not in (None, COMMIT, ABORT):
-            raise ValueError(f"decision {decision!r}")
-        return LedgerEntry(
-            transaction_id=transaction_id,
-            transactional_id=str(value["transactionalId"]),
-            participants=frozenset(str(p) for p in value["participants"]),
-            partitions=frozenset((str(t), int(q)) for t, q in value.get("partitions", [])),
-            decision=None if decision is None else decision == COMMIT,
-        )
-    except (AssertionError, KeyError, TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{path}: entry {transaction_id!r} is malformed ({exc})") from None
+            if transaction_id in self._entries:
+                self._log.append([Completed(transaction_id)])
+                del self._entries[transaction_id]

@@ -1,10 +1,10 @@
-"""Durable transactional state: the ids file, and the coordinator rebuilt from it and the log.
+"""Durable transactional state: the transactional ids, and the coordinator rebuilt from them and the log.
 
-* ``config/kafkaTransactionalIds.json`` maps each ``transactional.id`` to its producer id, epoch,
-  previous epoch and ``transaction.timeout.ms``. It is rewritten atomically (temp file, fsync,
-  rename, directory fsync) before InitProducerId answers and before a timed-out producer is
-  fenced, so an epoch once handed out is never handed out again and a fenced producer stays
-  fenced across restarts.
+* :class:`TransactionalIds` maps each ``transactional.id`` to its producer id, epoch, previous
+  epoch and ``transaction.timeout.ms``: a TRANSACTIONAL record of the state topic
+  (:mod:`ingest_api.kafka.txn_log`) is put before InitProducerId answers and before a
+  timed-out producer is fenced, so an epoch once handed out is never handed out again and a
+  fenced producer stays fenced across restarts and a replica group's failovers.
 * Everything else is in the log: a Kafka transaction is the sparkmq transaction
   ``kafka-<producer id>-<epoch>-<n>`` of producer group ``kafka:<transactional.id>`` (the id
   percent-encoded as store names are), rebuilt by ``store.publish.TransactionService`` when the
@@ -17,16 +17,14 @@
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping
 
 from ingest_api.kafka.names import from_store, to_store
 from ingest_api.kafka.txn_coordinator import TxnCoordinator, TxnEntry, TxnState, parse_transaction_id
-from store import TRANS_OFFSETS_TOPIC, InvalidArgument, read_json, write_json_atomically
+from ingest_api.kafka.txn_log import TxnStateLog
+from ingest_api.kafka.txn_record import DurableId, IdChanged
+from store import TRANS_OFFSETS_TOPIC
 from store.publish import KAFKA_PRODUCER_GROUP_PREFIX, TransactionService, TxOutcome
-
-TRANSACTIONAL_IDS_FILE = "kafkaTransactionalIds.json"
 
 
 def producer_group(transactional_id: str) -> str:
@@ -34,53 +32,24 @@ def producer_group(transactional_id: str) -> str:
     return KAFKA_PRODUCER_GROUP_PREFIX + to_store(transactional_id)
 
 
-@dataclass(frozen=True, slots=True)
-class DurableId:
-    producer_id: int
-    epoch: int
-    last_epoch: int
-    timeout_ms: int
-
-
 class TransactionalIds:
-    """The ids file (thread-safe; :meth:`save` blocks on fsync: call it from an executor)."""
+    """Transactional id -> :class:`DurableId`, kept in the state topic (thread-safe;
+    :meth:`save` is a store append: call it from an executor)."""
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._lock = threading.Lock()
-        document = read_json(path) or {}
-        raw = document.get("transactionalIds", {})
-        if not isinstance(raw, dict):
-            raise InvalidArgument(f"{path}: transactionalIds is not an object")
-        self._ids = {
-            str(tid): DurableId(
-                int(v["producerId"]),
-                int(v["producerEpoch"]),
-                int(v.get("lastProducerEpoch", -1)),
-                int(v["timeoutMs"]),
-            )
-            for tid, v in raw.items()
-        }
+    def __init__(self, log: TxnStateLog, durable: Mapping[str, DurableId]) -> None:
+        self._log = log
+        self._lock = log.lock  # shared: see TxnStateLog.keep_before
+        self._ids = dict(durable)
 
     def all(self) -> dict[str, DurableId]:
         with self._lock:
             return dict(self._ids)
 
     def save(self, transactional_id: str, durable: DurableId) -> None:
+        """Once the record is in the log (raises the store's errors: nothing changed)."""
         with self._lock:
+            self._log.append([IdChanged(transactional_id, durable)])
             self._ids[transactional_id] = durable
-            document = {
-                "transactionalIds": {
-                    tid: {
-                        "producerId": d.producer_id,
-                        "producerEpoch": d.epoch,
-                        "lastProducerEpoch": d.last_epoch,
-                        "timeoutMs": d.timeout_ms,
-                    }
-                    for tid, d in sorted(self._ids.items())
-                }
-            }
-            write_json_atomically(self._path, document)
 
 
 _COMPLETE = {
@@ -118,7 +87,7 @@ def recover(coordinator: TxnCoordinator, ids: TransactionalIds, service: Transac
         if t.outcome is None and t.transaction_id not in current_ids and t.transaction_id not in orphans
     )
     for tid, d in durable.items():
-        entry = TxnEntry(tid, d.producer_id, d.epoch, d.timeout_ms, last_epoch=d.last_epoch)
+        entry = TxnEntry(tid, d.producer_id, d.epoch, d.timeout_ms, last_epoch=d.last_epoch, state=d.state)
         if tid in newest:
             entry.sequence, txid = newest[tid]
             tx = transactions[txid]

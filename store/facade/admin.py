@@ -4,6 +4,7 @@ retention, index rebuilds, verification, health and stats)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from store.errors import StoreClosed, StoreNotWritable
 from store.facade.base import FacadeState
@@ -129,8 +130,27 @@ class Admin(FacadeState):
             self._index,
             now,
             force=force,
-            before_delete=self._keep_offsets_before,
+            before_delete=self._before_delete,
         )
+
+    def add_retention_listener(self, listener: Callable[[int], None]) -> None:
+        """``listener(end)`` runs before retention deletes the CommitLog below offset ``end``
+        (on the thread that runs retention, after the live offsets are written again): a keeper
+        of state records (the Kafka transaction coordinator's) writes again what only those
+        files hold. A listener's fault is logged and retention goes on."""
+        self._retention_listeners.append(listener)
+
+    def remove_retention_listener(self, listener: Callable[[int], None]) -> None:
+        if listener in self._retention_listeners:
+            self._retention_listeners.remove(listener)
+
+    def _before_delete(self, end: int) -> None:
+        self._keep_offsets_before(end)
+        for listener in list(self._retention_listeners):
+            try:
+                listener(end)
+            except Exception:  # freeing the disk comes first; the listener's fault is logged
+                log.exception("retention: a listener failed before deleting below %d", end)
 
     def _keep_offsets_before(self, end: int) -> None:
         """Retention deletes the CommitLog below ``end``: a master writes again the live

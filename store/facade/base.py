@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from store.errors import StoreClosed, UnknownQueue, UnknownTopic
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from store.commitlog.commitlog import CommitLog
     from store.commitlog.group_commit import GroupCommitService
     from store.config import StoreConfig
@@ -63,6 +65,7 @@ class FacadeState:
     _offsets: ConsumerOffsetTable
     _delay_offsets: DelayOffsetTable
     _offset_log: OffsetLog
+    _retention_listeners: list[Callable[[int], None]]
     _visibility: Visibility
     _reader: QueueReader
     _appender: Appender

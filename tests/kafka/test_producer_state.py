@@ -1,42 +1,17 @@
-"""Idempotent producer: persisted id counter and per-partition sequence verdicts."""
+"""Idempotent producer: per-partition sequence verdicts (the id counter: test_txn_record.py)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-
-import pytest
 
 from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.producer_state import (
     MAX_CACHED_BATCHES,
     BatchMetadata,
-    ProducerIdAllocator,
     ProducerStateTable,
     next_sequence,
 )
 from ingest_api.kafka.records import MAX_SEQUENCE
 
 KEY = (7, "t", 0)
-
-
-def test_producer_ids_are_monotonic_across_restarts(tmp_path: Path) -> None:
-    path = tmp_path / "config" / "kafkaProducerIds.json"
-    first = ProducerIdAllocator(path)
-    assert [first.allocate(), first.allocate()] == [0, 1]
-    assert json.loads(path.read_text()) == {"next_producer_id": 2}
-    again = ProducerIdAllocator(path)
-    assert again.allocate() == 2
-    assert again.issued(1)
-    assert not again.issued(3)
-    assert not list(path.parent.glob("*.tmp"))
-
-
-def test_corrupt_counter_file_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "ids.json"
-    path.write_text('{"next_producer_id": -4}')
-    with pytest.raises(ValueError):
-        ProducerIdAllocator(path)
 
 
 def test_sequence_verdicts() -> None:

@@ -4,12 +4,12 @@ second producer fencing the first, and the broker's transaction timeout."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from ingest_api.kafka.txn_log import TxnStateLog
 from store import MessageStore
 from tests.kafka.test_confluent import FAST, consumer, poll_values
 from tests.support.waiting import wait_until
@@ -130,11 +130,10 @@ def test_the_broker_aborts_a_transaction_past_its_timeout(bootstrap: str, store:
     producer.begin_transaction()
     producer.produce("ck-slow", value=b"too late", partition=0)
     assert producer.flush(10) == 0
-    ids = store.config.store_dir / "config" / "kafkaTransactionalIds.json"
     wait_until(
-        lambda: json.loads(ids.read_text())["transactionalIds"]["ck-slow"]["producerEpoch"] == 1,
+        lambda: TxnStateLog(store).load().transactional_ids["ck-slow"].epoch == 1,
         15,
-        "a fence",
+        "a fence (its record in the state topic)",
     )
     assert store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 1  # the broker's abort
     with pytest.raises(KafkaException):

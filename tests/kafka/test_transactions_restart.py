@@ -4,21 +4,28 @@ was lost, AddPartitionsToTxn forgotten by the restart, and orphans aborted."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ingest_api.kafka import GatewayThread
-from store import MessageStore
+from ingest_api.kafka.txn_log import TxnStateLog
+from ingest_api.kafka.txn_record import DurableId, IdChanged
+from store import KAFKA_TXN_STATE_TOPIC, MessageStore
 from tests.kafka.conftest import gateway_config, store_config
 from tests.kafka.test_wire_transactions import TID, TxnClient, tx_batch
 
 
 @contextmanager
-def broker(path: Path, *, crash: bool = False) -> Iterator[tuple[MessageStore, GatewayThread, TxnClient]]:
-    """A store and gateway; ``crash`` abandons the store instead of closing it."""
-    store = MessageStore.open(store_config(path))
+def broker(
+    path: Path, *, crash: bool = False, file_bytes: int | None = None
+) -> Iterator[tuple[MessageStore, GatewayThread, TxnClient]]:
+    """A store and gateway; ``crash`` abandons the store instead of closing it; ``file_bytes``:
+    the CommitLog file size (default 64 MiB)."""
+    config = store_config(path)
+    if file_bytes is not None:
+        config = config.with_changes(commitlog_file_size_bytes=file_bytes)
+    store = MessageStore.open(config)
     gateway = GatewayThread(store, gateway_config()).start()
     client = TxnClient(gateway.port)
     try:
@@ -42,12 +49,7 @@ def test_an_open_transaction_survives_a_crash_and_commits_once(tmp_path: Path) -
         store.create_topic("out", 2)
         store.create_topic("in", 1)
         pid = txn.init().producer_id
-        ids = json.loads((path / "config" / "kafkaTransactionalIds.json").read_text())
-        assert ids == {
-            "transactionalIds": {
-                TID: {"producerId": pid, "producerEpoch": 0, "lastProducerEpoch": -1, "timeoutMs": 60_000}
-            }
-        }
+        assert TxnStateLog(store).load().transactional_ids == {TID: DurableId(pid, 0, -1, 60_000)}
         txn.add_partitions(pid, 0, {"out": [0, 1]})
         assert txn.produce("out", 0, tx_batch([b"a", b"b"], pid, 0, 0)) == (0, -1)
         assert txn.txn_commit(pid, 0, "ctp", {("in", 0): 3}) == {0}
@@ -109,12 +111,23 @@ def test_an_open_transaction_of_an_old_epoch_is_aborted_at_start(tmp_path: Path)
         pid = txn.init().producer_id
         txn.add_partitions(pid, 0, {"out": [0]})
         txn.produce("out", 0, tx_batch([b"orphan"], pid, 0, 0))
-    ids = path / "config" / "kafkaTransactionalIds.json"
-    document = json.loads(ids.read_text())
-    document["transactionalIds"][TID]["producerEpoch"] = 1  # as if the crash hit after the new epoch
-    ids.write_text(json.dumps(document))
+        # As if the crash hit after the new epoch's record, before the abort of the old one.
+        TxnStateLog(store).append([IdChanged(TID, DurableId(pid, 1, 0, 60_000))])
     with broker(path) as (store, gateway, txn):
         tx = gateway.gateway.context.transactions.get(f"kafka-{pid}-0-1")  # type: ignore[union-attr]
         assert tx is not None and tx.outcome is not None and tx.outcome.value == "rollback"
         assert txn.end(pid, 0, commit=True) == 90  # PRODUCER_FENCED
         assert bodies(store, "out") == []
+
+
+def test_the_transactional_ids_outlive_the_retention_of_their_records(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with broker(path, file_bytes=64 * 1024) as (store, _, txn):
+        pid = txn.init().producer_id
+        store.create_topic("filler", 1)
+        store.put_batch("filler", [b"x" * 900] * 300, queue_ids=0)
+        assert store.run_retention(now_ms=store.now_ms() + 7 * 86_400_000, force=True) >= 3
+        assert store.min_offset(KAFKA_TXN_STATE_TOPIC, 0) > 0  # the first records are gone
+    with broker(path, file_bytes=64 * 1024) as (_, _, txn):
+        again = txn.init()
+        assert (again.producer_id, again.producer_epoch) == (pid, 1)  # the id and its epoch kept

@@ -1,11 +1,8 @@
-"""The pure and durable pieces of transactions that span brokers: a participant's table of
-announced transactions, the coordinator's ledger file (golden bytes, reopen), and the golden
-JSON of the broker-to-broker calls."""
+"""The pure pieces of transactions that span brokers: a participant's table of announced
+transactions, and the golden JSON of the broker-to-broker calls (the coordinator's ledger:
+tests/kafka/test_txn_record.py)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -23,9 +20,7 @@ from ingest_api.kafka.peer_messages import (
     StateAsk,
     TxnOffsetsMsg,
 )
-from ingest_api.kafka.txn_ledger import TXN_PARTICIPANTS_FILE, TxnLedger
 from ingest_api.kafka.txn_participants import Mirror, TxnParticipants
-from store import InvalidArgument
 
 PID = 4_294_967_296  # member 1's first producer id (1 << 32)
 
@@ -62,75 +57,6 @@ def test_an_ended_transaction_is_closed_and_never_reopened_by_a_late_announcemen
     assert table.check("app-1", PID, 0) == ErrorCode.NONE
     assert table.register(mirror(sequence=0, producer_id=PID + 7))  # re-initialised id: replaces
     assert table.check("app-1", PID + 7, 0) == ErrorCode.NONE
-
-
-# --- the ledger ------------------------------------------------------------------------------------
-LEDGER_GOLDEN = """{
-  "transactions": {
-    "kafka-4294967296-0-3": {
-      "decision": null,
-      "participants": [
-        "b1",
-        "b3"
-      ],
-      "partitions": [
-        [
-          "orders",
-          0
-        ],
-        [
-          "orders",
-          2
-        ]
-      ],
-      "transactionalId": "app-1"
-    }
-  }
-}"""
-
-
-def test_ledger_golden_file_and_reopen(tmp_path: Path) -> None:
-    path = tmp_path / TXN_PARTICIPANTS_FILE
-    ledger = TxnLedger.open(path)
-    txid = f"kafka-{PID}-0-3"
-    ledger.add(txid, "app-1", {"b3"}, {("orders", 2)})
-    ledger.add(txid, "app-1", {"b1"}, {("orders", 0)})
-    assert path.read_text() == LEDGER_GOLDEN
-    reopened = TxnLedger.open(path)
-    entry = reopened.get(txid)
-    assert entry is not None
-    assert entry.participants == {"b1", "b3"} and entry.decision is None
-    reopened.decide(txid, True)
-    assert json.loads(path.read_text())["transactions"][txid]["decision"] == "commit"
-    assert TxnLedger.open(path).get(txid).decision is True  # type: ignore[union-attr]
-    reopened.forget(txid)
-    assert json.loads(path.read_text()) == {"transactions": {}}
-    assert TxnLedger.open(path).entries() == []
-
-
-def test_ledger_writes_only_when_a_participant_is_new(tmp_path: Path) -> None:
-    path = tmp_path / TXN_PARTICIPANTS_FILE
-    ledger = TxnLedger.open(path)
-    ledger.add("kafka-1-0-1", "t", {"b2"}, {("x", 1)})
-    ledger.add("kafka-1-0-1", "t", {"b2"}, {("x", 4)})  # no new broker: no fsync
-    assert json.loads(path.read_text())["transactions"]["kafka-1-0-1"]["partitions"] == [["x", 1]]
-    ledger.add("kafka-1-0-1", "t", {"b3"}, set())
-    assert json.loads(path.read_text())["transactions"]["kafka-1-0-1"]["partitions"] == [["x", 1], ["x", 4]]
-
-
-@pytest.mark.parametrize(
-    "document",
-    [
-        '{"transactions": []}',
-        '{"transactions": {"kafka-1-0-1": {"participants": ["b1"]}}}',
-        '{"transactions": {"kafka-1-0-1": {"transactionalId": "t", "participants": [], "decision": "no"}}}',
-    ],
-)
-def test_a_malformed_ledger_is_refused_with_its_path(tmp_path: Path, document: str) -> None:
-    path = tmp_path / TXN_PARTICIPANTS_FILE
-    path.write_text(document)
-    with pytest.raises(InvalidArgument, match=TXN_PARTICIPANTS_FILE):
-        TxnLedger.open(path)
 
 
 # --- the calls ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from kafka.protocol.producer import (
 from kafka.record.memory_records import MemoryRecords
 
 from ingest_api.kafka import GatewayThread
-from store import Message, MessageStore
+from store import KAFKA_TXN_STATE_TOPIC, Message, MessageStore
 from tests.kafka.conftest import gateway_config, store_config
 from tests.kafka.rawclient import RawClient, record_batch
 from tests.support.waiting import wait_until
@@ -167,7 +167,7 @@ def test_idempotent_retries_are_deduplicated(client: RawClient, store: MessageSt
         producer_epoch=-1,
     )
     assert other.producer_id > pid
-    assert (store.config.store_dir / "config" / "kafkaProducerIds.json").exists()
+    assert store.max_offset(KAFKA_TXN_STATE_TOPIC, 0) == 2  # one record per producer id handed out
 
 
 def test_corrupt_batch_is_a_partition_error(client: RawClient, store: MessageStore) -> None:

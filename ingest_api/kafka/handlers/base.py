@@ -25,5 +25,8 @@ Handler = Callable[[GatewayContext, Connection, KafkaRequest], Awaitable[bytes |
 
 def not_coordinator(ctx: GatewayContext, key: str, kind: CoordinatorKind) -> bool:
     """True in a cluster when another broker coordinates ``key`` (answer NOT_COORDINATOR: the
-    client looks the coordinator up again)."""
+    client looks the coordinator up again); for a transactional id also while a promoted member
+    replays the coordinator's state (``ctx.txn_loading``)."""
+    if kind is CoordinatorKind.TRANSACTION and ctx.txn_loading:
+        return True
     return ctx.cluster is not None and not ctx.cluster.coordinates(key, kind)

@@ -55,6 +55,7 @@ from store import (
     ProducerRef,
     PutResult,
     SlaveNotAvailable,
+    SparkMQError,
     StoreClosed,
     StoreError,
     StoreNotWritable,
@@ -462,7 +463,17 @@ async def handle_init_producer_id(ctx: GatewayContext, conn: Connection, request
     if ctx.producer_ids.issued(previous_id) and 0 <= previous_epoch < MAX_PRODUCER_EPOCH:
         producer_id, epoch = previous_id, previous_epoch + 1  # KIP-360 epoch bump
     else:
-        producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
+        try:
+            producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
+        except SparkMQError as exc:  # its record not acknowledged (a slave, a fenced master): retried
+            log.warning("InitProducerId: no producer id stored: %s", exc)
+            return codec.encode_response(
+                request,
+                throttle_time_ms=0,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
     return codec.encode_response(
         request, throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=epoch
     )

@@ -31,7 +31,8 @@ from ingest_api.kafka.topology import CoordinatorKind
 from ingest_api.kafka.txn_cluster import After
 from ingest_api.kafka.txn_cluster_recovery import PendingEnd, recover_cluster
 from ingest_api.kafka.txn_coordinator import MAX_PRODUCER_EPOCH, PREPARING, TxnEntry, TxnState
-from ingest_api.kafka.txn_state import DurableId, recover
+from ingest_api.kafka.txn_record import DurableId
+from ingest_api.kafka.txn_state import recover
 from ingest_api.kafka.versions import PRODUCER_FENCED_SINCE, ApiKey
 from store import SparkMQError
 from store.publish import HalfOf, TxOutcome
@@ -98,14 +99,20 @@ async def init_transactional(ctx: GatewayContext, request: KafkaRequest) -> byte
                 return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             if aborted is None:  # the abort still has to reach a participant: retry later
                 return answer(ErrorCode.CONCURRENT_TRANSACTIONS)
-        if plan.new_producer_id:
-            producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
-        else:
-            producer_id, epoch = plan.producer_id, plan.epoch
-        last_epoch = entry.epoch if entry is not None and entry.producer_id == producer_id else -1
-        await ctx.run_blocking(
-            ctx.transactional_ids.save, tid, DurableId(producer_id, epoch, last_epoch, timeout_ms)
-        )
+        try:
+            if plan.new_producer_id:
+                producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
+            else:
+                producer_id, epoch = plan.producer_id, plan.epoch
+            last_epoch = entry.epoch if entry is not None and entry.producer_id == producer_id else -1
+            await ctx.run_blocking(
+                ctx.transactional_ids.save, tid, DurableId(producer_id, epoch, last_epoch, timeout_ms)
+            )
+        except SparkMQError as exc:  # its state record not acknowledged: the client retries
+            log.warning("InitProducerId %r: the new epoch is not stored: %s", tid, exc)
+            if plan.abort is not None:
+                ctx.txn.end_done(tid, False)  # the abort itself is done
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         ctx.txn.init_done(tid, producer_id, epoch, timeout_ms)
     return answer(ErrorCode.NONE, producer_id, epoch)
 
@@ -198,13 +205,18 @@ async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: 
         ctx.txn.plan_end(transactional_id, entry.producer_id, entry.epoch, commit=False)
 
         async def fence() -> None:
-            producer_id, epoch = await _new_epoch(ctx, entry)
-            last_epoch = entry.epoch if producer_id == entry.producer_id else -1
-            await ctx.run_blocking(
-                ctx.transactional_ids.save,
-                transactional_id,
-                DurableId(producer_id, epoch, last_epoch, entry.timeout_ms),
-            )
+            try:
+                producer_id, epoch = await _new_epoch(ctx, entry)
+                last_epoch = entry.epoch if producer_id == entry.producer_id else -1
+                await ctx.run_blocking(
+                    ctx.transactional_ids.save,
+                    transactional_id,
+                    DurableId(producer_id, epoch, last_epoch, entry.timeout_ms, TxnState.COMPLETE_ABORT),
+                )
+            except SparkMQError as exc:  # aborted, not fenced: its next EndTxn finds nothing open
+                log.warning("fencing %r after its timeout failed: %s", transactional_id, exc)
+                ctx.txn.end_done(transactional_id, False)
+                return
             ctx.txn.fence_done(transactional_id, producer_id, epoch)
 
         try:
@@ -217,19 +229,27 @@ async def abort_expired(ctx: GatewayContext, transactional_id: str, sparkmq_id: 
             await fence()
 
 
-def recover_transactions(ctx: GatewayContext) -> list[PendingEnd]:
-    """Blocking, before serving: rebuild the coordinator and abort orphaned transactions; in a
-    cluster also returns the decided ends still to deliver (start them on the loop)."""
-    orphans = recover(ctx.txn, ctx.transactional_ids, ctx.transactions)
+def recover_transactions(ctx: GatewayContext) -> tuple[GatewayContext, list[PendingEnd]]:
+    """Blocking: replay the state topic into a new coordinator, and abort orphaned
+    transactions; in a cluster also the decided ends still to deliver (start them on the loop).
+    Returns the staged context (take it with ``ctx.adopt_txn_state``) and those ends. Run
+    before serving, and when a replica group's slave is promoted (``ctx.transactions`` then
+    being the service rebuilt from the replicated log)."""
+    staged = ctx.with_txn_tables(ctx.txn_log.load())
+    orphans = recover(staged.txn, staged.transactional_ids, staged.transactions)
     pending: list[PendingEnd] = []
-    if ctx.cluster is not None:
-        orphans, pending = recover_cluster(ctx, orphans)
+    if staged.cluster is not None:
+        orphans, pending = recover_cluster(staged, orphans)
     for sparkmq_id in orphans:
-        tx = ctx.transactions.get(sparkmq_id)
-        if tx is not None:
-            log.warning("transaction %s has no current producer epoch: aborting it", sparkmq_id)
-            ctx.transactions.end(sparkmq_id, TxOutcome.ROLLBACK, tx.producer_group)
-    return pending
+        tx = staged.transactions.get(sparkmq_id)
+        if tx is None:
+            continue
+        log.warning("transaction %s has no current producer epoch: aborting it", sparkmq_id)
+        try:
+            staged.transactions.end(sparkmq_id, TxOutcome.ROLLBACK, tx.producer_group)
+        except SparkMQError as exc:  # a replica group's slave: the master (or this one, promoted) ends it
+            log.warning("transaction %s left open: %s", sparkmq_id, exc)
+    return staged, pending
 
 
 # --- DescribeTransactions / ListTransactions -------------------------------------------------------
