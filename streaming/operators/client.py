@@ -24,6 +24,7 @@ import httpx
 import pyarrow as pa
 
 from cluster import KnownBrokers
+from streaming.http_access import ssl_context
 
 log = logging.getLogger("sparkmq.operators")
 
@@ -38,9 +39,12 @@ class BrokerClient:
         timeout_s: float = 60.0,
         *,
         learn_group: bool = True,
+        tls_ca: str | None = None,
     ) -> None:
+        """``tls_ca``: a PEM file the brokers' HTTPS certificates are verified with (``None``:
+        the system's CAs); a file that cannot be read raises ``OSError``/``ssl.SSLError`` here."""
         headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
-        self.http = httpx.Client(headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(headers=headers, timeout=timeout_s, verify=ssl_context(tls_ca) or True)
         self.known = KnownBrokers(endpoint.split(","))
         self._group_learnt = not learn_group
 
