@@ -10,7 +10,9 @@ a secured broker it needs what a client needs:
   else ``--tls-ca``: the CA that signs the brokers' certificates), else the broker's own
   certificate file. The job trusts every certificate of that file as an anchor
   (:func:`streaming.http_access.ssl_context`), so a self-signed or leaf-only certificate pins
-  the one broker the job talks to; host names are checked either way;
+  the one broker the job talks to; host names are checked either way. Under
+  ``--tls-require-client-cert`` the job presents the broker's own certificate (as peer calls
+  do), named in argv (``--tls-client-cert/--tls-client-key``: paths, not secrets);
 * **a credential** (``SPARKMQ_TOKEN``) with ``--auth-file``: the broker's own peer credential
   (``--peer-credential-file``): a broker principal acting on its own may do everything the job
   does (``GET /operators/settings``, ``POST .../batches/{b}``, ``PUT .../status`` and
@@ -112,5 +114,9 @@ def job_launch(
     tls_ca = job_tls_ca(config)
     if tls_ca is not None:
         variables[TLS_CA_ENV] = str(tls_ca)
-    argv = job_argv(job_endpoint(config), store_dir, checkpoint_dir, master)
+    extra: list[str] = []
+    if config.tls is not None and config.tls.require_client_cert:
+        extra += ["--tls-client-cert", str(config.tls.cert_file.resolve())]
+        extra += ["--tls-client-key", str(config.tls.key_file.resolve())]
+    argv = job_argv(job_endpoint(config), store_dir, checkpoint_dir, master, extra)
     return JobLaunch(tuple(argv), variables)

@@ -78,6 +78,9 @@ class JobConfig:
     #: PEM file the broker's HTTPS certificate is verified with (``--tls-ca``/``SPARKMQ_TLS_CA``;
     #: ``None``: the system's CAs); used by every HTTP call of the job, the source's included.
     tls_ca: str | None = None
+    #: (certificate, key) PEM files for a broker that requires client certificates (the job's
+    #: own client only: the source's ``--path`` reads need none).
+    client_cert: tuple[str, str] | None = None
     request_timeout_s: float = 60.0
     #: Test only: ``<before_post|mid_post|after_post>:<marker file>`` kills this driver (SIGKILL)
     #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
@@ -301,6 +304,7 @@ def run(config: JobConfig, stop: threading.Event) -> int:
         config.request_timeout_s,
         learn_group=config.path is None,
         tls_ca=config.tls_ca,
+        client_cert=config.client_cert,
     )
     doc = client.settings()
     spark = session(config)
@@ -391,7 +395,13 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         default=os.environ.get("SPARKMQ_TLS_CA"),
         help="PEM file verifying the broker's HTTPS certificate (default: SPARKMQ_TLS_CA, else the system's)",
     )
+    parser.add_argument(
+        "--tls-client-cert", default=None, help="PEM certificate for a broker that requires one"
+    )
+    parser.add_argument("--tls-client-key", default=None, help="the private key of --tls-client-cert")
     args = parser.parse_args(list(argv))
+    if (args.tls_client_cert is None) != (args.tls_client_key is None):
+        parser.error("--tls-client-cert and --tls-client-key go together")
     try:
         endpoint = ",".join(parse_bootstrap(args.endpoint))
     except InvalidBootstrapAddress as exc:
@@ -405,6 +415,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         shards=args.shards,
         auth_token=args.auth_token,
         tls_ca=args.tls_ca,
+        client_cert=(args.tls_client_cert, args.tls_client_key) if args.tls_client_cert else None,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
     )
 

@@ -159,3 +159,20 @@ def test_the_jobs_client_refuses_a_broker_its_ca_does_not_vouch_for(
     foreign = TestCA(tmp_path / "foreign", "foreign")
     client = BrokerClient(secured.url, BROKER_SECRET, 5, learn_group=False, tls_ca=str(foreign.ca_file))
     assert not client.leads(), "an unverified broker is an unreachable one"
+
+
+def test_under_required_client_certificates_the_job_presents_the_brokers(tmp_path: Path) -> None:
+    broker_user = User("broker-1", token_hashes=(hash_token(BROKER_SECRET),), broker=True)
+    users = [*default_users(), broker_user]
+    with secure_broker(tmp_path, users=users, require_client_cert=True) as secured:
+        leaf, tls_ca = secured.leaf, str(secured.ca.ca_file)
+        config = _config(tmp_path, tls=TlsConfig(leaf.cert, leaf.key, secured.ca.ca_file, True))
+        argv = list(job_launch(config, tmp_path / "store", tmp_path / "ckpt", "local[1]").argv)
+        job = parse_args([*argv[3:], "--tls-ca", tls_ca])
+        assert job.client_cert == (str(secured.leaf.cert.resolve()), str(secured.leaf.key.resolve()))
+        without = BrokerClient(secured.url, BROKER_SECRET, 5, learn_group=False, tls_ca=tls_ca)
+        assert not without.leads(), "no client certificate: the handshake fails"
+        client = BrokerClient(
+            secured.url, BROKER_SECRET, 10, learn_group=False, tls_ca=tls_ca, client_cert=job.client_cert
+        )
+        assert client.leads() and client.settings()["delay_levels_ms"]
