@@ -197,7 +197,7 @@ def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: i
     reader = reader.option("endpoint", config.endpoint)
     if config.auth_token:
         reader = reader.option("token", config.auth_token)
-    if config.tls_ca:
+    if config.tls_ca and config.endpoint.startswith("https://"):  # as httpx, which ignores it for http
         reader = reader.option("tlsCa", config.tls_ca)
     return reader.load()
 
