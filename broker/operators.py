@@ -9,6 +9,7 @@
   when the broker stops. The child gets ``PR_SET_PDEATHSIG``: a ``kill -9`` of the broker kills
   it too, and the JVM it started exits when its Python driver goes (PySpark's gateway watches
   its stdin), so no driver is orphaned; the next broker's job resumes from the checkpoint.
+  Its command line and environment (endpoint, CA, credential) are :mod:`broker.operator_job`'s.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,9 +281,16 @@ class OperatorSupervisor:
     """Keeps one operator job child alive for the broker's lifetime (see the module docstring)."""
 
     def __init__(
-        self, argv: Sequence[str], log_path: Path | None = None, max_backoff_s: float = 30.0
+        self,
+        argv: Sequence[str],
+        log_path: Path | None = None,
+        max_backoff_s: float = 30.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: the job's whole environment (``None``: this process's); it may hold the
+        job's credential, so it is never logged (argv is: keep secrets out of it)."""
         self.argv = list(argv)
+        self._env = None if env is None else dict(env)
         self.log_path = log_path
         self.max_backoff_s = max_backoff_s
         self.restarts = 0
@@ -308,6 +315,7 @@ class OperatorSupervisor:
             self._proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
+                env=self._env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 (prctl only; no locks taken)
@@ -355,16 +363,6 @@ class OperatorSupervisor:
             log.warning("operator job did not stop in %.0f s: killing it", timeout_s)
             proc.kill()
             proc.wait()
-
-
-def job_argv(
-    endpoint: str, store_dir: Path, checkpoint_dir: Path, master: str, extra: Sequence[str] = ()
-) -> list[str]:
-    """The command line of the local operator job."""
-    return [
-        sys.executable, "-m", "streaming.operators", "--endpoint", endpoint, "--path", str(store_dir),
-        "--checkpoint-dir", str(checkpoint_dir), "--master", master, *extra,
-    ]  # fmt: skip
 
 
 @asynccontextmanager

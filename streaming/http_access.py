@@ -111,5 +111,11 @@ def auth_headers(auth: str | None) -> dict[str, str]:
 
 
 def ssl_context(tls_ca: str | None) -> ssl.SSLContext | None:
-    """A client context trusting ``tls_ca`` (``None``: the defaults)."""
-    return None if tls_ca is None else ssl.create_default_context(cafile=tls_ca)
+    """A client context trusting ``tls_ca`` (``None``: the defaults). Every certificate in the
+    file is a trust anchor, a leaf or an intermediate too (``VERIFY_X509_PARTIAL_CHAIN``, Python
+    3.13's default): a broker's own certificate file pins that broker. Host names are checked."""
+    if tls_ca is None:
+        return None
+    context = ssl.create_default_context(cafile=tls_ca)
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context

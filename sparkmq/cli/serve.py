@@ -66,22 +66,29 @@ def _remoting_companions(options: ServeOptions) -> list[Companion]:
 
 
 def _operator_companions(options: ServeOptions) -> list[Companion]:
-    """The operator job as a supervised child process, unless ``--operators off``."""
+    """The operator job as a supervised child process, unless ``--operators off``; on a secured
+    broker it gets https, a CA and a credential (:mod:`broker.operator_job`), or ``serve`` exits 2."""
     if options.extra.get("operators", "local") != "local":
         return []
-    from broker.operators import OperatorSupervisor, job_argv, supervised
+    from broker.operator_job import TOKEN_ENV, job_launch
+    from broker.operators import OperatorSupervisor, supervised
 
     cfg = options.config
-    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
     checkpoint_dir = Path(options.extra.get("checkpoint_dir", "checkpoints")).resolve() / "operators"
+    try:
+        launch = job_launch(
+            cfg,
+            Path(cfg.store.store_dir).resolve(),
+            checkpoint_dir,
+            str(options.extra.get("operators_master", "local[2]")),
+            inherited_token=os.environ.get(TOKEN_ENV),
+        )
+    except InvalidArgument as exc:
+        _refuse(str(exc))  # a long sentence: plain text, not typer's 80-column box
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    argv = job_argv(
-        f"http://{host}:{cfg.port}",
-        Path(cfg.store.store_dir).resolve(),
-        checkpoint_dir,
-        str(options.extra.get("operators_master", "local[2]")),
+    supervisor = OperatorSupervisor(
+        launch.argv, log_path=checkpoint_dir / "operator-job.log", env=launch.environment(os.environ)
     )
-    supervisor = OperatorSupervisor(argv, log_path=checkpoint_dir / "operator-job.log")
 
     def companion(broker: Any) -> Any:
         supervisor.should_run = lambda: broker.cluster is None or broker.cluster.serving

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ import httpx
 import pyarrow as pa
 
 from cluster import KnownBrokers
+from streaming.http_access import ssl_context
 
 log = logging.getLogger("sparkmq.operators")
 
@@ -38,9 +40,19 @@ class BrokerClient:
         timeout_s: float = 60.0,
         *,
         learn_group: bool = True,
+        tls_ca: str | None = None,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
+        """``tls_ca``: a PEM file the brokers' HTTPS certificates are verified with (``None``:
+        the system's CAs); ``client_cert``: (certificate, key) PEM files presented to a broker
+        that requires one (``--tls-require-client-cert``). A file that cannot be read raises
+        ``OSError``/``ssl.SSLError`` here."""
         headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
-        self.http = httpx.Client(headers=headers, timeout=timeout_s)
+        verify: ssl.SSLContext | bool = ssl_context(tls_ca) or True
+        if client_cert is not None:
+            verify = verify if isinstance(verify, ssl.SSLContext) else ssl.create_default_context()
+            verify.load_cert_chain(*client_cert)
+        self.http = httpx.Client(headers=headers, timeout=timeout_s, verify=verify)
         self.known = KnownBrokers(endpoint.split(","))
         self._group_learnt = not learn_group
 

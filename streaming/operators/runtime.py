@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,15 @@ class JobConfig:
     #: batch (transformWithState always does), so they leave the cores to the delay resolver.
     background_trigger_ms: int = 2000
     shards: int = 2
-    auth_token: str | None = None
+    #: Bearer token of a broker with auth on (``--auth-token``, better ``SPARKMQ_TOKEN``: argv
+    #: shows in ``ps``); ``sparkmq serve`` gives its job the broker's own peer credential.
+    auth_token: str | None = field(default=None, repr=False)
+    #: PEM file the broker's HTTPS certificate is verified with (``--tls-ca``/``SPARKMQ_TLS_CA``;
+    #: ``None``: the system's CAs); used by every HTTP call of the job, the source's included.
+    tls_ca: str | None = None
+    #: (certificate, key) PEM files for a broker that requires client certificates (the job's
+    #: own client only: the source's ``--path`` reads need none).
+    client_cert: tuple[str, str] | None = None
     request_timeout_s: float = 60.0
     #: Test only: ``<before_post|mid_post|after_post>:<marker file>`` kills this driver (SIGKILL)
     #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
@@ -184,9 +192,13 @@ def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: i
         .option("startingOffsets", "earliest")
         .option("maxMessagesPerTrigger", str(max_per_trigger))
     )
-    reader = reader.option("path", config.path) if config.path else reader.option("endpoint", config.endpoint)
+    if config.path:  # the store directory: no HTTP, so no credential in the source's options
+        return reader.option("path", config.path).load()
+    reader = reader.option("endpoint", config.endpoint)
     if config.auth_token:
-        reader = reader.option("authToken", config.auth_token)
+        reader = reader.option("token", config.auth_token)
+    if config.tls_ca and config.endpoint.startswith("https://"):  # as httpx, which ignores it for http
+        reader = reader.option("tlsCa", config.tls_ca)
     return reader.load()
 
 
@@ -221,7 +233,7 @@ def start_transaction_query(
     spark: Any, config: JobConfig, client: BrokerClient, settings: transactions.TransactionSettings
 ) -> Any:
     halves_and_ops = _system_input(spark, config, f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}", 100_000)
-    columns = [field.name for field in transactions.OUTPUT_SCHEMA.fields]
+    columns = [column.name for column in transactions.OUTPUT_SCHEMA.fields]
     poster = batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows)
     decisions = transactions.resolve(halves_and_ops, settings)
     # Never coarser than half a check interval (tests run with intervals of a second or two).
@@ -287,7 +299,12 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     executor in local mode) unless it failed too often: then exit status 1."""
     # a job reading a broker's own store (--path) stays with that broker (see BrokerClient)
     client = BrokerClient(
-        config.endpoint, config.auth_token, config.request_timeout_s, learn_group=config.path is None
+        config.endpoint,
+        config.auth_token,
+        config.request_timeout_s,
+        learn_group=config.path is None,
+        tls_ca=config.tls_ca,
+        client_cert=config.client_cert,
     )
     doc = client.settings()
     spark = session(config)
@@ -368,8 +385,23 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     parser.add_argument("--path", default=None, help="the broker's store directory (same machine only)")
     parser.add_argument("--trigger-ms", default=500, type=int)
     parser.add_argument("--shards", default=2, type=int, help="state partitions (fixed at first start)")
-    parser.add_argument("--auth-token", default=os.environ.get("SPARKMQ_TOKEN"))
+    parser.add_argument(
+        "--auth-token",
+        default=os.environ.get("SPARKMQ_TOKEN"),
+        help="bearer token of a broker with auth on (default: SPARKMQ_TOKEN; prefer it, argv shows in ps)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        default=os.environ.get("SPARKMQ_TLS_CA"),
+        help="PEM file verifying the broker's HTTPS certificate (default: SPARKMQ_TLS_CA, else the system's)",
+    )
+    parser.add_argument(
+        "--tls-client-cert", default=None, help="PEM certificate for a broker that requires one"
+    )
+    parser.add_argument("--tls-client-key", default=None, help="the private key of --tls-client-cert")
     args = parser.parse_args(list(argv))
+    if (args.tls_client_cert is None) != (args.tls_client_key is None):
+        parser.error("--tls-client-cert and --tls-client-key go together")
     try:
         endpoint = ",".join(parse_bootstrap(args.endpoint))
     except InvalidBootstrapAddress as exc:
@@ -382,6 +414,8 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         trigger_ms=args.trigger_ms,
         shards=args.shards,
         auth_token=args.auth_token,
+        tls_ca=args.tls_ca,
+        client_cert=(args.tls_client_cert, args.tls_client_key) if args.tls_client_cert else None,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
     )
 
