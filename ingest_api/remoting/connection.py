@@ -1,7 +1,9 @@
 """One client connection of the remoting door: its peer, its client id, its writes, and the
 requests the server sends *to* the client (CHECK_TRANSACTION_STATE, NOTIFY_CONSUMER_IDS_CHANGED).
 
-Writes are whole frames under one lock, so responses of concurrent handlers never interleave.
+Each answer is written as one whole frame by one synchronous ``write`` (so the answers of
+concurrent handlers never interleave, and no lock is taken); a writer waits for the socket only
+when the transport holds unsent bytes above its high-water mark.
 Server -> client requests take an opaque from the connection's own counter and wait for the
 response with that opaque (:meth:`Connection.invoke`); one-way ones (what RocketMQ sends for
 39 and 40) are fire-and-forget (:meth:`Connection.invoke_oneway`).
@@ -42,7 +44,6 @@ class Connection:
         self.client_id: str | None = None
         self.serialize_type = SerializeType.JSON
         self._writer = writer
-        self._write_lock = asyncio.Lock()
         self._opaques = itertools.count(FIRST_SERVER_OPAQUE)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._closed = False
@@ -61,13 +62,18 @@ class Connection:
 
     async def send(self, cmd: RemotingCommand) -> None:
         """Write one command as a whole frame; raises :class:`ConnectionClosed` once closed."""
-        frame = encode_command(cmd)
-        async with self._write_lock:
-            if self._closed:
-                raise ConnectionClosed(f"connection {self.connection_id} to {self.peer} is closed")
-            self._writer.write(frame)
+        await self.send_frame(encode_command(cmd))
+
+    async def send_frame(self, frame: bytes) -> None:
+        """Write one encoded frame (length prefix included) whole, then wait while the socket's
+        send buffer is full; raises :class:`ConnectionClosed` once closed."""
+        writer = self._writer
+        if self._closed or writer.transport.is_closing():
+            raise ConnectionClosed(f"connection {self.connection_id} to {self.peer} is closed")
+        writer.write(frame)
+        if writer.transport.get_write_buffer_size() > 0:
             try:
-                await self._writer.drain()
+                await writer.drain()  # returns at once below the high-water mark
             except ConnectionError as exc:
                 raise ConnectionClosed(f"connection {self.connection_id} to {self.peer}: {exc}") from exc
 

@@ -12,7 +12,13 @@ client connection carries long-polling pulls next to its sends), up to
   other exception with ``SYSTEM_ERROR`` (remark = the message); the connection stays open;
 * a one-way request is never answered, whatever its handler returns;
 * a response from the client (bit 0 of ``flag``) completes a server -> client
-  :meth:`Connection.invoke`.
+  :meth:`Connection.invoke`;
+* every request passes the server's ``authorize`` (:data:`Authorizer`) right before its
+  handler: the one place a request is authorized.
+
+Reading takes what the stream holds and dispatches every whole frame in it before reading
+again (:func:`~ingest_api.remoting.codec.take_frames`); each request then runs as a task of
+its own, and its answer is written as one frame as soon as it is ready.
 
 A handler is ``async def handler(conn, cmd) -> RemotingCommand | None``; the server stamps the
 answer with the request's ``opaque``, the response bit and the request's serialize type.
@@ -33,11 +39,11 @@ from types import TracebackType
 
 from ingest_api.remoting.codec import (
     DEFAULT_MAX_FRAME_BYTES,
-    FRAME_LENGTH,
     RemotingCommand,
     decode_frame,
-    parse_frame_length,
+    frame_shortfall,
     response_to,
+    take_frames,
 )
 from ingest_api.remoting.codes import FLAG_RESPONSE, ResponseCode, code_name
 from ingest_api.remoting.connection import Connection
@@ -52,9 +58,15 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 #: request code -> handler.
 HandlerTable = Mapping[int, Handler]
+#: Called with every request before its handler; raises :class:`RemotingRequestError` (answered
+#: with its code, the handler not called) to refuse it. The door's ACL check goes here.
+Authorizer = Callable[[Connection, RemotingCommand], None]
 
 #: Read-ahead per connection (lets pipelined requests arrive while earlier ones run).
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024
+#: Most bytes taken from a connection's stream per read: every whole frame in them is
+#: dispatched before the next read (pipelined requests cost one read, not two per frame).
+READ_CHUNK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +93,11 @@ class RemotingServerConfig:
 class RemotingServer:
     """A running listener; ``port`` is the bound port, ``close()`` stops it (idempotent)."""
 
-    def __init__(self, handlers: HandlerTable, config: RemotingServerConfig) -> None:
+    def __init__(
+        self, handlers: HandlerTable, config: RemotingServerConfig, authorize: Authorizer | None = None
+    ) -> None:
         self._handlers = handlers
+        self._authorize = authorize
         self._config = config.validate()
         self._server: asyncio.Server | None = None
         self._port = config.port
@@ -136,46 +151,50 @@ class RemotingServer:
     ) -> None:
         where = f"connection {conn.connection_id} from {conn.peer}"
         slots = asyncio.Semaphore(self._config.max_in_flight_per_connection)
+
+        def finished(task: asyncio.Task[None]) -> None:
+            in_flight.discard(task)
+            slots.release()
+
+        pending = bytearray()
         try:
-            while True:
-                cmd = await self._read_command(reader)
-                if cmd is None:
-                    log.debug("remoting: %s closed by the peer", where)
-                    return
-                if cmd.is_response:
-                    conn.on_response(cmd)
-                    continue
-                conn.serialize_type = cmd.serialize_type
-                await slots.acquire()
-                task = asyncio.create_task(self._handle(conn, cmd))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-                task.add_done_callback(lambda _: slots.release())
+            while chunk := await reader.read(READ_CHUNK_BYTES):
+                pending += chunk
+                for frame in take_frames(pending, self._config.max_frame_bytes):
+                    cmd = decode_frame(frame)
+                    if cmd.is_response:
+                        conn.on_response(cmd)
+                        continue
+                    conn.serialize_type = cmd.serialize_type
+                    await slots.acquire()
+                    task = asyncio.create_task(self._handle(conn, cmd))
+                    in_flight.add(task)
+                    task.add_done_callback(finished)
+            if pending:
+                missing = frame_shortfall(pending)
+                log.warning("remoting door: closing %s: truncated frame (%d bytes short)", where, missing)
+            else:
+                log.debug("remoting: %s closed by the peer", where)
         except RemotingProtocolError as exc:
             log.warning("remoting door: closing %s: %s", where, exc)
-        except asyncio.IncompleteReadError as exc:
-            missing = (exc.expected or 0) - len(exc.partial)
-            log.warning("remoting door: closing %s: truncated frame (%d bytes short)", where, missing)
         except ConnectionError as exc:
             log.info("remoting door: %s dropped: %s", where, exc)
-
-    async def _read_command(self, reader: asyncio.StreamReader) -> RemotingCommand | None:
-        try:
-            prefix = await reader.readexactly(FRAME_LENGTH.size)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                raise
-            return None  # clean end of stream between frames
-        length = parse_frame_length(prefix, self._config.max_frame_bytes)
-        return decode_frame(await reader.readexactly(length))
 
     async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
         answer = await self._answer(conn, cmd)
         if cmd.is_oneway or answer is None:
             return
-        answer = dataclasses.replace(
-            answer, opaque=cmd.opaque, flag=answer.flag | FLAG_RESPONSE, serialize_type=cmd.serialize_type
-        )
+        if not (
+            answer.opaque == cmd.opaque
+            and answer.flag & FLAG_RESPONSE
+            and answer.serialize_type is cmd.serialize_type
+        ):  # handlers answer with response_to, which stamps all three already
+            answer = dataclasses.replace(
+                answer,
+                opaque=cmd.opaque,
+                flag=answer.flag | FLAG_RESPONSE,
+                serialize_type=cmd.serialize_type,
+            )
         try:
             await conn.send(answer)
         except ConnectionClosed:
@@ -193,6 +212,8 @@ class RemotingServer:
                 cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
             )
         try:
+            if self._authorize is not None:
+                self._authorize(conn, cmd)  # the one place a request is authorized
             return await handler(conn, cmd)
         except RemotingRequestError as exc:
             log.info("remoting: %s from %r refused: %s", code_name(cmd.code), conn, exc)
@@ -217,10 +238,10 @@ class RemotingServer:
 
 
 async def start_remoting_server(
-    handlers: HandlerTable, config: RemotingServerConfig | None = None
+    handlers: HandlerTable, config: RemotingServerConfig | None = None, authorize: Authorizer | None = None
 ) -> RemotingServer:
     """Start listening on the running loop; returns once the socket is bound."""
-    return await RemotingServer(handlers, config or RemotingServerConfig()).start()
+    return await RemotingServer(handlers, config or RemotingServerConfig(), authorize).start()
 
 
 class RemotingServerThread:
