@@ -38,7 +38,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -63,6 +63,8 @@ BINARY_INT_LEN: Final = struct.Struct(">i")
 #: A 2-byte length (an extFields key).
 BINARY_SHORT_LEN: Final = struct.Struct(">h")
 
+#: A JSON header's numbers are Java ints.
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), lt=2**31)]
 #: The length prefix and the header word together (one pack per encoded frame).
 FRAME_HEAD: Final = struct.Struct(">ii")
 
@@ -214,8 +216,23 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
         raise MalformedFrame(f"unknown serialize type {raw_type} (0 = JSON, 1 = ROCKETMQ)")
     header = data[HEADER_WORD.size : HEADER_WORD.size + header_length]
     body = data[HEADER_WORD.size + header_length :]
-    decode = decode_json_header if kind is SerializeType.JSON else decode_binary_header
-    fields = decode(header)
+    if kind is SerializeType.JSON:
+        strict = _strict_json_header(header)
+        if strict is not None:
+            return RemotingCommand(
+                strict.code,
+                strict.opaque,
+                strict.flag,
+                _json_language(strict.language),
+                strict.version,
+                strict.remark,
+                strict.extFields,
+                body,
+                kind,
+            )
+        fields = decode_json_header(header)
+    else:
+        fields = decode_binary_header(header)
     return RemotingCommand(**fields, body=body, serialize_type=kind)
 
 
@@ -248,6 +265,32 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     doc["serializeTypeCurrentRPC"] = _JSON_SERIALIZE_NAME[SerializeType.JSON]
     doc["version"] = cmd.version
     return _JSON_ENCODER.encode(doc)
+
+
+class _StrictJsonHeader(msgspec.Struct):
+    """A JSON header as Java clients write it: int32 numbers, a language name, text extFields.
+    Other keys (``serializeTypeCurrentRPC``) are ignored."""
+
+    code: Int32
+    opaque: Int32 = 0
+    flag: Int32 = 0
+    version: Int32 = 0
+    language: str = LanguageCode.JAVA.name
+    remark: str | None = None
+    extFields: dict[str, str] = msgspec.field(default_factory=dict)  # noqa: N815 (the wire name)
+
+
+_STRICT_JSON_DECODER: Final = msgspec.json.Decoder(_StrictJsonHeader)
+
+
+def _strict_json_header(header: bytes) -> _StrictJsonHeader | None:
+    """The header in one typed pass when it has the strict shape, else None: then
+    :func:`decode_json_header` reads what Java would (nulls, ali-ons' numbers in extFields)
+    or names what is wrong. Both read a strict header alike (tests/remoting/test_codec.py)."""
+    try:
+        return _STRICT_JSON_DECODER.decode(header)
+    except (UnicodeDecodeError, msgspec.DecodeError):  # ValidationError is a DecodeError
+        return None
 
 
 def decode_json_header(header: bytes) -> dict[str, Any]:
