@@ -108,8 +108,12 @@ def _parse(cls: type[Header], ext: Mapping[str, str], names: Mapping[str, str] |
         if raw is None:
             if required:
                 raise HeaderFieldError(f"{cls.__name__}: the field <{name}> is missing")
-            continue
-        values[attr] = _convert(raw, scalar, cls, name)
+        elif scalar is str:
+            values[attr] = raw
+        elif scalar is int and len(raw) < _SAFE_DIGITS and raw.isdigit() and raw.isascii():
+            values[attr] = int(raw)  # the common case inline: a send header has 7 numbers
+        else:
+            values[attr] = _convert(raw, scalar, cls, name)
     return values
 
 
