@@ -255,8 +255,9 @@ def encode_command(cmd: RemotingCommand) -> bytes:
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """fastjson's layout: keys in alphabetical order, no nulls, UTF-8 unescaped."""
     doc: dict[str, Any] = {"code": cmd.code}
-    if cmd.ext_fields:
-        doc["extFields"] = dict(cmd.ext_fields)
+    ext = cmd.ext_fields
+    if ext:
+        doc["extFields"] = ext if type(ext) is dict else dict(ext)
     doc["flag"] = cmd.flag
     doc["language"] = _language_name(cmd.language)
     doc["opaque"] = cmd.opaque

@@ -248,10 +248,15 @@ class RemotingServerThread:
     """A server on its own event loop in a daemon thread (tests, benchmarks)."""
 
     def __init__(
-        self, handlers: HandlerTable, config: RemotingServerConfig, start_timeout_s: float = 10.0
+        self,
+        handlers: HandlerTable,
+        config: RemotingServerConfig,
+        start_timeout_s: float = 10.0,
+        authorize: Authorizer | None = None,
     ) -> None:
         self._handlers = handlers
         self._config = config
+        self._authorize = authorize
         self._timeout = start_timeout_s
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="remoting-door", daemon=True)
@@ -269,7 +274,7 @@ class RemotingServerThread:
     def start(self) -> RemotingServerThread:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
-            start_remoting_server(self._handlers, self._config), self.loop
+            start_remoting_server(self._handlers, self._config, self._authorize), self.loop
         )
         self.server = future.result(self._timeout)
         return self
