@@ -16,9 +16,9 @@ client connection carries long-polling pulls next to its sends), up to
 * every request passes the server's ``authorize`` (:data:`Authorizer`) right before its
   handler: the one place a request is authorized.
 
-Reading takes what the stream holds and dispatches every whole frame in it before reading
-again (:func:`~ingest_api.remoting.codec.take_frames`); each request then runs as a task of
-its own, and its answer is written as one frame as soon as it is ready.
+Each connection is a :class:`~ingest_api.remoting.session.Session` (an asyncio protocol): the
+whole frames in what arrives are dispatched at once, each request a task of its own, and its
+answer is written as one frame as soon as it is ready.
 
 A handler is ``async def handler(conn, cmd) -> RemotingCommand | None``; the server stamps the
 answer with the request's ``opaque``, the response bit and the request's serialize type.
@@ -37,21 +37,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
-from ingest_api.remoting.codec import (
-    DEFAULT_MAX_FRAME_BYTES,
-    RemotingCommand,
-    decode_frame,
-    frame_shortfall,
-    response_to,
-    take_frames,
-)
+from ingest_api.remoting.codec import DEFAULT_MAX_FRAME_BYTES, RemotingCommand, response_to
 from ingest_api.remoting.codes import FLAG_RESPONSE, ResponseCode, code_name
 from ingest_api.remoting.connection import Connection
-from ingest_api.remoting.errors import (
-    ConnectionClosed,
-    RemotingProtocolError,
-    RemotingRequestError,
-)
+from ingest_api.remoting.errors import ConnectionClosed, RemotingProtocolError, RemotingRequestError
+from ingest_api.remoting.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +51,6 @@ HandlerTable = Mapping[int, Handler]
 #: Called with every request before its handler; raises :class:`RemotingRequestError` (answered
 #: with its code, the handler not called) to refuse it. The door's ACL check goes here.
 Authorizer = Callable[[Connection, RemotingCommand], None]
-
-#: Read-ahead per connection (lets pipelined requests arrive while earlier ones run).
-STREAM_BUFFER_BYTES = 4 * 1024 * 1024
-#: Most bytes taken from a connection's stream per read: every whole frame in them is
-#: dispatched before the next read (pipelined requests cost one read, not two per frame).
-READ_CHUNK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +86,7 @@ class RemotingServer:
         self._server: asyncio.Server | None = None
         self._port = config.port
         self._ids = itertools.count(1)
-        self._connections: dict[Connection, asyncio.Task[None]] = {}
+        self._sessions: set[Session] = set()
         self._closed = False
 
     @property
@@ -112,73 +96,26 @@ class RemotingServer:
     @property
     def connections(self) -> list[Connection]:
         """The live connections (handlers look up a producer group's channel here)."""
-        return [conn for conn in self._connections if not conn.closed]
+        return [s.conn for s in self._sessions if s.conn is not None and not s.conn.closed]
 
     async def start(self) -> RemotingServer:
-        self._server = await asyncio.start_server(
-            self._on_connect,
-            self._config.host,
-            self._config.port,
-            limit=STREAM_BUFFER_BYTES,
-            ssl=self._config.ssl_context,
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_session, self._config.host, self._config.port, ssl=self._config.ssl_context
         )
         self._port = self._server.sockets[0].getsockname()[1]
         tls = " (TLS)" if self._config.ssl_context is not None else ""
         log.info("remoting door listening on %s:%d%s", self._config.host, self._port, tls)
         return self
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = Connection(next(self._ids), str(peer[0]), int(peer[1]), writer)
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[conn] = task
-        in_flight: set[asyncio.Task[None]] = set()
-        try:
-            await self._serve(conn, reader, in_flight)
-        except asyncio.CancelledError:
-            pass  # close() cancels live connections: end the task normally
-        finally:
-            self._connections.pop(conn, None)
-            conn.mark_closed()
-            for pending in in_flight:
-                pending.cancel()
-            await asyncio.gather(*in_flight, return_exceptions=True)
-            await conn.close()
-
-    async def _serve(
-        self, conn: Connection, reader: asyncio.StreamReader, in_flight: set[asyncio.Task[None]]
-    ) -> None:
-        where = f"connection {conn.connection_id} from {conn.peer}"
-        slots = asyncio.Semaphore(self._config.max_in_flight_per_connection)
-
-        def finished(task: asyncio.Task[None]) -> None:
-            in_flight.discard(task)
-            slots.release()
-
-        pending = bytearray()
-        try:
-            while chunk := await reader.read(READ_CHUNK_BYTES):
-                pending += chunk
-                for frame in take_frames(pending, self._config.max_frame_bytes):
-                    cmd = decode_frame(frame)
-                    if cmd.is_response:
-                        conn.on_response(cmd)
-                        continue
-                    conn.serialize_type = cmd.serialize_type
-                    await slots.acquire()
-                    task = asyncio.create_task(self._handle(conn, cmd))
-                    in_flight.add(task)
-                    task.add_done_callback(finished)
-            if pending:
-                missing = frame_shortfall(pending)
-                log.warning("remoting door: closing %s: truncated frame (%d bytes short)", where, missing)
-            else:
-                log.debug("remoting: %s closed by the peer", where)
-        except RemotingProtocolError as exc:
-            log.warning("remoting door: closing %s: %s", where, exc)
-        except ConnectionError as exc:
-            log.info("remoting door: %s dropped: %s", where, exc)
+    def _new_session(self) -> Session:
+        return Session(
+            next(self._ids),
+            self._handle,
+            self._config.max_frame_bytes,
+            self._config.max_in_flight_per_connection,
+            self._sessions,
+        )
 
     async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
         answer = await self._answer(conn, cmd)
@@ -228,10 +165,10 @@ class RemotingServer:
         self._closed = True
         if self._server is not None:
             self._server.close()
-        tasks = list(self._connections.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
+        await asyncio.gather(*(session.wait_closed() for session in sessions), return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
         log.info("remoting door on port %d closed", self._port)
