@@ -13,8 +13,9 @@ client connection carries long-polling pulls next to its sends), up to
 * a one-way request is never answered, whatever its handler returns;
 * a response from the client (bit 0 of ``flag``) completes a server -> client
   :meth:`Connection.invoke`;
-* every request passes the server's ``authorize`` (:data:`Authorizer`) right before its
-  handler: the one place a request is authorized.
+* a ``guard`` (RocketMQ's server RPC hook; the door's ACL, :mod:`ingest_api.remoting.authz`)
+  sees every request first, unknown codes included: when it returns a command, that is the
+  answer and no handler runs.
 
 Each connection is a :class:`~ingest_api.remoting.session.Session` (an asyncio protocol): the
 whole frames in what arrives are dispatched at once, each request a task of its own, and its
@@ -48,21 +49,23 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 #: request code -> handler.
 HandlerTable = Mapping[int, Handler]
-#: Called with every request before its handler; raises :class:`RemotingRequestError` (answered
-#: with its code, the handler not called) to refuse it. The door's ACL check goes here.
-Authorizer = Callable[[Connection, RemotingCommand], None]
+#: ``guard(conn, request)``: None lets the request through, a command is the refusal to answer.
+Guard = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 @dataclass(frozen=True, slots=True)
 class RemotingServerConfig:
     """``port`` 0 picks a free port. ``max_frame_bytes``: the largest ``length`` accepted
-    (16 MiB, RocketMQ's default). ``ssl_context``: serve TLS instead of plain TCP."""
+    (16 MiB, RocketMQ's default). ``ssl_context``: serve TLS instead of plain TCP (every
+    connection, RocketMQ's ``tls.server.mode=enforcing``: a client that does not complete a
+    handshake within ``ssl_handshake_timeout_s`` seconds is disconnected, nothing served)."""
 
     host: str = "127.0.0.1"
     port: int = 10911
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_in_flight_per_connection: int = 256
     ssl_context: ssl.SSLContext | None = None
+    ssl_handshake_timeout_s: float = 10.0
 
     def validate(self) -> RemotingServerConfig:
         if not 0 <= self.port < 65536:
@@ -71,6 +74,8 @@ class RemotingServerConfig:
             raise ValueError(f"max_frame_bytes must be at least 64, got {self.max_frame_bytes}")
         if self.max_in_flight_per_connection < 1:
             raise ValueError("max_in_flight_per_connection must be at least 1")
+        if self.ssl_handshake_timeout_s <= 0:
+            raise ValueError(f"ssl_handshake_timeout_s must be positive, got {self.ssl_handshake_timeout_s}")
         return self
 
 
@@ -78,10 +83,10 @@ class RemotingServer:
     """A running listener; ``port`` is the bound port, ``close()`` stops it (idempotent)."""
 
     def __init__(
-        self, handlers: HandlerTable, config: RemotingServerConfig, authorize: Authorizer | None = None
+        self, handlers: HandlerTable, config: RemotingServerConfig, guard: Guard | None = None
     ) -> None:
         self._handlers = handlers
-        self._authorize = authorize
+        self._guard = guard
         self._config = config.validate()
         self._server: asyncio.Server | None = None
         self._port = config.port
@@ -100,8 +105,14 @@ class RemotingServer:
 
     async def start(self) -> RemotingServer:
         loop = asyncio.get_running_loop()
+        context = self._config.ssl_context
         self._server = await loop.create_server(
-            self._new_session, self._config.host, self._config.port, ssl=self._config.ssl_context
+            self._new_session,
+            self._config.host,
+            self._config.port,
+            ssl=context,
+            # asyncio refuses a handshake timeout without ssl
+            ssl_handshake_timeout=None if context is None else self._config.ssl_handshake_timeout_s,
         )
         self._port = self._server.sockets[0].getsockname()[1]
         tls = " (TLS)" if self._config.ssl_context is not None else ""
@@ -142,15 +153,16 @@ class RemotingServer:
                 await conn.send(response_to(cmd, ResponseCode.SYSTEM_ERROR, f"cannot encode answer: {exc}"))
 
     async def _answer(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        handler = self._handlers.get(cmd.code)
-        if handler is None:
-            log.info("remoting: %r sent unsupported %s", conn, code_name(cmd.code))
-            return response_to(
-                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-            )
         try:
-            if self._authorize is not None:
-                self._authorize(conn, cmd)  # the one place a request is authorized
+            refusal = None if self._guard is None else await self._guard(conn, cmd)
+            if refusal is not None:
+                return refusal
+            handler = self._handlers.get(cmd.code)
+            if handler is None:
+                log.info("remoting: %r sent unsupported %s", conn, code_name(cmd.code))
+                return response_to(
+                    cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+                )
             return await handler(conn, cmd)
         except RemotingRequestError as exc:
             log.info("remoting: %s from %r refused: %s", code_name(cmd.code), conn, exc)
@@ -175,10 +187,10 @@ class RemotingServer:
 
 
 async def start_remoting_server(
-    handlers: HandlerTable, config: RemotingServerConfig | None = None, authorize: Authorizer | None = None
+    handlers: HandlerTable, config: RemotingServerConfig | None = None, guard: Guard | None = None
 ) -> RemotingServer:
     """Start listening on the running loop; returns once the socket is bound."""
-    return await RemotingServer(handlers, config or RemotingServerConfig(), authorize).start()
+    return await RemotingServer(handlers, config or RemotingServerConfig(), guard).start()
 
 
 class RemotingServerThread:
@@ -189,11 +201,11 @@ class RemotingServerThread:
         handlers: HandlerTable,
         config: RemotingServerConfig,
         start_timeout_s: float = 10.0,
-        authorize: Authorizer | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self._handlers = handlers
         self._config = config
-        self._authorize = authorize
+        self._guard = guard
         self._timeout = start_timeout_s
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="remoting-door", daemon=True)
@@ -211,7 +223,7 @@ class RemotingServerThread:
     def start(self) -> RemotingServerThread:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
-            start_remoting_server(self._handlers, self._config, self._authorize), self.loop
+            start_remoting_server(self._handlers, self._config, self._guard), self.loop
         )
         self.server = future.result(self._timeout)
         return self

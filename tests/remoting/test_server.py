@@ -14,7 +14,6 @@ import pytest
 from ingest_api.remoting.codec import RemotingCommand, encode_command, request, response_to
 from ingest_api.remoting.codes import FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
 from ingest_api.remoting.connection import Connection
-from ingest_api.remoting.errors import RemotingRequestError
 from ingest_api.remoting.headers import GetMinOffsetRequest, OffsetResponse
 from ingest_api.remoting.server import HandlerTable, RemotingServerConfig, RemotingServerThread
 from tests.remoting.rawclient import RawClient
@@ -194,16 +193,17 @@ def test_pipelined_frames_in_one_write_are_all_answered_by_opaque(server: Remoti
     assert answers == {100 + n: str(n * 10) for n in range(8)}
 
 
-def test_every_request_passes_the_authorizer_before_its_handler(door: Door) -> None:
+def test_every_request_passes_the_guard_before_its_handler(door: Door) -> None:
     seen: list[tuple[int, int]] = []
 
-    def authorize(conn: Connection, cmd: RemotingCommand) -> None:
+    async def guard(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         seen.append((cmd.code, cmd.opaque))
         if cmd.ext_fields.get("AccessKey") != "ok":
-            raise RemotingRequestError("no rights", ResponseCode.NO_PERMISSION)
+            return response_to(cmd, ResponseCode.NO_PERMISSION, "no rights")
+        return None
 
     config = RemotingServerConfig(host="127.0.0.1", port=0)
-    with RemotingServerThread(door.table(), config, authorize=authorize) as running, client(running) as c:
+    with RemotingServerThread(door.table(), config, guard=guard) as running, client(running) as c:
         c.send(request(RequestCode.UPDATE_CONSUMER_OFFSET, 1, {"commitOffset": "5"}))
         answer = c.recv()
         assert (answer.code, answer.opaque, answer.remark) == (ResponseCode.NO_PERMISSION, 1, "no rights")
