@@ -1,7 +1,10 @@
 """One client connection of the remoting door: its peer, its client id, its writes, and the
 requests the server sends *to* the client (CHECK_TRANSACTION_STATE, NOTIFY_CONSUMER_IDS_CHANGED).
 
-Writes are whole frames under one lock, so responses of concurrent handlers never interleave.
+Each answer is written as one whole frame by one synchronous ``transport.write`` (so the
+answers of concurrent handlers never interleave, and no lock is taken); a writer waits only
+while the transport holds unsent bytes over its high-water mark (the protocol's
+``pause_writing``/``resume_writing``, :mod:`ingest_api.remoting.session`).
 Server -> client requests take an opaque from the connection's own counter and wait for the
 response with that opaque (:meth:`Connection.invoke`); one-way ones (what RocketMQ sends for
 39 and 40) are fire-and-forget (:meth:`Connection.invoke_oneway`).
@@ -10,7 +13,6 @@ response with that opaque (:meth:`Connection.invoke`); one-way ones (what Rocket
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Mapping
@@ -36,7 +38,7 @@ class Connection:
     (transaction check-backs go only to a producer that may write the half's topic)."""
 
     def __init__(
-        self, connection_id: int, peer_host: str, peer_port: int, writer: asyncio.StreamWriter
+        self, connection_id: int, peer_host: str, peer_port: int, transport: asyncio.WriteTransport
     ) -> None:
         self.connection_id = connection_id
         self.peer_host = peer_host
@@ -44,8 +46,9 @@ class Connection:
         self.client_id: str | None = None
         self.principal: Principal | None = None
         self.serialize_type = SerializeType.JSON
-        self._writer = writer
-        self._write_lock = asyncio.Lock()
+        self._transport = transport
+        self._write_paused = False  # the transport's buffer is over its high-water mark
+        self._drain_waiters: list[asyncio.Future[None]] = []
         self._opaques = itertools.count(FIRST_SERVER_OPAQUE)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._closed = False
@@ -64,15 +67,35 @@ class Connection:
 
     async def send(self, cmd: RemotingCommand) -> None:
         """Write one command as a whole frame; raises :class:`ConnectionClosed` once closed."""
-        frame = encode_command(cmd)
-        async with self._write_lock:
-            if self._closed:
-                raise ConnectionClosed(f"connection {self.connection_id} to {self.peer} is closed")
-            self._writer.write(frame)
-            try:
-                await self._writer.drain()
-            except ConnectionError as exc:
-                raise ConnectionClosed(f"connection {self.connection_id} to {self.peer}: {exc}") from exc
+        await self.send_frame(encode_command(cmd))
+
+    async def send_frame(self, frame: bytes) -> None:
+        """Write one encoded frame (length prefix included) whole, then wait while the socket's
+        send buffer is over its high-water mark; raises :class:`ConnectionClosed` once closed."""
+        if self._closed or self._transport.is_closing():
+            raise ConnectionClosed(f"connection {self.connection_id} to {self.peer} is closed")
+        self._transport.write(frame)
+        while self._write_paused and not self._closed:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+        if self._closed and self._write_paused:
+            raise ConnectionClosed(f"connection {self.connection_id} to {self.peer} closed while writing")
+
+    def pause_writing(self) -> None:
+        """The transport's buffer went over its high-water mark (the protocol's callback)."""
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        """The transport's buffer drained below its low-water mark (the protocol's callback)."""
+        self._write_paused = False
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def invoke(
         self,
@@ -119,14 +142,13 @@ class Connection:
     def mark_closed(self) -> None:
         """Fail every waiting :meth:`invoke`; later sends raise :class:`ConnectionClosed`."""
         self._closed = True
+        self._wake_writers()
         for opaque, future in list(self._pending.items()):
             if not future.done():
                 future.set_exception(ConnectionClosed(f"connection to {self.peer} closed (opaque {opaque})"))
         self._pending.clear()
 
-    async def close(self) -> None:
-        """Close the socket (idempotent)."""
+    def close(self) -> None:
+        """Close the socket (idempotent); unsent answers are still flushed."""
         self.mark_closed()
-        self._writer.close()
-        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            await self._writer.wait_closed()
+        self._transport.close()

@@ -31,6 +31,8 @@ from ingest_api.remoting.errors import HeaderFieldError
 WIRE_NAME: Final = "wire"
 _INTEGER: Final = re.compile(r"[+-]?[0-9]+")
 _INT64: Final = (-(2**63), 2**63)
+#: Fewer digits than this always fit a long (19 digits may not).
+_SAFE_DIGITS: Final = 19
 
 H = TypeVar("H", bound="Header")
 
@@ -106,8 +108,12 @@ def _parse(cls: type[Header], ext: Mapping[str, str], names: Mapping[str, str] |
         if raw is None:
             if required:
                 raise HeaderFieldError(f"{cls.__name__}: the field <{name}> is missing")
-            continue
-        values[attr] = _convert(raw, scalar, cls, name)
+        elif scalar is str:
+            values[attr] = raw
+        elif scalar is int and len(raw) < _SAFE_DIGITS and raw.isdigit() and raw.isascii():
+            values[attr] = int(raw)  # the common case inline: a send header has 7 numbers
+        else:
+            values[attr] = _convert(raw, scalar, cls, name)
     return values
 
 
@@ -116,6 +122,8 @@ def _convert(raw: str, scalar: type, cls: type, name: str) -> object:
         return raw
     if scalar is bool:
         return raw.strip().lower() == "true"
+    if len(raw) < _SAFE_DIGITS and raw.isascii() and raw.isdigit():
+        return int(raw)  # the common case: plain decimal digits that fit a long
     text = raw.strip()
     if not _INTEGER.fullmatch(text):
         raise HeaderFieldError(f"{cls.__name__}: the field <{name}> is not an integer: {raw[:60]!r}")

@@ -17,6 +17,10 @@ client connection carries long-polling pulls next to its sends), up to
   sees every request first, unknown codes included: when it returns a command, that is the
   answer and no handler runs.
 
+Each connection is a :class:`~ingest_api.remoting.session.Session` (an asyncio protocol): the
+whole frames in what arrives are dispatched at once, each request a task of its own, and its
+answer is written as one frame as soon as it is ready.
+
 A handler is ``async def handler(conn, cmd) -> RemotingCommand | None``; the server stamps the
 answer with the request's ``opaque``, the response bit and the request's serialize type.
 """
@@ -34,21 +38,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
-from ingest_api.remoting.codec import (
-    DEFAULT_MAX_FRAME_BYTES,
-    FRAME_LENGTH,
-    RemotingCommand,
-    decode_frame,
-    parse_frame_length,
-    response_to,
-)
+from ingest_api.remoting.codec import DEFAULT_MAX_FRAME_BYTES, RemotingCommand, response_to
 from ingest_api.remoting.codes import FLAG_RESPONSE, ResponseCode, code_name
 from ingest_api.remoting.connection import Connection
-from ingest_api.remoting.errors import (
-    ConnectionClosed,
-    RemotingProtocolError,
-    RemotingRequestError,
-)
+from ingest_api.remoting.errors import ConnectionClosed, RemotingProtocolError, RemotingRequestError
+from ingest_api.remoting.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +51,6 @@ Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | No
 HandlerTable = Mapping[int, Handler]
 #: ``guard(conn, request)``: None lets the request through, a command is the refusal to answer.
 Guard = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
-
-#: Read-ahead per connection (lets pipelined requests arrive while earlier ones run).
-STREAM_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +91,7 @@ class RemotingServer:
         self._server: asyncio.Server | None = None
         self._port = config.port
         self._ids = itertools.count(1)
-        self._connections: dict[Connection, asyncio.Task[None]] = {}
+        self._sessions: set[Session] = set()
         self._closed = False
 
     @property
@@ -110,15 +101,15 @@ class RemotingServer:
     @property
     def connections(self) -> list[Connection]:
         """The live connections (handlers look up a producer group's channel here)."""
-        return [conn for conn in self._connections if not conn.closed]
+        return [s.conn for s in self._sessions if s.conn is not None and not s.conn.closed]
 
     async def start(self) -> RemotingServer:
+        loop = asyncio.get_running_loop()
         context = self._config.ssl_context
-        self._server = await asyncio.start_server(
-            self._on_connect,
+        self._server = await loop.create_server(
+            self._new_session,
             self._config.host,
             self._config.port,
-            limit=STREAM_BUFFER_BYTES,
             ssl=context,
             # asyncio refuses a handshake timeout without ssl
             ssl_handshake_timeout=None if context is None else self._config.ssl_handshake_timeout_s,
@@ -128,70 +119,30 @@ class RemotingServer:
         log.info("remoting door listening on %s:%d%s", self._config.host, self._port, tls)
         return self
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        conn = Connection(next(self._ids), str(peer[0]), int(peer[1]), writer)
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[conn] = task
-        in_flight: set[asyncio.Task[None]] = set()
-        try:
-            await self._serve(conn, reader, in_flight)
-        except asyncio.CancelledError:
-            pass  # close() cancels live connections: end the task normally
-        finally:
-            self._connections.pop(conn, None)
-            conn.mark_closed()
-            for pending in in_flight:
-                pending.cancel()
-            await asyncio.gather(*in_flight, return_exceptions=True)
-            await conn.close()
-
-    async def _serve(
-        self, conn: Connection, reader: asyncio.StreamReader, in_flight: set[asyncio.Task[None]]
-    ) -> None:
-        where = f"connection {conn.connection_id} from {conn.peer}"
-        slots = asyncio.Semaphore(self._config.max_in_flight_per_connection)
-        try:
-            while True:
-                cmd = await self._read_command(reader)
-                if cmd is None:
-                    log.debug("remoting: %s closed by the peer", where)
-                    return
-                if cmd.is_response:
-                    conn.on_response(cmd)
-                    continue
-                conn.serialize_type = cmd.serialize_type
-                await slots.acquire()
-                task = asyncio.create_task(self._handle(conn, cmd))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-                task.add_done_callback(lambda _: slots.release())
-        except RemotingProtocolError as exc:
-            log.warning("remoting door: closing %s: %s", where, exc)
-        except asyncio.IncompleteReadError as exc:
-            missing = (exc.expected or 0) - len(exc.partial)
-            log.warning("remoting door: closing %s: truncated frame (%d bytes short)", where, missing)
-        except ConnectionError as exc:
-            log.info("remoting door: %s dropped: %s", where, exc)
-
-    async def _read_command(self, reader: asyncio.StreamReader) -> RemotingCommand | None:
-        try:
-            prefix = await reader.readexactly(FRAME_LENGTH.size)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                raise
-            return None  # clean end of stream between frames
-        length = parse_frame_length(prefix, self._config.max_frame_bytes)
-        return decode_frame(await reader.readexactly(length))
+    def _new_session(self) -> Session:
+        return Session(
+            next(self._ids),
+            self._handle,
+            self._config.max_frame_bytes,
+            self._config.max_in_flight_per_connection,
+            self._sessions,
+        )
 
     async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
         answer = await self._answer(conn, cmd)
         if cmd.is_oneway or answer is None:
             return
-        answer = dataclasses.replace(
-            answer, opaque=cmd.opaque, flag=answer.flag | FLAG_RESPONSE, serialize_type=cmd.serialize_type
-        )
+        if not (
+            answer.opaque == cmd.opaque
+            and answer.flag & FLAG_RESPONSE
+            and answer.serialize_type is cmd.serialize_type
+        ):  # handlers answer with response_to, which stamps all three already
+            answer = dataclasses.replace(
+                answer,
+                opaque=cmd.opaque,
+                flag=answer.flag | FLAG_RESPONSE,
+                serialize_type=cmd.serialize_type,
+            )
         try:
             await conn.send(answer)
         except ConnectionClosed:
@@ -226,10 +177,10 @@ class RemotingServer:
         self._closed = True
         if self._server is not None:
             self._server.close()
-        tasks = list(self._connections.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
+        await asyncio.gather(*(session.wait_closed() for session in sessions), return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
         log.info("remoting door on port %d closed", self._port)
@@ -246,10 +197,15 @@ class RemotingServerThread:
     """A server on its own event loop in a daemon thread (tests, benchmarks)."""
 
     def __init__(
-        self, handlers: HandlerTable, config: RemotingServerConfig, start_timeout_s: float = 10.0
+        self,
+        handlers: HandlerTable,
+        config: RemotingServerConfig,
+        start_timeout_s: float = 10.0,
+        guard: Guard | None = None,
     ) -> None:
         self._handlers = handlers
         self._config = config
+        self._guard = guard
         self._timeout = start_timeout_s
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="remoting-door", daemon=True)
@@ -267,7 +223,7 @@ class RemotingServerThread:
     def start(self) -> RemotingServerThread:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
-            start_remoting_server(self._handlers, self._config), self.loop
+            start_remoting_server(self._handlers, self._config, self._guard), self.loop
         )
         self.server = future.result(self._timeout)
         return self

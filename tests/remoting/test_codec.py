@@ -19,9 +19,11 @@ from ingest_api.remoting.codec import (
     RemotingCommand,
     decode_frame,
     encode_command,
+    frame_shortfall,
     parse_frame_length,
     request,
     response_to,
+    take_frames,
 )
 from ingest_api.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, RequestCode, SerializeType
 from ingest_api.remoting.errors import FrameTooLarge, MalformedFrame, RemotingProtocolError
@@ -204,3 +206,24 @@ def test_binary_encoding_refuses_codes_that_do_not_fit() -> None:
     assert decode_frame(
         encode_command(dataclasses.replace(cmd, serialize_type=SerializeType.JSON))[4:]
     ).code == (RequestCode.POP_MESSAGE)
+
+
+def test_take_frames_cuts_whole_frames_and_keeps_the_rest() -> None:
+    second = JSON_RESPONSE_FRAME
+    pending = bytearray(BINARY_SEND_FRAME + second + second[:10])
+    assert take_frames(pending) == [BINARY_SEND_FRAME[4:], second[4:]]
+    assert pending == second[:10]
+    assert frame_shortfall(pending) == len(second) - 10
+    assert take_frames(pending) == [] and frame_shortfall(b"\x00\x00") == 2 and frame_shortfall(b"") == 0
+    pending += second[10:]
+    assert [decode_frame(f).remark for f in take_frames(pending)] == [decode_frame(second[4:]).remark]
+    assert pending == b""
+
+
+def test_take_frames_refuses_a_bad_length_after_the_good_frames() -> None:
+    pending = bytearray(BINARY_SEND_FRAME + (5000).to_bytes(4, "big") + b"x")
+    with pytest.raises(FrameTooLarge, match="5000 exceeds the limit of 4096"):
+        take_frames(pending, 4096)
+    pending = bytearray(b"\x00\x00\x00\x02{}")
+    with pytest.raises(MalformedFrame, match="below the minimum"):
+        take_frames(pending)

@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest_api.remoting.batch import BatchEntry, decode_batch, encode_batch
-from ingest_api.remoting.codec import RemotingCommand, decode_frame, encode_command
+from ingest_api.remoting.codec import (
+    RemotingCommand,
+    decode_frame,
+    decode_json_header,
+    encode_command,
+    encode_json_header,
+)
 from ingest_api.remoting.codes import LanguageCode, SerializeType
 from ingest_api.remoting.errors import BodyError, MalformedFrame
 
@@ -35,6 +41,17 @@ def test_round_trip(cmd: RemotingCommand) -> None:
     frame = encode_command(cmd)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     assert decode_frame(frame[4:]) == cmd
+
+
+@settings(max_examples=200)
+@given(commands)
+def test_strict_and_lenient_json_readers_agree(cmd: RemotingCommand) -> None:
+    """decode_frame reads a Java client's JSON header in one typed pass; the lenient reader
+    (nulls, numbers in extFields, error messages) must read it the same."""
+    header = encode_json_header(cmd)
+    lenient = RemotingCommand(**decode_json_header(header), body=cmd.body, serialize_type=SerializeType.JSON)
+    word = len(header).to_bytes(4, "big")
+    assert decode_frame(word + header + cmd.body) == lenient
 
 
 def _decode(frame: bytes) -> RemotingCommand | MalformedFrame:

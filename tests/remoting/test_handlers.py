@@ -21,7 +21,7 @@ from ingest_api.remoting.codec import RemotingCommand, encode_command, request
 from ingest_api.remoting.codes import PULL_FLAG_SUSPEND, RequestCode, ResponseCode, SerializeType
 from ingest_api.remoting.handlers.clients import ClientRegistry
 from ingest_api.remoting.handlers.queue_locks import QueueLocks
-from ingest_api.remoting.headers import SendMessageRequest, send_request_ext_fields
+from ingest_api.remoting.headers import SendMessageRequest, SendMessageResponse, send_request_ext_fields
 from store import Message
 from tests.remoting.conftest import Door
 from tests.remoting.rawclient import RawClient
@@ -64,6 +64,10 @@ def test_send_v1_binary_header_keeps_the_client_uniq_key(door: Door) -> None:
     assert answer.ext_fields["transactionId"] == UNIQ and answer.ext_fields["queueId"] == "1"
     view = door.store.get_by_msg_id(answer.ext_fields["msgId"])
     assert view is not None
+    # the send answer is written out by hand on the hot path: the same fields, order included,
+    # as the typed header renders
+    typed = SendMessageResponse(view.msg_id, 1, view.queue_offset, UNIQ).to_ext_fields()
+    assert list(answer.ext_fields.items()) == list(typed.items())
     assert (view.topic, view.queue_id, view.body, view.flag) == ("V1T", 1, b"body", 7)
     assert view.properties["UNIQ_KEY"] == UNIQ and view.properties["KEYS"] == "a b"
     assert (view.properties["WAIT"], view.properties["color"], view.properties["TAGS"]) == (

@@ -179,6 +179,40 @@ def test_requests_on_one_connection_run_concurrently(server: RemotingServerThrea
     ]
 
 
+def test_pipelined_frames_in_one_write_are_all_answered_by_opaque(server: RemotingServerThread) -> None:
+    """Frames that arrive together (and one split across writes) are each served; the answers
+    carry their request's opaque, whatever order they come back in."""
+    frames = b"".join(
+        encode_command(request(RequestCode.GET_MIN_OFFSET, 100 + n, {"topic": "T", "queueId": str(n)}))
+        for n in range(8)
+    )
+    with client(server) as c:
+        c.send_raw(frames[:-5])
+        c.send_raw(frames[-5:])
+        answers = {answer.opaque: answer.ext_fields["offset"] for answer in (c.recv() for _ in range(8))}
+    assert answers == {100 + n: str(n * 10) for n in range(8)}
+
+
+def test_every_request_passes_the_guard_before_its_handler(door: Door) -> None:
+    seen: list[tuple[int, int]] = []
+
+    async def guard(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        seen.append((cmd.code, cmd.opaque))
+        if cmd.ext_fields.get("AccessKey") != "ok":
+            return response_to(cmd, ResponseCode.NO_PERMISSION, "no rights")
+        return None
+
+    config = RemotingServerConfig(host="127.0.0.1", port=0)
+    with RemotingServerThread(door.table(), config, guard=guard) as running, client(running) as c:
+        c.send(request(RequestCode.UPDATE_CONSUMER_OFFSET, 1, {"commitOffset": "5"}))
+        answer = c.recv()
+        assert (answer.code, answer.opaque, answer.remark) == (ResponseCode.NO_PERMISSION, 1, "no rights")
+        c.send(request(RequestCode.GET_MIN_OFFSET, 2, {"topic": "T", "queueId": "1", "AccessKey": "ok"}))
+        assert c.recv().ext_fields == {"offset": "10"}
+    assert seen == [(RequestCode.UPDATE_CONSUMER_OFFSET, 1), (RequestCode.GET_MIN_OFFSET, 2)]
+    assert door.oneway_offsets == []  # the refused request never reached its handler
+
+
 def test_server_calls_the_client_back(server: RemotingServerThread, door: Door) -> None:
     with client(server) as c:
         c.send(request(RequestCode.HEART_BEAT, 1, body=b"producer@1", serialize_type=SerializeType.ROCKETMQ))
