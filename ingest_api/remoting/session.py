@@ -11,8 +11,11 @@ rules are the server's (:mod:`ingest_api.remoting.server`):
 * at most ``max_in_flight`` requests run at once; more wait in arrival order and the socket is
   not read until one finishes;
 * a frame that does not decode (a length over the cap, a bad header) closes this connection
-  with a log line, as does a stream that ends mid-frame; the requests still running are
-  cancelled when the connection is lost.
+  with a log line, as does a stream that ends mid-frame;
+* when the connection is lost, the two-way requests still running are cancelled (their answer
+  has nowhere to go), while one-way requests, running or waiting, are carried out: a client
+  sends its last offset commits one-way just before it closes (ali-ons and the Java client at
+  shutdown), and RocketMQ's broker applies them whatever becomes of the connection.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Session(asyncio.Protocol):
         self._max_in_flight = max_in_flight
         self._pending = bytearray()
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._two_way: set[asyncio.Task[None]] = set()
         self._waiting: collections.deque[RemotingCommand] = collections.deque()
         self._reading_paused = False
         self._transport: asyncio.Transport | None = None
@@ -100,10 +104,13 @@ class Session(asyncio.Protocol):
     def _start(self, conn: Connection, cmd: RemotingCommand) -> None:
         task = asyncio.get_running_loop().create_task(self._serve(conn, cmd))
         self._in_flight.add(task)
+        if not cmd.is_oneway:
+            self._two_way.add(task)
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
+        self._two_way.discard(task)
         conn = self.conn
         if conn is None or conn.closed:
             return
@@ -134,8 +141,11 @@ class Session(asyncio.Protocol):
             log.info("remoting door: %s dropped: %s", self._where, exc)
         if self.conn is not None:
             self.conn.mark_closed()
+            for cmd in self._waiting:
+                if cmd.is_oneway:
+                    self._start(self.conn, cmd)
         self._waiting.clear()
-        for task in self._in_flight:
+        for task in list(self._two_way):
             task.cancel()
         self._live.discard(self)
         if not self.lost.done():

@@ -47,6 +47,8 @@ class Door:
         return response_to(cmd, ResponseCode.SUCCESS, body=b"hb:" + cmd.body)
 
     async def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if "slow" in cmd.ext_fields:  # still running when the client hangs up
+            await asyncio.sleep(0.3)
         self.oneway_offsets.append(cmd.ext_fields["commitOffset"])
         return response_to(cmd, ResponseCode.SUCCESS)  # must not be sent: the request is one-way
 
@@ -152,6 +154,18 @@ def test_oneway_request_is_served_but_never_answered(server: RemotingServerThrea
         answer = c.recv()
         assert (answer.opaque, answer.body) == (9, b"hb:after")
     wait_until(lambda: door.oneway_offsets == ["12"], 5.0, "the one-way offset update to run")
+
+
+def test_one_way_requests_are_carried_out_after_the_client_hangs_up(door: Door) -> None:
+    """A client's last offset commits are one-way and sent just before it closes: those running
+    and those still waiting for a slot (2 here) are all applied after the connection is gone."""
+    config = RemotingServerConfig(host="127.0.0.1", port=0, max_in_flight_per_connection=2)
+    with RemotingServerThread(door.table(), config) as running, client(running) as c:
+        for offset in range(5):
+            fields = {"commitOffset": str(offset), "slow": "1"}
+            c.send(request(RequestCode.UPDATE_CONSUMER_OFFSET, offset, fields, oneway=True))
+        c.close()
+        wait_until(lambda: sorted(door.oneway_offsets) == ["0", "1", "2", "3", "4"], 5.0, "every commit")
 
 
 def test_handler_faults_are_answered_and_serving_goes_on(server: RemotingServerThread) -> None:
