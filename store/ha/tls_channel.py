@@ -48,6 +48,7 @@ class TlsChannel:
         self._state = threading.Lock()
         self._send = threading.Lock()
         self.stall_limit_s = 30.0
+        self._inbox = bytearray(RECV_BYTES)  # only the reading thread fills it
 
     @classmethod
     def accept(cls, raw: socket.socket, context: ssl.SSLContext, handshake_timeout_s: float) -> TlsChannel:
@@ -96,11 +97,11 @@ class TlsChannel:
 
     def _fill(self) -> bool:
         """Feed one socket read to the TLS state; False when the peer closed the socket."""
-        data = self.raw.recv(RECV_BYTES)
-        if not data:
+        got = self.raw.recv_into(self._inbox)
+        if not got:
             return False
         with self._state:
-            self._incoming.write(data)
+            self._incoming.write(memoryview(self._inbox)[:got])
         return True
 
     def sendall(self, buffers: Sequence[Buffer]) -> None:
