@@ -29,11 +29,14 @@ from broker.security import (
     new_token,
     write_users,
 )
-from broker.security.certs import issue_cert, make_ca
+from broker.security.certs import issue_cert, make_ca, write_private
 from broker.security.scram_format import DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS
 from broker.security.users import check_name
 from sparkmq.cli.common import Exit, fail
 from sparkmq.cli.root import auth_app
+
+#: The broker identity ``auth init`` writes (a ``broker`` user; its credential in broker.credential).
+BROKER_USER = "broker"
 
 UsersFileOption = Annotated[
     Path, typer.Option("--file", help="The users file (as given to serve --auth-file).")
@@ -152,10 +155,15 @@ def init(
     password_stdin: Annotated[bool, typer.Option(help="Read the superuser's password from stdin.")] = False,
     valid_days: Annotated[int, typer.Option(min=1, help="Certificate lifetime.")] = 365,
 ) -> None:
-    """Write a throw-away CA, a broker certificate (127.0.0.1, localhost, --host) and a users
-    file with a first superuser into DIRECTORY. Not for production: use your own CA there."""
+    """Write a throw-away CA, a broker certificate (127.0.0.1, localhost, --host), a users file
+    with a first superuser and a broker identity, and that identity's credential file (for
+    ``serve --peer-credential-file``: the broker's own calls and its operator job) into
+    DIRECTORY. Not for production: use your own CA there."""
     names = {"ca": "ca.pem", "ca_key": "ca-key.pem", "cert": "broker.pem", "key": "broker-key.pem"}
-    paths = {k: directory / v for k, v in {**names, "users": "users.json"}.items()}
+    names |= {"users": "users.json", "credential": "broker.credential"}
+    paths = {k: directory / v for k, v in names.items()}
+    if user == BROKER_USER:
+        fail(f"--user {BROKER_USER!r} is the broker identity's name: choose another", Exit.USAGE)
     existing = sorted(p.name for p in paths.values() if p.exists())
     if existing:
         fail(f"{directory} already holds {existing}: refusing to overwrite", Exit.USAGE)
@@ -167,8 +175,14 @@ def init(
     ca.write(paths["ca"], paths["ca_key"])
     hosts = ["127.0.0.1", "localhost", *(host or [])]
     issue_cert(ca, "sparkmq-broker", hosts, valid_days=valid_days).write(paths["cert"], paths["key"])
-    write_users(paths["users"], UserTable((build_user(user, password, None, superuser=True),)))
-    for key in ("ca", "ca_key", "cert", "key", "users"):
+    broker_token = new_token()
+    users = (
+        build_user(user, password, None, superuser=True),
+        build_user(BROKER_USER, None, broker_token, broker=True),
+    )
+    write_users(paths["users"], UserTable(users))
+    write_private(paths["credential"], f"{BROKER_USER}:{broker_token}\n".encode())
+    for key in ("ca", "ca_key", "cert", "key", "users", "credential"):
         typer.echo(f"wrote {paths[key]}", err=True)
     typer.echo(f"superuser {user!r} (SCRAM-SHA-256/512, PLAIN, HTTP Basic)", err=True)
     if generated:

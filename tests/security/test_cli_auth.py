@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from broker.peer_identity import load_peer_credential
 from broker.security import (
     Operation,
     ResourceType,
@@ -111,9 +112,9 @@ def test_init_writes_a_working_ca_certificate_and_superuser(tmp_path: Path) -> N
     password = result.stdout.strip()
     assert len(password) >= 20
     assert sorted(p.name for p in folder.iterdir()) == [
-        "broker-key.pem", "broker.pem", "ca-key.pem", "ca.pem", "users.json",
+        "broker-key.pem", "broker.credential", "broker.pem", "ca-key.pem", "ca.pem", "users.json",
     ]  # fmt: skip
-    for private in ("broker-key.pem", "ca-key.pem", "users.json"):
+    for private in ("broker-key.pem", "broker.credential", "ca-key.pem", "users.json"):
         assert stat.S_IMODE((folder / private).stat().st_mode) == 0o600
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     leaf = LeafFiles("broker", folder / "broker.pem", folder / "broker-key.pem")
@@ -129,6 +130,11 @@ def test_init_writes_a_working_ca_certificate_and_superuser(tmp_path: Path) -> N
     assert scram_login(users, "admin", password, ScramMechanism.SHA_512) == "admin"
     admin = load_users(users).user("admin")
     assert admin is not None and admin.superuser
+    # the broker identity (serve --peer-credential-file broker.credential): a broker user's token
+    credential = load_peer_credential(folder / "broker.credential")
+    broker = load_users(users).by_token(credential.secret)
+    assert broker is not None and broker.name == credential.name == "broker" and broker.broker
+    assert credential.secret not in users.read_text()
 
 
 def test_init_reads_the_password_from_stdin_and_never_overwrites(tmp_path: Path) -> None:
