@@ -159,9 +159,11 @@ def test_a_restarted_consumer_resumes_from_its_committed_offset(door: Door) -> N
         assert sorted(r["body"] for r in before.wait_done(60.0)) == [f"old-{i}" for i in range(4)]
     finally:
         before.stop()
-    wait_until(  # close() persisted every queue's offset, one-way: handled after it returned
-        lambda: sum(door.store.committed_offsets("G_RESUME", TOPIC).values()) == 4, 10.0, "the offsets"
-    )
+    try:  # close() persisted every queue's offset, one-way: handled after it returned
+        wait_until(lambda: sum(door.store.committed_offsets("G_RESUME", TOPIC).values()) == 4, 10, "offsets")
+    except AssertionError as exc:  # say what was committed and what the consumer logged
+        committed = door.store.committed_offsets("G_RESUME", TOPIC)
+        raise AssertionError(f"{exc}: committed {committed}; consumer: {before.stderr[-3000:]}") from None
     run_producer(door.name_srv, TOPIC, [{"body": f"new-{i}"} for i in range(4)])
     after = start_consumer(door.name_srv, "G_RESUME", TOPIC, instanceName="c1", expect=4)
     try:
