@@ -66,6 +66,7 @@ async def running_broker(
             operator_settings(config),
             chunk_rows=config.relocation_chunk_rows,
             fault=config.relocation_fault,
+            wheel_lookahead_ms=config.wheel_lookahead_ms,
         )
         board.transactions = await run_blocking(TransactionBoard.open, store)
         board.group_configs = GroupConfigs(store.config.store_dir / "config")

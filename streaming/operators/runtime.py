@@ -180,6 +180,7 @@ def delay_settings(doc: dict[str, Any], shards: int) -> DelaySettings:
         shards=shards,
         roll_window_ms=int(doc.get("timer_roll_window_ms", 86_400_000)),
         burst_cap=int(doc.get("burst_cap", 100_000)),
+        lookahead_ms=int(doc.get("wheel_lookahead_ms", 0)),
     )
 
 
