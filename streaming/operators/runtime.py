@@ -86,6 +86,8 @@ class JobConfig:
     #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
     #: the broker publishes) (``SPARKMQ_TEST_OPERATOR_FAULT``).
     fault: str | None = None
+    #: Extra Spark settings (``--conf k=v``, or ``SPARKMQ_OPERATOR_CONF="k=v;k=v"``), applied last.
+    spark_conf: tuple[tuple[str, str], ...] = ()
 
 
 def _maybe_die(fault: str | None, point: str) -> None:
@@ -166,6 +168,8 @@ def session(config: JobConfig) -> Any:
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.memory", config.driver_memory)
         )
+    for key, value in config.spark_conf:
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     from streaming.register import register
 
@@ -400,6 +404,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         "--tls-client-cert", default=None, help="PEM certificate for a broker that requires one"
     )
     parser.add_argument("--tls-client-key", default=None, help="the private key of --tls-client-cert")
+    parser.add_argument("--conf", action="append", default=[], help="a Spark setting, key=value")
     args = parser.parse_args(list(argv))
     if (args.tls_client_cert is None) != (args.tls_client_key is None):
         parser.error("--tls-client-cert and --tls-client-key go together")
@@ -418,7 +423,21 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         tls_ca=args.tls_ca,
         client_cert=(args.tls_client_cert, args.tls_client_key) if args.tls_client_cert else None,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
+        spark_conf=_spark_conf([*os.environ.get("SPARKMQ_OPERATOR_CONF", "").split(";"), *args.conf]),
     )
+
+
+def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``key=value`` settings (blank items skipped); ``SystemExit`` naming a bad one."""
+    out = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--conf {item!r}: expected key=value")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
 
 
 def _default_master() -> str:

@@ -64,17 +64,23 @@ def test_broker_kill9_before_and_after_the_wheel_appends(tmp_path: Path) -> None
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"scheduled:{tmp_path / 'scheduled.killed'}"}
     first = start_broker(tmp_path, env=env, extra_args=LOOKAHEAD)
     port = int(first.url.rsplit(":", 1)[1])
-    query_active(first)
-    parked = produce_timers(first, "wheeled", 30_000)
-    # 1. Killed right after the batch's "due at T" records are written: nothing delivered yet.
-    assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash"
+    try:
+        query_active(first)
+        parked = produce_timers(first, "wheeled", 30_000)
+        # 1. Killed right after the batch's "due at T" records are written: nothing delivered.
+        assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash"
+    finally:
+        first.stop(signal.SIGKILL)
     assert offline(first.store_dir, "wheeled") == []
     assert offline(first.store_dir, WHEEL_TOPIC), "no decision record was written"
     # 2. Restarted without its job: the wheel replays the decisions at T, and the broker is
     # killed after its append, before it records its progress.
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"wheel-published:{tmp_path / 'published.killed'}"}
     second = start_broker(tmp_path, env=env, extra_args=(*LOOKAHEAD, "--operators", "off"), port=port)
-    assert second.process.wait(120) == -signal.SIGKILL, "the wheel did not publish"
+    try:
+        assert second.process.wait(120) == -signal.SIGKILL, "the wheel did not publish"
+    finally:
+        second.stop(signal.SIGKILL)
     delivered = offline(second.store_dir, "wheeled")
     assert delivered and max(Counter(k for k, _ in delivered).values()) == 1
     never_early(delivered, parked)
