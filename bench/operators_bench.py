@@ -144,17 +144,35 @@ def running_broker(root: Path, env: dict[str, str] | None = None) -> Iterator[Br
 
 
 def tree_rss_mb(pid: int) -> float:
-    total, todo = 0, [pid]
+    return sum(mb for _, mb in tree_rss_by_kind(pid).values())
+
+
+def tree_rss_by_kind(pid: int) -> dict[str, tuple[int, float]]:
+    """(processes, RSS MB) of a process tree by kind (``java``, or the Python module run)."""
+    out: dict[str, tuple[int, float]] = {}
+    todo = [pid]
     while todo:
         p = todo.pop()
         todo.extend(children_of(p))
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
+            args = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{p}/status").read_text().splitlines()
         except OSError:
-            pass
-    return total / 1024
+            continue
+        module = args[2] if args[1:2] == [b"-m"] else args[0]
+        kind = "java" if args[0].endswith(b"java") else module.decode().rsplit(".", 1)[-1]
+        for line in status:
+            if line.startswith("VmRSS:"):
+                count, mb = out.get(kind, (0, 0.0))
+                out[kind] = (count + 1, mb + int(line.split()[1]) / 1024)
+    return out
+
+
+def describe_rss(pid: int) -> str:
+    """The job tree's RSS, and per kind of process: ``count x kind MB``."""
+    kinds = sorted(tree_rss_by_kind(pid).items(), key=lambda kv: -kv[1][1])
+    parts = ", ".join(f"{n} x {kind} {mb:,.0f}" for kind, (n, mb) in kinds)
+    return f"operator job RSS {sum(mb for _, (_, mb) in kinds):,.0f} MB ({parts})"
 
 
 def du_mb(path: Path) -> float:
@@ -201,11 +219,11 @@ def lateness(root: Path, rate: int, seconds: float, level: int = 2, delay_ms: in
         sent = produce_at_rate(http, "late", rate, seconds, level if delay_ms is None else 0, delay_ms)
         wait_until(lambda: relocated(broker) >= sent + 10, 300, f"{sent} deliveries", poll_s=0.5)
         late = lateness_ms(http, "late", level, delay_ms)
-        rss = tree_rss_mb(broker.operators()["job"]["pid"])
+        rss = describe_rss(broker.operators()["job"]["pid"])
         print(
             f"lateness at {rate:,} msg/s, {kind} ({sent:,} msgs): p50 {np.percentile(late, 50):.0f} ms, "
             f"p99 {np.percentile(late, 99):.0f} ms, max {late.max()} ms, early {(late < 0).sum()}; "
-            f"operator job RSS {rss:,.0f} MB; load {os.getloadavg()[0]:.1f}"
+            f"{rss}; load {os.getloadavg()[0]:.1f}"
         )
 
 
@@ -239,9 +257,9 @@ def pending_million(root: Path, count: int, kind: str = "level") -> None:
         )
         time.sleep(5)
         job = broker.operators()["job"]["pid"]
-        rss, checkpoint, store = tree_rss_mb(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
+        rss, checkpoint, store = describe_rss(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
         print(
-            f"{count:,} pending ({kind}): operator job RSS {rss:,.0f} MB (driver, JVM, Python workers), "
+            f"{count:,} pending ({kind}): {rss}, "
             f"checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB"
         )
 
