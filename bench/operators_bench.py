@@ -258,19 +258,21 @@ def pending_million(root: Path, count: int, kind: str = "level") -> None:
         time.sleep(5)
         job = broker.operators()["job"]["pid"]
         rss, checkpoint, store = describe_rss(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
-        print(
-            f"{count:,} pending ({kind}): {rss}, "
-            f"checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB"
-        )
+        print(f"{count:,} pending ({kind}): {rss}, checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB")
 
 
 def recovery(root: Path, count: int) -> None:
     with running_broker(root) as broker, broker.http as http:
-        produce(http, "rec", count, 2)  # 5 s: due while the broker is down
-        wait_until(lambda: broker.delay_operator().get("pending", 0) >= count, 120, "pending", poll_s=0.2)
+        produce(http, "rec", count, 3)  # 10 s: due while the broker is down
+
+        def held() -> bool:  # in the resolver's state, or decided ahead into the wheel
+            op = broker.delay_operator()
+            return bool(op.get("pending", 0) >= count or op.get("wheel_pending"))
+
+        wait_until(held, 300, "pending", poll_s=0.2)
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait()
-    time.sleep(6)
+    time.sleep(11)
     restart = time.monotonic()
     again = start_broker(root)
     try:
