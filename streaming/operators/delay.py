@@ -24,7 +24,10 @@ parked records are, never a body copy (:mod:`streaming.operators.delay_state`):
   armed that long before its bucket's end, and a fire emits everything due by ``now +
   lookahead_ms``; a DELIVER row's ``dequeue_ms`` is its due time (or ``now`` if that passed).
   The broker writes the rows due later as "due at T" records and its wheel (``broker/wheel.py``)
-  delivers each at T, so the micro-batch's cost no longer adds to the lateness.
+  delivers each at T, so the micro-batch's cost no longer adds to the lateness. The look-ahead
+  is capped at the roll window; a rolled timer whose roll comes within the look-ahead of its due
+  time is delivered at T by the wheel instead of re-parked (re-parking it would cost one more
+  micro-batch of lateness), so such a timer may reach its topic with fewer rolls than without.
 * Each touched key also emits summary rows (pending count, next action time, smallest queue
   offset per parked queue): the broker's ``GET /operators`` adds them up.
 
@@ -137,8 +140,14 @@ class DelaySettings:
     burst_cap: int = 100_000
     #: How far ahead a key fires (the broker's wheel delivers each message at its due time):
     #: 0 fires at the due time (a message waits for the batch after it); the broker says how
-    #: far (``wheel_lookahead_ms`` of ``/operators/settings``).
+    #: far (``wheel_lookahead_ms`` of ``/operators/settings``). Never more than
+    #: ``roll_window_ms`` (:attr:`ahead_ms`): the wheel holds no timer the roll window would roll.
     lookahead_ms: int = 0
+
+    @property
+    def ahead_ms(self) -> int:
+        """The look-ahead in effect: ``lookahead_ms`` capped at ``roll_window_ms`` (ms)."""
+        return max(0, min(self.lookahead_ms, self.roll_window_ms))
 
 
 def _key(key: Any) -> tuple[int, int]:
@@ -186,7 +195,7 @@ class DelayResolver(StatefulProcessor):
         # before the bucket; one inside it is served by the bucket's timer): never one per message.
         bucket_end, shard = _key(key)
         rolls = {e.action_ms for e in added if e.action_ms <= bucket_end - self.settings.bucket_ms}
-        for when in sorted({bucket_end - self.settings.lookahead_ms, *rolls}):
+        for when in sorted({bucket_end - self.settings.ahead_ms, *rolls}):
             self.handle.registerTimer(int(when))
         old = self.summary.get() if self.summary.exists() else None
         merged = merge_summaries(unpack_summary(old[0] if old else None), summarize(added))
@@ -208,15 +217,16 @@ class DelayResolver(StatefulProcessor):
             self.legacy_stats.clear()
         # Everything due within the look-ahead is decided now: the broker's wheel delivers it
         # at its due time (``dequeue_ms``), never before.
-        horizon = now + self.settings.lookahead_ms
+        ahead = self.settings.ahead_ms
+        horizon = now + ahead
         fired = fire(entries, horizon, self.settings.burst_cap)
         if not fired.ranges and not len(fired.pointers):
             return
         if fired.keep:
             self.entries.put([tuple(e) for e in fired.keep])  # type: ignore[arg-type]
             when = next_timer(fired.keep, horizon)
-            if when is not None and when - self.settings.lookahead_ms != expiredTimerInfo.getExpiryTimeInMs():
-                self.handle.registerTimer(when - self.settings.lookahead_ms)
+            if when is not None and when - ahead != expiredTimerInfo.getExpiryTimeInMs():
+                self.handle.registerTimer(when - ahead)
         else:
             self.entries.clear()
         remaining = summarize(fired.keep)

@@ -240,3 +240,19 @@ def test_processor_dequeue_time_of_an_overdue_row_is_the_batch_time() -> None:
     out = tester.setProcessingTime(5000)  # overdue: goes at once
     rows = out[out["row_type"] == ROW_RELOCATION]
     assert rows[["kind", "dequeue_ms"]].values.tolist() == [[0, 5000]]
+
+
+def test_look_ahead_is_capped_at_the_roll_window() -> None:
+    """A look-ahead wider than the roll window decides no further ahead than the window: a timer
+    whose roll leaves it more than the window away is rolled, not handed to the wheel; one the
+    roll finds within the window is decided at T (its due time) instead of re-parked."""
+    settings = DelaySettings(level_delays_ms=(1000,), roll_window_ms=2000, lookahead_ms=3000)
+    assert settings.ahead_ms == 2000
+    tester = TwsTester(DelayResolver(settings), timeMode="ProcessingTime")
+    far, near = (5000, 0), (3900, 0)
+    tester.testInPandas(far, _input([(KIND_TIMER, 4500, 70, 5, -1, 0)]))  # 4.5 s ahead: rolled at 2 s
+    tester.testInPandas(near, _input([(KIND_TIMER, 3900, 71, 5, -1, 0)]))  # 3.9 s ahead: rolled at 2 s
+    out = tester.setProcessingTime(2000)
+    rows = out[out["row_type"] == ROW_RELOCATION].sort_values("commitlog_offset")
+    # 1 = ROLL (4.5 s is beyond now + window); 0 = DELIVER at its due time (the wheel holds it).
+    assert rows[["commitlog_offset", "kind", "dequeue_ms"]].values.tolist() == [[70, 1, 2000], [71, 0, 3900]]

@@ -1,8 +1,12 @@
 """The delay wheel under kill -9 (a real ``sparkmq serve``, HTTP producers): timer messages
 decided a window ahead, the broker killed after the "due at T" records are written and before its
-wheel appends, then after the wheel appends and before it records its progress; and with its
-Spark job, the operator driver killed after posting a batch of decisions. Each message checked
-one by one: delivered exactly once, never before its due time."""
+wheel appends, then after the wheel appends and before it records its progress (one test, three
+broker processes, no Spark); and with its Spark job, the operator driver killed after posting a
+batch whose decisions the wheel holds (one Spark job, restarted once). Each message checked one
+by one: delivered exactly once, never before its due time.
+
+The driver kill is the ``after_post`` point of ``test_delay_e2e``'s driver kill test (which now
+covers ``before_post`` only): the same crash point, with the batch's decisions in the wheel."""
 
 from __future__ import annotations
 
@@ -20,8 +24,8 @@ import pytest
 from store import StoreReader
 from store.publish import WHEEL_TOPIC
 from store.publish.relocations import RELOCATION_SCHEMA
-from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, pid_alive, start_broker
-from tests.operators.test_delay_e2e import delivered_once
+from tests.operators.broker_process import JOB_START_TIMEOUT_S, Broker, start_broker
+from tests.operators.test_delay_e2e import delivered_once, produce_delayed
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -29,6 +33,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 #: Wide enough that a micro-batch on a loaded 2-core machine (20 s here at load 15) still decides
 #: ahead of time.
 LOOKAHEAD = ("--wheel-lookahead", "40s")
+#: How far ahead the broker test's timers are due: after the broker's first restart (a few
+#: seconds), so the restarted wheel waits for them.
+BROKER_DELAY_MS = 12_000
+#: How far ahead the driver test's timers are due: after a warm micro-batch has decided them
+#: (10-15 s at load 15), so its POST comes before their time.
+DRIVER_DELAY_MS = 25_000
 MESSAGES = 12
 
 
@@ -56,14 +66,6 @@ def offline(store_dir: Path, topic: str) -> list[tuple[str, int]]:
                 stamps = batch.column("store_timestamp").cast("int64").to_pylist()
                 out.extend(zip(batch.column("uniq_key").to_pylist(), stamps, strict=True))
         return out
-
-
-def query_active(broker: Broker) -> None:
-    """Wait for the delay query's second batch: its first (Python workers starting, planning)
-    takes up to a minute on a loaded machine, and a message it reads would be overdue by then."""
-    wait_until(
-        lambda: (broker.delay_operator().get("last_batch_id") or 0) >= 1, JOB_START_TIMEOUT_S, "the query"
-    )
 
 
 def never_early(delivered: list[tuple[str, int]], parked: list[dict[str, Any]]) -> None:
@@ -103,7 +105,7 @@ def test_broker_kill9_before_and_after_the_wheel_appends(tmp_path: Path) -> None
     first = start_broker(tmp_path, env=env, extra_args=off)
     port = int(first.url.rsplit(":", 1)[1])
     try:
-        parked = produce_timers(first, "wheeled", 20_000)  # due after the restart below
+        parked = produce_timers(first, "wheeled", BROKER_DELAY_MS)  # due after the restart below
         post_decisions_ahead(first, parked)
         # 1. Killed right after the batch's "due at T" records are written: nothing delivered.
         assert first.process.wait(60) == -signal.SIGKILL, "the broker did not crash"
@@ -114,7 +116,8 @@ def test_broker_kill9_before_and_after_the_wheel_appends(tmp_path: Path) -> None
     # 2. Restarted: the wheel replays the decisions at T, and the broker is killed after its
     # first append, before it records its progress.
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"wheel-published:{tmp_path / 'published.killed'}"}
-    second = start_broker(tmp_path, env=env, extra_args=off, port=port)
+    # (When the decisions are overdue by then, the wheel may publish, and die, before /healthz.)
+    second = start_broker(tmp_path, env=env, extra_args=off, port=port, wait_healthy=False)
     try:
         assert second.process.wait(60) == -signal.SIGKILL, "the wheel did not publish"
     finally:
@@ -141,33 +144,40 @@ def all_keys(broker: Broker, topic: str) -> list[str]:
 
 
 def test_driver_kill9_after_posting_decisions_ahead(tmp_path: Path) -> None:
-    """The driver dies after its batch's decisions are in the wheel: the wheel delivers them at T
-    on its own, and the restarted job's replay of the batch is answered "already published"."""
-    marker = tmp_path / "after_post.killed"
+    """The driver dies after its POST of a batch whose decisions the wheel holds: the wheel
+    delivers them at T on its own, and the restarted job's replay of that batch is answered
+    "already published" (nothing appended twice)."""
+    marker = tmp_path / "after_post_ahead.killed"
     running = start_broker(
-        tmp_path, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"after_post:{marker}"}, extra_args=LOOKAHEAD
+        tmp_path, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"after_post_ahead:{marker}"}, extra_args=LOOKAHEAD
     )
     try:
-        job = wait_until(lambda: running.operators()["job"].get("pid"), 60, "the operator job")
-        wait_until(
-            lambda: running.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the query"
-        )
-        parked = produce_timers(running, "replayed", 60_000)
-        wait_until(marker.exists, JOB_START_TIMEOUT_S, "the driver to be killed after its POST")
-        assert running.delay_operator().get("wheel_pending"), "the batch posted no decision ahead"
-        wait_until(lambda: not pid_alive(job), 60, "the killed driver to be gone")
-        got = delivered_once(running, "replayed", parked)
+        # Level-1 messages through the query's first batch (its Python workers start: up to a
+        # minute on a loaded machine), so the timers below are decided by a warm one.
+        warm = produce_delayed(running, "replayed", 5, 1, "warm")
+        delivered_once(running, "replayed", warm)
+        parked = produce_timers(running, "replayed", DRIVER_DELAY_MS)
+        wait_until(marker.exists, JOB_START_TIMEOUT_S, "the driver to be killed after a POST ahead")
+        killed_batch = int(marker.read_text().split()[1])
+        assert records_of(running, WHEEL_TOPIC) > 0, "the killed batch wrote no due-at-T record"
+        got = delivered_once(running, "replayed", warm + parked)
         never_early([(m["uniq_key"], m["store_timestamp"]) for m in got], parked)
         wait_until(lambda: running.operators()["job"]["restarts"] >= 1, 120, "the job to be restarted")
         wait_until(
-            lambda: running.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the query"
-        )
-        replayed = running.delay_operator().get("last_batch_id") or 0
-        wait_until(
-            lambda: (running.delay_operator().get("last_batch_id") or 0) >= replayed + 2,
+            lambda: (running.delay_operator().get("last_batch_id") or -1) >= killed_batch,
             JOB_START_TIMEOUT_S,
-            "a few batches of the restarted job (its replay included)",
+            f"the restarted job to replay batch {killed_batch}",
         )
-        assert Counter(all_keys(running, "replayed")) == Counter(r["uniq_key"] for r in parked)
+        assert Counter(all_keys(running, "replayed")) == Counter(r["uniq_key"] for r in warm + parked)
+        assert running.delay_operator().get("wheel_pending") == 0
     finally:
         running.stop(signal.SIGKILL)
+
+
+def records_of(broker: Broker, topic: str) -> int:
+    """Records of ``topic`` (all queues) as the broker reports them."""
+    with broker.http as http:
+        described = http.get(f"/topics/{topic}")
+        if described.status_code == 404:
+            return 0
+        return sum(q["max_offset"] - q["min_offset"] for q in described.json()["queue_offsets"])
