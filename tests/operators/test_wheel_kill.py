@@ -155,12 +155,13 @@ def test_driver_kill9_after_posting_decisions_ahead(tmp_path: Path) -> None:
         # Level-1 messages through the query's first batch (its Python workers start: up to a
         # minute on a loaded machine), so the timers below are decided by a warm one.
         warm = produce_delayed(running, "replayed", 5, 1, "warm")
+        warm = [dict(r, due_ms=r["store_timestamp"] + 1000) for r in warm]  # level 1: 1 s
         delivered_once(running, "replayed", warm)
         parked = produce_timers(running, "replayed", DRIVER_DELAY_MS)
         wait_until(marker.exists, JOB_START_TIMEOUT_S, "the driver to be killed after a POST ahead")
         killed_batch = int(marker.read_text().split()[1])
         got = delivered_once(running, "replayed", warm + parked)
-        never_early([(m["uniq_key"], m["store_timestamp"]) for m in got], parked)
+        never_early([(m["uniq_key"], m["store_timestamp"]) for m in got], warm + parked)
         wait_until(lambda: running.operators()["job"]["restarts"] >= 1, 120, "the job to be restarted")
         wait_until(
             lambda: (running.delay_operator().get("last_batch_id") or -1) >= killed_batch,
