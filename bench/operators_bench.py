@@ -10,6 +10,10 @@ the records themselves. Prints figures; asserts nothing.
     python -m bench.operators_bench            # all scenarios (~20 min on 2 cores)
     python -m bench.operators_bench --quick    # smaller counts
     python -m bench.operators_bench --only throughput-level hot   # some scenarios
+
+Lateness runs use level 2 (5 s) and timer messages 5 s ahead: a delay shorter than the resolver's
+read latency plus the wheel's look-ahead (``--wheel-lookahead``, 3 s) cannot be decided ahead
+and goes out when decided (level 1, 1 s: the old path's lateness).
 """
 
 from __future__ import annotations
@@ -44,12 +48,15 @@ def produce(
     level: int,
     batch: int = 5000,
     deliver_at_ms: int | None = None,
+    delay_ms: int | None = None,
 ) -> None:
     """``count`` messages of 100 B: delayed by ``level``, or timer messages due at ``deliver_at_ms``
-    (or plain when both are 0/None)."""
+    or ``delay_ms`` after their store time (or plain when all are 0/None)."""
     entry: dict[str, object] = {"body": "x" * 100}
     if deliver_at_ms is not None:
         entry["deliver_at_ms"] = deliver_at_ms
+    elif delay_ms is not None:
+        entry["delay_ms"] = delay_ms
     elif level:
         entry["delay_level"] = level
     for lo in range(0, count, batch):
@@ -58,13 +65,15 @@ def produce(
         resp.raise_for_status()
 
 
-def produce_at_rate(http: httpx.Client, topic: str, rate: int, seconds: float, level: int) -> int:
+def produce_at_rate(
+    http: httpx.Client, topic: str, rate: int, seconds: float, level: int, delay_ms: int | None = None
+) -> int:
     """About ``rate`` msg/s for ``seconds``, in 100 ms slices."""
     sent, start = 0, time.monotonic()
     while (elapsed := time.monotonic() - start) < seconds:
         due = int(rate * (elapsed + 0.1)) - sent
         if due > 0:
-            produce(http, topic, due, level)
+            produce(http, topic, due, level, delay_ms=delay_ms)
             sent += due
         time.sleep(max(0.0, start + elapsed + 0.1 - time.monotonic()))
     return sent
@@ -95,16 +104,23 @@ def read_all(http: httpx.Client, topic: str) -> pa.Table:
     return table.set_column(1, "store_timestamp", millis)
 
 
-def lateness_ms(http: httpx.Client, topic: str, level: int) -> np.ndarray:
-    """Per delivered message: delivered store time - (parked store time + level delay)."""
-    parked = read_all(http, "SCHEDULE_TOPIC_XXXX")
+def lateness_ms(http: httpx.Client, topic: str, level: int, delay_ms: int | None = None) -> np.ndarray:
+    """Per delivered message: delivered store time - due time (level: parked store time + level
+    delay; timer, ``delay_ms``: parked store time + delay, rounded up to the second)."""
+    parked = read_all(http, "rmq_sys_wheel_timer" if delay_ms is not None else "SCHEDULE_TOPIC_XXXX")
     delivered = read_all(http, topic)
     keys, stamps = parked.column("uniq_key").to_pylist(), parked.column("store_timestamp").to_pylist()
     parked_at = dict(zip(keys, stamps, strict=True))
     got = zip(
         delivered.column("uniq_key").to_pylist(), delivered.column("store_timestamp").to_pylist(), strict=True
     )
-    out = [ts - (parked_at[key] + LEVEL_MS[level]) for key, ts in got if key in parked_at]
+
+    def due(key: str) -> int:
+        if delay_ms is None:
+            return int(parked_at[key] + LEVEL_MS[level])
+        return int(-(-(parked_at[key] + delay_ms) // 1000) * 1000)
+
+    out = [ts - due(key) for key, ts in got if key in parked_at]
     return np.asarray(out, dtype=np.int64)
 
 
@@ -128,17 +144,35 @@ def running_broker(root: Path, env: dict[str, str] | None = None) -> Iterator[Br
 
 
 def tree_rss_mb(pid: int) -> float:
-    total, todo = 0, [pid]
+    return sum(mb for _, mb in tree_rss_by_kind(pid).values())
+
+
+def tree_rss_by_kind(pid: int) -> dict[str, tuple[int, float]]:
+    """(processes, RSS MB) of a process tree by kind (``java``, or the Python module run)."""
+    out: dict[str, tuple[int, float]] = {}
+    todo = [pid]
     while todo:
         p = todo.pop()
         todo.extend(children_of(p))
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
+            args = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{p}/status").read_text().splitlines()
         except OSError:
-            pass
-    return total / 1024
+            continue
+        module = args[2] if args[1:2] == [b"-m"] else args[0]
+        kind = "java" if args[0].endswith(b"java") else module.decode().rsplit(".", 1)[-1]
+        for line in status:
+            if line.startswith("VmRSS:"):
+                count, mb = out.get(kind, (0, 0.0))
+                out[kind] = (count + 1, mb + int(line.split()[1]) / 1024)
+    return out
+
+
+def describe_rss(pid: int) -> str:
+    """The job tree's RSS, and per kind of process: ``count x kind MB``."""
+    kinds = sorted(tree_rss_by_kind(pid).items(), key=lambda kv: -kv[1][1])
+    parts = ", ".join(f"{n} x {kind} {mb:,.0f}" for kind, (n, mb) in kinds)
+    return f"operator job RSS {sum(mb for _, (_, mb) in kinds):,.0f} MB ({parts})"
 
 
 def du_mb(path: Path) -> float:
@@ -177,14 +211,19 @@ def throughput(root: Path, count: int, kind: str) -> None:
         )
 
 
-def lateness(root: Path, rate: int, seconds: float) -> None:
+def lateness(root: Path, rate: int, seconds: float, level: int = 2, delay_ms: int | None = None) -> None:
+    """``rate`` delayed msg/s for ``seconds`` (level ``level``, or timer messages ``delay_ms``
+    ahead): lateness per message, and the operator job's RSS (whole process tree) at the end."""
+    kind = f"level {level}" if delay_ms is None else f"timer +{delay_ms} ms"
     with running_broker(root) as broker, broker.http as http:
-        sent = produce_at_rate(http, "late", rate, seconds, 1)
+        sent = produce_at_rate(http, "late", rate, seconds, level if delay_ms is None else 0, delay_ms)
         wait_until(lambda: relocated(broker) >= sent + 10, 300, f"{sent} deliveries", poll_s=0.5)
-        late = lateness_ms(http, "late", 1)
+        late = lateness_ms(http, "late", level, delay_ms)
+        rss = describe_rss(broker.operators()["job"]["pid"])
         print(
-            f"lateness at {rate:,} msg/s ({sent:,} msgs): p50 {np.percentile(late, 50):.0f} ms, "
-            f"p99 {np.percentile(late, 99):.0f} ms, max {late.max()} ms, early {(late < 0).sum()}"
+            f"lateness at {rate:,} msg/s, {kind} ({sent:,} msgs): p50 {np.percentile(late, 50):.0f} ms, "
+            f"p99 {np.percentile(late, 99):.0f} ms, max {late.max()} ms, early {(late < 0).sum()}; "
+            f"{rss}; load {os.getloadavg()[0]:.1f}"
         )
 
 
@@ -218,24 +257,28 @@ def pending_million(root: Path, count: int, kind: str = "level") -> None:
         )
         time.sleep(5)
         job = broker.operators()["job"]["pid"]
-        rss, checkpoint, store = tree_rss_mb(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
-        print(
-            f"{count:,} pending ({kind}): operator job RSS {rss:,.0f} MB (driver, JVM, Python workers), "
-            f"checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB"
-        )
+        rss, checkpoint, store = describe_rss(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
+        print(f"{count:,} pending ({kind}): {rss}, checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB")
 
 
 def recovery(root: Path, count: int) -> None:
     with running_broker(root) as broker, broker.http as http:
-        produce(http, "rec", count, 2)  # 5 s: due while the broker is down
-        wait_until(lambda: broker.delay_operator().get("pending", 0) >= count, 120, "pending", poll_s=0.2)
+        produce(http, "rec", count, 3)  # 10 s: due while the broker is down
+
+        def held() -> bool:  # in the resolver's state, or decided ahead into the wheel
+            op = broker.delay_operator()
+            return bool(op.get("pending", 0) >= count or op.get("wheel_pending"))
+
+        wait_until(held, 300, "pending", poll_s=0.2)
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait()
-    time.sleep(6)
+    time.sleep(11)
     restart = time.monotonic()
     again = start_broker(root)
     try:
-        wait_until(lambda: relocated(again) > 0, 300, "the first delivery after restart", poll_s=0.1)
+        # The first overdue delivery: by the wheel (decisions written before the kill) or by the
+        # restarted job's first batch, whichever comes first.
+        wait_until(lambda: read_all(again.http, "rec").num_rows > 0, 300, "the first delivery", poll_s=0.1)
         first = time.monotonic() - restart
         wait_until(lambda: relocated(again) >= count, 300, "all deliveries", poll_s=0.2)
         print(f"recovery: broker restart to first delivery {first:.1f} s; {count:,} overdue delivered by "
@@ -258,6 +301,7 @@ def main() -> None:
         ("throughput-level", lambda d: throughput(d, int(300_000 * scale), "level")),
         ("throughput-timer", lambda d: throughput(d, int(300_000 * scale), "timer")),
         ("lateness-5k", lambda d: lateness(d, 5_000, 60 * scale)),
+        ("lateness-5k-timer", lambda d: lateness(d, 5_000, 60 * scale, delay_ms=5_000)),
         ("hot", lambda d: hot_second(d, int(100_000 * scale))),
         ("pending", lambda d: pending_million(d, int(1_000_000 * scale))),
         ("pending-timer", lambda d: pending_million(d, int(1_000_000 * scale), "timer")),

@@ -55,8 +55,12 @@ class ServerConfig:
     operator_burst_cap: int = 100_000
     #: Relocations per atomic append when publishing an operator batch.
     relocation_chunk_rows: int = 65_536
+    #: How far ahead the delay resolver decides; the broker's wheel delivers each decision at its
+    #: due time (``broker/wheel.py``). 0: no wheel (decisions are published when they arrive).
+    wheel_lookahead_ms: int = 3000
     #: Test only: ``<event>:<marker file>`` SIGKILLs the broker once after that relocation step
-    #: (``decided``, ``chunk-<k>``, ``published``); read from ``SPARKMQ_TEST_RELOCATION_FAULT``.
+    #: (``decided``, ``scheduled``, ``chunk-<k>``, ``published``, and the wheel's
+    #: ``wheel-published``, ``wheel-marked``); read from ``SPARKMQ_TEST_RELOCATION_FAULT``.
     relocation_fault: str | None = None
     #: Test only: ``<event>:<kill|pause>:<marker>`` at a step of the exactly-once sink's publish
     #: (``ingest_api.http.routers.sinks.fault_hook``); read from ``SPARKMQ_TEST_SINK_FAULT``.
@@ -90,6 +94,7 @@ class ServerConfig:
             (self.timer_roll_window_ms >= 1000, "timer_roll_window_ms must be >= 1000"),
             (self.operator_burst_cap >= 1, "operator_burst_cap must be >= 1"),
             (self.relocation_chunk_rows >= 1, "relocation_chunk_rows must be >= 1"),
+            (self.wheel_lookahead_ms >= 0, "wheel_lookahead_ms must be >= 0"),
             (self.console_sample_interval_s > 0, "console_sample_interval_s must be > 0"),
             (self.tx_immunity_ms >= 0, "tx_immunity_ms must be >= 0"),
             (self.tx_check_interval_ms >= 100, "tx_check_interval_ms must be >= 100"),

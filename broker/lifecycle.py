@@ -13,7 +13,8 @@ Order (each undone in reverse at shut-down):
 2. the arrival hub, the operator board, the transaction board, the group settings and the POP
    service (one per store: every door shares it) are built into one :class:`broker.state.Broker`;
 3. the broker joins its cluster (a member exactly while it serves);
-4. sink batches, then operator relocations, decided before the last stop are published;
+4. sink batches, then operator relocations, decided before the last stop are published, and
+   the delay wheel starts (it replays the decisions it had not published);
 5. the companions start, in the order given.
 """
 
@@ -39,6 +40,7 @@ from broker.sinks import sink_recovery
 from broker.state import Broker
 from broker.threads import run_blocking
 from broker.transactions import TransactionBoard
+from broker.wheel import wheel_service
 from store import MessageStore, StoreConfig, parse_delay_levels
 
 #: The broker's secret for unknown SCRAM users' mock salts, in the store's config dir.
@@ -64,6 +66,7 @@ async def running_broker(
             operator_settings(config),
             chunk_rows=config.relocation_chunk_rows,
             fault=config.relocation_fault,
+            wheel_lookahead_ms=config.wheel_lookahead_ms,
         )
         board.transactions = await run_blocking(TransactionBoard.open, store)
         board.group_configs = GroupConfigs(store.config.store_dir / "config")
@@ -87,6 +90,8 @@ async def running_broker(
                 await stack.enter_async_context(sink_recovery(broker))
                 # So are relocation batches of the operators (delayed messages).
                 await run_blocking(board.relocations.recover)
+                # The delay wheel (while this broker serves): decisions due later, at their time.
+                await stack.enter_async_context(wheel_service(broker))
                 for companion in companions:
                     await stack.enter_async_context(companion(broker))
                 yield broker

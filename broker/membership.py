@@ -126,6 +126,8 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
     group.replica = ha
     if broker.operators is not None:  # what an earlier master may have relocated is not again
         broker.operators.relocations.inherited_before = lambda: _leadership_start(ha)
+        if broker.operators.relocations.wheel is not None:
+            broker.operators.relocations.wheel.inherited_before = lambda: _leadership_start(ha)
     loop = asyncio.get_running_loop()
     group.on_lead.append(lambda epoch: _rebuild_after_election(broker, loop))
     await run_blocking(ha.start)

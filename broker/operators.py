@@ -34,8 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.transactions import TransactionBoard
+from broker.wheel import DelayWheel
 from store import MessageStore
-from store.publish import RelocationLog, RelocationOutcome
+from store.publish import RelocationLog, RelocationOutcome, WheelLog
 
 log = logging.getLogger("sparkmq.operators")
 
@@ -44,6 +45,10 @@ DELAY_OPERATOR = "delay"
 #: Lateness histogram buckets, seconds (delivered store time - due time).
 LATENESS_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 _PR_SET_PDEATHSIG = 1
+#: How far ahead the delay resolver decides (ms): its decisions wait in the broker's wheel
+#: (``broker/wheel.py``) for their due time. It must cover a trigger plus a micro-batch or two
+#: (0.5-2 s each here): a decision that arrives after its due time is published at once.
+WHEEL_LOOKAHEAD_MS = 3000
 
 
 @dataclass
@@ -111,10 +116,20 @@ class OperatorBoard:
         *,
         chunk_rows: int = 65_536,
         fault: str | None = None,
+        wheel_lookahead_ms: int = WHEEL_LOOKAHEAD_MS,
     ) -> None:
+        """``wheel_lookahead_ms`` 0: no wheel (every decision is published when it arrives)."""
         self.store = store
-        self.settings = settings
-        self.relocations = RelocationLog(store, chunk_rows=chunk_rows, on_event=_crash_hook(fault))
+        self.settings = dict(settings, wheel_lookahead_ms=wheel_lookahead_ms)
+        hook = _crash_hook(fault)
+        self.relocations = RelocationLog(store, chunk_rows=chunk_rows, on_event=hook)
+        #: The broker's delay wheel (started by the lifecycle: ``broker.wheel.wheel_service``).
+        self.wheel: DelayWheel | None = None
+        if wheel_lookahead_ms > 0:
+            wheel_log = WheelLog(store, chunk_rows)
+            self.wheel = DelayWheel(wheel_log, store.now_ms, observe=self._observe_wheel, on_event=hook)
+            self.relocations.wheel = wheel_log
+            self.relocations.on_scheduled = self.wheel.schedule
         self._lock = threading.Lock()
         self._states: dict[str, OperatorState] = {}
         self.supervisor: OperatorSupervisor | None = None
@@ -152,6 +167,14 @@ class OperatorBoard:
         state.last_published_batch = max(state.last_published_batch, batch_id)
         return outcome
 
+    def _observe_wheel(self, operator: str, appended: int, due_ms: npt.NDArray[np.int64]) -> None:
+        """A decision the wheel published: its lateness (wheel thread)."""
+        delivered = due_ms[due_ms > 0]
+        state = self.state(operator)
+        if len(delivered):
+            state.lateness.observe_many(self.store.now_ms() - delivered)
+        state.relocated_total += appended
+
     def report(self, operator: str, status: dict[str, Any]) -> None:
         state = self.state(operator)
         state.status = dict(status, reported_at_ms=self.store.now_ms())
@@ -174,9 +197,15 @@ class OperatorBoard:
                     "relocated_total": state.relocated_total,
                     "pending": state.pending(),
                     "next_due_ms": state.next_due_ms(),
+                    **self._wheel_status(name),
                 }
             )
         return out
+
+    def _wheel_status(self, operator: str) -> dict[str, Any]:
+        if self.wheel is None or operator != DELAY_OPERATOR:
+            return {}
+        return {"wheel_pending": self.wheel.pending(), "wheel_next_due_ms": self.wheel.next_due_ms()}
 
     def metrics_text(self) -> str:
         """Prometheus text of the operators (appended to ``/metrics``)."""

@@ -214,6 +214,13 @@ def serve(
             "so none outlives CommitLog retention (keep it well under the 72 h retention)."
         ),
     ] = "1d",
+    wheel_lookahead: Annotated[
+        str,
+        typer.Option(
+            help="How far ahead the delay resolver decides; the broker's wheel delivers each "
+            "message at its due time (cover a trigger plus a micro-batch or two; 0 = no wheel)."
+        ),
+    ] = "3s",
     tx_immunity_ms: Annotated[
         int,
         typer.Option(
@@ -374,6 +381,7 @@ def serve(
             log_level=log_level,
             access_log=access_log,
             timer_roll_window_ms=parse_duration_ms(timer_roll_window),
+            wheel_lookahead_ms=0 if wheel_lookahead.strip() == "0" else parse_duration_ms(wheel_lookahead),
             tx_immunity_ms=tx_immunity_ms,
             tx_check_interval_ms=tx_check_interval_ms,
             tx_check_max=tx_check_max,

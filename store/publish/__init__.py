@@ -4,13 +4,15 @@
   across brokers with a :class:`SinkRouter` (``sink_routed``), each owner storing its chunks
   with a :class:`ChunkWriter` (``sink_chunks``);
 * :class:`RelocationLog` - the operators' relocations, published once per micro-batch
-  (``relocations``);
+  (``relocations``); :class:`WheelLog` - decisions due later, "due at T" records the broker's
+  wheel relocates at T (``wheel_log``, records in ``due_records``);
 * :class:`TransactionService` - transactions: halves registered, ends atomic and idempotent,
   offsets carried by a commit (``transactions``; :class:`HalfOf`, :class:`TxOffsets`).
 
 The doors and Spark import from here (and from :mod:`store`), never from the modules below.
 """
 
+from store.publish.due_records import WHEEL_TOPIC, Decision, DueRecordError, Progress
 from store.publish.relocations import RelocationLog, RelocationOutcome
 from store.publish.sink_chunks import ChunkOutcome, ChunkRef, ChunkWriter
 from store.publish.sink_parts import (
@@ -37,23 +39,29 @@ from store.publish.transactions import (
     TransactionService,
     UnknownTransaction,
 )
+from store.publish.wheel_log import Scheduled, WheelLog
 from store.write.transactions import KAFKA_PRODUCER_GROUP_PREFIX, HalfOf, TxOffsets, TxOutcome
 
 __all__ = [
     "KAFKA_PRODUCER_GROUP_PREFIX",
     "PART_SCHEMA",
+    "WHEEL_TOPIC",
     "ChunkOutcome",
     "ChunkRef",
     "ChunkWriter",
     "CommitOutcome",
+    "Decision",
+    "DueRecordError",
     "EndRequest",
     "EndResult",
     "HalfOf",
     "HalfRef",
     "OwnerUnavailable",
     "ProducerGroupMismatch",
+    "Progress",
     "RelocationLog",
     "RelocationOutcome",
+    "Scheduled",
     "SinkRouter",
     "SinkStaging",
     "SinkStagingError",
@@ -64,6 +72,7 @@ __all__ = [
     "TxOffsets",
     "TxOutcome",
     "UnknownTransaction",
+    "WheelLog",
     "check_id",
     "new_part_id",
     "part_path",

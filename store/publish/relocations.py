@@ -19,6 +19,11 @@ resolver query ends in a list of relocation requests (pointers to parked records
    Relocated records keep the producer's UNIQ_KEY, so no derived key can mark them; a record
    with the same topic and UNIQ_KEY written by someone else after the decision would be taken
    for a relocation (a producer re-sending a delayed message's exact UNIQ_KEY; documented).
+With a delay wheel (``wheel`` set, :mod:`store.publish.wheel_log`), step 2 first appends the
+DELIVER requests due after the moment of the decision (``decided_ms``, kept with the decision)
+as "due at T" records in one atomic append (a resumed batch finds them by UNIQ_KEY), hands them
+to the wheel, and relocates only the rest at once.
+
 3. **Mark.** ``STATE.json`` records the batch (atomically), then its decision file is removed.
 
 Requests are ordered and batches are published in order, so per operator at most one decided
@@ -51,9 +56,16 @@ from store.errors import InvalidArgument, StoreError
 from store.io.atomic_file import write_atomically, write_json_atomically
 from store.io.file_names import offset_to_file_name
 from store.message_store import MessageStore
-from store.names import SCHEDULE_TOPIC
+from store.publish.relocation_checks import not_relocated_before, stored_prefix
+from store.publish.relocation_requests import (
+    DECISION_SCHEMA,
+    RANGE_FIELDS,
+    RELOCATION_SCHEMA,
+    check_relocation_table,
+    expand_requests,
+)
 from store.publish.sink_parts import check_id
-from store.write.relocate import RelocationKind
+from store.publish.wheel_log import Scheduled, WheelLog, decisions_of, split_ahead
 from store.write.relocator import RelocationPointers
 
 log = logging.getLogger("sparkmq.operators")
@@ -63,27 +75,12 @@ STATE_FILE = "STATE.json"
 DECISION_SUFFIX = ".arrow"
 DEFAULT_CHUNK_ROWS = 65_536
 _AFTER_KEY = b"after_offset"
-
-#: What a resolver's batch posts: one row per relocation request, in delivery order.
-RELOCATION_SCHEMA = pa.schema(
-    [
-        pa.field("commitlog_offset", pa.int64(), nullable=False),
-        pa.field("kind", pa.int8(), nullable=False),
-        pa.field("enqueue_ms", pa.int64(), nullable=False),
-        pa.field("dequeue_ms", pa.int64(), nullable=False),
-    ]
-)
-#: Optional columns of a range request (a row without them, or with ``queue_id`` -1, is one
-#: record at ``commitlog_offset``): SCHEDULE_TOPIC_XXXX queue ``queue_id``, ``count`` queue
-#: offsets from ``queue_offset``.
-RANGE_FIELDS = (
-    pa.field("queue_id", pa.int32(), nullable=False),
-    pa.field("queue_offset", pa.int64(), nullable=False),
-    pa.field("count", pa.int64(), nullable=False),
-)
-#: A decision file: the requests with their range columns.
-DECISION_SCHEMA = pa.schema([*RELOCATION_SCHEMA, *RANGE_FIELDS])
-_RANGE_DEFAULTS = {"queue_id": -1, "queue_offset": -1, "count": 1}
+_DECIDED_KEY = b"decided_ms"
+#: Re-exported: the batch schema lives in :mod:`store.publish.relocation_requests`.
+__all__ = [
+    "DECISION_SCHEMA", "RANGE_FIELDS", "RELOCATION_SCHEMA", "RelocationLog", "RelocationOutcome",
+    "check_relocation_table", "expand_requests",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,69 +94,6 @@ class RelocationOutcome:
     already_published: bool = False
     #: When each record appended by this call was due (for lateness; a roll or send-back: 0).
     due_ms: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-
-def check_relocation_table(table: pa.Table) -> pa.Table:
-    """``table`` cast to :data:`DECISION_SCHEMA` (absent range columns: single records);
-    InvalidArgument naming what is wrong."""
-    missing = [n for n in RELOCATION_SCHEMA.names if n not in table.column_names]
-    if missing:
-        raise InvalidArgument(f"relocation batch lacks columns {missing}")
-    for name, default in _RANGE_DEFAULTS.items():
-        if name not in table.column_names:
-            table = table.append_column(name, pa.array(np.full(table.num_rows, default, dtype=np.int64)))
-    try:
-        cast = table.select(DECISION_SCHEMA.names).cast(DECISION_SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
-        raise InvalidArgument(f"relocation batch does not match {DECISION_SCHEMA}: {exc}") from exc
-    kinds = set(np.unique(cast.column("kind").to_numpy()).tolist())
-    if not kinds <= {k.value for k in RelocationKind}:
-        raise InvalidArgument(f"unknown relocation kind in {sorted(kinds)}")
-    ranges = cast.column("queue_id").to_numpy() >= 0
-    if bool(ranges.any()):
-        counts = cast.column("count").to_numpy()[ranges]
-        if int(counts.min()) < 1 or int(cast.column("queue_offset").to_numpy()[ranges].min()) < 0:
-            raise InvalidArgument("a range request needs queue_offset >= 0 and count >= 1")
-        if bool((cast.column("kind").to_numpy()[ranges] != RelocationKind.DELIVER).any()):
-            raise InvalidArgument("only deliveries come as ranges (of delay level queues)")
-    return cast
-
-
-def expand_requests(store: MessageStore, table: pa.Table) -> RelocationPointers:
-    """The decision's requests (:data:`DECISION_SCHEMA`), ranges expanded into their records
-    through the ConsumeQueue, in order."""
-    offsets = table.column("commitlog_offset").to_numpy()
-    kinds = table.column("kind").to_numpy()
-    enqueue = table.column("enqueue_ms").to_numpy()
-    dequeue = table.column("dequeue_ms").to_numpy()
-    queue_ids = table.column("queue_id").to_numpy()
-    is_range = queue_ids >= 0
-    if not bool(is_range.any()):
-        return RelocationPointers.of(offsets, kinds, enqueue, dequeue)
-    first, counts = table.column("queue_offset").to_numpy(), table.column("count").to_numpy()
-    range_rows = np.flatnonzero(is_range)
-    bounds = np.unique(np.concatenate(([0, len(offsets)], range_rows, range_rows + 1)))
-    found_offsets, found_sizes, found_rows = [], [], []
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        if not is_range[lo]:  # a run of single records
-            found_offsets.append(offsets[lo:hi])
-            found_sizes.append(np.zeros(hi - lo, dtype=np.int64))
-            found_rows.append(np.arange(lo, hi, dtype=np.int64))
-            continue
-        queue, start, count = int(queue_ids[lo]), int(first[lo]), int(counts[lo])
-        units, sizes = store.queue_units(SCHEDULE_TOPIC, queue, start, count)
-        if len(units) < count:
-            log.error(
-                "relocation: %d of level queue %d's offsets [%d, %d) are gone (retention?): skipped",
-                count - len(units), queue, start, start + count,
-            )  # fmt: skip
-        found_offsets.append(units)
-        found_sizes.append(sizes)
-        found_rows.append(np.full(len(units), lo, dtype=np.int64))
-    rows = np.concatenate(found_rows)
-    return RelocationPointers.of(
-        np.concatenate(found_offsets), kinds[rows], enqueue[rows], dequeue[rows], np.concatenate(found_sizes)
-    )
 
 
 class RelocationLog:
@@ -191,6 +125,10 @@ class RelocationLog:
         self.inherited_before: Callable[[], int | None] = lambda: None
         #: Requests skipped because an earlier master had relocated them.
         self.skipped_inherited = 0
+        #: The delay wheel: requests due later are written as "due at T" records and handed to
+        #: ``on_scheduled`` (the broker's wheel). ``None``: everything is published at once.
+        self.wheel: WheelLog | None = None
+        self.on_scheduled: Callable[[list[Scheduled]], None] = lambda items: None
 
     def _event(self, name: str) -> None:
         if self._on_event is not None:
@@ -236,11 +174,14 @@ class RelocationLog:
             path = self._dir(operator) / f"{offset_to_file_name(batch_id)}{DECISION_SUFFIX}"
             decided_now = False
             if not path.exists():
-                decided_now = _create_exclusive(path, table, self.store.commitlog_max_offset)
-            decided, after = _load_decision(path)
+                decided_now = _create_exclusive(
+                    path, table, self.store.commitlog_max_offset, self.store.now_ms()
+                )
+            decided, after, decided_ms = _load_decision(path)
             self._event("decided")
+            at_once = self._schedule(operator, batch_id, decided, after, decided_ms, resume=not decided_now)
             appended, due = self._publish(
-                operator, expand_requests(self.store, decided), after, resume=not decided_now
+                operator, expand_requests(self.store, at_once), after, resume=not decided_now
             )
             self._event("published")
             self._mark_published(operator, batch_id, path)
@@ -260,13 +201,29 @@ class RelocationLog:
 
     def _publish_decided(self, operator: str, batch_id: int) -> RelocationOutcome:
         path = self._dir(operator) / f"{offset_to_file_name(batch_id)}{DECISION_SUFFIX}"
-        decided, after = _load_decision(path)
+        decided, after, decided_ms = _load_decision(path)
         log.info(
             "operator %s: resuming relocation batch %d (%d requests)", operator, batch_id, decided.num_rows
         )
-        appended, due = self._publish(operator, expand_requests(self.store, decided), after, resume=True)
+        at_once = self._schedule(operator, batch_id, decided, after, decided_ms, resume=True)
+        appended, due = self._publish(operator, expand_requests(self.store, at_once), after, resume=True)
         self._mark_published(operator, batch_id, path)
         return RelocationOutcome(operator, batch_id, decided.num_rows, appended, False, due_ms=due)
+
+    def _schedule(
+        self, operator: str, batch_id: int, decided: pa.Table, after: int, decided_ms: int | None,
+        *, resume: bool,
+    ) -> pa.Table:  # fmt: skip
+        """The wheel's part of a decided batch written (once) and handed over; the rest."""
+        if self.wheel is None:
+            return decided
+        at_once, groups = split_ahead(decided, decided_ms)
+        if groups:
+            written = self.wheel.write(decisions_of(operator, batch_id, groups), after, resume=resume)
+            self._event("scheduled")
+            if written:
+                self.on_scheduled(written)
+        return at_once
 
     def _publish(
         self, operator: str, pointers: RelocationPointers, after: int, *, resume: bool
@@ -288,49 +245,14 @@ class RelocationLog:
         return appended, np.concatenate(due) if due else np.zeros(0, dtype=np.int64)
 
     def _not_relocated_before(self, pointers: RelocationPointers, bound: int) -> RelocationPointers:
-        """``pointers`` less the records parked before ``bound`` that their target topic already
-        holds: a record with the same UNIQ_KEY stored after the parked one (relocated records
-        keep the producer's UNIQ_KEY). One key lookup per record parked before the bound."""
-        old = np.flatnonzero(pointers.commitlog_offsets < bound)
-        if len(old) == 0:
-            return pointers
-        keep = np.ones(len(pointers), dtype=np.bool_)
-        for lo in range(0, len(old), self.chunk_rows):
-            rows = old[lo : lo + self.chunk_rows]
-            picked = pointers.take(rows)
-            built = self.store.relocated_records(picked)
-            identities = zip(
-                built.rows.tolist(), built.records.topics, built.records.batch.uniq_keys, strict=True
-            )
-            for row, topic, uniq in identities:
-                parked_at = int(picked.commitlog_offsets[row])
-                if uniq and any(
-                    view.uniq_key == uniq and view.commitlog_offset > parked_at
-                    for view in self.store.query_by_key(topic, uniq, max_results=16)
-                ):
-                    keep[rows[row]] = False
-        skipped = int(len(keep) - keep.sum())
+        kept, skipped = not_relocated_before(self.store, pointers, bound, self.chunk_rows)
         if skipped:
             self.skipped_inherited += skipped
             log.warning("relocation: %d record(s) already relocated by an earlier master: skipped", skipped)
-        return pointers.take(np.flatnonzero(keep))
+        return kept
 
     def _stored_prefix(self, pointers: RelocationPointers, after: int) -> int:
-        """How many leading requests are already relocated (written after ``after``)."""
-        written = Counter(self.store.stored_identities(after))
-        if not written:
-            return 0
-        for lo in range(0, len(pointers), self.chunk_rows):
-            built = self.store.relocated_records(pointers.rows(lo, lo + self.chunk_rows))
-            identities = zip(
-                built.rows.tolist(), built.records.topics, built.records.batch.uniq_keys, strict=True
-            )
-            for row, topic, uniq in identities:
-                identity = (topic, uniq or None)
-                if written[identity] <= 0:
-                    return lo + int(row)
-                written[identity] -= 1
-        return len(pointers)
+        return stored_prefix(self.store, pointers, after, self.chunk_rows)
 
     def _mark_published(self, operator: str, batch_id: int, decision: Path) -> None:
         if self.store.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
@@ -339,9 +261,12 @@ class RelocationLog:
         decision.unlink(missing_ok=True)
 
 
-def _create_exclusive(path: Path, table: pa.Table, after_offset: int) -> bool:
+def _create_exclusive(path: Path, table: pa.Table, after_offset: int, decided_ms: int | None = None) -> bool:
     """Write the decision unless it exists. True when this call wrote it."""
-    schema = DECISION_SCHEMA.with_metadata({_AFTER_KEY: str(after_offset).encode()})
+    metadata = {_AFTER_KEY: str(after_offset).encode()}
+    if decided_ms is not None:
+        metadata[_DECIDED_KEY] = str(decided_ms).encode()
+    schema = DECISION_SCHEMA.with_metadata(metadata)
     table = check_relocation_table(table)
 
     def fill(temp: Path) -> None:
@@ -351,8 +276,11 @@ def _create_exclusive(path: Path, table: pa.Table, after_offset: int) -> bool:
     return write_atomically(path, fill, exclusive=True)
 
 
-def _load_decision(path: Path) -> tuple[pa.Table, int]:
+def _load_decision(path: Path) -> tuple[pa.Table, int, int | None]:
+    """``(requests, after_offset, decided_ms)``; ``decided_ms`` None for an earlier version's."""
     with pa.memory_map(str(path), "r") as source:
         table = pa.ipc.open_file(source).read_all()
-    after = int((table.schema.metadata or {})[_AFTER_KEY])
-    return check_relocation_table(table), after  # a decision of an earlier version: no ranges
+    metadata = table.schema.metadata or {}
+    after = int(metadata[_AFTER_KEY])
+    decided = int(metadata[_DECIDED_KEY]) if _DECIDED_KEY in metadata else None
+    return check_relocation_table(table), after, decided  # an earlier version's: no ranges

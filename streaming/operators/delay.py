@@ -20,6 +20,14 @@ parked records are, never a body copy (:mod:`streaming.operators.delay_state`):
   ``burst_cap`` messages per key per batch (the rest re-arm the timer one millisecond later:
   catch-up after down-time is spread over batches). A range goes out as one row; a timer message
   as one row, a ROLL when its action came from the roll window (RocketMQ's roll).
+* **Deciding ahead** (``lookahead_ms``, the broker's ``wheel_lookahead_ms``): a key's timer is
+  armed that long before its bucket's end, and a fire emits everything due by ``now +
+  lookahead_ms``; a DELIVER row's ``dequeue_ms`` is its due time (or ``now`` if that passed).
+  The broker writes the rows due later as "due at T" records and its wheel (``broker/wheel.py``)
+  delivers each at T, so the micro-batch's cost no longer adds to the lateness. The look-ahead
+  is capped at the roll window; a rolled timer whose roll comes within the look-ahead of its due
+  time is delivered at T by the wheel instead of re-parked (re-parking it would cost one more
+  micro-batch of lateness), so such a timer may reach its topic with fewer rolls than without.
 * Each touched key also emits summary rows (pending count, next action time, smallest queue
   offset per parked queue): the broker's ``GET /operators`` adds them up.
 
@@ -130,6 +138,16 @@ class DelaySettings:
     roll_window_ms: int = 86_400_000
     #: Most messages one key emits per batch (the rest follow in the next batches).
     burst_cap: int = 100_000
+    #: How far ahead a key fires (the broker's wheel delivers each message at its due time):
+    #: 0 fires at the due time (a message waits for the batch after it); the broker says how
+    #: far (``wheel_lookahead_ms`` of ``/operators/settings``). Never more than
+    #: ``roll_window_ms`` (:attr:`ahead_ms`): the wheel holds no timer the roll window would roll.
+    lookahead_ms: int = 0
+
+    @property
+    def ahead_ms(self) -> int:
+        """The look-ahead in effect: ``lookahead_ms`` capped at ``roll_window_ms`` (ms)."""
+        return max(0, min(self.lookahead_ms, self.roll_window_ms))
 
 
 def _key(key: Any) -> tuple[int, int]:
@@ -177,7 +195,7 @@ class DelayResolver(StatefulProcessor):
         # before the bucket; one inside it is served by the bucket's timer): never one per message.
         bucket_end, shard = _key(key)
         rolls = {e.action_ms for e in added if e.action_ms <= bucket_end - self.settings.bucket_ms}
-        for when in sorted({bucket_end, *rolls}):
+        for when in sorted({bucket_end - self.settings.ahead_ms, *rolls}):
             self.handle.registerTimer(int(when))
         old = self.summary.get() if self.summary.exists() else None
         merged = merge_summaries(unpack_summary(old[0] if old else None), summarize(added))
@@ -197,14 +215,18 @@ class DelayResolver(StatefulProcessor):
             entries += _carried_over(self.legacy.get())
             self.legacy.clear()
             self.legacy_stats.clear()
-        fired = fire(entries, now, self.settings.burst_cap)
+        # Everything due within the look-ahead is decided now: the broker's wheel delivers it
+        # at its due time (``dequeue_ms``), never before.
+        ahead = self.settings.ahead_ms
+        horizon = now + ahead
+        fired = fire(entries, horizon, self.settings.burst_cap)
         if not fired.ranges and not len(fired.pointers):
             return
         if fired.keep:
             self.entries.put([tuple(e) for e in fired.keep])  # type: ignore[arg-type]
-            when = next_timer(fired.keep, now)
-            if when is not None and when != expiredTimerInfo.getExpiryTimeInMs():
-                self.handle.registerTimer(when)
+            when = next_timer(fired.keep, horizon)
+            if when is not None and when - ahead != expiredTimerInfo.getExpiryTimeInMs():
+                self.handle.registerTimer(when - ahead)
         else:
             self.entries.clear()
         remaining = summarize(fired.keep)
@@ -213,7 +235,7 @@ class DelayResolver(StatefulProcessor):
         else:
             self.summary.clear()
         bucket, shard = _key(key)
-        yield _relocation_frame(bucket, shard, fired.ranges, fired.pointers, now)
+        yield _relocation_frame(bucket, shard, fired.ranges, fired.pointers, now, horizon)
         yield _summary_frame(bucket, shard, remaining, gone=sorted(set(before) - set(remaining)))
 
     def close(self) -> None:
@@ -244,20 +266,29 @@ def _nulls(n: int, dtype: str) -> Any:
 
 
 def _relocation_frame(
-    bucket: int, shard: int, ranges: list[tuple[int, int, int, int]], pointers: Pointers, now: int
+    bucket: int,
+    shard: int,
+    ranges: list[tuple[int, int, int, int]],
+    pointers: Pointers,
+    now: int,
+    horizon: int | None = None,
 ) -> pd.DataFrame:
-    """Range rows, then pointer rows (DELIVER when due, else ROLL)."""
+    """Range rows, then pointer rows (DELIVER when due by ``horizon``, else ROLL). A DELIVER's
+    ``dequeue_ms`` is when it may go: its due time, or ``now`` when that has passed (the broker
+    holds one due later in its wheel until then)."""
+    horizon = now if horizon is None else horizon
     r, p = len(ranges), len(pointers)
     n = r + p
     queue, first, count, action = (np.asarray([x[i] for x in ranges], dtype=np.int64) for i in range(4))
     due = np.concatenate((action, pointers.due_ms))
+    deliver = due <= horizon
     return pd.DataFrame(
         {
             "row_type": np.full(n, ROW_RELOCATION, dtype=np.int32),
             "commitlog_offset": np.concatenate((np.full(r, -1, dtype=np.int64), pointers.commitlog_offsets)),
-            "kind": np.where(due <= now, RELOCATE_DELIVER, RELOCATE_ROLL).astype(np.int32),
+            "kind": np.where(deliver, RELOCATE_DELIVER, RELOCATE_ROLL).astype(np.int32),
             "enqueue_ms": np.concatenate((np.zeros(r, dtype=np.int64), pointers.enqueue_ms)),
-            "dequeue_ms": np.full(n, now, dtype=np.int64),
+            "dequeue_ms": np.where(deliver, np.maximum(due, now), now).astype(np.int64),
             "due_ms": due,
             "bucket_ms": np.full(n, bucket, dtype=np.int64),
             "shard": np.full(n, shard, dtype=np.int32),

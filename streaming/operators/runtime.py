@@ -38,7 +38,7 @@ from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from streaming.operators import retry, transactions
 from streaming.operators.client import BrokerClient
-from streaming.operators.delay import ROW_RELOCATION, DelaySettings, resolve
+from streaming.operators.delay import RELOCATE_DELIVER, ROW_RELOCATION, DelaySettings, resolve
 
 log = logging.getLogger("sparkmq.operators")
 
@@ -82,22 +82,38 @@ class JobConfig:
     #: own client only: the source's ``--path`` reads need none).
     client_cert: tuple[str, str] | None = None
     request_timeout_s: float = 60.0
-    #: Test only: ``<before_post|mid_post|after_post>:<marker file>`` kills this driver (SIGKILL)
-    #: once, at that point of a batch with relocations (``mid_post``: 0.3 s into its POST, while
-    #: the broker publishes) (``SPARKMQ_TEST_OPERATOR_FAULT``).
+    #: Test only: ``<before_post|mid_post|after_post|after_post_ahead>:<marker file>`` kills this
+    #: driver (SIGKILL) once, at that point of a batch with relocations (``mid_post``: 0.3 s into
+    #: its POST, while the broker publishes; ``after_post_ahead``: after the POST of a delay batch
+    #: with decisions still due later, held by the broker's wheel) (``SPARKMQ_TEST_OPERATOR_FAULT``).
     fault: str | None = None
+    #: Extra Spark settings (``--conf k=v``, or ``SPARKMQ_OPERATOR_CONF="k=v;k=v"``), applied last.
+    spark_conf: tuple[tuple[str, str], ...] = ()
 
 
-def _maybe_die(fault: str | None, point: str) -> None:
-    """Test-only crash point: SIGKILL this process once (the marker file records it)."""
+def _maybe_die(fault: str | None, point: str, batch_id: int | None = None) -> None:
+    """Test-only crash point: SIGKILL this process once (the marker file records the point and
+    the batch id: ``"after_post 7"``)."""
     if not fault:
         return
     where, marker = fault.split(":", 1)
     if where != point or os.path.exists(marker):
         return
-    Path(marker).write_text(point)
+    Path(marker).write_text(point if batch_id is None else f"{point} {batch_id}")
     log.warning("test fault: killing the operator driver at %s", point)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _decided_ahead(table: pa.Table) -> bool:
+    """Whether a posted batch holds DELIVER rows still due later than now (by this machine's
+    clock, which the broker shares): rows the broker wrote as "due at T" for its wheel."""
+    if "dequeue_ms" not in table.column_names or "kind" not in table.column_names:
+        return False
+    deliver = pc.and_(
+        pc.equal(table.column("row_type"), ROW_RELOCATION), pc.equal(table.column("kind"), RELOCATE_DELIVER)
+    )
+    later = pc.greater(table.column("dequeue_ms"), int(time.time() * 1000))
+    return bool(pc.any(pc.and_(deliver, later)).as_py())
 
 
 def _relocations(table: pa.Table) -> int:
@@ -128,7 +144,9 @@ def batch_poster(
                 threading.Timer(0.3, _maybe_die, (fault, "mid_post")).start()
         client.post_batch(operator, batch_id, table)
         if relocations:
-            _maybe_die(fault, "after_post")
+            _maybe_die(fault, "after_post", batch_id)
+            if operator == DELAY_OPERATOR and _decided_ahead(table):  # the wheel holds some of it
+                _maybe_die(fault, "after_post_ahead", batch_id)
         log.info(
             "operator %s batch %d: %d decision(s); resolver %.2f s, publish %.2f s",
             operator, batch_id, relocations, computed - started, time.monotonic() - computed,
@@ -166,6 +184,8 @@ def session(config: JobConfig) -> Any:
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.memory", config.driver_memory)
         )
+    for key, value in config.spark_conf:
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     from streaming.register import register
 
@@ -180,6 +200,7 @@ def delay_settings(doc: dict[str, Any], shards: int) -> DelaySettings:
         shards=shards,
         roll_window_ms=int(doc.get("timer_roll_window_ms", 86_400_000)),
         burst_cap=int(doc.get("burst_cap", 100_000)),
+        lookahead_ms=int(doc.get("wheel_lookahead_ms", 0)),
     )
 
 
@@ -399,6 +420,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         "--tls-client-cert", default=None, help="PEM certificate for a broker that requires one"
     )
     parser.add_argument("--tls-client-key", default=None, help="the private key of --tls-client-cert")
+    parser.add_argument("--conf", action="append", default=[], help="a Spark setting, key=value")
     args = parser.parse_args(list(argv))
     if (args.tls_client_cert is None) != (args.tls_client_key is None):
         parser.error("--tls-client-cert and --tls-client-key go together")
@@ -417,7 +439,21 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         tls_ca=args.tls_ca,
         client_cert=(args.tls_client_cert, args.tls_client_key) if args.tls_client_cert else None,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
+        spark_conf=_spark_conf([*os.environ.get("SPARKMQ_OPERATOR_CONF", "").split(";"), *args.conf]),
     )
+
+
+def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``key=value`` settings (blank items skipped); ``SystemExit`` naming a bad one."""
+    out = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--conf {item!r}: expected key=value")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
 
 
 def _default_master() -> str:

@@ -124,7 +124,9 @@ def _delay_offsets(broker: Broker) -> dict[int, int]:
     return {int(k): int(v) for k, v in json.loads(path.read_text())["offsetTable"].items()}
 
 
-@pytest.mark.parametrize("point", ["before_post", "after_post"])
+# ``after_post`` (the driver killed once its POST was answered) is covered with the delay wheel
+# holding the killed batch's decisions: test_wheel_kill.test_driver_kill9_after_posting_decisions_ahead.
+@pytest.mark.parametrize("point", ["before_post"])
 def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
     marker = tmp_path / f"{point}.killed"
     running = start_broker(tmp_path, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"{point}:{marker}"})

@@ -211,3 +211,48 @@ def test_processor_rolls_a_timer_due_past_the_roll_window_when_the_window_has_pa
     rows = out[out["row_type"] == ROW_RELOCATION]
     assert rows[["commitlog_offset", "kind", "due_ms"]].values.tolist() == [[70, 1, 60_000]]  # 1 = ROLL
     assert tester.peekListState("entries", key) == []
+
+
+def test_processor_decides_a_window_ahead_with_the_due_time_as_dequeue_time() -> None:
+    """With a look-ahead the key fires that long before its bucket's end; each DELIVER row says
+    when it may go (its due time), which the broker's wheel keeps; what lies beyond the window
+    waits for the next fire."""
+    settings = DelaySettings(level_delays_ms=(1000,), lookahead_ms=3000)
+    tester = TwsTester(DelayResolver(settings), timeMode="ProcessingTime")
+    key = (10_000, 0)
+    tester.testInPandas(key, _input([(KIND_LEVEL, 9950 + i, 500 + i, 0, 0, 40 + i) for i in range(3)]))
+    tester.testInPandas(key, _input([(KIND_TIMER, 10_000, 900, 5, -1, 0)]))
+    assert tester.setProcessingTime(6999).empty  # the bucket's end (10 000) less the look-ahead
+    out = tester.setProcessingTime(7000)
+    rows = out[out["row_type"] == ROW_RELOCATION]
+    assert rows[["queue_id", "count", "kind", "dequeue_ms", "due_ms"]].values.tolist() == [
+        [0, 3, 0, 9952, 9952],
+        [-1, 1, 0, 10_000, 10_000],
+    ]
+    assert tester.peekListState("entries", key) == []
+
+
+def test_processor_dequeue_time_of_an_overdue_row_is_the_batch_time() -> None:
+    settings = DelaySettings(level_delays_ms=(1000,), lookahead_ms=3000)
+    tester = TwsTester(DelayResolver(settings), timeMode="ProcessingTime")
+    key = (2000, 0)
+    tester.testInPandas(key, _input([(KIND_TIMER, 2000, 900, 5, -1, 0)]))
+    out = tester.setProcessingTime(5000)  # overdue: goes at once
+    rows = out[out["row_type"] == ROW_RELOCATION]
+    assert rows[["kind", "dequeue_ms"]].values.tolist() == [[0, 5000]]
+
+
+def test_look_ahead_is_capped_at_the_roll_window() -> None:
+    """A look-ahead wider than the roll window decides no further ahead than the window: a timer
+    whose roll leaves it more than the window away is rolled, not handed to the wheel; one the
+    roll finds within the window is decided at T (its due time) instead of re-parked."""
+    settings = DelaySettings(level_delays_ms=(1000,), roll_window_ms=2000, lookahead_ms=3000)
+    assert settings.ahead_ms == 2000
+    tester = TwsTester(DelayResolver(settings), timeMode="ProcessingTime")
+    far, near = (5000, 0), (3900, 0)
+    tester.testInPandas(far, _input([(KIND_TIMER, 4500, 70, 5, -1, 0)]))  # 4.5 s ahead: rolled at 2 s
+    tester.testInPandas(near, _input([(KIND_TIMER, 3900, 71, 5, -1, 0)]))  # 3.9 s ahead: rolled at 2 s
+    out = tester.setProcessingTime(2000)
+    rows = out[out["row_type"] == ROW_RELOCATION].sort_values("commitlog_offset")
+    # 1 = ROLL (4.5 s is beyond now + window); 0 = DELIVER at its due time (the wheel holds it).
+    assert rows[["commitlog_offset", "kind", "dequeue_ms"]].values.tolist() == [[70, 1, 2000], [71, 0, 3900]]
