@@ -2,7 +2,14 @@
 
 * :class:`ProducerIdAllocator` hands out monotonically increasing producer ids and puts the
   next id in the state topic (:mod:`ingest_api.kafka.txn_log`) *before* returning an id, so ids
-  are never reused after a restart or a replica group's failover.
+  are never reused after a restart or a replica group's failover. A member that cannot put the
+  record (a slave) still answers an idempotent producer, as every Kafka broker does (a client
+  bootstrapped at a slave, with librdkafka's sparse connections, asks nobody else): it hands out
+  an id of the upper half of its own block from a counter in a local file
+  (:meth:`ProducerIdAllocator.allocate_local`), fsynced before the answer. The two halves never
+  overlap, so a promotion cannot reissue a local id. The local counter carries a random
+  generation, drawn again when the file is new (a rebuilt slave) or its range is used up, so a
+  wiped file is very unlikely to hand out an id again.
 * :class:`ProducerStateTable` keeps, per ``(producer_id, topic, partition)``, the producer
   epoch and the last :data:`MAX_CACHED_BATCHES` batches ``(first_seq, last_seq, base_offset)``
   (Kafka's ``ProducerStateManager``). A retried batch that matches one of them is a duplicate:
@@ -18,6 +25,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,13 +34,18 @@ from ingest_api.kafka.errors import ErrorCode
 from ingest_api.kafka.records import MAX_SEQUENCE
 from ingest_api.kafka.txn_log import TxnStateLog
 from ingest_api.kafka.txn_record import ProducerIdBlock
-from store import InvalidArgument
+from store import InvalidArgument, read_json, write_json_atomically
 
 MAX_CACHED_BATCHES = 5
 
 
 #: In a cluster, broker ``m`` hands out producer ids ``[m << BITS, (m + 1) << BITS)``.
 PRODUCER_ID_BLOCK_BITS = 32
+#: Ids handed out without a record (a slave) are ``base + LOCAL_HALF + (generation << 16) + n``.
+LOCAL_HALF = 1 << (PRODUCER_ID_BLOCK_BITS - 1)
+LOCAL_COUNTER_BITS = 16
+LOCAL_GENERATIONS = 1 << (PRODUCER_ID_BLOCK_BITS - 1 - LOCAL_COUNTER_BITS)
+LOCAL_PRODUCER_IDS_FILE = "kafkaLocalProducerIds.json"
 
 
 class ProducerIdAllocator:
@@ -57,11 +70,22 @@ class ProducerIdAllocator:
         InvalidArgument when this member's block is used up)."""
         with self._lock:
             counter = self._next_id
-            if counter >= 1 << PRODUCER_ID_BLOCK_BITS and self._base:
+            if counter >= LOCAL_HALF:
                 raise InvalidArgument(f"producer ids of block {self._base:#x} are used up")
             self._log.append([ProducerIdBlock(self._base, counter + 1)])
             self._next_id = self._blocks[self._base] = counter + 1
             return self._base + counter
+
+    def allocate_local(self) -> int:
+        """A producer id for an idempotent producer when the record cannot be put (a slave):
+        the upper half of this member's block, from the local counter file, written (fsynced)
+        before the id is returned. Raises OSError when the file cannot be written."""
+        path = self._log.config_dir / LOCAL_PRODUCER_IDS_FILE
+        with self._lock:
+            generation, counter = _local_counter(read_json(path) or {})
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomically(path, {"generation": generation, "next": counter + 1})
+            return self._base + LOCAL_HALF + (generation << LOCAL_COUNTER_BITS) + counter
 
     def blocks(self) -> dict[int, int]:
         """Block base -> ids handed out from it (every member's, as the state topic says)."""
@@ -71,6 +95,20 @@ class ProducerIdAllocator:
     def issued(self, producer_id: int) -> bool:
         with self._lock:
             return any(base <= producer_id < base + n for base, n in self._blocks.items())
+
+
+def _local_counter(document: Mapping[str, object]) -> tuple[int, int]:
+    """``(generation, next)`` of the local counter file; a new random generation when the file
+    is missing, unreadable or its generation's range is used up."""
+    generation, counter = document.get("generation"), document.get("next", 0)
+    if (
+        isinstance(generation, int)
+        and 0 <= generation < LOCAL_GENERATIONS
+        and isinstance(counter, int)
+        and 0 <= counter < 1 << LOCAL_COUNTER_BITS
+    ):
+        return generation, counter
+    return secrets.randbelow(LOCAL_GENERATIONS), 0
 
 
 @dataclass(frozen=True, slots=True)

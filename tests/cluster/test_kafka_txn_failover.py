@@ -4,7 +4,7 @@ partition added; the master is killed with ``kill -9``; the promoted slave repla
 coordinator's state topic (``rmq_sys_KAFKA_TXN_STATE``) and the client commits the same
 transaction there (issue 33: the slave used to know nothing of the transactional id, and the
 client's commit was refused as INVALID_PRODUCER_ID_MAPPING, fatal). A slave, which cannot put
-a producer-id record, refuses InitProducerId with a retriable error."""
+a producer-id record, answers an idempotent producer with an id of its own half."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
+from ingest_api.kafka.producer_state import LOCAL_HALF, PRODUCER_ID_BLOCK_BITS
 from tests.kafka.rawclient import RawClient
 from tests.kafka.test_confluent import FAST, consumer, poll_values
 from tests.support.cluster import ProcessCluster
@@ -75,19 +76,26 @@ def test_an_open_transaction_commits_on_the_promoted_slave(tmp_path: Path) -> No
         assert _read_committed(slave, 4) == [b"open-0", b"open-1", b"open-2", b"after"]
 
 
-def test_a_slave_refuses_a_producer_id_it_could_not_record_and_the_master_hands_it_out(
+def test_a_slave_hands_out_producer_ids_of_its_own_half_so_a_producer_bootstrapped_there_produces(
     tmp_path: Path,
 ) -> None:
+    """A slave cannot put the state record, yet answers InitProducerId as every Kafka broker
+    does: with an id of the upper half of its own block, from its local counter (librdkafka's
+    sparse connections ask nobody but its bootstrap broker). The master's ids are recorded ones,
+    of its lower half: the two never meet."""
     with ProcessCluster.started(tmp_path, []) as cluster:
         pair = ReplicaPair.started(cluster, "b1", kafka=True)
         with cluster.http("b1-a") as http:
             assert http.put("/topics/t", json={"queues": 1}).status_code == 201
         assert pair.slave.kafka_port is not None and pair.master.kafka_port is not None
-        assert _init_producer_id(pair.slave.kafka_port) == (15, -1)  # COORDINATOR_NOT_AVAILABLE
-        error, producer_id = _init_producer_id(pair.master.kafka_port)
-        assert error == 0 and producer_id >= 0
+        error, local_id = _init_producer_id(pair.slave.kafka_port)
+        again_error, again_id = _init_producer_id(pair.slave.kafka_port)
+        assert (error, again_error) == (0, 0) and again_id == local_id + 1
+        assert local_id % (1 << PRODUCER_ID_BLOCK_BITS) >= LOCAL_HALF  # the slave's own half
+        error, recorded_id = _init_producer_id(pair.master.kafka_port)
+        assert error == 0 and recorded_id % (1 << PRODUCER_ID_BLOCK_BITS) < LOCAL_HALF
         slave = f"127.0.0.1:{pair.slave.kafka_port}"
         producer = Producer({"bootstrap.servers": slave, "enable.idempotence": True, **FAST})
         producer.produce("t", value=b"once", partition=0)
-        assert producer.flush(30) == 0  # librdkafka asks again elsewhere: the master answers
+        assert producer.flush(30) == 0
         assert _read_committed(slave, 1) == [b"once"]

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ingest_api.kafka.producer_state import ProducerIdAllocator
+from ingest_api.kafka.producer_state import (
+    LOCAL_COUNTER_BITS,
+    LOCAL_HALF,
+    LOCAL_PRODUCER_IDS_FILE,
+    PRODUCER_ID_BLOCK_BITS,
+    ProducerIdAllocator,
+)
 from ingest_api.kafka.txn_coordinator import TxnState
 from ingest_api.kafka.txn_ledger import TxnLedger
 from ingest_api.kafka.txn_log import (
@@ -224,3 +230,28 @@ def test_retention_keeps_the_live_state_by_writing_it_again(tmp_path: Path) -> N
         assert log.load() == before  # written again before they went
     with MessageStore.open(config) as store:
         assert TxnStateLog(store).load() == before  # and so after a reopen
+
+
+def test_ids_handed_out_without_a_record_are_of_the_members_own_half_and_survive_a_restart(
+    tmp_path: Path,
+) -> None:
+    """What a slave hands out (it cannot put the record): the upper half of its block, from a
+    local counter file written before the answer; recorded ids stay in the lower half."""
+    config = store_config(tmp_path / "store")
+    with MessageStore.open(config) as store:
+        log = TxnStateLog(store, PID)
+        ids = ProducerIdAllocator(log, log.load().producer_ids, PID)
+        first, second = ids.allocate_local(), ids.allocate_local()
+        assert second == first + 1 and PID + LOCAL_HALF <= first < PID + (1 << PRODUCER_ID_BLOCK_BITS)
+        assert ids.allocate() == PID  # the recorded counter is apart
+        store.abandon()
+    with MessageStore.open(config) as store:
+        log = TxnStateLog(store, PID)
+        again = ProducerIdAllocator(log, log.load().producer_ids, PID)
+        assert again.allocate_local() == second + 1  # the counter file outlived the process
+    counter_file = config.store_dir / "config" / LOCAL_PRODUCER_IDS_FILE
+    counter_file.write_text('{"generation": -1, "next": 3}')  # not a generation: a new one is drawn
+    with MessageStore.open(config) as store:
+        log = TxnStateLog(store, PID)
+        fresh = ProducerIdAllocator(log, log.load().producer_ids, PID).allocate_local()
+        assert fresh >= PID + LOCAL_HALF and fresh % (1 << LOCAL_COUNTER_BITS) == 0

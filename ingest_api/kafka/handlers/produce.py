@@ -465,8 +465,17 @@ async def handle_init_producer_id(ctx: GatewayContext, conn: Connection, request
     else:
         try:
             producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate), 0
-        except SparkMQError as exc:  # its record not acknowledged (a slave, a fenced master): retried
-            log.warning("InitProducerId: no producer id stored: %s", exc)
+        except SparkMQError as exc:  # its record not acknowledged (a slave, a fenced master)
+            log.info("InitProducerId: no producer id recorded (%s): one of this member's own", exc)
+            try:
+                producer_id, epoch = await ctx.run_blocking(ctx.producer_ids.allocate_local), 0
+            except (OSError, SparkMQError) as local:
+                log.warning("InitProducerId: no producer id stored: %s", local)
+            else:
+                return codec.encode_response(
+                    request, throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id,
+                    producer_epoch=epoch,
+                )  # fmt: skip
             return codec.encode_response(
                 request,
                 throttle_time_ms=0,
