@@ -98,7 +98,7 @@ def test_kafka_produce_and_fetch_show_in_metrics_and_console(
         page = broker.client().get("/console/groups/kgroup").text
         assert "Kafka members" in page and "rdkafka" in page
         listing = broker.client().get("/console/groups", params={"name": "kgroup"}).text
-        assert re.search(r"kgroup</a></td><td>kafka</td><td>1</td>", listing), listing
+        assert re.search(r'kgroup</a></td><td class="kind">kafka</td><td>1</td>', listing), listing
     finally:
         consumer.close()
 
