@@ -36,7 +36,7 @@ def _read_committed(bootstrap: str, want: int) -> list[bytes]:
 
 def _init_producer_id(port: int) -> tuple[int, int]:
     """An idempotent InitProducerId (v4) asked of the gateway on ``port``: (error, producer id).
-    A slave cannot put the producer-id record, so it refuses with a retriable error."""
+    A slave cannot put the producer-id record: it answers with an id of its own local half."""
     with RawClient(port) as client:
         answer = client.call(
             InitProducerIdRequest,

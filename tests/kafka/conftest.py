@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ingest_api.kafka import GatewayConfig, GatewayThread
 from store import MessageStore, StoreConfig
 from tests.support.stores import light_config
+
+if TYPE_CHECKING:
+    from tests.kafka.test_transactions_kill import Processes
 
 #: Short enough for fast tests, long enough for two clients to land in one generation.
 TEST_REBALANCE_DELAY_MS = 100
@@ -44,3 +48,16 @@ def gateway(store: MessageStore) -> Iterator[GatewayThread]:
 @pytest.fixture
 def bootstrap(gateway: GatewayThread) -> str:
     return gateway.bootstrap
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """The gateway (and, on demand, the loop) as child processes, SIGKILLed at the end."""
+    from tests.kafka.test_transactions_kill import Processes
+
+    running = Processes(tmp_path)
+    running.start_gateway()
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -13,7 +13,6 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -97,16 +96,6 @@ class Processes:
             if process is not None and process.poll() is None:
                 process.send_signal(signal.SIGKILL)
                 process.wait(30)
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    running = Processes(tmp_path)
-    running.start_gateway()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def progress(offsets: Consumer) -> int:

@@ -6,9 +6,6 @@ also outlives a ``kill -9``. No side file is written."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -19,16 +16,6 @@ from tests.kafka.test_transactions_kill import Processes
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 TID = "restart-tx"
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    running = Processes(tmp_path)
-    running.start_gateway()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _producer(bootstrap: str) -> Producer:
