@@ -1,9 +1,10 @@
 """The full Jepsen-style replication run (issue 22): a replica group of three (sync,
 ``--min-insync 2``, ``--flush sync``) under HTTP idempotent batches and a confluent-kafka
-idempotent producer, through ``--cycles`` faults (kill -9 of the master, the master paused past
-its ZooKeeper session then resumed, kill -9 of a slave, restarts), then healed and checked
-message by message (tests/cluster/jepsen.py). Prints every fault and failover with its time,
-the failover times' p50/p99, and the verdict.
+idempotent producer, with an HTTP and a Kafka consumer committing group offsets, through
+``--cycles`` faults (kill -9 of the master, the master paused past its ZooKeeper session then
+resumed, kill -9 of a slave, restarts), then healed and checked message by message and commit
+by commit (tests/cluster/jepsen.py, jepsen_commits.py). Prints every fault and failover with its
+time, the failover times' p50/p99, the commits, and the verdict.
 
     python -m bench.jepsen_replication --cycles 21
 """
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 from streaming.register import local_session_builder
-from tests.cluster import jepsen
+from tests.cluster import jepsen, jepsen_commits
 from tests.support.cluster import ProcessCluster
 
 
@@ -40,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         jepsen.start_group(cluster)
         history = jepsen.History()
         stop = threading.Event()
+        commits = jepsen_commits.CommitHistory()
         workers = [jepsen.HttpProducer(cluster, history, stop), jepsen.KafkaProducer(cluster, history, stop)]
+        workers += jepsen_commits.committers(
+            cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, commits, stop
+        )
         for worker in workers:
             worker.start()
         spark = local_session_builder("jepsen").config("spark.default.parallelism", "2").getOrCreate()
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             for worker in workers:
                 worker.join(timeout=180)
         try:
-            verdict = jepsen.check(cluster, history, reader)
+            verdict = jepsen.check(cluster, history, reader, commits)
         finally:
             reader.stop()
             spark.stop()
@@ -84,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"Spark query across the faults: {len(verdict.spark_missing)} acknowledged missing, "
             f"{len(verdict.spark_duplicated or [])} read twice"
+        )
+    if verdict.commits is not None:
+        by_kind = {k: sum(c.kind == k for c in commits.acknowledged) for k in ("http", "kafka")}
+        print(
+            f"group commits: {verdict.commits.acknowledged:,} acknowledged (HTTP {by_kind['http']:,}, "
+            f"Kafka {by_kind['kafka']:,}; {commits.refused:,} refused, {commits.unknown:,} unknown); "
+            f"{len(verdict.commits.went_back)} gone back, {len(verdict.commits.moved)} naming another message"
         )
     print("VALID" if verdict.valid else f"INVALID: {verdict}")
     return 0 if verdict.valid else 1

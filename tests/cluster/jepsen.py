@@ -3,7 +3,8 @@
 * **Workload**: HTTP batches with Idempotency-Keys sent to any member (a slave forwards to its
   master) and a confluent-kafka idempotent producer, every message a unique value. Each send is
   recorded as ``invoke`` then ``ok`` (acknowledged), ``fail`` (refused: nothing stored) or
-  ``info`` (unknown outcome: a timeout, a lost connection after retries ran out).
+  ``info`` (unknown outcome: a timeout, a lost connection after retries ran out). Beside them,
+  an HTTP and a Kafka consumer commit group offsets (tests/cluster/jepsen_commits.py).
 * **Nemesis**: cycles of ``kill -9`` of the master, ``SIGSTOP`` of the master for longer than
   the ZooKeeper session then ``SIGCONT``, ``kill -9`` of a slave, each followed by a restart;
   every failover (master kill or pause → first acknowledged produce under a new epoch) is
@@ -12,7 +13,8 @@
   every acknowledged value is in the final master's history exactly once (lost and duplicated
   values are listed); nothing refused is there; every replica's CommitLog is byte-identical to
   the final master's up to its own end (so no replica keeps a record the final history lacks,
-  and all agree up to the smallest replicated offset).
+  and all agree up to the smallest replicated offset); and, commit by commit, every
+  acknowledged group commit is still there on the final master, naming the same message.
 
 Used by ``tests/cluster/test_jepsen.py`` (a short run in ``make test``) and
 ``bench/jepsen_replication.py`` (the full run: 20+ cycles, printed).
@@ -34,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from tests.cluster import jepsen_commits
 from tests.support.cluster import ProcessCluster
 from tests.support.waiting import wait_until
 
@@ -390,14 +393,23 @@ class Verdict:
     #: What the Spark query's output lacks or holds twice (``None``: no Spark query ran).
     spark_missing: list[str] | None = None
     spark_duplicated: list[str] | None = None
+    #: The group commits, commit by commit (``None``: no consumer committed).
+    commits: jepsen_commits.CommitVerdict | None = None
 
     @property
     def valid(self) -> bool:
         spark_ok = not (self.spark_missing or self.spark_duplicated)
-        return spark_ok and not (self.lost or self.duplicated or self.aborted or self.divergent)
+        commits_ok = self.commits is None or self.commits.valid
+        messages_ok = not (self.lost or self.duplicated or self.aborted or self.divergent)
+        return spark_ok and commits_ok and messages_ok
 
 
-def check(cluster: ProcessCluster, history: History, spark: SparkReader | None = None) -> Verdict:
+def check(
+    cluster: ProcessCluster,
+    history: History,
+    spark: SparkReader | None = None,
+    commits: jepsen_commits.CommitHistory | None = None,
+) -> Verdict:
     master = heal(cluster)
     bodies = [b for b in drain(cluster.brokers[master].url) if not b.startswith("probe-")]
     counts = Counter(bodies)
@@ -412,6 +424,8 @@ def check(cluster: ProcessCluster, history: History, spark: SparkReader | None =
         divergent=divergent,
         failovers=list(history.failovers),
     )
+    if commits is not None:
+        verdict.commits = jepsen_commits.check(cluster.brokers[master].url, TOPIC, QUEUES, commits)
     if spark is not None:  # the query read across every failover: each message once
         read = wait_until(
             lambda: spark.caught_up(len(bodies)), 600, "the Spark query to catch up", poll_s=1.0

@@ -1,6 +1,7 @@
 """The replication run that decides issue 22, short: three faults (kill -9 of the master, the
-master paused past its session, kill -9 of a slave) under HTTP and Kafka load; the checker
-decides message by message. The full run (21 cycles) is ``python -m bench.jepsen_replication``."""
+master paused past its session, kill -9 of a slave) under HTTP and Kafka load, with an HTTP and a
+Kafka consumer committing group offsets throughout; the checker decides message by message and
+commit by commit. The full run (21 cycles) is ``python -m bench.jepsen_replication``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import jepsen
+from tests.cluster import jepsen, jepsen_commits
 from tests.support.cluster import ProcessCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark]
@@ -23,7 +24,11 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         jepsen.start_group(cluster)
         history = jepsen.History()
         stop = threading.Event()
+        commits = jepsen_commits.CommitHistory()
         workers = [jepsen.HttpProducer(cluster, history, stop), jepsen.KafkaProducer(cluster, history, stop)]
+        workers += jepsen_commits.committers(
+            cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, commits, stop
+        )
         for worker in workers:
             worker.start()
         reader = jepsen.SparkReader(spark, cluster, tmp_path)
@@ -34,11 +39,13 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
             for worker in workers:
                 worker.join(timeout=120)
         try:
-            verdict = jepsen.check(cluster, history, reader)
+            verdict = jepsen.check(cluster, history, reader, commits)
         finally:
             reader.stop()
         for at, what in history.events:
             print(f"{at:7.2f} s  {what}")
+        acked, refused, unknown = len(commits.acknowledged), commits.refused, commits.unknown
+        print(f"commits: {acked} acknowledged, {refused} refused, {unknown} unknown")
         assert verdict.acknowledged > 100
         assert verdict.lost == [], f"acknowledged but lost: {verdict.lost[:20]}"
         assert verdict.duplicated == [], f"stored twice: {verdict.duplicated[:20]}"
@@ -46,3 +53,9 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         assert verdict.divergent == []
         assert verdict.spark_missing == [] and verdict.spark_duplicated == []
         assert len(verdict.failovers) == 2
+        assert verdict.commits is not None
+        kinds = {c.kind for c in commits.acknowledged}
+        assert kinds == {"http", "kafka"}, f"acknowledged commits by kind: {kinds}"
+        went_back, moved = verdict.commits.went_back, verdict.commits.moved
+        assert went_back == [], f"acknowledged commits gone back: {went_back[:10]}"
+        assert moved == [], f"commits naming another message: {moved[:10]}"
