@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.errors import InvalidArgument, SparkMQError, StoreError
+from store.errors import InvalidArgument, NotMaster, SparkMQError, StoreError
 from store.format.record import RecordFields
 from store.message_store import MessageStore
 from store.names import TRANS_OFFSETS_TOPIC
@@ -119,9 +119,18 @@ class TransactionService:
 
     @classmethod
     def open(cls, store: MessageStore) -> TransactionService:
+        """Rebuild, repair torn commits, re-apply offsets (:mod:`store.publish.transaction_recovery`).
+
+        A replica that takes no write yet (a replica-group member before its role is known)
+        leaves its torn commits open: as a slave it truncates its tail to the master's log
+        anyway, and as a master it opens the service again (``broker.membership``) and repairs
+        them then. Before this, such a member could not start at all."""
         service = cls(store)
         last_op = rebuild(store, service._table)
-        service.repaired = repair(store, service._table, last_op, service._complete_torn)
+        try:
+            service.repaired = repair(store, service._table, last_op, service._complete_torn)
+        except NotMaster as exc:
+            log.warning("transactions: torn commit(s) left for when this member leads: %s", exc)
         service.reapplied_offsets = reapply_offsets(store)
         return service
 

@@ -291,6 +291,39 @@ def test_a_torn_end_gets_its_op_on_reopen_and_never_commits_twice(tmp_path: Path
         assert TransactionService.open(ms).repaired == 0
 
 
+def test_a_replica_without_a_role_opens_with_a_torn_end_and_repairs_it_once_writable(tmp_path: Path) -> None:
+    """A replica-group member restarted after a crash mid-commit starts (its store takes no
+    write before it has a role): the torn end stays open until it may write (found by the
+    Jepsen run's Kafka transactions; such a member used to fail at start)."""
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("orders", 4)
+        service = TransactionService.open(ms)
+        txid = put_halves(ms, service, ["orders", "orders"])
+        halves = zip(
+            records(ms, TRANS_HALF_TOPIC), ms.get_messages(TRANS_HALF_TOPIC, 0, 0, 10).messages, strict=True
+        )
+        ms.append_records([final_record(Half(raw, m.commitlog_offset)) for raw, m in halves][:1])
+        ms.abandon()
+    config = StoreConfig(
+        store_dir=tmp_path / "s",
+        commitlog_file_size_bytes=1 << 22,
+        background_services=False,
+        replicated=True,
+    )
+    with MessageStore.open(config, clock_ms=lambda: NOW) as ms:
+        ms.replica_log().advance_confirm(ms.commitlog_max_offset)  # all of it replicated
+        service = TransactionService.open(ms)  # no role: nothing written, nothing raised
+        assert service.repaired == 0
+        assert [t.transaction_id for t in service.pending("pg")] == [txid]
+        assert ms.queue_offsets(TRANS_OP_HALF_TOPIC) in ({}, {0: (0, 0)})
+        ms.abandon()
+    with open_store(tmp_path / "s") as ms:  # as a master (writable): repaired, once
+        service = TransactionService.open(ms)
+        assert service.repaired == 1
+        assert service.get(txid).outcome is TxOutcome.COMMIT  # type: ignore[union-attr]
+        assert len(ms.get_messages("orders", 1, 0, 10).messages) == 2
+
+
 def test_discard_copies_the_half_with_its_check_times(tmp_path: Path) -> None:
     with open_store(tmp_path / "s") as ms:
         ms.create_topic("orders", 4)
