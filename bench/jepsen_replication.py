@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from streaming.register import local_session_builder
-from tests.cluster import jepsen, jepsen_commits
+from tests.cluster import jepsen, jepsen_commits, jepsen_txn
 from tests.support.cluster import ProcessCluster
 
 
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         workers += jepsen_commits.committers(
             cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, commits, stop
         )
+        loop = jepsen_txn.transformer(cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, stop)
+        workers.append(loop)
         for worker in workers:
             worker.start()
         spark = local_session_builder("jepsen").config("spark.default.parallelism", "2").getOrCreate()
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             for worker in workers:
                 worker.join(timeout=180)
         try:
-            verdict = jepsen.check(cluster, history, reader, commits)
+            verdict = jepsen.check(cluster, history, reader, commits, txn=True)
         finally:
             reader.stop()
             spark.stop()
@@ -96,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
             f"group commits: {verdict.commits.acknowledged:,} acknowledged (HTTP {by_kind['http']:,}, "
             f"Kafka {by_kind['kafka']:,}; {commits.refused:,} refused, {commits.unknown:,} unknown); "
             f"{len(verdict.commits.went_back)} gone back, {len(verdict.commits.moved)} naming another message"
+        )
+    if verdict.txn is not None:
+        print(
+            f"Kafka consume-transform-produce: {loop.committed:,} transactions committed, {loop.aborted} "
+            f"aborted, {loop.restarted} producer restarts, {verdict.txn.output:,} output records; "
+            f"{len(verdict.txn.missing)} missing, {len(verdict.txn.duplicated)} twice, "
+            f"{len(verdict.txn.uncommitted)} past the committed offsets"
         )
     print("VALID" if verdict.valid else f"INVALID: {verdict}")
     return 0 if verdict.valid else 1

@@ -4,7 +4,8 @@
   master) and a confluent-kafka idempotent producer, every message a unique value. Each send is
   recorded as ``invoke`` then ``ok`` (acknowledged), ``fail`` (refused: nothing stored) or
   ``info`` (unknown outcome: a timeout, a lost connection after retries ran out). Beside them,
-  an HTTP and a Kafka consumer commit group offsets (tests/cluster/jepsen_commits.py).
+  an HTTP and a Kafka consumer commit group offsets (tests/cluster/jepsen_commits.py), and a
+  Kafka consume-transform-produce loop commits transactions (tests/cluster/jepsen_txn.py).
 * **Nemesis**: cycles of ``kill -9`` of the master, ``SIGSTOP`` of the master for longer than
   the ZooKeeper session then ``SIGCONT``, ``kill -9`` of a slave, each followed by a restart;
   every failover (master kill or pause → first acknowledged produce under a new epoch) is
@@ -14,7 +15,8 @@
   values are listed); nothing refused is there; every replica's CommitLog is byte-identical to
   the final master's up to its own end (so no replica keeps a record the final history lacks,
   and all agree up to the smallest replicated offset); and, commit by commit, every
-  acknowledged group commit is still there on the final master, naming the same message.
+  acknowledged group commit is still there on the final master, naming the same message; and
+  the loop's output is exactly its committed input.
 
 Used by ``tests/cluster/test_jepsen.py`` (a short run in ``make test``) and
 ``bench/jepsen_replication.py`` (the full run: 20+ cycles, printed).
@@ -36,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from tests.cluster import jepsen_commits
+from tests.cluster import jepsen_commits, jepsen_txn
 from tests.support.cluster import ProcessCluster
 from tests.support.waiting import wait_until
 
@@ -395,11 +397,13 @@ class Verdict:
     spark_duplicated: list[str] | None = None
     #: The group commits, commit by commit (``None``: no consumer committed).
     commits: jepsen_commits.CommitVerdict | None = None
+    #: The Kafka consume-transform-produce loop's output against its offsets (``None``: no loop).
+    txn: jepsen_txn.TxnVerdict | None = None
 
     @property
     def valid(self) -> bool:
         spark_ok = not (self.spark_missing or self.spark_duplicated)
-        commits_ok = self.commits is None or self.commits.valid
+        commits_ok = (self.commits is None or self.commits.valid) and (self.txn is None or self.txn.valid)
         messages_ok = not (self.lost or self.duplicated or self.aborted or self.divergent)
         return spark_ok and commits_ok and messages_ok
 
@@ -409,6 +413,7 @@ def check(
     history: History,
     spark: SparkReader | None = None,
     commits: jepsen_commits.CommitHistory | None = None,
+    txn: bool = False,
 ) -> Verdict:
     master = heal(cluster)
     bodies = [b for b in drain(cluster.brokers[master].url) if not b.startswith("probe-")]
@@ -426,6 +431,9 @@ def check(
     )
     if commits is not None:
         verdict.commits = jepsen_commits.check(cluster.brokers[master].url, TOPIC, QUEUES, commits)
+    if txn:
+        servers = jepsen_txn.servers(cluster, MEMBERS)
+        verdict.txn = jepsen_txn.check(cluster.brokers[master].url, servers, TOPIC, QUEUES)
     if spark is not None:  # the query read across every failover: each message once
         read = wait_until(
             lambda: spark.caught_up(len(bodies)), 600, "the Spark query to catch up", poll_s=1.0

@@ -187,7 +187,7 @@ class CommitVerdict:
 def check(url: str, topic: str, queues: int, history: CommitHistory) -> CommitVerdict:
     """Every acknowledged commit against the final master at ``url`` (see the module docstring)."""
     with httpx.Client(base_url=url, timeout=30) as http:
-        bodies = {q: _queue_bodies(http, topic, q) for q in range(queues)}
+        bodies = {q: queue_bodies(http, topic, q) for q in range(queues)}
         committed: dict[str, dict[int, int]] = {}
         for group in (HTTP_GROUP, KAFKA_GROUP):
             answer = http.get(f"/groups/{group}/offsets", params={"topic": topic}).json()
@@ -204,7 +204,7 @@ def check(url: str, topic: str, queues: int, history: CommitHistory) -> CommitVe
     return CommitVerdict(len(history.acknowledged), went_back, moved)
 
 
-def _queue_bodies(http: httpx.Client, topic: str, queue: int) -> dict[int, str]:
+def queue_bodies(http: httpx.Client, topic: str, queue: int) -> dict[int, str]:
     """offset -> body of every message of ``queue`` (the run keeps everything: no retention)."""
     rows: dict[int, str] = {}
     offset = 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import jepsen, jepsen_commits
+from tests.cluster import jepsen, jepsen_commits, jepsen_txn
 from tests.support.cluster import ProcessCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark]
@@ -29,6 +29,8 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         workers += jepsen_commits.committers(
             cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, commits, stop
         )
+        loop = jepsen_txn.transformer(cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, stop)
+        workers.append(loop)
         for worker in workers:
             worker.start()
         reader = jepsen.SparkReader(spark, cluster, tmp_path)
@@ -39,13 +41,14 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
             for worker in workers:
                 worker.join(timeout=120)
         try:
-            verdict = jepsen.check(cluster, history, reader, commits)
+            verdict = jepsen.check(cluster, history, reader, commits, txn=True)
         finally:
             reader.stop()
         for at, what in history.events:
             print(f"{at:7.2f} s  {what}")
         acked, refused, unknown = len(commits.acknowledged), commits.refused, commits.unknown
         print(f"commits: {acked} acknowledged, {refused} refused, {unknown} unknown")
+        print(f"transactions: {loop.committed} committed, {loop.aborted} aborted, {loop.restarted} restarts")
         assert verdict.acknowledged > 100
         assert verdict.lost == [], f"acknowledged but lost: {verdict.lost[:20]}"
         assert verdict.duplicated == [], f"stored twice: {verdict.duplicated[:20]}"
@@ -59,3 +62,8 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         went_back, moved = verdict.commits.went_back, verdict.commits.moved
         assert went_back == [], f"acknowledged commits gone back: {went_back[:10]}"
         assert moved == [], f"commits naming another message: {moved[:10]}"
+        txn = verdict.txn
+        assert txn is not None and loop.committed > 0 and txn.output > 0, (loop.errors, txn)
+        assert txn.missing == [], f"committed input missing from the output: {txn.missing[:10]}"
+        assert txn.duplicated == [], f"output twice: {txn.duplicated[:10]}"
+        assert txn.uncommitted == [], f"output past the committed offsets: {txn.uncommitted[:10]}"
