@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if verdict.spark_missing is not None:
         print(
-            f"Spark query across the faults: {len(verdict.spark_missing)} acknowledged missing, "
-            f"{len(verdict.spark_duplicated or [])} read twice"
+            f"Spark query (source -> exactly-once sink) across the faults: "
+            f"{len(verdict.spark_missing)} acknowledged missing, "
+            f"{len(verdict.spark_duplicated or [])} twice in the sink's topic"
         )
     if verdict.commits is not None:
         by_kind = {k: sum(c.kind == k for c in commits.acknowledged) for k in ("http", "kafka")}

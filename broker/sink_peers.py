@@ -51,6 +51,10 @@ class PeerSinkRouter:
     def me(self) -> str:
         return self.node.name
 
+    @property
+    def serving(self) -> bool:
+        return self.node.serving
+
     def routes(self, topics: Sequence[str]) -> dict[str, TopicRoute]:
         out: dict[str, TopicRoute] = {}
         for topic in topics:

@@ -35,6 +35,12 @@ class SinkRouter(Protocol):
     def me(self) -> str:
         """This broker's name."""
 
+    @property
+    def serving(self) -> bool:
+        """Whether this member writes its name's queues itself: a replica-group member only
+        while it is the master; a slave coordinator sends its own name's chunks to its master
+        like any other owner's."""
+
     def routes(self, topics: Sequence[str]) -> Mapping[str, TopicRoute]:
         """The current route of each topic, creating it in the cluster when that is allowed
         (else :class:`store.UnknownTopic`); afterwards this broker's store has every topic it
@@ -92,7 +98,7 @@ def publish_routed(
         chunks = by_owner[owner]
         for index, chunk in enumerate(chunks):
             ref = ChunkRef(manifest.sink_id, manifest.batch_id, chunk.seq)
-            if owner == router.me:  # the coordinator flushes its own store when marking
+            if owner == router.me and router.serving:  # the coordinator flushes its store when marking
                 writer.store_chunk(ref, chunk.rows, fresh=fresh)
             else:
                 router.send(owner, ref, chunk.rows, fresh=fresh, flush=index == len(chunks) - 1)

@@ -44,6 +44,8 @@ from tests.support.waiting import wait_until
 
 GROUP = "b1"
 TOPIC = "jepsen"
+#: Where the Spark query writes what it reads, through the exactly-once sink.
+SINK_TOPIC = "jepsen-sink"
 QUEUES = 2
 MEMBERS = ("b1-a", "b1-b", "b1-c")
 #: sync replication, at least two in sync, SYNC_FLUSH: acknowledged means fsynced on two disks.
@@ -117,8 +119,9 @@ def start_group(cluster: ProcessCluster) -> None:
     wait_until(lambda: master_key(cluster), 90, "a master")
     wait_until(lambda: len((describe(cluster) or {}).get("in_sync") or []) == len(MEMBERS), 90, "all in sync")
     with cluster.http(MEMBERS[0]) as http:
-        created = http.put(f"/topics/{TOPIC}", json={"queues": QUEUES})
-        assert created.status_code in (200, 201), created.text
+        for topic in (TOPIC, SINK_TOPIC):
+            created = http.put(f"/topics/{topic}", json={"queues": QUEUES})
+            assert created.status_code in (200, 201), created.text
 
 
 # -- the workload ---------------------------------------------------------------------------------
@@ -219,14 +222,16 @@ class KafkaProducer(threading.Thread):
 
 class SparkReader:
     """A Structured Streaming query reading the topic across the group (``endpoint`` mode,
-    ``failOnDataLoss=false``: it waits out failovers) into Parquet files; the checker then wants
-    every acknowledged message in its output exactly once."""
+    ``failOnDataLoss=false``: it waits out failovers) and writing every body to
+    :data:`SINK_TOPIC` through the exactly-once sink (its coordinator, the endpoint member, is
+    killed, paused and demoted like the others); the checker then wants every acknowledged
+    message in the sink's topic exactly once."""
 
     WORKER_START_FLAKE = "Python worker failed to connect back"
 
     def __init__(self, spark: Any, cluster: ProcessCluster, root: Path) -> None:
         self.spark, self.cluster = spark, cluster
-        self.output, self.checkpoint = str(root / "spark-out"), str(root / "spark-checkpoint")
+        self.checkpoint = str(root / "spark-checkpoint")
         self.query = self._start()
 
     def _start(self) -> Any:
@@ -239,9 +244,10 @@ class SparkReader:
             .option("failOnDataLoss", "false")
             .option("requestTimeoutMs", "5000")
             .load()
-            .selectExpr("CAST(body AS STRING) AS body")
-            .writeStream.format("parquet")
-            .option("path", self.output)
+            .select("body")
+            .writeStream.format("sparkmq")
+            .option("endpoint", endpoint)
+            .option("topic", SINK_TOPIC)
             .option("checkpointLocation", self.checkpoint)
             .trigger(processingTime="500 milliseconds")
             .start()
@@ -258,11 +264,14 @@ class SparkReader:
             self.query = self._start()
 
     def bodies(self) -> list[str]:
-        try:
-            frame = self.spark.read.parquet(self.output)
-        except Exception:
+        """What the sink has published, read from the current master (none known: nothing)."""
+        master = master_key(self.cluster)
+        if master is None:
             return []
-        return [row.body for row in frame.collect()]
+        try:
+            return drain(self.cluster.brokers[master].url, SINK_TOPIC)
+        except (httpx.HTTPError, KeyError):
+            return []
 
     def caught_up(self, expected: int) -> list[str] | None:
         self.healthy()
@@ -366,15 +375,15 @@ def heal(cluster: ProcessCluster) -> str:
     return master
 
 
-def drain(url: str) -> list[str]:
-    """Every message body of the topic, read from ``url`` (all queues, in offset order)."""
+def drain(url: str, topic: str = TOPIC) -> list[str]:
+    """Every message body of ``topic``, read from ``url`` (all queues, in offset order)."""
     bodies: list[str] = []
     with httpx.Client(base_url=url, timeout=30) as http:
         for queue in range(QUEUES):
             offset = 0
             while True:
                 page = http.get(
-                    f"/topics/{TOPIC}/queues/{queue}/messages",
+                    f"/topics/{topic}/queues/{queue}/messages",
                     params={"offset": offset, "max_messages": 5000},
                 ).json()
                 bodies += [m["body"] for m in page["messages"]]

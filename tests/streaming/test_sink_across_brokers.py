@@ -45,6 +45,7 @@ class LocalRouter:
 
     me: str
     writers: dict[str, ChunkWriter]
+    serving: bool = True
     down: set[str] = field(default_factory=set)
     sends_before_death: dict[str, int] = field(default_factory=dict)
     sent: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -143,6 +144,22 @@ def test_rows_are_stored_once_by_the_owner_of_their_queue(
     replay = staging.commit(SINK, 0, _stage(tmp_path / "b1", 0, [_bodies(0, 61)]), router)
     assert replay.already_published
     _check(stores, _bodies(0, 61))
+
+
+def test_a_coordinator_that_is_a_slave_sends_its_own_names_chunks_to_its_master(
+    stores: dict[str, MessageStore], tmp_path: Path
+) -> None:
+    """The coordinator (the sink's endpoint) became a slave of its replica group after a
+    failover: it still stages and decides, but its name's chunks go over the wire to the
+    master (here b1's other writer), as it cannot write them itself. (It used to write them
+    locally, which a slave refuses: the sink was stuck until it led again.)"""
+    staging = SinkStaging(stores["b1"], chunk_rows=7)
+    writers = {name: ChunkWriter(store) for name, store in stores.items()}  # b1's: the master's
+    router = LocalRouter("b1", writers, serving=False)
+    outcome = staging.commit(SINK, 0, _stage(tmp_path / "b1", 0, [_bodies(0, 40), _bodies(40, 61)]), router)
+    assert (outcome.rows, outcome.decided_now) == (61, True)
+    _check(stores, _bodies(0, 61))
+    assert set(router.sent) == {"b1", "b2", "b3"}
 
 
 def test_an_owner_down_before_the_decision_decides_nothing(
