@@ -87,11 +87,17 @@ def local_broker(flush: str = "async") -> Iterator[str]:
 
 
 async def _keepalive_client(
-    host: str, port: int, request: bytes, stop_at: float, latencies: list[float] | None = None
+    host: str,
+    port: int,
+    request: bytes,
+    stop_at: float,
+    latencies: list[float] | None = None,
+    expect: int = 201,
 ) -> int:
-    """One HTTP/1.1 keep-alive connection sending ``request`` until ``stop_at``. A raw-socket
-    client keeps client CPU small, so the figure mostly measures the server. Each request's
-    round trip (seconds) is appended to ``latencies`` when given."""
+    """One HTTP/1.1 keep-alive connection sending ``request`` until ``stop_at``; raises
+    RuntimeError on an answer other than ``expect``. A raw-socket client keeps client CPU
+    small, so the figure mostly measures the server. Each request's round trip (seconds) is
+    appended to ``latencies`` when given."""
     reader, writer = await asyncio.open_connection(host, port)
     done = 0
     try:
@@ -104,8 +110,8 @@ async def _keepalive_client(
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
             await reader.readexactly(length)
-            if status != 201:
-                raise RuntimeError(f"produce answered {status}")
+            if status != expect:
+                raise RuntimeError(f"{request.split(b' ', 1)[0].decode()} answered {status}, not {expect}")
             if latencies is not None:
                 latencies.append(time.perf_counter() - sent_at)
             done += 1
