@@ -118,6 +118,7 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
             replication=ReplicationMode.SYNC if config.replication == "sync" else ReplicationMode.ASYNC,
             min_insync=config.min_insync,
             ack_timeout_ms=config.replication_timeout_ms,
+            max_time_slave_not_catchup_ms=config.max_time_slave_not_catchup_ms,
             tls=config.ha_tls,
         ),
         group,

@@ -48,6 +48,9 @@ class ClusterConfig:
     min_insync: int = 1
     #: How long a sync produce waits for the in-sync set before FLUSH_SLAVE_TIMEOUT.
     replication_timeout_ms: int = 3000
+    #: A slave that has not caught up for this long leaves the in-sync set (``sync``: the master
+    #: then acknowledges without it); RocketMQ ``haMaxTimeSlaveNotCatchup``.
+    max_time_slave_not_catchup_ms: int = 15_000
     #: Elect a member outside the in-sync set when none inside is alive (loses what only the
     #: old master had: acknowledged messages included).
     unclean_failover: bool = False
@@ -75,6 +78,7 @@ class ClusterConfig:
             (self.replication in ("async", "sync"), "replication must be async or sync"),
             (self.min_insync >= 1, "min_insync must be >= 1 (the master counts)"),
             (self.replication_timeout_ms >= 1, "replication_timeout_ms must be >= 1"),
+            (self.max_time_slave_not_catchup_ms >= 1, "max_time_slave_not_catchup_ms must be >= 1"),
             (
                 self.ha_port is not None or (self.replication == "async" and self.min_insync == 1),
                 "replication settings need --ha-port",

@@ -290,6 +290,14 @@ def serve(
         int,
         typer.Option(help="A sync produce's wait for the in-sync set.", rich_help_panel="Replication"),
     ] = 3000,
+    max_time_slave_not_catchup_ms: Annotated[
+        int,
+        typer.Option(
+            help="A slave that has not caught up for this long leaves the in-sync set (RocketMQ "
+            "haMaxTimeSlaveNotCatchup); with sync, produces time out until then.",
+            rich_help_panel="Replication",
+        ),
+    ] = 15_000,
     unclean_failover: Annotated[
         bool,
         typer.Option(
@@ -329,7 +337,13 @@ def serve(
         membership = membership.with_changes(remoting_port=remoting_port)
     if membership is not None and ha_port is not None:
         membership = _with_replication(
-            membership, ha_port, replication, min_insync, replication_timeout_ms, unclean_failover
+            membership,
+            ha_port,
+            replication=replication,
+            min_insync=min_insync,
+            replication_timeout_ms=replication_timeout_ms,
+            max_time_slave_not_catchup_ms=max_time_slave_not_catchup_ms,
+            unclean_failover=unclean_failover,
         )
         if ha_advertise is not None:
             membership = _with_ha_advertise(membership, ha_advertise)
@@ -337,6 +351,8 @@ def serve(
         _refuse(
             "--ha-port, --replication, --min-insync and --unclean-failover need --cluster and --broker-name"
         )
+    elif max_time_slave_not_catchup_ms != 15_000:
+        _refuse("--max-time-slave-not-catchup-ms needs --ha-port, --cluster and --broker-name")
     elif ha_advertise is not None:
         _refuse("--ha-advertise needs --ha-port, --cluster and --broker-name")
     security = sec.ClusterSecurityFlags(
@@ -472,17 +488,10 @@ def _cluster_config(
     raise AssertionError("unreachable")
 
 
-def _with_replication(
-    membership: ClusterConfig, ha_port: int, mode: str, min_insync: int, timeout_ms: int, unclean: bool
-) -> ClusterConfig:
+def _with_replication(membership: ClusterConfig, ha_port: int, **settings: object) -> ClusterConfig:
+    """``settings``: the replication options, named as :class:`ClusterConfig`'s fields."""
     try:
-        return membership.with_changes(
-            ha_port=ha_port,
-            replication=mode,
-            min_insync=min_insync,
-            replication_timeout_ms=timeout_ms,
-            unclean_failover=unclean,
-        )
+        return membership.with_changes(ha_port=ha_port, **settings)
     except InvalidArgument as exc:
         _refuse(str(exc))
 

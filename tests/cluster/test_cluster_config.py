@@ -58,3 +58,30 @@ def test_serve_refuses_a_bad_ha_advertise_before_opening_anything(
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "data").exists()
+
+
+def test_max_time_slave_not_catchup_is_a_replication_setting() -> None:
+    assert _config().max_time_slave_not_catchup_ms == 15_000  # RocketMQ's haMaxTimeSlaveNotCatchup
+    assert _config(ha_port=10912, max_time_slave_not_catchup_ms=5000).max_time_slave_not_catchup_ms == 5000
+    with pytest.raises(InvalidArgument, match="max_time_slave_not_catchup_ms must be >= 1"):
+        _config(ha_port=10912, max_time_slave_not_catchup_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-time-slave-not-catchup-ms", "5000"], "--max-time-slave-not-catchup-ms needs --ha-port"),
+        (
+            [*_MEMBER, "--ha-port", "10912", "--max-time-slave-not-catchup-ms", "0"],
+            "max_time_slave_not_catchup_ms must be >= 1",
+        ),
+    ],
+)
+def test_serve_refuses_a_bad_max_time_slave_not_catchup_before_opening_anything(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    argv = ["serve", "--store-dir", str(tmp_path / "data"), "--operators", "off", *extra]
+    result = CliRunner().invoke(app, argv, terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "data").exists()

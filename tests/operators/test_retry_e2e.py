@@ -19,9 +19,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 SHORT_LEVELS = ("--delay-levels", "1s 1s 1s 1s 1s 1s 1s 1s")
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    running = start_broker(tmp_path, extra_args=SHORT_LEVELS)
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker and operator job for the module's tests that need no kill: each uses topics
+    and groups of its own (``work``/``billing``; ``work2``/``fast``) and asserts only on those,
+    so neither sees the other's messages whatever the order."""
+    running = start_broker(tmp_path_factory.mktemp("retry-broker"), extra_args=SHORT_LEVELS)
     yield running
     running.stop(signal.SIGKILL)
 
@@ -50,6 +53,39 @@ def copies(broker: Broker, topic: str, uniq_key: str, count: int) -> list[dict[s
     found = mine()
     assert len(found) == count, [m["reconsume_times"] for m in found]
     return found
+
+
+@pytest.mark.parametrize("fault", ["driver:before_post", "driver:after_post", "broker:decided"])
+def test_send_backs_survive_kill9(tmp_path: Path, fault: str) -> None:
+    """kill -9 of the operator driver around its POST, or of the broker right after it decided a
+    relocation batch: every send-back still gives exactly one retry."""
+    who, point = fault.split(":")
+    marker = tmp_path / f"{point}.killed"
+    variable = "SPARKMQ_TEST_OPERATOR_FAULT" if who == "driver" else "SPARKMQ_TEST_RELOCATION_FAULT"
+    first = start_broker(tmp_path, extra_args=SHORT_LEVELS, env={variable: f"{point}:{marker}"})
+    running = first
+    try:
+        with first.http as http:
+            http.put("/groups/g", json={})
+            sent = [http.post("/topics/k/messages", json={"body": f"m{i}"}).json() for i in range(6)]
+        for m in sent:
+            send_back(first, "g", "k", m["msg_id"])
+            send_back(first, "g", "k", m["msg_id"])  # a duplicate of the same attempt
+        if who == "broker":
+            assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash"
+            running = start_broker(tmp_path, extra_args=SHORT_LEVELS, port=int(first.url.rsplit(":", 1)[1]))
+        for m in sent:
+            copies(running, "%RETRY%g", m["uniq_key"], 1)
+        assert marker.exists(), "nothing was killed"
+        assert len(all_messages(running, "%RETRY%g")) == len(sent)
+    finally:
+        running.stop(signal.SIGKILL)
+        if running is not first:
+            first.stop(signal.SIGKILL)
+
+
+# The tests on the module's shared broker come last: it is torn down at the module's end, so
+# its idle operator job would otherwise run beside each kill test's own broker and job.
 
 
 def test_the_full_ladder_duplicates_the_dlq_and_a_resend(broker: Broker) -> None:
@@ -122,32 +158,3 @@ def test_straight_to_the_dlq_and_refusals(broker: Broker) -> None:
     assert result["outcome"] == "dlq"
     (letter,) = copies(broker, "%DLQ%fast", m["uniq_key"], 1)
     assert letter["reconsume_times"] == 1
-
-
-@pytest.mark.parametrize("fault", ["driver:before_post", "driver:after_post", "broker:decided"])
-def test_send_backs_survive_kill9(tmp_path: Path, fault: str) -> None:
-    """kill -9 of the operator driver around its POST, or of the broker right after it decided a
-    relocation batch: every send-back still gives exactly one retry."""
-    who, point = fault.split(":")
-    marker = tmp_path / f"{point}.killed"
-    variable = "SPARKMQ_TEST_OPERATOR_FAULT" if who == "driver" else "SPARKMQ_TEST_RELOCATION_FAULT"
-    first = start_broker(tmp_path, extra_args=SHORT_LEVELS, env={variable: f"{point}:{marker}"})
-    running = first
-    try:
-        with first.http as http:
-            http.put("/groups/g", json={})
-            sent = [http.post("/topics/k/messages", json={"body": f"m{i}"}).json() for i in range(6)]
-        for m in sent:
-            send_back(first, "g", "k", m["msg_id"])
-            send_back(first, "g", "k", m["msg_id"])  # a duplicate of the same attempt
-        if who == "broker":
-            assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash"
-            running = start_broker(tmp_path, extra_args=SHORT_LEVELS, port=int(first.url.rsplit(":", 1)[1]))
-        for m in sent:
-            copies(running, "%RETRY%g", m["uniq_key"], 1)
-        assert marker.exists(), "nothing was killed"
-        assert len(all_messages(running, "%RETRY%g")) == len(sent)
-    finally:
-        running.stop(signal.SIGKILL)
-        if running is not first:
-            first.stop(signal.SIGKILL)

@@ -103,10 +103,13 @@ def test_catch_up_after_the_operators_were_down(tmp_path: Path) -> None:
         now = int(time.time() * 1000)
         entries = [{"body": f"l-{i}", "delay_level": 1} for i in range(40)]
         entries += [{"body": f"t-{i}", "deliver_at_ms": now + 1500 + i} for i in range(40)]
-        keys = {r["uniq_key"] for r in produce(down, "caught", entries)}
+        results = produce(down, "caught", entries)
+        keys = {r["uniq_key"] for r in results}
     finally:
         assert down.stop(signal.SIGTERM) == 0
-    time.sleep(3)  # everything is overdue now
+    # the latest due time: a level-1 message's store time + 1 s, or the last timer's
+    last_due_ms = max(max(r["store_timestamp"] for r in results) + 1000, now + 1500 + 39)
+    wait_until(lambda: time.time() * 1000 > last_due_ms, 10, "everything to be overdue", poll_s=0.1)
     up = start_broker(tmp_path)
     try:
         delivered(up, "caught", keys, JOB_START_TIMEOUT_S + 60)
