@@ -102,7 +102,10 @@ class ProcessBroker:
             except httpx.HTTPError:
                 return False
 
-        wait_until(healthy, timeout_s, f"broker {self.name} to answer /healthz")
+        try:
+            wait_until(healthy, timeout_s, f"broker {self.name} to answer /healthz")
+        except AssertionError as exc:  # say what the broker was doing (its log goes with its temp dir)
+            raise AssertionError(f"{exc}\n--- its log's tail ---\n{self.log_tail()}") from None
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path else ""
