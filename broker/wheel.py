@@ -71,6 +71,12 @@ class DelayWheel:
         self._thread: threading.Thread | None = None
         #: Decisions published since start (for tests and /operators).
         self.published_total = 0
+        #: Decisions taken from the log since start (at start, or on leading after a failover),
+        #: not those already handed over by the batch that wrote them.
+        self.loaded_total = 0
+        #: Records appended by decisions read back from the log (or retried after a failed
+        #: publish): what a restart or a failover delivered from the replayed decisions.
+        self.replayed_total = 0
 
     # -- the API ---------------------------------------------------------------------------
     def schedule(self, items: Iterable[Scheduled]) -> None:
@@ -100,12 +106,14 @@ class DelayWheel:
             self._thread.join(timeout=30)
 
     # -- the thread ------------------------------------------------------------------------
-    def _add(self, item: Scheduled) -> None:
+    def _add(self, item: Scheduled) -> bool:
+        """Hold ``item`` unless it is held or published already; whether it was added."""
         offset = item.queue_offset
         if offset in self._items or offset < self._watermark or offset in self._done:
-            return
+            return False
         self._items[offset] = item
         heapq.heappush(self._heap, (item.decision.due_ms, offset))
+        return True
 
     def _run(self) -> None:
         while True:
@@ -147,8 +155,7 @@ class DelayWheel:
         with self._cond:
             self._watermark = max(self._watermark, progress.watermark)
             self._done |= {o for o in progress.done if o >= self._watermark}
-            for item in outstanding:
-                self._add(item)
+            self.loaded_total += sum(self._add(item) for item in outstanding)
             self._loaded = True
             count = len(self._items)
         if outstanding:
@@ -187,6 +194,8 @@ class DelayWheel:
                 continue
             published.append(item.queue_offset)
             self.published_total += 1
+            if item.recovered:
+                self.replayed_total += appended
             if self.observe is not None:
                 self.observe(item.decision.operator, appended, due_ms)
             self._event("wheel-published")
