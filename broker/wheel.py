@@ -12,8 +12,9 @@ wake-up and one append do.
   record and every decision above its watermark not marked, and publishes them *with resume*
   (records already relocated after the decision record are skipped); overdue ones go at once.
 * **Failover**: the wheel runs only while ``should_run()`` (a lone broker always; in a replica
-  group while this member is the master). A member that starts to lead loads the decisions it
-  replicated as a slave, the same way: what the old master had relocated is found and skipped.
+  group while this member is the master, its store included: :func:`wheel_may_run`). A member
+  that starts to lead loads the decisions it replicated as a slave, the same way: what the old
+  master had relocated is found and skipped.
 * A publish that fails (a store fault, the store not writable yet) is retried a second later.
 """
 
@@ -31,6 +32,7 @@ import numpy.typing as npt
 
 from broker.threads import run_blocking
 from store import StoreError
+from store.ha import Role
 from store.publish import Progress, Scheduled, WheelLog
 
 log = logging.getLogger("sparkmq.operators")
@@ -223,6 +225,20 @@ class DelayWheel:
             self.on_event(name)
 
 
+def wheel_may_run(cluster: Any, replica: Any) -> bool:
+    """Whether the wheel runs now: on a lone broker always; on a cluster member while it serves
+    its broker name (``cluster.serving``: its replica group's master in the ZooKeeper view) and,
+    in a replica group, once its store (``replica``, a ``store.ha.ReplicaController``) is master
+    too. The view names a new master a moment before ``become_master`` has ended (dispatched the
+    replicated tail, moved the confirm offset to the end of the log): a wheel that loaded then
+    would see only the decisions below the slave's last confirm offset, and never the rest."""
+    if cluster is None:
+        return True
+    if not cluster.serving:
+        return False
+    return replica is None or replica.role is Role.MASTER
+
+
 @asynccontextmanager
 async def wheel_service(broker: Any) -> AsyncIterator[DelayWheel | None]:
     """The broker's wheel for its lifetime (entered by the lifecycle after relocation recovery):
@@ -232,7 +248,7 @@ async def wheel_service(broker: Any) -> AsyncIterator[DelayWheel | None]:
     if wheel is None:
         yield None
         return
-    wheel.should_run = lambda: broker.cluster is None or broker.cluster.serving
+    wheel.should_run = lambda: wheel_may_run(broker.cluster, broker.replica)
     wheel.start()
     try:
         yield wheel

@@ -9,14 +9,17 @@ import contextlib
 import threading
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 
-from broker.wheel import DelayWheel
+from broker.wheel import DelayWheel, wheel_may_run
 from store import Message, MessageStore, StoreConfig
+from store.ha import HAConfig, InMemorySyncStateAuthority, ReplicaController
 from store.publish.due_records import DECISION_QUEUE, WHEEL_TOPIC
 from store.publish.relocations import RELOCATION_SCHEMA, RelocationLog, expand_requests
 from store.publish.wheel_log import Scheduled, WheelLog, decision_table
+from tests.support.stores import tiny_config
 from tests.support.waiting import wait_until
 
 
@@ -208,3 +211,21 @@ def test_a_replayed_decision_and_a_batch_of_the_new_master_do_not_interleave(tmp
             assert ms.relocate_pointers(pointers).appended == 2  # the batch's own relocation
         wheel.join(10)
         assert published == [0] and _bodies(ms) == Counter([b"m0", b"m1"])
+
+
+def test_the_wheel_waits_for_the_store_to_be_master_not_only_the_view(tmp_path: Path) -> None:
+    """After an election the ZooKeeper view names the new master before its store has become
+    master (the replicated tail dispatched, the confirm offset at the end): a wheel loading then
+    would miss the decisions above the slave's last confirm offset."""
+    store = MessageStore.open(tiny_config(tmp_path, replicated=True))
+    controller = ReplicaController(store, HAConfig(broker_id=1), InMemorySyncStateAuthority())
+    try:
+        elected = SimpleNamespace(serving=True)  # the group's state in ZooKeeper names this member
+        assert wheel_may_run(None, None) and wheel_may_run(elected, None)  # a lone broker, no group
+        assert not wheel_may_run(elected, controller), "ran before become_master ended"
+        controller.become_master(1)
+        assert wheel_may_run(elected, controller)
+        assert not wheel_may_run(SimpleNamespace(serving=False), controller)  # deposed
+    finally:
+        controller.close()
+        store.close()
