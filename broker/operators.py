@@ -129,6 +129,7 @@ class OperatorBoard:
             wheel_log = WheelLog(store, chunk_rows)
             self.wheel = DelayWheel(wheel_log, store.now_ms, observe=self._observe_wheel, on_event=hook)
             self.relocations.wheel = wheel_log
+            wheel_log.exclusive = self.relocations.exclusive
             self.relocations.on_scheduled = self.wheel.schedule
         self._lock = threading.Lock()
         self._states: dict[str, OperatorState] = {}
@@ -205,7 +206,14 @@ class OperatorBoard:
     def _wheel_status(self, operator: str) -> dict[str, Any]:
         if self.wheel is None or operator != DELAY_OPERATOR:
             return {}
-        return {"wheel_pending": self.wheel.pending(), "wheel_next_due_ms": self.wheel.next_due_ms()}
+        wheel = self.wheel
+        return {
+            "wheel_pending": wheel.pending(),
+            "wheel_next_due_ms": wheel.next_due_ms(),
+            "wheel_published_total": wheel.published_total,
+            "wheel_loaded_total": wheel.loaded_total,
+            "wheel_replayed_total": wheel.replayed_total,
+        }
 
     def metrics_text(self) -> str:
         """Prometheus text of the operators (appended to ``/metrics``)."""

@@ -12,8 +12,9 @@ wake-up and one append do.
   record and every decision above its watermark not marked, and publishes them *with resume*
   (records already relocated after the decision record are skipped); overdue ones go at once.
 * **Failover**: the wheel runs only while ``should_run()`` (a lone broker always; in a replica
-  group while this member is the master). A member that starts to lead loads the decisions it
-  replicated as a slave, the same way: what the old master had relocated is found and skipped.
+  group while this member is the master, its store included: :func:`wheel_may_run`). A member
+  that starts to lead loads the decisions it replicated as a slave, the same way: what the old
+  master had relocated is found and skipped.
 * A publish that fails (a store fault, the store not writable yet) is retried a second later.
 """
 
@@ -31,6 +32,7 @@ import numpy.typing as npt
 
 from broker.threads import run_blocking
 from store import StoreError
+from store.ha import Role
 from store.publish import Progress, Scheduled, WheelLog
 
 log = logging.getLogger("sparkmq.operators")
@@ -71,6 +73,12 @@ class DelayWheel:
         self._thread: threading.Thread | None = None
         #: Decisions published since start (for tests and /operators).
         self.published_total = 0
+        #: Decisions taken from the log since start (at start, or on leading after a failover),
+        #: not those already handed over by the batch that wrote them.
+        self.loaded_total = 0
+        #: Records appended by decisions read back from the log (or retried after a failed
+        #: publish): what a restart or a failover delivered from the replayed decisions.
+        self.replayed_total = 0
 
     # -- the API ---------------------------------------------------------------------------
     def schedule(self, items: Iterable[Scheduled]) -> None:
@@ -100,12 +108,14 @@ class DelayWheel:
             self._thread.join(timeout=30)
 
     # -- the thread ------------------------------------------------------------------------
-    def _add(self, item: Scheduled) -> None:
+    def _add(self, item: Scheduled) -> bool:
+        """Hold ``item`` unless it is held or published already; whether it was added."""
         offset = item.queue_offset
         if offset in self._items or offset < self._watermark or offset in self._done:
-            return
+            return False
         self._items[offset] = item
         heapq.heappush(self._heap, (item.decision.due_ms, offset))
+        return True
 
     def _run(self) -> None:
         while True:
@@ -147,8 +157,7 @@ class DelayWheel:
         with self._cond:
             self._watermark = max(self._watermark, progress.watermark)
             self._done |= {o for o in progress.done if o >= self._watermark}
-            for item in outstanding:
-                self._add(item)
+            self.loaded_total += sum(self._add(item) for item in outstanding)
             self._loaded = True
             count = len(self._items)
         if outstanding:
@@ -187,6 +196,8 @@ class DelayWheel:
                 continue
             published.append(item.queue_offset)
             self.published_total += 1
+            if item.recovered:
+                self.replayed_total += appended
             if self.observe is not None:
                 self.observe(item.decision.operator, appended, due_ms)
             self._event("wheel-published")
@@ -214,6 +225,20 @@ class DelayWheel:
             self.on_event(name)
 
 
+def wheel_may_run(cluster: Any, replica: Any) -> bool:
+    """Whether the wheel runs now: on a lone broker always; on a cluster member while it serves
+    its broker name (``cluster.serving``: its replica group's master in the ZooKeeper view) and,
+    in a replica group, once its store (``replica``, a ``store.ha.ReplicaController``) is master
+    too. The view names a new master a moment before ``become_master`` has ended (dispatched the
+    replicated tail, moved the confirm offset to the end of the log): a wheel that loaded then
+    would see only the decisions below the slave's last confirm offset, and never the rest."""
+    if cluster is None:
+        return True
+    if not cluster.serving:
+        return False
+    return replica is None or replica.role is Role.MASTER
+
+
 @asynccontextmanager
 async def wheel_service(broker: Any) -> AsyncIterator[DelayWheel | None]:
     """The broker's wheel for its lifetime (entered by the lifecycle after relocation recovery):
@@ -223,7 +248,7 @@ async def wheel_service(broker: Any) -> AsyncIterator[DelayWheel | None]:
     if wheel is None:
         yield None
         return
-    wheel.should_run = lambda: broker.cluster is None or broker.cluster.serving
+    wheel.should_run = lambda: wheel_may_run(broker.cluster, broker.replica)
     wheel.start()
     try:
         yield wheel

@@ -138,6 +138,12 @@ class RelocationLog:
         with self._guard:
             return self._locks.setdefault(operator, threading.Lock())
 
+    def exclusive(self, operator: str) -> threading.Lock:
+        """The lock ``operator``'s batches are decided and published under. The wheel takes it
+        around a checked publish (``WheelLog.exclusive``): a check for records already relocated
+        and the append after it are never interleaved with a batch's own."""
+        return self._lock(operator)
+
     def _dir(self, operator: str) -> Path:
         return self.root / check_id("operator", operator)
 

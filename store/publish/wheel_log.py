@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,6 +125,9 @@ class WheelLog:
         self.chunk_rows = chunk_rows
         #: After a failover: where this master's leadership began (see ``RelocationLog``).
         self.inherited_before: Callable[[], int | None] = lambda: None
+        #: The lock an operator's relocation batches are published under
+        #: (``RelocationLog.exclusive``), taken around a checked publish (see :meth:`publish`).
+        self.exclusive: Callable[[str], AbstractContextManager[object]] = lambda operator: nullcontext()
 
     def write(self, decisions: list[Decision], after: int, *, resume: bool) -> list[Scheduled]:
         """Append ``decisions`` (one batch's) atomically unless a resumed batch finds them
@@ -161,14 +165,19 @@ class WheelLog:
         A recovered decision (or, after a failover, a record parked before this master's
         leadership) is checked record by record: one found relocated in its target topic after
         it is skipped, whoever wrote it (this broker before a crash, an earlier master, a
-        decision of the same message by the new master's resolver)."""
+        decision of the same message by the new master's resolver). The check and the append
+        after it hold :attr:`exclusive`: a batch of the new master's resolver that relocates the
+        same record at once (its decision came after T) checks under the same lock, so the two
+        never both find it not relocated."""
         pointers = expand_requests(self.store, decision_table(item.decision))
         bound = (2**63 - 1) if item.recovered else self.inherited_before()
-        if bound:
+        if not bound:
+            return relocate_from(self.store, pointers, 0, self.chunk_rows)
+        with self.exclusive(item.decision.operator):
             pointers, skipped = not_relocated_before(self.store, pointers, bound, self.chunk_rows)
             if skipped:
                 log.info("wheel: %d request(s) of decision %d already relocated", skipped, item.queue_offset)
-        return relocate_from(self.store, pointers, 0, self.chunk_rows)
+            return relocate_from(self.store, pointers, 0, self.chunk_rows)
 
     def mark(self, progress: Progress) -> None:
         """Append the wheel's progress (the newest one counts)."""

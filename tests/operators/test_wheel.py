@@ -9,14 +9,17 @@ import contextlib
 import threading
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 
-from broker.wheel import DelayWheel
+from broker.wheel import DelayWheel, wheel_may_run
 from store import Message, MessageStore, StoreConfig
+from store.ha import HAConfig, InMemorySyncStateAuthority, ReplicaController
 from store.publish.due_records import DECISION_QUEUE, WHEEL_TOPIC
-from store.publish.relocations import RELOCATION_SCHEMA, RelocationLog
-from store.publish.wheel_log import Scheduled, WheelLog
+from store.publish.relocations import RELOCATION_SCHEMA, RelocationLog, expand_requests
+from store.publish.wheel_log import Scheduled, WheelLog, decision_table
+from tests.support.stores import tiny_config
 from tests.support.waiting import wait_until
 
 
@@ -90,6 +93,7 @@ def test_requests_due_later_wait_for_the_wheel_and_go_at_their_time(tmp_path: Pa
         finally:
             wheel.stop()
         assert _bodies(ms) == Counter([b"m0", b"m1", b"m2", b"m3", b"m4"]) and observed == [2, 2]
+        assert (wheel.loaded_total, wheel.replayed_total) == (0, 0)  # handed over, not replayed
         assert wheel_log.load() == (wheel_log.progress(), []) and wheel_log.progress().watermark == 2
 
 
@@ -112,6 +116,7 @@ def test_a_crash_before_the_wheel_appends_publishes_after_restart(tmp_path: Path
         finally:
             wheel.stop()
         assert _bodies(ms) == Counter([b"m0", b"m1", b"m2"])
+        assert (wheel.loaded_total, wheel.replayed_total) == (1, 3)  # what /operators shows
 
 
 def test_a_crash_after_the_wheel_appends_does_not_append_again(tmp_path: Path) -> None:
@@ -122,9 +127,6 @@ def test_a_crash_after_the_wheel_appends_does_not_append_again(tmp_path: Path) -
         log.commit("delay", 0, _table(offsets, [1_002_000] * 5))
         clock.now_ms = 1_002_000
         # The first chunk of two is appended, then the broker dies (no progress record).
-        from store.publish.relocations import expand_requests
-        from store.publish.wheel_log import decision_table
-
         ms.relocate_pointers(expand_requests(ms, decision_table(handed[0].decision)).rows(0, 2))
         assert _bodies(ms) == Counter([b"m0", b"m1"])
     with open_store(tmp_path, clock) as ms:
@@ -182,3 +184,48 @@ def test_the_same_message_decided_twice_is_relocated_once(tmp_path: Path) -> Non
         finally:
             wheel.stop()
         assert _bodies(ms) == Counter([b"m0", b"m1", b"m2"])
+
+
+def test_a_replayed_decision_and_a_batch_of_the_new_master_do_not_interleave(tmp_path: Path) -> None:
+    """After a failover the wheel publishes a replicated decision while the new master's resolver
+    may relocate the same message at once (its own decision came after T). The wheel's check and
+    append hold the operator's batch lock: while a batch holds it (here: the test, which relocates
+    the message as that batch would), the wheel waits, then finds the message relocated."""
+    clock = Clock(1_000_000)
+    with open_store(tmp_path, clock) as ms:
+        offsets = _park(ms, 2)
+        old, _, _ = _wired(ms)
+        old.commit("delay", 0, _table(offsets, [1_002_000] * 2))
+        new_log, wheel_log, _ = _wired(ms)
+        new_log.root = tmp_path / "new-master-operators"
+        wheel_log.exclusive = new_log.exclusive
+        (item,) = wheel_log.load()[1]
+        clock.now_ms = 1_002_000
+        published: list[int] = []
+        with new_log.exclusive("delay"):
+            wheel = threading.Thread(target=lambda: published.append(wheel_log.publish(item)[0]))
+            wheel.start()
+            wheel.join(0.5)
+            assert wheel.is_alive() and not _bodies(ms), "the wheel published under a batch's lock"
+            pointers = expand_requests(ms, decision_table(item.decision))
+            assert ms.relocate_pointers(pointers).appended == 2  # the batch's own relocation
+        wheel.join(10)
+        assert published == [0] and _bodies(ms) == Counter([b"m0", b"m1"])
+
+
+def test_the_wheel_waits_for_the_store_to_be_master_not_only_the_view(tmp_path: Path) -> None:
+    """After an election the ZooKeeper view names the new master before its store has become
+    master (the replicated tail dispatched, the confirm offset at the end): a wheel loading then
+    would miss the decisions above the slave's last confirm offset."""
+    store = MessageStore.open(tiny_config(tmp_path, replicated=True))
+    controller = ReplicaController(store, HAConfig(broker_id=1), InMemorySyncStateAuthority())
+    try:
+        elected = SimpleNamespace(serving=True)  # the group's state in ZooKeeper names this member
+        assert wheel_may_run(None, None) and wheel_may_run(elected, None)  # a lone broker, no group
+        assert not wheel_may_run(elected, controller), "ran before become_master ended"
+        controller.become_master(1)
+        assert wheel_may_run(elected, controller)
+        assert not wheel_may_run(SimpleNamespace(serving=False), controller)  # deposed
+    finally:
+        controller.close()
+        store.close()
