@@ -30,6 +30,7 @@ from store.publish.due_records import (
     decode_progress,
 )
 from tests.support.cluster import ProcessCluster
+from tests.support.reads import all_messages
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
@@ -50,30 +51,6 @@ MESSAGES = 10  # of each kind
 KILL_MARGIN_MS = 5_000
 #: A message goes out at most this late after its due time or the failover, whichever is later.
 LATE_BOUND_MS = 20_000
-
-
-def roles(cluster: ProcessCluster, via: str) -> dict[int, str]:
-    group = next(b for b in cluster.describe(via)["brokers"] if b["name"] == "b1")
-    return {m["member_id"]: m["role"] for m in group.get("members") or []}
-
-
-def in_sync(cluster: ProcessCluster) -> bool:
-    group = next(b for b in cluster.describe("b1-a")["brokers"] if b["name"] == "b1")
-    return sorted(roles(cluster, "b1-a").values()) == ["master", "slave"] and len(group["in_sync"]) == 2
-
-
-def messages(http: httpx.Client, topic: str) -> list[dict[str, Any]]:
-    described = http.get(f"/topics/{topic}")
-    if described.status_code == 404:
-        return []
-    out: list[dict[str, Any]] = []
-    for queue in described.json()["queue_offsets"]:
-        page = http.get(
-            f"/topics/{topic}/queues/{queue['queue_id']}/messages",
-            params={"offset": queue["min_offset"], "max_messages": 1000},
-        )
-        out.extend(page.json()["messages"])
-    return out
 
 
 def delay_operator(http: httpx.Client) -> dict[str, Any]:
@@ -148,16 +125,16 @@ def parked_name(result: dict[str, Any]) -> tuple[int, int]:
 def test_the_new_master_delivers_the_decisions_outstanding_at_the_kill(tmp_path: Path) -> None:
     with ProcessCluster.started(tmp_path, []) as cluster:
         old = cluster.add("b1", ha=True, args=ARGS, member="b1-a")
-        wait_until(lambda: "master" in roles(cluster, "b1-a").values(), 30, "b1-a to lead")
+        wait_until(lambda: "master" in cluster.roles("b1-a").values(), 30, "b1-a to lead")
         new = cluster.add("b1", ha=True, args=ARGS, member="b1-b")
-        wait_until(lambda: in_sync(cluster), 60, "b1-b in sync")
+        wait_until(lambda: cluster.pair_in_sync("b1-a"), 60, "b1-b in sync")
         with cluster.http("b1-a") as http:
             assert http.put("/topics/late", json={"queues": 2}).status_code == 201
             # One message through the master's first resolver batch (Spark's start and the
             # query's Python workers), so the messages below are decided by a warm one.
             warm = http.post("/topics/warm/messages", json={"body": "w", "delay_level": 1})
             assert warm.status_code == 201, warm.text
-            wait_until(lambda: messages(http, "warm"), JOB_TIMEOUT_S, "the warm-up message")
+            wait_until(lambda: all_messages(http, "warm"), JOB_TIMEOUT_S, "the warm-up message")
             parked = produce(http)
             wanted = {parked_name(r) for r in parked}
             kill_by_ms = min(r["due_ms"] for r in parked) - KILL_MARGIN_MS
@@ -175,17 +152,17 @@ def test_the_new_master_delivers_the_decisions_outstanding_at_the_kill(tmp_path:
             )
             assert replicated_now is not None
             decisions = replicated_now[0]
-            assert messages(http, "late") == [], "the old master's wheel published before its time"
+            assert all_messages(http, "late") == [], "the old master's wheel published before its time"
             old.kill()  # kill -9 of its process group: the broker and its operator job
         assert time.time() * 1000 < min(r["due_ms"] for r in parked), "killed after a message was due"
-        wait_until(lambda: list(roles(cluster, "b1-b").values()) == ["master"], 30, "b1-b to lead")
+        wait_until(lambda: list(cluster.roles("b1-b").values()) == ["master"], 30, "b1-b to lead")
         led_ms = int(time.time() * 1000)
         with cluster.http("b1-b") as http:
             by_key = {r["uniq_key"]: r for r in parked}
             last_due_s = max(r["due_ms"] for r in parked) / 1000 - time.time()
 
             def delivered() -> list[dict[str, Any]]:
-                found = messages(http, "late")
+                found = all_messages(http, "late")
                 return found if set(by_key) <= {m["uniq_key"] for m in found} else []
 
             got = wait_until(
@@ -218,7 +195,7 @@ def test_the_new_master_delivers_the_decisions_outstanding_at_the_kill(tmp_path:
                 JOB_TIMEOUT_S,
                 "b1-b's resolver to decide the parked messages again",
             )
-            again = messages(http, "late")
+            again = all_messages(http, "late")
             assert Counter(m["uniq_key"] for m in again) == Counter(r["uniq_key"] for r in parked), (
                 "delivered again after re-resolution"
             )

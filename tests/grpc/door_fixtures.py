@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
@@ -87,22 +86,6 @@ def start_door_broker(
     config = ServerConfig(store=light_config(store_dir, **store))
     running = start_broker(config, companions=[companion])
     return DoorBroker(running, companion, home)
-
-
-def all_messages(http: httpx.Client, topic: str) -> list[dict[str, Any]]:
-    """Every message of ``topic``, all queues (the HTTP door's JSON pull)."""
-    path = quote(topic, safe="")
-    described = http.get(f"/topics/{path}")
-    if described.status_code == 404:
-        return []
-    out: list[dict[str, Any]] = []
-    for queue in described.json()["queue_offsets"]:
-        page = http.get(
-            f"/topics/{path}/queues/{queue['queue_id']}/messages",
-            params={"offset": queue["min_offset"], "max_messages": 1000},
-        ).json()
-        out.extend(page["messages"])
-    return out
 
 
 def check_batch(rows: list[dict[str, Any]]) -> bytes:

@@ -30,8 +30,9 @@ from ingest_api.grpc.status import Code
 from ingest_api.grpc.v2 import definition_pb2 as pb
 from ingest_api.grpc.v2 import service_pb2 as spb
 from ingest_api.grpc.v2 import service_pb2_grpc
-from tests.grpc.door_fixtures import DoorBroker, all_messages
+from tests.grpc.door_fixtures import DoorBroker
 from tests.ingest.conftest import start_broker
+from tests.support.reads import all_messages
 from tests.support.rocketmq5 import run_client
 from tests.support.secure_broker import write_users_file
 from tests.support.stores import light_config

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from store import sharding_queue
-from tests.grpc.door_fixtures import DoorBroker, all_messages, answer_check_back, start_door_broker
+from tests.grpc.door_fixtures import DoorBroker, answer_check_back, start_door_broker
+from tests.support.reads import all_messages
 from tests.support.waiting import wait_until
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.grpc.door_fixtures import all_messages, answer_check_back, in_background
+from tests.grpc.door_fixtures import answer_check_back, in_background
 from tests.support.cluster import ProcessCluster
 from tests.support.network import free_port
+from tests.support.reads import all_messages
 from tests.support.rocketmq5 import run_client
 from tests.support.waiting import wait_until
 
@@ -28,24 +29,14 @@ pytestmark = pytest.mark.cluster
 ARGS = ("--operators", "off", "--replication", "sync", "--min-insync", "1")
 
 
-def _roles(cluster: ProcessCluster, via: str) -> dict[int, str]:
-    group = next(b for b in cluster.describe(via)["brokers"] if b["name"] == "b1")
-    return {m["member_id"]: m["role"] for m in group.get("members") or []}
-
-
-def _in_sync(cluster: ProcessCluster) -> bool:
-    group = next(b for b in cluster.describe("b1-a")["brokers"] if b["name"] == "b1")
-    return sorted(_roles(cluster, "b1-a").values()) == ["master", "slave"] and len(group["in_sync"]) == 2
-
-
 def test_clients_follow_the_master_through_a_failover(tmp_path: Path, rocketmq5: Path) -> None:
     doors = {"b1-a": free_port(), "b1-b": free_port()}
     home = tmp_path / "home"
     with ProcessCluster.started(tmp_path, []) as cluster:
         cluster.add("b1", ha=True, args=(*ARGS, "--grpc-port", str(doors["b1-a"])), member="b1-a")
-        wait_until(lambda: "master" in _roles(cluster, "b1-a").values(), 30, "b1-a to lead")
+        wait_until(lambda: "master" in cluster.roles("b1-a").values(), 30, "b1-a to lead")
         cluster.add("b1", ha=True, args=(*ARGS, "--grpc-port", str(doors["b1-b"])), member="b1-b")
-        wait_until(lambda: _in_sync(cluster), 30, "b1-b in sync")
+        wait_until(lambda: cluster.pair_in_sync("b1-a"), 30, "b1-b in sync")
         with cluster.http("b1-a") as http:
             assert http.put("/topics/t", json={"queues": 2}).status_code == 201
         access = f"127.0.0.1:{doors['b1-b']}"
@@ -125,7 +116,7 @@ def test_clients_follow_the_master_through_a_failover(tmp_path: Path, rocketmq5:
             lambda: progress.exists() and len(progress.read_text().split()) == 5, 60, "five acked messages"
         )
         cluster.brokers["b1-a"].kill()
-        wait_until(lambda: list(_roles(cluster, "b1-b").values()) == ["master"], 60, "b1-b elected")
+        wait_until(lambda: list(cluster.roles("b1-b").values()) == ["master"], 60, "b1-b elected")
         resume.touch()
         out = join()
     handled = Counter(line["message_id"] for line in out if "message_id" in line)

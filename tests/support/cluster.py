@@ -242,6 +242,16 @@ class ProcessCluster:
             answer: dict[str, Any] = http.get("/cluster").json()
             return answer
 
+    def roles(self, via: str, name: str = "b1") -> dict[int, str]:
+        """member id -> role of replica group ``name``, as ``via`` sees it."""
+        group = next(b for b in self.describe(via)["brokers"] if b["name"] == name)
+        return {m["member_id"]: m["role"] for m in group.get("members") or []}
+
+    def pair_in_sync(self, via: str, name: str = "b1") -> bool:
+        """Whether ``via`` sees group ``name`` as a master and a slave, both in sync."""
+        group = next(b for b in self.describe(via)["brokers"] if b["name"] == name)
+        return sorted(self.roles(via, name).values()) == ["master", "slave"] and len(group["in_sync"]) == 2
+
     def wait_live(self, count: int, via: str | None = None, timeout_s: float = 30.0) -> None:
         """``via`` (default: every running broker) sees ``count`` live broker names."""
         keys = [via] if via else [key for key, broker in self.brokers.items() if broker.alive]
