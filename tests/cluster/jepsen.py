@@ -183,11 +183,7 @@ class KafkaProducer(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import Producer
 
-        servers = ",".join(
-            f"127.0.0.1:{b.kafka_port}"
-            for k, b in self.cluster.brokers.items()
-            if k in MEMBERS and b.kafka_port
-        )
+        servers = jepsen_commits.kafka_servers(self.cluster, MEMBERS)
         producer = Producer(
             {
                 "bootstrap.servers": servers,
@@ -377,20 +373,12 @@ def heal(cluster: ProcessCluster) -> str:
 
 def drain(url: str, topic: str = TOPIC) -> list[str]:
     """Every message body of ``topic``, read from ``url`` (all queues, in offset order)."""
-    bodies: list[str] = []
     with httpx.Client(base_url=url, timeout=30) as http:
-        for queue in range(QUEUES):
-            offset = 0
-            while True:
-                page = http.get(
-                    f"/topics/{topic}/queues/{queue}/messages",
-                    params={"offset": offset, "max_messages": 5000},
-                ).json()
-                bodies += [m["body"] for m in page["messages"]]
-                if not page["messages"]:
-                    break
-                offset = page["next_offset"]
-    return bodies
+        return [
+            body
+            for queue in range(QUEUES)
+            for body in jepsen_commits.queue_bodies(http, topic, queue).values()
+        ]
 
 
 @dataclass
@@ -441,7 +429,7 @@ def check(
     if commits is not None:
         verdict.commits = jepsen_commits.check(cluster.brokers[master].url, TOPIC, QUEUES, commits)
     if txn:
-        servers = jepsen_txn.servers(cluster, MEMBERS)
+        servers = jepsen_commits.kafka_servers(cluster, MEMBERS)
         verdict.txn = jepsen_txn.check(cluster.brokers[master].url, servers, TOPIC, QUEUES)
     if spark is not None:  # the query read across every failover: each message once
         read = wait_until(

@@ -188,10 +188,7 @@ def check(url: str, topic: str, queues: int, history: CommitHistory) -> CommitVe
     """Every acknowledged commit against the final master at ``url`` (see the module docstring)."""
     with httpx.Client(base_url=url, timeout=30) as http:
         bodies = {q: queue_bodies(http, topic, q) for q in range(queues)}
-        committed: dict[str, dict[int, int]] = {}
-        for group in (HTTP_GROUP, KAFKA_GROUP):
-            answer = http.get(f"/groups/{group}/offsets", params={"topic": topic}).json()
-            committed[group] = {int(q): o for q, o in answer["offsets"].items()}
+        committed = {group: group_offsets(http, group, topic) for group in (HTTP_GROUP, KAFKA_GROUP)}
     went_back, moved = [], []
     for commit in history.acknowledged:
         now = committed[commit.group].get(commit.queue, -1)
@@ -202,6 +199,19 @@ def check(url: str, topic: str, queues: int, history: CommitHistory) -> CommitVe
         if below != commit.last:
             moved.append((commit, below))
     return CommitVerdict(len(history.acknowledged), went_back, moved)
+
+
+def group_offsets(http: httpx.Client, group: str, topic: str) -> dict[int, int]:
+    """queue -> the group's committed (next-to-consume) offset, -1 where it never committed."""
+    answer = http.get(f"/groups/{group}/offsets", params={"topic": topic}).json()
+    return {int(q): o for q, o in answer["offsets"].items()}
+
+
+def kafka_servers(cluster: ProcessCluster, members: tuple[str, ...]) -> str:
+    """``bootstrap.servers`` naming every member's Kafka port."""
+    return ",".join(
+        f"127.0.0.1:{b.kafka_port}" for k, b in cluster.brokers.items() if k in members and b.kafka_port
+    )
 
 
 def queue_bodies(http: httpx.Client, topic: str, queue: int) -> dict[int, str]:
@@ -224,10 +234,7 @@ def committers(
     history: CommitHistory, stop: threading.Event,
 ) -> list[threading.Thread]:  # fmt: skip
     """Both consumers, not started: HTTP at any live member, Kafka bootstrapped at every member."""
-    servers = ",".join(
-        f"127.0.0.1:{b.kafka_port}" for k, b in cluster.brokers.items() if k in members and b.kafka_port
-    )
     return [
         HttpCommitter(cluster, members, topic, queues, history, stop),
-        KafkaCommitter(servers, topic, queues, history, stop),
+        KafkaCommitter(kafka_servers(cluster, members), topic, queues, history, stop),
     ]

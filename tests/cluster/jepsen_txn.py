@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tests.cluster.jepsen_commits import queue_bodies
+from tests.cluster.jepsen_commits import group_offsets, kafka_servers, queue_bodies
 
 OUT = "jepsen-out"
 GROUP = "jepsen-eos"
@@ -161,8 +161,7 @@ class TxnVerdict:
 def check(url: str, servers: str, topic: str, queues: int) -> TxnVerdict:
     """The output against the committed offsets, on the final master (module docstring)."""
     with httpx.Client(base_url=url, timeout=30) as http:
-        answer = http.get(f"/groups/{GROUP}/offsets", params={"topic": topic}).json()
-        committed = {int(q): o for q, o in answer["offsets"].items()}
+        committed = group_offsets(http, GROUP, topic)
         inputs = {q: queue_bodies(http, topic, q) for q in range(queues)}
     where = {body: (q, offset) for q, rows in inputs.items() for offset, body in rows.items()}
     output = Counter(read_committed(servers, queues))
@@ -218,11 +217,4 @@ def transformer(
     with httpx.Client(base_url=cluster.brokers[members[0]].url, timeout=30) as http:
         created = http.put(f"/topics/{OUT}", json={"queues": queues})
         assert created.status_code in (200, 201), created.text
-    return KafkaTransformer(servers(cluster, members), topic, queues, stop)
-
-
-def servers(cluster: Any, members: tuple[str, ...]) -> str:
-    """``bootstrap.servers`` naming every member's Kafka port."""
-    return ",".join(
-        f"127.0.0.1:{b.kafka_port}" for k, b in cluster.brokers.items() if k in members and b.kafka_port
-    )
+    return KafkaTransformer(kafka_servers(cluster, members), topic, queues, stop)
