@@ -338,9 +338,11 @@ def _encode_uniform(cols: BatchColumns, bodies: Sequence[bytes]) -> EncodedBatch
     """The 2-D template path, or None when the records do not share one layout."""
     n = len(bodies)
     body_len = len(bodies[0])
-    joined_bodies = b"".join(bodies)
-    if len(joined_bodies) != n * body_len:
+    # Every body of one length: a total of n * body_len alone is not enough (7, 8, 8, 5 sums to
+    # 4 * 7), and the template would cut the bodies at the wrong places under the right CRCs.
+    if any(len(body) != body_len for body in bodies):
         return None
+    joined_bodies = b"".join(bodies)
     value_columns: dict[str, bytes] = {}
     for name, column in cols.properties.items():
         if column is None or isinstance(column, str):

@@ -187,6 +187,18 @@ class TestProduceBatch:
         bodies = [m["body"] for m in client.get(f"/topics/{topic}/queues/1/messages").json()["messages"]]
         assert bodies == [f"m{i}" for i in range(5)]
 
+    def test_bodies_averaging_the_first_ones_length_come_back_whole(
+        self, client: httpx.Client, topic: str
+    ) -> None:
+        """7, 8, 8 and 5 bytes: four times the first's length, which the batch encoder once took
+        for a batch of one body length, storing the bodies cut at every 7th byte."""
+        client.put(f"/topics/{topic}", json={"queues": 1})
+        sent = ["t:h-9-9", "t:h-10-1", "t:h-10-3", "t:k-1"]
+        messages = [{"body": body, "queue_id": 0} for body in sent]
+        assert client.post(f"/topics/{topic}/messages:batch", json={"messages": messages}).status_code == 201
+        stored = [m["body"] for m in client.get(f"/topics/{topic}/queues/0/messages").json()["messages"]]
+        assert stored == sent
+
     def test_ndjson_batch(self, client: httpx.Client, topic: str) -> None:
         lines = "\n".join(json.dumps({"body": f"n{i}", "queue_id": 0, "tags": "t"}) for i in range(3))
         response = client.post(

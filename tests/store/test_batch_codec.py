@@ -115,6 +115,25 @@ def test_uniform_batch_takes_the_template_path() -> None:
     assert batch.buffer.tobytes() == expected_bytes(cols, POLICY)
 
 
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b"t:h-9-9", b"t:h-10-1", b"t:h-10-3", b"t:k-1"],  # 7, 8, 8, 5: four times the first's length
+        [b"x" * 7, b"", b"y" * 14],
+    ],
+)
+def test_bodies_of_other_lengths_summing_to_n_times_the_first_are_not_uniform(bodies: list[bytes]) -> None:
+    """A batch whose bodies add up to n times the first one's length is not a uniform batch: the
+    template path once cut such bodies at fixed widths under their right CRCs (the Jepsen run's
+    slaves refused the records: body CRC mismatch)."""
+    cols = BatchColumns("jepsen-out", bodies, queue_ids=1, properties={"TAGS": None})
+    batch = encode_columns(cols, POLICY)
+    assert batch.record_size is None
+    assert batch.buffer.tobytes() == expected_bytes(cols, POLICY)
+    for i, body in enumerate(bodies):
+        assert decode_record(batch.record(i), check_crc=True).body == body
+
+
 @pytest.mark.parametrize("record_size", [None, "uniform"])
 def test_patching_offsets_and_timestamps(record_size: str | None) -> None:
     records = [encode_record(RecordFields(topic="t", body=b"x" * 10)) for _ in range(5)]
