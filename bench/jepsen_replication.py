@@ -1,12 +1,16 @@
-"""The full Jepsen-style replication run (issue 22): a replica group of three (sync,
+"""The full Jepsen-style replication run (issues 22 and 33): a replica group of three (sync,
 ``--min-insync 2``, ``--flush sync``) under HTTP idempotent batches and a confluent-kafka
-idempotent producer, with an HTTP and a Kafka consumer committing group offsets, through
-``--cycles`` faults (kill -9 of the master, the master paused past its ZooKeeper session then
-resumed, kill -9 of a slave, restarts), then healed and checked message by message and commit
-by commit (tests/cluster/jepsen.py, jepsen_commits.py). Prints every fault and failover with its
-time, the failover times' p50/p99, the commits, and the verdict.
+idempotent producer, with an HTTP and a Kafka consumer committing group offsets, a Kafka
+consume-transform-produce loop with transactions and a Spark query writing through the
+exactly-once sink, through ``--cycles`` faults in turn: kill -9 of the master, the master paused
+past its ZooKeeper session, kill -9 of a slave, the master cut from ZooKeeper (not from its
+clients), the master cut from its slaves, a full disk on the master, a full disk on a slave
+(``--faults kills`` keeps the first three; the full disks need root, for a tmpfs per member).
+Then healed and checked message by message and commit by commit (tests/cluster/jepsen.py,
+jepsen_commits.py, jepsen_txn.py). Prints every fault and failover with its time, the failover
+times' p50/p99, what each kept-master fault answered, the commits, and the verdict.
 
-    python -m bench.jepsen_replication --cycles 21
+    python -m bench.jepsen_replication --cycles 30
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import statistics
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from streaming.register import local_session_builder
@@ -27,18 +32,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cycles", type=int, default=21)
+    parser.add_argument("--cycles", type=int, default=30)
+    parser.add_argument(
+        "--faults", choices=("all", "kills"), default="all", help="kills: no partitions, no full disks"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--session-timeout-ms", type=int, default=6000, help="ZooKeeper session timeout (the broker default)"
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
+    faults = jepsen.ALL_FAULTS if args.faults == "all" else jepsen.KILLS_AND_PAUSES
     with (
         tempfile.TemporaryDirectory(prefix="sparkmq-jepsen-") as root,
+        ExitStack() as stack,
         ProcessCluster.started(Path(root), [], session_timeout_ms=args.session_timeout_ms) as cluster,
     ):
-        jepsen.start_group(cluster)
+        rig = jepsen.start_group(cluster, stack if args.faults == "all" else None)
         history = jepsen.History()
         stop = threading.Event()
         commits = jepsen_commits.CommitHistory()
@@ -54,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         reader = jepsen.SparkReader(spark, cluster, Path(root))
         try:
-            jepsen.nemesis(cluster, history, cycles=args.cycles, seed=args.seed)
+            jepsen.nemesis(cluster, history, args.cycles, seed=args.seed, rig=rig, faults=faults)
         finally:
             stop.set()
             for worker in workers:
                 worker.join(timeout=180)
         try:
-            verdict = jepsen.check(cluster, history, reader, commits, txn=True)
+            verdict = jepsen.check(cluster, history, reader, commits, txn=True, rig=rig)
         finally:
             reader.stop()
             spark.stop()
@@ -68,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{at:8.2f} s  {what}")
     kills = sorted(took for kind, took in verdict.failovers if kind == "kill-master")
     pauses = sorted(took for kind, took in verdict.failovers if kind == "pause-master")
+    cuts = sorted(took for kind, took in verdict.failovers if kind == "partition-master")
     print(
         f"\n{args.cycles} cycles in {time.monotonic() - started:.0f} s; "
         f"{verdict.acknowledged:,} acknowledged messages"
@@ -83,6 +94,20 @@ def main(argv: list[str] | None = None) -> int:
             f"master SIGSTOP -> first acknowledged produce: p50 {statistics.median(pauses):.2f} s "
             f"({len(pauses)} failovers; the pause itself lasts 2.5 session timeouts)"
         )
+    if cuts:
+        print(
+            f"master cut from ZooKeeper -> first acknowledged produce: p50 {statistics.median(cuts):.2f} s, "
+            f"max {cuts[-1]:.2f} s ({len(cuts)} failovers)"
+        )
+    for kind in ("cut-slaves", "full-disk-master", "full-disk-slave"):
+        held = [(probe, took) for k, probe, took in history.held if k == kind]
+        if held:
+            answers = sorted({probe for probe, _ in held})
+            back = max(took for _, took in held)
+            print(
+                f"{kind} ({len(held)}): the master's answer during the fault {answers}; "
+                f"writes back at most {back:.2f} s after the heal"
+            )
     print(
         f"lost {len(verdict.lost)}, duplicated {len(verdict.duplicated)}, refused-but-stored "
         f"{len(verdict.aborted)}, divergent replicas {len(verdict.divergent)}"

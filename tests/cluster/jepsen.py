@@ -8,8 +8,11 @@
   Kafka consume-transform-produce loop commits transactions (tests/cluster/jepsen_txn.py).
 * **Nemesis**: cycles of ``kill -9`` of the master, ``SIGSTOP`` of the master for longer than
   the ZooKeeper session then ``SIGCONT``, ``kill -9`` of a slave, each followed by a restart;
-  every failover (master kill or pause → first acknowledged produce under a new epoch) is
-  recorded with its time.
+  and, on a :class:`Rig` (each member's ZooKeeper link and HA port behind a
+  :class:`~tests.support.proxy.TcpProxy`, its store on a tmpfs of its own), the master cut from
+  ZooKeeper but not from its clients, the master cut from its slaves, and a full disk on the
+  master and on a slave, each healed after a while. Every failover (master kill, pause or
+  partition → first acknowledged produce under a new epoch) is recorded with its time.
 * **Checker** (:func:`check`), message by message, after the group is healed and has converged:
   every acknowledged value is in the final master's history exactly once (lost and duplicated
   values are listed); nothing refused is there; every replica's CommitLog is byte-identical to
@@ -30,7 +33,8 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,6 +44,8 @@ import httpx
 
 from tests.cluster import jepsen_commits, jepsen_txn
 from tests.support.cluster import ProcessCluster
+from tests.support.disks import fill_disk, tmpfs
+from tests.support.proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 GROUP = "b1"
@@ -48,8 +54,26 @@ TOPIC = "jepsen"
 SINK_TOPIC = "jepsen-sink"
 QUEUES = 2
 MEMBERS = ("b1-a", "b1-b", "b1-c")
-#: sync replication, at least two in sync, SYNC_FLUSH: acknowledged means fsynced on two disks.
-BROKER_ARGS = ("--operators", "off", "--replication", "sync", "--min-insync", "2", "--flush", "sync")
+#: sync replication, at least two in sync, SYNC_FLUSH: acknowledged means fsynced on two disks. A
+#: slave that has not caught up for 5 s leaves the in-sync set (RocketMQ's default is 15 s: a
+#: cut or full slave would hold the group's writes that long).
+BROKER_ARGS = (
+    "--operators", "off", "--replication", "sync", "--min-insync", "2", "--flush", "sync",
+    "--max-time-slave-not-catchup-ms", "5000",
+)  # fmt: skip
+
+#: The faults the nemesis cycles through. Every member process is killed, paused or restarted
+#: by the first three; the rest need a :class:`Rig`.
+KILLS_AND_PAUSES = ("kill-master", "pause-master", "kill-slave")
+PARTITIONS_AND_DISKS = ("partition-master", "cut-slaves", "full-disk-master", "full-disk-slave")
+ALL_FAULTS = KILLS_AND_PAUSES + PARTITIONS_AND_DISKS
+#: The faults after which another member leads (each recorded in ``History.failovers``).
+FAILOVERS = ("kill-master", "pause-master", "partition-master")
+#: Each member's tmpfs (MiB): the longest run writes well under half of it.
+DISK_MIB = 512
+#: How long a cut from the slaves or a full disk lasts (s): past the 5 s after which a slave
+#: that has not caught up leaves the in-sync set.
+HOLD_S = 8.0
 
 
 @dataclass
@@ -59,6 +83,9 @@ class History:
     outcomes: dict[str, str] = field(default_factory=dict)
     events: list[tuple[float, str]] = field(default_factory=list)
     failovers: list[tuple[str, float]] = field(default_factory=list)
+    #: Faults that kept the master: (kind, what its probe got during the fault, seconds from
+    #: the heal to the next acknowledged produce).
+    held: list[tuple[str, str, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     started: float = field(default_factory=time.monotonic)
 
@@ -84,11 +111,12 @@ class History:
 # -- the group ----------------------------------------------------------------------------------
 
 
-def describe(cluster: ProcessCluster) -> dict[str, Any] | None:
-    """``GET /cluster``'s entry of the group, asked of any member that answers."""
+def describe(cluster: ProcessCluster, avoid: str | None = None) -> dict[str, Any] | None:
+    """``GET /cluster``'s entry of the group, asked of any member that answers but ``avoid`` (a
+    member cut from ZooKeeper, whose view is stale)."""
     for key in MEMBERS:
         broker = cluster.brokers.get(key)
-        if broker is None or not broker.alive:
+        if broker is None or not broker.alive or key == avoid:
             continue
         with contextlib.suppress(httpx.HTTPError, StopIteration, ValueError):
             answer = httpx.get(f"{broker.url}/cluster", timeout=3).json()
@@ -97,15 +125,15 @@ def describe(cluster: ProcessCluster) -> dict[str, Any] | None:
     return None
 
 
-def master_key(cluster: ProcessCluster) -> str | None:
-    """The member key of the group's live master (as the members report their roles)."""
-    group = describe(cluster)
+def master_key(cluster: ProcessCluster, avoid: str | None = None) -> str | None:
+    """The member key of the group's live master (as the members but ``avoid`` report roles)."""
+    group = describe(cluster, avoid)
     if group is None:
         return None
     by_id = {m["member_id"]: m for m in group.get("members") or []}
     for key in MEMBERS:
         broker = cluster.brokers.get(key)
-        if broker is None or not broker.alive:
+        if broker is None or not broker.alive or key == avoid:
             continue
         for member in by_id.values():
             if member["http"] == broker.url and member["role"] == "master":
@@ -113,15 +141,56 @@ def master_key(cluster: ProcessCluster) -> str | None:
     return None
 
 
-def start_group(cluster: ProcessCluster) -> None:
+@dataclass
+class Rig:
+    """What the partitions and full disks act on: each member's ZooKeeper link (``--cluster``
+    through a proxy) and HA port (advertised as a proxy in front of it, so its slaves replicate
+    through it), and its store on a tmpfs of its own (``disks``: empty when no tmpfs can be
+    mounted here, then ``why_no_disks`` says why and the disk faults are skipped)."""
+
+    zk: dict[str, TcpProxy] = field(default_factory=dict)
+    ha: dict[str, TcpProxy] = field(default_factory=dict)
+    disks: dict[str, Path] = field(default_factory=dict)
+    why_no_disks: str = ""
+
+    def heal(self) -> None:
+        for proxy in (*self.zk.values(), *self.ha.values()):
+            proxy.heal()
+        for disk in self.disks.values():
+            (disk / "filler").unlink(missing_ok=True)
+
+
+def start_group(cluster: ProcessCluster, stack: ExitStack | None = None) -> Rig | None:
+    """The group of three, all in sync, its topics created. With ``stack`` (closed after the
+    cluster: enter it first), on a :class:`Rig` that the stack takes down."""
+    rig = Rig() if stack is not None else None
     for key in MEMBERS:
-        cluster.add(GROUP, ha=True, kafka=True, args=BROKER_ARGS, member=key)
+        if rig is None or stack is None:
+            cluster.add(GROUP, ha=True, kafka=True, args=BROKER_ARGS, member=key)
+            continue
+        disk = stack.enter_context(tmpfs(cluster.root / key, DISK_MIB))
+        if isinstance(disk, Path):
+            rig.disks[key] = disk
+        else:
+            rig.why_no_disks = disk
+        zk = stack.enter_context(TcpProxy(("127.0.0.1", cluster.zookeeper.port)))
+        ha = stack.enter_context(TcpProxy())
+        broker = cluster.add(
+            GROUP, ha=True, kafka=True, args=(*BROKER_ARGS, "--ha-advertise", ha.address), member=key,
+            zk_url=f"zk://{zk.address}{cluster.chroot}", wait=False,
+        )  # fmt: skip
+        assert broker.ha_port is not None
+        ha.target = ("127.0.0.1", broker.ha_port)
+        rig.zk[key], rig.ha[key] = zk, ha
+    for key in MEMBERS:
+        cluster.brokers[key].wait_healthy()
     wait_until(lambda: master_key(cluster), 90, "a master")
     wait_until(lambda: len((describe(cluster) or {}).get("in_sync") or []) == len(MEMBERS), 90, "all in sync")
     with cluster.http(MEMBERS[0]) as http:
         for topic in (TOPIC, SINK_TOPIC):
             created = http.put(f"/topics/{topic}", json={"queues": QUEUES})
             assert created.status_code in (200, 201), created.text
+    return rig
 
 
 # -- the workload ---------------------------------------------------------------------------------
@@ -281,60 +350,157 @@ class SparkReader:
 # -- the nemesis ----------------------------------------------------------------------------------
 
 
-def nemesis(cluster: ProcessCluster, history: History, cycles: int, seed: int = 7) -> None:
-    """``cycles`` faults in turn: kill -9 the master, pause the master past its session, kill -9
-    a slave; each time the victim restarts (or resumes) once the group has moved on."""
+def nemesis(
+    cluster: ProcessCluster,
+    history: History,
+    cycles: int,
+    seed: int = 7,
+    rig: Rig | None = None,
+    faults: Sequence[str] = KILLS_AND_PAUSES,
+) -> None:
+    """``cycles`` faults in turn from ``faults`` (those past :data:`KILLS_AND_PAUSES` need
+    ``rig``); each time the victim restarts, resumes or is healed once the group has moved on."""
     rng = random.Random(seed)
-    session_s = cluster.session_timeout_ms / 1000
     for cycle in range(cycles):
-        kind = ("kill-master", "pause-master", "kill-slave")[cycle % 3]
+        kind = faults[cycle % len(faults)]
         wait_until(lambda: master_key(cluster), 120, "a master before the fault")
         master = master_key(cluster)
         assert master is not None
         epoch = (describe(cluster) or {}).get("epoch")
+        slaves = [k for k in MEMBERS if k != master and cluster.brokers[k].alive]
+        if kind in PARTITIONS_AND_DISKS:
+            assert rig is not None, f"{kind} needs a Rig (start_group with a stack)"
+            if kind.startswith("full-disk") and not rig.disks:
+                history.event(f"cycle {cycle}: {kind} skipped: {rig.why_no_disks}")
+                continue
         if kind == "kill-slave":
-            victim = rng.choice([k for k in MEMBERS if k != master and cluster.brokers[k].alive])
+            victim = rng.choice(slaves)
             history.event(f"cycle {cycle}: kill -9 slave {victim}")
             cluster.brokers[victim].kill()
             time.sleep(rng.uniform(1, 3))
             cluster.restart(victim)
-            continue
-        began = time.monotonic()
-        if kind == "kill-master":
-            history.event(f"cycle {cycle}: kill -9 master {master} (epoch {epoch})")
-            cluster.brokers[master].kill()
+        elif kind in FAILOVERS:
+            _fail_over(cluster, history, rig, cycle, kind, master, epoch)
         else:
-            history.event(
-                f"cycle {cycle}: SIGSTOP master {master} (epoch {epoch}) for {session_s * 2.5:.1f} s"
-            )
-            cluster.brokers[master].pause()
-        new_epoch = wait_until(partial(_newer_epoch, cluster, epoch), 120, "a new master")
-        took = _first_ack(cluster, began)
-        history.failovers.append((kind, took))
-        history.event(
-            f"cycle {cycle}: epoch {new_epoch}, first acknowledged produce {took:.2f} s after the fault"
-        )
-        if kind == "pause-master":
-            time.sleep(max(0.0, session_s * 2.5 - (time.monotonic() - began)))
-            cluster.brokers[master].resume()
-            history.event(f"cycle {cycle}: SIGCONT {master}")
-        else:
-            cluster.restart(master)
-            history.event(f"cycle {cycle}: restarted {master}")
+            assert rig is not None
+            _hold(cluster, history, rig, cycle, kind, master, rng.choice(slaves))
         wait_until(lambda: len((describe(cluster) or {}).get("in_sync") or []) >= 2, 120, "two in sync again")
 
 
-def _newer_epoch(cluster: ProcessCluster, epoch: int | None) -> int | None:
-    group = describe(cluster)
-    if group is None or epoch is None or (group.get("epoch") or 0) <= epoch or master_key(cluster) is None:
+def _fail_over(
+    cluster: ProcessCluster,
+    history: History,
+    rig: Rig | None,
+    cycle: int,
+    kind: str,
+    master: str,
+    epoch: int | None,
+) -> None:
+    """Kill, pause or cut the master from ZooKeeper; time the failover; restart, resume or heal."""
+    session_s = cluster.session_timeout_ms / 1000
+    began = time.monotonic()
+    if kind == "kill-master":
+        history.event(f"cycle {cycle}: kill -9 master {master} (epoch {epoch})")
+        cluster.brokers[master].kill()
+    elif kind == "pause-master":
+        history.event(f"cycle {cycle}: SIGSTOP master {master} (epoch {epoch}) for {session_s * 2.5:.1f} s")
+        cluster.brokers[master].pause()
+    else:  # its clients still reach it: it must stop acknowledging before another member leads
+        assert rig is not None
+        history.event(
+            f"cycle {cycle}: master {master} (epoch {epoch}) cut from ZooKeeper, not from its clients, "
+            f"for {session_s * 2.5:.1f} s"
+        )
+        rig.zk[master].cut()
+    # The cut master answers clients from a stale view: ask the others who leads.
+    avoid = master if kind == "partition-master" else None
+    new_epoch = wait_until(partial(_newer_epoch, cluster, epoch, avoid), 120, "a new master")
+    took = _first_ack(cluster, began, avoid)
+    history.failovers.append((kind, took))
+    history.event(
+        f"cycle {cycle}: epoch {new_epoch}, first acknowledged produce {took:.2f} s after the fault"
+    )
+    if kind == "kill-master":
+        cluster.restart(master)
+        history.event(f"cycle {cycle}: restarted {master}")
+        return
+    time.sleep(max(0.0, session_s * 2.5 - (time.monotonic() - began)))
+    if kind == "pause-master":
+        cluster.brokers[master].resume()
+        history.event(f"cycle {cycle}: SIGCONT {master}")
+    else:
+        assert rig is not None
+        rig.zk[master].heal()
+        history.event(f"cycle {cycle}: healed {master}'s link to ZooKeeper")
+
+
+def _hold(
+    cluster: ProcessCluster, history: History, rig: Rig, cycle: int, kind: str, master: str, slave: str
+) -> None:
+    """A fault that keeps the master, for :data:`HOLD_S`: the master cut from its slaves (it
+    must acknowledge nothing they lack; with ``--min-insync 2`` it refuses once they leave the
+    in-sync set), or a full disk on the master (produce refused cleanly) or on a slave (it leaves
+    the in-sync set; the master goes on with the other). What a probe produce to the master got
+    during the fault, and how long after the heal the next produce was acknowledged, go to
+    ``history.held``."""
+    victim = slave if kind == "full-disk-slave" else master
+    if kind == "cut-slaves":
+        history.event(f"cycle {cycle}: master {master} cut from its slaves (HA port) for {HOLD_S:.0f} s")
+        rig.ha[master].cut()
+    else:
+        written = fill_disk(rig.disks[victim], "filler")
+        history.event(f"cycle {cycle}: {victim}'s disk full ({written >> 20} MiB filler) for {HOLD_S:.0f} s")
+    began = time.monotonic()
+    time.sleep(HOLD_S - 2)  # a full slave, or slaves cut off, have left the in-sync set by now
+    probe = _probe(cluster.brokers[master].url, until=began + HOLD_S)
+    if kind == "cut-slaves":
+        rig.ha[master].heal()
+    else:
+        (rig.disks[victim] / "filler").unlink()
+    healed = time.monotonic()
+    took = _first_ack(cluster, healed)
+    history.held.append((kind, probe, took))
+    history.event(f"cycle {cycle}: healed; the probe got {probe}; next acknowledged produce {took:.2f} s on")
+
+
+def _probe(url: str, until: float) -> str:
+    """Produce to ``url`` until one is acknowledged or refused for a stated reason (a full disk
+    may still take a few writes into pages it holds), or ``until``: ``201``, ``503 <error>``, or
+    what went wrong."""
+    outcome = "no answer"
+    while time.monotonic() < until:
+        try:
+            answer = httpx.post(
+                f"{url}/topics/{TOPIC}/messages",
+                json={"body": f"probe-{time.monotonic_ns()}", "queue_id": 0},
+                timeout=max(0.5, until - time.monotonic()),
+            )
+        except httpx.HTTPError as exc:
+            outcome = type(exc).__name__
+            continue
+        if answer.status_code == 201:
+            return "201"
+        with contextlib.suppress(ValueError):
+            outcome = f"{answer.status_code} {answer.json().get('error')}"
+            if answer.json().get("error") == "store_not_writable":
+                return outcome
+        time.sleep(0.1)
+    return outcome
+
+
+def _newer_epoch(cluster: ProcessCluster, epoch: int | None, avoid: str | None = None) -> int | None:
+    group = describe(cluster, avoid)
+    if group is None or epoch is None or (group.get("epoch") or 0) <= epoch:
+        return None
+    if master_key(cluster, avoid) is None:
         return None
     return int(group["epoch"])
 
 
-def _first_ack(cluster: ProcessCluster, since: float) -> float:
-    """Seconds from ``since`` to the first produce the new master acknowledges."""
+def _first_ack(cluster: ProcessCluster, since: float, avoid: str | None = None) -> float:
+    """Seconds from ``since`` to the first produce the (new) master acknowledges."""
     while True:
-        master = master_key(cluster)
+        master = master_key(cluster, avoid)
         if master is not None:
             with contextlib.suppress(httpx.HTTPError):
                 answer = httpx.post(
@@ -350,8 +516,10 @@ def _first_ack(cluster: ProcessCluster, since: float) -> float:
 # -- healing and checking -------------------------------------------------------------------------
 
 
-def heal(cluster: ProcessCluster) -> str:
-    """Every member running and caught up: the final master's key."""
+def heal(cluster: ProcessCluster, rig: Rig | None = None) -> str:
+    """Every member running and caught up (every link and disk healed): the final master's key."""
+    if rig is not None:
+        rig.heal()
     for key in MEMBERS:
         broker = cluster.brokers[key]
         if broker.alive:
@@ -411,8 +579,9 @@ def check(
     spark: SparkReader | None = None,
     commits: jepsen_commits.CommitHistory | None = None,
     txn: bool = False,
+    rig: Rig | None = None,
 ) -> Verdict:
-    master = heal(cluster)
+    master = heal(cluster, rig)
     bodies = [b for b in drain(cluster.brokers[master].url) if not b.startswith("probe-")]
     counts = Counter(bodies)
     acknowledged = history.acknowledged()

@@ -1,11 +1,15 @@
-"""The replication run that decides issue 22, short: three faults (kill -9 of the master, the
-master paused past its session, kill -9 of a slave) under HTTP and Kafka load, with an HTTP and a
-Kafka consumer committing group offsets throughout; the checker decides message by message and
-commit by commit. The full run (21 cycles) is ``python -m bench.jepsen_replication``."""
+"""The replication run that decides issues 22 and 33, short: one cycle of each fault (kill -9 of
+the master, the master paused past its session, kill -9 of a slave, the master cut from
+ZooKeeper but not from its clients, the master cut from its slaves, a full disk on the master
+and on a slave) under HTTP and Kafka load, with an HTTP and a Kafka consumer committing group
+offsets, a Kafka consume-transform-produce loop and a Spark query through the exactly-once sink
+throughout; the checker decides message by message and commit by commit. The full run is
+``python -m bench.jepsen_replication --cycles 30``."""
 
 from __future__ import annotations
 
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.kafka, pytest.m
 def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
     spark: Any, tmp_path: Path
 ) -> None:
-    with ProcessCluster.started(tmp_path, []) as cluster:
-        jepsen.start_group(cluster)
+    with ExitStack() as stack, ProcessCluster.started(tmp_path, []) as cluster:
+        rig = jepsen.start_group(cluster, stack)
         history = jepsen.History()
         stop = threading.Event()
         commits = jepsen_commits.CommitHistory()
@@ -35,13 +39,13 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
             worker.start()
         reader = jepsen.SparkReader(spark, cluster, tmp_path)
         try:
-            jepsen.nemesis(cluster, history, cycles=3)
+            jepsen.nemesis(cluster, history, len(jepsen.ALL_FAULTS), rig=rig, faults=jepsen.ALL_FAULTS)
         finally:
             stop.set()
             for worker in workers:
                 worker.join(timeout=120)
         try:
-            verdict = jepsen.check(cluster, history, reader, commits, txn=True)
+            verdict = jepsen.check(cluster, history, reader, commits, txn=True, rig=rig)
         finally:
             reader.stop()
         for at, what in history.events:
@@ -55,7 +59,13 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         assert verdict.aborted == [], f"refused but stored: {verdict.aborted[:20]}"
         assert verdict.divergent == []
         assert verdict.spark_missing == [] and verdict.spark_duplicated == []
-        assert len(verdict.failovers) == 2
+        assert [kind for kind, _ in verdict.failovers] == ["kill-master", "pause-master", "partition-master"]
+        probes = {kind: probe for kind, probe, _ in history.held}
+        assert probes.get("cut-slaves", "").startswith("503"), f"acknowledged without its slaves: {probes}"
+        assert rig is not None
+        if rig.disks:  # root only: the members' stores are on tmpfs
+            assert probes["full-disk-master"] == "503 store_not_writable", probes
+            assert probes["full-disk-slave"] == "201", f"a full slave held its master's writes: {probes}"
         assert verdict.commits is not None
         kinds = {c.kind for c in commits.acknowledged}
         assert kinds == {"http", "kafka"}, f"acknowledged commits by kind: {kinds}"

@@ -29,10 +29,22 @@ import pytest
 def small_disk(mount_point: Path, size_mib: int) -> Iterator[Path]:
     """Mount a ``size_mib`` MiB tmpfs at ``mount_point`` for the block; unmounted after (lazily
     if a killed process still holds a file open). Skips the test without root or mount."""
+    with tmpfs(mount_point, size_mib) as mounted:
+        if isinstance(mounted, str):
+            pytest.skip(mounted)
+        yield mounted
+
+
+@contextlib.contextmanager
+def tmpfs(mount_point: Path, size_mib: int) -> Iterator[Path | str]:
+    """:func:`small_disk` without pytest: yields the mount point, or why no tmpfs could be
+    mounted there (not root, no mount(8), mount failed) for a caller that can do without."""
     if os.geteuid() != 0:
-        pytest.skip("a full-disk test mounts a small tmpfs: needs root")
+        yield "a full-disk test mounts a small tmpfs: needs root"
+        return
     if shutil.which("mount") is None:
-        pytest.skip("a full-disk test mounts a small tmpfs: no mount(8) here")
+        yield "a full-disk test mounts a small tmpfs: no mount(8) here"
+        return
     mount_point.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(mount_point)],
@@ -41,7 +53,8 @@ def small_disk(mount_point: Path, size_mib: int) -> Iterator[Path]:
         check=False,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs at {mount_point}: {mounted.stderr.strip()}")
+        yield f"cannot mount a tmpfs at {mount_point}: {mounted.stderr.strip()}"
+        return
     try:
         yield mount_point
     finally:
