@@ -79,12 +79,13 @@ def produce_at_rate(
     return sent
 
 
-def read_all(http: httpx.Client, topic: str) -> pa.Table:
+def read_all(http: httpx.Client, topic: str, with_properties: bool = False) -> pa.Table:
+    """``uniq_key`` and ``store_timestamp`` (epoch ms) of every message of ``topic``, and
+    ``properties`` when asked."""
+    columns = ["uniq_key", "store_timestamp", *(["properties"] if with_properties else [])]
     described = http.get(f"/topics/{topic}")
-    if described.status_code != 200:
-        return pa.table({"uniq_key": pa.array([], pa.string()), "store_timestamp": pa.array([], pa.int64())})
     tables = []
-    for queue in described.json()["queue_offsets"]:
+    for queue in described.json()["queue_offsets"] if described.status_code == 200 else []:
         offset = queue["min_offset"]
         while offset < queue["max_offset"]:
             resp = http.get(
@@ -95,33 +96,50 @@ def read_all(http: httpx.Client, topic: str) -> pa.Table:
             table = pa.ipc.open_stream(resp.content).read_all()
             if table.num_rows == 0:
                 break
-            tables.append(table.select(["uniq_key", "store_timestamp"]))
+            tables.append(table.select(columns))
             offset += table.num_rows
     if not tables:
-        return pa.table({"uniq_key": pa.array([], pa.string()), "store_timestamp": pa.array([], pa.int64())})
+        empty = {"uniq_key": pa.array([], pa.string()), "store_timestamp": pa.array([], pa.int64())}
+        if with_properties:
+            empty["properties"] = pa.array([], pa.map_(pa.string(), pa.string()))
+        return pa.table(empty)
     table = pa.concat_tables(tables)
     millis = table.column("store_timestamp").cast(pa.timestamp("ms")).cast(pa.int64())
     return table.set_column(1, "store_timestamp", millis)
 
 
-def lateness_ms(http: httpx.Client, topic: str, level: int, delay_ms: int | None = None) -> np.ndarray:
-    """Per delivered message: delivered store time - due time (level: parked store time + level
-    delay; timer, ``delay_ms``: parked store time + delay, rounded up to the second)."""
-    parked = read_all(http, "rmq_sys_wheel_timer" if delay_ms is not None else "SCHEDULE_TOPIC_XXXX")
+def lateness_ms(
+    http: httpx.Client, topic: str, level: int, delay_ms: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per delivered message: its due time (epoch ms) and its lateness, delivered store time -
+    due time. Level: parked store time + the
+    level's delay. Timer: the due time the broker gave it at admission, ``TIMER_OUT_MS`` +
+    precision (1 s): the requested time (admission time + ``delay_ms``) rounded up to the second.
+    (Not the parked store time + ``delay_ms``: a batch admitted just before a second boundary is
+    stored just after it, and would look a second early.)"""
+    timers = delay_ms is not None
+    parking = "rmq_sys_wheel_timer" if timers else "SCHEDULE_TOPIC_XXXX"
+    parked = read_all(http, parking, with_properties=timers)
     delivered = read_all(http, topic)
-    keys, stamps = parked.column("uniq_key").to_pylist(), parked.column("store_timestamp").to_pylist()
-    parked_at = dict(zip(keys, stamps, strict=True))
+    keys = parked.column("uniq_key").to_pylist()
+    if timers:
+        props = parked.column("properties").to_pylist()
+        due_at = {k: int(dict(p)["TIMER_OUT_MS"]) + 1000 for k, p in zip(keys, props, strict=True)}
+    else:
+        stamps = parked.column("store_timestamp").to_pylist()
+        due_at = {k: int(t) + LEVEL_MS[level] for k, t in zip(keys, stamps, strict=True)}
     got = zip(
         delivered.column("uniq_key").to_pylist(), delivered.column("store_timestamp").to_pylist(), strict=True
     )
+    pairs = [(due_at[key], ts - due_at[key]) for key, ts in got if key in due_at]
+    due, late = (np.asarray(column, dtype=np.int64) for column in zip(*pairs, strict=True))
+    return due, late
 
-    def due(key: str) -> int:
-        if delay_ms is None:
-            return int(parked_at[key] + LEVEL_MS[level])
-        return int(-(-(parked_at[key] + delay_ms) // 1000) * 1000)
 
-    out = [ts - due(key) for key, ts in got if key in parked_at]
-    return np.asarray(out, dtype=np.int64)
+def p99_by_window(due: np.ndarray, late: np.ndarray, window_ms: int = 10_000) -> str:
+    """The lateness p99 of each ``window_ms`` of due time, from the first: where the tail is."""
+    windows = (due - due.min()) // window_ms
+    return ", ".join(f"{np.percentile(late[windows == w], 99):.0f}" for w in np.unique(windows))
 
 
 def relocated(broker: Broker) -> int:
@@ -144,35 +162,45 @@ def running_broker(root: Path, env: dict[str, str] | None = None) -> Iterator[Br
 
 
 def tree_rss_mb(pid: int) -> float:
-    return sum(mb for _, mb in tree_rss_by_kind(pid).values())
+    return sum(rss for _, rss, _ in tree_rss_by_kind(pid).values())
 
 
-def tree_rss_by_kind(pid: int) -> dict[str, tuple[int, float]]:
-    """(processes, RSS MB) of a process tree by kind (``java``, or the Python module run)."""
-    out: dict[str, tuple[int, float]] = {}
+def tree_rss_by_kind(pid: int) -> dict[str, tuple[int, float, float]]:
+    """(processes, RSS MB, PSS MB) of a process tree by kind (``java``, or the Python module run).
+    RSS counts a page shared by several processes (a forked worker's pages of its daemon) once
+    per process; PSS divides it among them, so the tree's PSS is what the machine spends."""
+    out: dict[str, tuple[int, float, float]] = {}
     todo = [pid]
     while todo:
         p = todo.pop()
         todo.extend(children_of(p))
         try:
             args = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            status = Path(f"/proc/{p}/status").read_text().splitlines()
+            rss = _kib(Path(f"/proc/{p}/status"), "VmRSS:")
+            pss = _kib(Path(f"/proc/{p}/smaps_rollup"), "Pss:")
         except OSError:
             continue
         module = args[2] if args[1:2] == [b"-m"] else args[0]
         kind = "java" if args[0].endswith(b"java") else module.decode().rsplit(".", 1)[-1]
-        for line in status:
-            if line.startswith("VmRSS:"):
-                count, mb = out.get(kind, (0, 0.0))
-                out[kind] = (count + 1, mb + int(line.split()[1]) / 1024)
+        count, rss_mb, pss_mb = out.get(kind, (0, 0.0, 0.0))
+        out[kind] = (count + 1, rss_mb + rss / 1024, pss_mb + pss / 1024)
     return out
 
 
+def _kib(path: Path, field: str) -> int:
+    """The ``field`` line's kB of a /proc file (0 when absent)."""
+    for line in path.read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1])
+    return 0
+
+
 def describe_rss(pid: int) -> str:
-    """The job tree's RSS, and per kind of process: ``count x kind MB``."""
+    """The job tree's RSS and PSS, and per kind of process: ``count x kind RSS MB``."""
     kinds = sorted(tree_rss_by_kind(pid).items(), key=lambda kv: -kv[1][1])
-    parts = ", ".join(f"{n} x {kind} {mb:,.0f}" for kind, (n, mb) in kinds)
-    return f"operator job RSS {sum(mb for _, (_, mb) in kinds):,.0f} MB ({parts})"
+    parts = ", ".join(f"{n} x {kind} {rss:,.0f}" for kind, (n, rss, _) in kinds)
+    rss, pss = (sum(v[i] for _, v in kinds) for i in (1, 2))
+    return f"operator job RSS {rss:,.0f} MB, PSS {pss:,.0f} MB ({parts})"
 
 
 def du_mb(path: Path) -> float:
@@ -218,12 +246,12 @@ def lateness(root: Path, rate: int, seconds: float, level: int = 2, delay_ms: in
     with running_broker(root) as broker, broker.http as http:
         sent = produce_at_rate(http, "late", rate, seconds, level if delay_ms is None else 0, delay_ms)
         wait_until(lambda: relocated(broker) >= sent + 10, 300, f"{sent} deliveries", poll_s=0.5)
-        late = lateness_ms(http, "late", level, delay_ms)
+        due, late = lateness_ms(http, "late", level, delay_ms)
         rss = describe_rss(broker.operators()["job"]["pid"])
         print(
             f"lateness at {rate:,} msg/s, {kind} ({sent:,} msgs): p50 {np.percentile(late, 50):.0f} ms, "
-            f"p99 {np.percentile(late, 99):.0f} ms, max {late.max()} ms, early {(late < 0).sum()}; "
-            f"{rss}; load {os.getloadavg()[0]:.1f}"
+            f"p99 {np.percentile(late, 99):.0f} ms, max {late.max()} ms, early {(late < 0).sum()} "
+            f"(p99 per 10 s of due time: {p99_by_window(due, late)} ms); {rss}; load {os.getloadavg()[0]:.1f}"
         )
 
 
