@@ -58,6 +58,8 @@ class MasterSessionPort(Protocol):
     config: HAConfig
     #: Bumped on every append and confirm move.
     generation: int
+    #: The end of what the put path has dispatched: nothing past it is sent.
+    appended_end: int
     #: Mutual TLS (``config.tls``): the server context and who may replicate as which member.
     tls_context: ssl.SSLContext | None
     identity_check: IdentityCheck | None
@@ -238,6 +240,8 @@ class SlaveConnection:
             limit = (
                 batch if next_entry is None else min(batch, next_entry.start_offset - self.transfer_offset)
             )
+            # Never past what the put path has dispatched: an append still in flight may be undone.
+            limit = min(limit, session.appended_end - self.transfer_offset)
             with session.log.transfer_view(self.transfer_offset, limit) as data:
                 confirm = session.confirm_offset
                 if len(data):

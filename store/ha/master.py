@@ -76,6 +76,11 @@ class MasterSession:
         self._connections: dict[int, SlaveConnection] = {}
         self._all: set[SlaveConnection] = set()
         self._confirm = replica.confirm_offset
+        #: The end of what the put path has appended *and dispatched* (:meth:`appended`): writers
+        #: send nothing past it. Bytes past it may still be taken back: an append whose
+        #: ConsumeQueue dispatch fails (a full disk) is truncated away, and a slave that got them
+        #: would hold, and acknowledge, bytes the master no longer has.
+        self.appended_end = replica.max_offset
         #: Bumped on every append and confirm move; writers sleep until it changes.
         self.generation = 0
         self._stopped: str | None = None
@@ -215,6 +220,7 @@ class MasterSession:
         """(Put lock held.) Wake the writers; readers learn a moved confirm offset in
         :meth:`acknowledge`, after the put lock."""
         with self._cond:
+            self.appended_end = max(self.appended_end, end_offset)
             self.generation += 1
             self._recompute()
             self._cond.notify_all()
