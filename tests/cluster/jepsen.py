@@ -74,6 +74,8 @@ DISK_MIB = 512
 #: How long a cut from the slaves or a full disk lasts (s): past the 5 s after which a slave
 #: that has not caught up leaves the in-sync set.
 HOLD_S = 8.0
+#: How long a full master may take in writes that fit pages it allocated before the disk filled (s).
+PROBE_FULL_S = 20.0
 
 
 @dataclass
@@ -357,12 +359,14 @@ def nemesis(
     seed: int = 7,
     rig: Rig | None = None,
     faults: Sequence[str] = KILLS_AND_PAUSES,
+    first_cycle: int = 0,
 ) -> None:
     """``cycles`` faults in turn from ``faults`` (those past :data:`KILLS_AND_PAUSES` need
-    ``rig``); each time the victim restarts, resumes or is healed once the group has moved on."""
-    rng = random.Random(seed)
-    for cycle in range(cycles):
-        kind = faults[cycle % len(faults)]
+    ``rig``); each time the victim restarts, resumes or is healed once the group has moved on.
+    Cycles are numbered from ``first_cycle`` in the history."""
+    rng = random.Random(seed + first_cycle)
+    for cycle in range(first_cycle, first_cycle + cycles):
+        kind = faults[(cycle - first_cycle) % len(faults)]
         wait_until(lambda: master_key(cluster), 120, "a master before the fault")
         master = master_key(cluster)
         assert master is not None
@@ -450,9 +454,16 @@ def _hold(
     else:
         written = fill_disk(rig.disks[victim], "filler")
         history.event(f"cycle {cycle}: {victim}'s disk full ({written >> 20} MiB filler) for {HOLD_S:.0f} s")
-    began = time.monotonic()
-    time.sleep(HOLD_S - 2)  # a full slave, or slaves cut off, have left the in-sync set by now
-    probe = _probe(cluster.brokers[master].url, until=began + HOLD_S)
+    url = cluster.brokers[master].url
+    if kind == "full-disk-master":
+        # The disk is full, but the store may still hold pages it allocated ahead: big probes use
+        # them up, and the refusal that follows is the answer; then the fault lasts HOLD_S.
+        probe = _probe(url, time.monotonic() + PROBE_FULL_S, refusal_expected=True)
+        time.sleep(HOLD_S)
+    else:
+        began = time.monotonic()
+        time.sleep(HOLD_S - 2)  # a full slave, or slaves cut off, have left the in-sync set by now
+        probe = _probe(url, began + HOLD_S, refusal_expected=kind == "cut-slaves")
     if kind == "cut-slaves":
         rig.ha[master].heal()
     else:
@@ -463,26 +474,29 @@ def _hold(
     history.event(f"cycle {cycle}: healed; the probe got {probe}; next acknowledged produce {took:.2f} s on")
 
 
-def _probe(url: str, until: float) -> str:
-    """Produce to ``url`` until one is acknowledged or refused for a stated reason (a full disk
-    may still take a few writes into pages it holds), or ``until``: ``201``, ``503 <error>``, or
-    what went wrong."""
-    outcome = "no answer"
+def _probe(url: str, until: float, refusal_expected: bool) -> str:
+    """Produce to ``url`` until ``until``: ``201``, ``503 <error>``, or what went wrong. With
+    ``refusal_expected`` (a cut or full master) the first refusal that says why is the answer,
+    and 1 MiB probes use up what the disk still had allocated; else the first ``201`` is."""
+    outcome, body = "no answer", "x" * (1 << 20 if refusal_expected else 16)
     while time.monotonic() < until:
         try:
             answer = httpx.post(
                 f"{url}/topics/{TOPIC}/messages",
-                json={"body": f"probe-{time.monotonic_ns()}", "queue_id": 0},
+                json={"body": f"probe-{time.monotonic_ns()}-{body}", "queue_id": 0},
                 timeout=max(0.5, until - time.monotonic()),
             )
         except httpx.HTTPError as exc:
             outcome = type(exc).__name__
             continue
         if answer.status_code == 201:
-            return "201"
+            outcome = "201"
+            if not refusal_expected:
+                return outcome
+            continue
         with contextlib.suppress(ValueError):
             outcome = f"{answer.status_code} {answer.json().get('error')}"
-            if answer.json().get("error") == "store_not_writable":
+            if refusal_expected and answer.json().get("error"):
                 return outcome
         time.sleep(0.1)
     return outcome
