@@ -52,8 +52,12 @@ cluster: venv zookeeper
 	    --port $(CLUSTER_PORT) --zk-port $(ZK_PORT) --operators $(OPERATORS) --dir $(CLUSTER_DIR) \
 	    $(if $(SECURE),--secure $(CLUSTER_DIR)/secure)
 
+# Two pytest processes (pytest-xdist), each given whole test files (module fixtures stay shared):
+# the Spark, kill and failover tests spend most of their time waiting on Spark's start, timers and
+# elections. PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The quick loop while editing (no Spark, no Spark cluster, no Kafka clients, no end-to-end kill tests);
 # `make test` stays the full suite that CI runs.
