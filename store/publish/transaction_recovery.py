@@ -99,9 +99,10 @@ def repair(
     table: TransactionTable,
     last_op_offset: int,
     complete: Callable[[Transaction, list[HalfRef]], None],
+    what: str = "torn by a crash",
 ) -> int:
-    """Find commits torn by a crash and ``complete(tx, halves without a final message)`` each;
-    returns how many."""
+    """Find commits torn by a crash (``what`` says why they are incomplete, for the log) and
+    ``complete(tx, halves without a final message)`` each; returns how many."""
     pending = table.pending()
     if not pending:
         return 0
@@ -120,9 +121,10 @@ def repair(
     for tx in torn:
         missing = [h for h in tx.halves if h.commitlog_offset not in finalized[tx.transaction_id]]
         log.warning(
-            "transaction %s: its commit was torn by a crash (%d of %d final messages stored); "
+            "transaction %s: its commit was %s (%d of %d final messages stored); "
             "appending the rest and its op",
             tx.transaction_id,
+            what,
             tx.half_count - len(missing),
             tx.half_count,
         )

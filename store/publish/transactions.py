@@ -32,7 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.errors import InvalidArgument, NotMaster, SparkMQError, StoreError
+from store.errors import (
+    FlushSlaveTimeout,
+    FlushTimeout,
+    InvalidArgument,
+    NotMaster,
+    SlaveNotAvailable,
+    SparkMQError,
+    StoreError,
+)
 from store.format.record import RecordFields
 from store.message_store import MessageStore
 from store.names import TRANS_OFFSETS_TOPIC
@@ -116,6 +124,10 @@ class TransactionService:
         self._table = TransactionTable()
         self.repaired = 0
         self.reapplied_offsets = 0
+        #: Where an end whose append raised after storing (not acknowledged) may lie: the next
+        #: end first settles what the log holds from there (:meth:`_settle`), never appending
+        #: a commit's final messages twice.
+        self._unsettled_from: int | None = None
 
     @classmethod
     def open(cls, store: MessageStore) -> TransactionService:
@@ -133,6 +145,22 @@ class TransactionService:
             log.warning("transactions: torn commit(s) left for when this member leads: %s", exc)
         service.reapplied_offsets = reapply_offsets(store)
         return service
+
+    def _settle(self) -> None:
+        """(Lock held.) An end whose append raised after storing it (``FLUSH_SLAVE_TIMEOUT``, the
+        in-sync set shrinking after the append, a flush timeout) is in the log though the table
+        says open, and its offsets were not applied: the client's retry would append the final
+        messages again. Complete such commits as recovery completes a torn one (the op, and any
+        final message missing), then apply the offsets records the table lacks. The appended op
+        is acknowledged only once everything before it is: until then this raises again, and
+        the end stays unsettled for the next try. A rolled-back end is an op only: a second op
+        naming the same halves changes nothing."""
+        start = self._unsettled_from
+        if start is None:
+            return
+        repair(self.store, self._table, start, self._complete_torn, what="stored but not acknowledged")
+        self.reapplied_offsets += reapply_offsets(self.store)
+        self._unsettled_from = None
 
     def _complete_torn(self, tx: Transaction, missing: list[HalfRef]) -> None:
         end = self._end_records(tx, TxOutcome.COMMIT, 0, _runs_of(missing))
@@ -242,6 +270,7 @@ class TransactionService:
         transaction: the first decides, the others report its outcome. Offsets carried by the
         committed ones are applied right after the append, in log order."""
         with self._lock:
+            self._settle()
             out: list[EndResult | SparkMQError | None] = [None] * len(requests)
             parts: list[EncodedRecords] = []
             offsets: list[tuple[int, TxOffsets]] = []
@@ -275,7 +304,14 @@ class TransactionService:
                 count += len(end.records)
             if parts:
                 records = EncodedRecords.concat(parts)
-                stored = self.store.append_encoded(records)
+                before = self.store.commitlog_max_offset
+                try:
+                    stored = self.store.append_encoded(records)
+                except (FlushSlaveTimeout, FlushTimeout, SlaveNotAvailable) as exc:
+                    if not isinstance(exc, SlaveNotAvailable) or exc.appended:  # stored, not acked
+                        unsettled = self._unsettled_from
+                        self._unsettled_from = before if unsettled is None else min(unsettled, before)
+                    raise
                 every: list[PutResult] | None = None  # built once for the coalesced batch
                 for i, tx, outcome, lo, hi in spans:
                     self._table.end(tx, outcome)

@@ -4,11 +4,14 @@ commit completed; and the ordering rule against plain commits (docs/transactions
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from store import BatchPutResult, MessageStore, ProduceColumns, ProducerRef, StoreConfig
+from store.errors import FlushSlaveTimeout, SlaveNotAvailable
 from store.format.record import encode_record
 from store.format.record_check import check_record
 from store.names import TRANS_HALF_TOPIC, TRANS_OFFSETS_TOPIC, TRANS_OP_HALF_TOPIC
@@ -253,3 +256,55 @@ def test_a_commit_torn_after_some_finals_is_completed_with_its_offsets(tmp_path:
         service = TransactionService.open(ms)
         assert service.repaired == 0
         assert len(ms.get_messages("out", 1, 0, 10).messages) == 3
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        lambda end: FlushSlaveTimeout("the in-sync replicas did not hold it in time", end_offset=end),
+        lambda end: SlaveNotAvailable("the in-sync set fell below 2 after the append", appended=True),
+    ],
+    ids=["flush_slave_timeout", "in_sync_set_shrank"],
+)
+def test_an_end_stored_but_not_acknowledged_is_not_appended_again_by_its_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: Callable[[int], Exception]
+) -> None:
+    """A commit's append stored on the master but not acknowledged (a replica group) raises; the
+    Kafka coordinator then answers COORDINATOR_NOT_AVAILABLE and the client retries the commit.
+    The retry must complete the stored end (its op, its offsets), not append the final messages
+    a second time: the Jepsen run's transaction loop read a batch twice that way."""
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("in", 2)
+        ms.create_topic("out", 2)
+        service = TransactionService.open(ms)
+        tx = HalfOf("kafka:app", "kafka-7-0-1")
+        put_kafka_halves(ms, service, tx, [b"a", b"b"])
+        service.put_offsets(tx, TxOffsets("ctp", {"in": {0: 2}}))
+
+        appender = ms._appender
+        acknowledge = appender._acknowledge
+        refused: list[int] = []
+
+        def not_acknowledged_once(end_offset: int) -> None:
+            if not refused:
+                refused.append(end_offset)
+                raise refusal(end_offset)
+            acknowledge(end_offset)
+
+        monkeypatch.setattr(appender, "_acknowledge", not_acknowledged_once)
+        with pytest.raises((FlushSlaveTimeout, SlaveNotAvailable)):
+            service.end(tx.transaction_id, TxOutcome.COMMIT, "kafka:app")
+        assert [m.body for m in ms.get_messages("out", 1, 0, 10).messages] == [b"a", b"b"]  # stored
+
+        retried = service.end(tx.transaction_id, TxOutcome.COMMIT, "kafka:app")
+        assert retried.outcome is TxOutcome.COMMIT
+        assert [m.body for m in ms.get_messages("out", 1, 0, 10).messages] == [b"a", b"b"]  # once
+        assert ms.committed_offsets("ctp", "in") == {0: 2}
+        assert service.pending() == []
+        assert not service.end(tx.transaction_id, TxOutcome.COMMIT, "kafka:app").ended_now
+
+    with open_store(tmp_path / "s") as ms:  # and the log, read again, agrees
+        service = TransactionService.open(ms)
+        assert service.pending() == [] and service.repaired == 0
+        assert [m.body for m in ms.get_messages("out", 1, 0, 10).messages] == [b"a", b"b"]
+        assert ms.committed_offsets("ctp", "in") == {0: 2}
