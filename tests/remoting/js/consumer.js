@@ -34,12 +34,18 @@ async function main() {
   let consumed = 0;
   let finished = false;
 
+  const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
   async function finish(event) {
     if (finished) return;
     finished = true;
-    // close() first: it persists the offsets (UPDATE_CONSUMER_OFFSET, one-way) before the
-    // driver reports and exits.
+    // ali-ons records a message's offset after its handler returns: let it record the last
+    // one's. Then close(): it persists the offsets (UPDATE_CONSUMER_OFFSET, one-way); and let
+    // that one-way request leave the socket before the process exits (process.exit does not
+    // wait for pending writes: on a loaded machine the last offsets were lost that way).
+    await sleep(300);
     await consumer.close();
+    await sleep(300);
     emit(Object.assign({ consumed }, event));
     process.exit(event.event === 'done' ? 0 : 2);
   }
