@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
+from tests.support import reads
 from tests.support.network import free_port
 from tests.support.waiting import wait_until
 
@@ -114,20 +114,4 @@ def start_broker(
 def all_messages(broker: Broker, topic: str) -> list[dict[str, Any]]:
     """Every message of ``topic``, all queues (JSON pull)."""
     with broker.http as http:
-        path = quote(topic, safe="")  # %RETRY%group, %DLQ%group
-        described = http.get(f"/topics/{path}")
-        if described.status_code == 404:
-            return []
-        out: list[dict[str, Any]] = []
-        for queue in described.json()["queue_offsets"]:
-            offset = queue["min_offset"]
-            while offset < queue["max_offset"]:
-                page = http.get(
-                    f"/topics/{path}/queues/{queue['queue_id']}/messages",
-                    params={"offset": offset, "max_messages": 1000},
-                ).json()
-                out.extend(page["messages"])
-                if page["next_offset"] <= offset:
-                    break
-                offset = page["next_offset"]
-        return out
+        return reads.all_messages(http, topic)

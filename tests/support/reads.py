@@ -9,17 +9,22 @@ import httpx
 
 
 def all_messages(http: httpx.Client, topic: str) -> list[dict[str, Any]]:
-    """Every message of ``topic``, all queues (the HTTP door's JSON pull, up to 1,000 per
-    queue); none when the topic does not exist."""
+    """Every message of ``topic``, all queues, page by page (the HTTP door's JSON pull); none
+    when the topic does not exist."""
     path = quote(topic, safe="")  # %RETRY%group, %DLQ%group
     described = http.get(f"/topics/{path}")
     if described.status_code == 404:
         return []
     out: list[dict[str, Any]] = []
     for queue in described.json()["queue_offsets"]:
-        page = http.get(
-            f"/topics/{path}/queues/{queue['queue_id']}/messages",
-            params={"offset": queue["min_offset"], "max_messages": 1000},
-        ).json()
-        out.extend(page["messages"])
+        offset = queue["min_offset"]
+        while offset < queue["max_offset"]:
+            page = http.get(
+                f"/topics/{path}/queues/{queue['queue_id']}/messages",
+                params={"offset": offset, "max_messages": 1000},
+            ).json()
+            out.extend(page["messages"])
+            if page["next_offset"] <= offset:
+                break
+            offset = page["next_offset"]
     return out
