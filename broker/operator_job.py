@@ -104,9 +104,11 @@ def job_launch(
     checkpoint_dir: Path,
     master: str,
     inherited_token: str | None = None,
+    queries: Sequence[str] | None = None,
 ) -> JobLaunch:
     """What the supervisor runs for ``config``'s broker; ``inherited_token`` is the broker's own
-    ``SPARKMQ_TOKEN``, if any. Raises :class:`InvalidArgument` as :func:`job_token` does."""
+    ``SPARKMQ_TOKEN``, if any; ``queries``: the resolvers to run (``None``: all). Raises
+    :class:`InvalidArgument` as :func:`job_token` does."""
     variables: dict[str, str] = {}
     token = job_token(config, inherited_token)
     if token is not None:
@@ -118,5 +120,7 @@ def job_launch(
     if config.tls is not None and config.tls.require_client_cert:
         extra += ["--tls-client-cert", str(config.tls.cert_file.resolve())]
         extra += ["--tls-client-key", str(config.tls.key_file.resolve())]
+    if queries is not None:
+        extra += ["--queries", ",".join(queries)]
     argv = job_argv(job_endpoint(config), store_dir, checkpoint_dir, master, extra)
     return JobLaunch(tuple(argv), variables)

@@ -82,6 +82,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
             checkpoint_dir,
             str(options.extra.get("operators_master", "local[2]")),
             inherited_token=os.environ.get(TOKEN_ENV),
+            queries=options.extra.get("operator_queries"),
         )
     except InvalidArgument as exc:
         _refuse(str(exc))  # a long sentence: plain text, not typer's 80-column box
@@ -198,6 +199,14 @@ def serve(
     operators_master: Annotated[
         str, typer.Option(help="Spark master of the local operator job.")
     ] = "local[2]",
+    operator_queries: Annotated[
+        str,
+        typer.Option(
+            help="The resolvers the local operator job runs, comma-separated: delay (delay levels and "
+            "timers, and the retry ladder's retries), transactions (check-backs), retry (send-backs; "
+            "needs delay). Each idle resolver costs a share of a core: leave out what no client uses."
+        ),
+    ] = "delay,transactions,retry",
     checkpoint_dir: Annotated[
         Path, typer.Option(help="Root of the operator job's Spark checkpoints.")
     ] = Path("checkpoints"),
@@ -370,6 +379,13 @@ def serve(
         credential = security.credential()
     except InvalidArgument as exc:
         _refuse(str(exc))
+    from streaming.operators.names import parse_queries
+
+    try:
+        queries = parse_queries(operator_queries)
+    except ValueError as exc:
+        typer.echo(f"sparkmq serve: --operator-queries: {exc}", err=True)
+        raise typer.Exit(2) from None
     store_dir.mkdir(parents=True, exist_ok=True)
     try:
         store_config = StoreConfig(
@@ -424,6 +440,7 @@ def serve(
     extra = {
         "operators": operators,
         "operators_master": operators_master,
+        "operator_queries": queries,
         "checkpoint_dir": str(checkpoint_dir),
         "kafka_port": kafka_port,
         "kafka_host": kafka_host,

@@ -39,12 +39,16 @@ from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC,
 from streaming.operators import retry, transactions
 from streaming.operators.client import BrokerClient
 from streaming.operators.delay import RELOCATE_DELIVER, ROW_RELOCATION, DelaySettings, resolve
+from streaming.operators.names import (
+    DELAY_OPERATOR,
+    QUERIES,
+    RETRY_OPERATOR,
+    TRANSACTION_OPERATOR,
+    parse_queries,
+)
 
 log = logging.getLogger("sparkmq.operators")
 
-DELAY_OPERATOR = "delay"
-TRANSACTION_OPERATOR = "transactions"
-RETRY_OPERATOR = "retry"
 #: What a relocation POST carries (the broker ignores the summary-only columns for decisions).
 POST_COLUMNS = (
     "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
@@ -83,23 +87,36 @@ class JobConfig:
     client_cert: tuple[str, str] | None = None
     request_timeout_s: float = 60.0
     #: Test only: ``<before_post|mid_post|after_post|after_post_ahead>:<marker file>`` kills this
-    #: driver (SIGKILL) once, at that point of a batch with relocations (``mid_post``: 0.3 s into
+    #: driver (SIGKILL) once, at that point of a batch with relocations (several, ``;``-separated:
+    #: one after the other, each in a later life of the job) (``mid_post``: 0.3 s into
     #: its POST, while the broker publishes; ``after_post_ahead``: after the POST of a delay batch
     #: with decisions still due later, held by the broker's wheel) (``SPARKMQ_TEST_OPERATOR_FAULT``).
     fault: str | None = None
     #: Extra Spark settings (``--conf k=v``, or ``SPARKMQ_OPERATOR_CONF="k=v;k=v"``), applied last.
     spark_conf: tuple[tuple[str, str], ...] = ()
+    #: The resolver queries this job runs (a subset of :data:`QUERIES`, in that order).
+    queries: tuple[str, ...] = QUERIES
+
+
+def _pending_fault(fault: str | None) -> tuple[str, str] | None:
+    """The next crash point still to happen, as (point, marker file): ``fault`` lists one or
+    more ``<point>:<marker>``, separated by ``;``, each happening once and in that order (a
+    marker that exists is a crash that happened, in an earlier life of the job)."""
+    for entry in (fault or "").split(";"):
+        if entry:
+            where, marker = entry.split(":", 1)
+            if not os.path.exists(marker):
+                return where, marker
+    return None
 
 
 def _maybe_die(fault: str | None, point: str, batch_id: int | None = None) -> None:
-    """Test-only crash point: SIGKILL this process once (the marker file records the point and
-    the batch id: ``"after_post 7"``)."""
-    if not fault:
+    """Test-only crash point: SIGKILL this process if ``point`` is the next one of ``fault``
+    (the marker file records the point and the batch id: ``"after_post 7"``)."""
+    pending = _pending_fault(fault)
+    if pending is None or pending[0] != point:
         return
-    where, marker = fault.split(":", 1)
-    if where != point or os.path.exists(marker):
-        return
-    Path(marker).write_text(point if batch_id is None else f"{point} {batch_id}")
+    Path(pending[1]).write_text(point if batch_id is None else f"{point} {batch_id}")
     log.warning("test fault: killing the operator driver at %s", point)
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -140,7 +157,7 @@ def batch_poster(
         relocations = decisions(table)
         if relocations:
             _maybe_die(fault, "before_post")
-            if fault and fault.startswith("mid_post:"):
+            if (_pending_fault(fault) or ("",))[0] == "mid_post":
                 threading.Timer(0.3, _maybe_die, (fault, "mid_post")).start()
         client.post_batch(operator, batch_id, table)
         if relocations:
@@ -336,6 +353,7 @@ def run(config: JobConfig, stop: threading.Event) -> int:
         ),
         RETRY_OPERATOR: lambda: start_retry_query(spark, config, client),
     }
+    starters = {name: start for name, start in starters.items() if name in config.queries}
     queries: dict[str, Any] = {}
     failures: dict[str, list[float]] = {name: [] for name in starters}
     waiting = list(starters)  # started one at a time, in the loop below
@@ -421,7 +439,16 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     )
     parser.add_argument("--tls-client-key", default=None, help="the private key of --tls-client-cert")
     parser.add_argument("--conf", action="append", default=[], help="a Spark setting, key=value")
+    parser.add_argument(
+        "--queries",
+        default=",".join(QUERIES),
+        help=f"the resolver queries to run, comma-separated (default: all: {','.join(QUERIES)})",
+    )
     args = parser.parse_args(list(argv))
+    try:
+        queries = parse_queries(args.queries)
+    except ValueError as exc:
+        parser.error(f"--queries: {exc}")
     if (args.tls_client_cert is None) != (args.tls_client_key is None):
         parser.error("--tls-client-cert and --tls-client-key go together")
     try:
@@ -440,6 +467,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         client_cert=(args.tls_client_cert, args.tls_client_key) if args.tls_client_cert else None,
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
         spark_conf=_spark_conf([*os.environ.get("SPARKMQ_OPERATOR_CONF", "").split(";"), *args.conf]),
+        queries=queries,
     )
 
 

@@ -83,8 +83,11 @@ def start_broker(
     extra_args: tuple[str, ...] = (),
     port: int | None = None,
     wait_healthy: bool = True,
+    queries: str | None = None,
 ) -> Broker:
-    """``wait_healthy`` False: return at once (a broker expected to crash during start-up)."""
+    """``wait_healthy`` False: return at once (a broker expected to crash during start-up);
+    ``queries``: the resolvers its operator job runs (``--operator-queries``; ``None``: all). A
+    test runs only the ones it exercises: each idle one takes a share of the two cores."""
     port = port or free_port()
     store_dir, checkpoint_dir = tmp_path / "store", tmp_path / "checkpoints"
     log_path = tmp_path / f"broker-{port}-{time.monotonic_ns()}.log"
@@ -92,6 +95,8 @@ def start_broker(
         sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", str(store_dir), "--port", str(port),
         "--checkpoint-dir", str(checkpoint_dir), "--log-level", "warning", *extra_args,
     ]  # fmt: skip
+    if queries is not None:
+        command += ["--operator-queries", queries]
     with open(log_path, "wb") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

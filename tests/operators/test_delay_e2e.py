@@ -26,6 +26,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 #: The default level table's first levels (1s 5s 10s).
 LEVEL_MS = {1: 1000, 2: 5000, 3: 10_000}
 
+#: The resolvers this module exercises (the operator job runs only these).
+RESOLVERS = "delay"
+
 
 def produce_delayed(broker: Broker, topic: str, count: int, level: int, tag: str) -> list[dict[str, Any]]:
     with broker.http as http:
@@ -54,7 +57,7 @@ def delivered_once(broker: Broker, topic: str, expected: list[dict[str, Any]]) -
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Any:
-    running = start_broker(tmp_path)
+    running = start_broker(tmp_path, queries=RESOLVERS)
     yield running
     running.stop(signal.SIGKILL)
 
@@ -129,7 +132,9 @@ def _delay_offsets(broker: Broker) -> dict[int, int]:
 @pytest.mark.parametrize("point", ["before_post"])
 def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
     marker = tmp_path / f"{point}.killed"
-    running = start_broker(tmp_path, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"{point}:{marker}"})
+    running = start_broker(
+        tmp_path, queries=RESOLVERS, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"{point}:{marker}"}
+    )
     try:
         parked = produce_delayed(running, "kill", 25, 1, point)
         delivered_once(running, "kill", parked)
@@ -145,7 +150,7 @@ def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
 def test_broker_kill9_mid_publish_then_restart_resumes_without_duplicates(tmp_path: Path) -> None:
     marker = tmp_path / "chunk.killed"
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"chunk-0:{marker}", "SPARKMQ_TEST_RELOCATION_CHUNK_ROWS": "4"}
-    first = start_broker(tmp_path, env=env)
+    first = start_broker(tmp_path, queries=RESOLVERS, env=env)
     parked = produce_delayed(first, "resume", 12, 1, "r")
     parked += produce_delayed(first, "resume", 6, 3, "r3")  # still pending while the broker is down
     job_pid = wait_until(lambda: first.operators()["job"].get("pid"), 30, "the operator job pid")
@@ -157,7 +162,7 @@ def test_broker_kill9_mid_publish_then_restart_resumes_without_duplicates(tmp_pa
     wait_until(lambda: not any(pid_alive(p) for p in job_children), 60, "the driver's JVM to exit")
     partial = Counter(all_messages_offline(first))
     assert 0 < sum(partial.values()) < len(parked)
-    second = start_broker(tmp_path, port=int(first.url.rsplit(":", 1)[1]))
+    second = start_broker(tmp_path, queries=RESOLVERS, port=int(first.url.rsplit(":", 1)[1]))
     try:
         delivered_once(second, "resume", parked)
     finally:
@@ -178,7 +183,7 @@ def all_messages_offline(broker: Broker) -> list[str]:
 
 
 def test_serve_with_operators_off_runs_no_job(tmp_path: Path) -> None:
-    running = start_broker(tmp_path, extra_args=("--operators", "off"))
+    running = start_broker(tmp_path, queries=RESOLVERS, extra_args=("--operators", "off"))
     try:
         assert running.operators()["job"] == {"mode": "external"}
         assert httpx.get(f"{running.url}/operators/settings").json()["delay_levels_ms"][:3] == [

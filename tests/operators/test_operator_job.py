@@ -176,3 +176,26 @@ def test_under_required_client_certificates_the_job_presents_the_brokers(tmp_pat
             secured.url, BROKER_SECRET, 10, learn_group=False, tls_ca=tls_ca, client_cert=job.client_cert
         )
         assert client.leads() and client.settings()["delay_levels_ms"]
+
+
+def test_the_job_runs_the_resolvers_it_is_given_in_their_start_order(tmp_path: Path) -> None:
+    launch = job_launch(
+        _config(tmp_path), tmp_path / "store", tmp_path / "ckpt", "local[1]", queries=("retry", "delay")
+    )
+    argv = list(launch.argv)
+    assert argv[argv.index("--queries") + 1] == "retry,delay"
+    assert parse_args(argv[3:]).queries == ("delay", "retry"), "started in the job's own order"
+    all_of_them = list(job_launch(_config(tmp_path), tmp_path / "store", tmp_path / "ckpt", "local[1]").argv)
+    assert "--queries" not in all_of_them
+    assert parse_args(all_of_them[3:]).queries == ("delay", "transactions", "retry")
+
+
+@pytest.mark.parametrize("queries", ["", "delay,later"])
+def test_serve_refuses_an_unknown_or_empty_resolver_list(tmp_path: Path, queries: str) -> None:
+    result = CliRunner().invoke(
+        app, ["serve", "--store-dir", str(tmp_path / "store"), "--operator-queries", queries]
+    )
+    assert result.exit_code == 2
+    expected = "unknown resolver(s) later" if queries else "name at least one of"
+    assert f"--operator-queries: {expected}" in result.output
+    assert not (tmp_path / "store").exists(), "nothing started"

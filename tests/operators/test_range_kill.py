@@ -22,6 +22,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 MESSAGES = 12
 CHUNK_ROWS = 4
 
+#: The resolvers this module exercises (the operator job runs only these).
+RESOLVERS = "delay"
+
 
 def produce_one_bucket(broker: Broker, topic: str) -> list[dict[str, Any]]:
     """``MESSAGES`` level-1 messages in one request: one store time, one bucket, one range."""
@@ -41,7 +44,7 @@ def test_broker_kill9_after_the_first_chunk_of_a_range_resumes_it(tmp_path: Path
         "SPARKMQ_TEST_RELOCATION_FAULT": f"chunk-0:{marker}",
         "SPARKMQ_TEST_RELOCATION_CHUNK_ROWS": str(CHUNK_ROWS),
     }
-    first = start_broker(tmp_path, env=env)
+    first = start_broker(tmp_path, queries=RESOLVERS, env=env)
     parked = produce_one_bucket(first, "resume")
     assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash mid-publish"
     # The decision left behind is one range of the 12 parked offsets, cut by the crash.
@@ -51,7 +54,7 @@ def test_broker_kill9_after_the_first_chunk_of_a_range_resumes_it(tmp_path: Path
     ranges = [r for r in table.to_pylist() if r["queue_id"] >= 0]
     assert ranges == [dict(ranges[0], queue_id=0, queue_offset=0, count=MESSAGES)]
     assert Counter(all_messages_offline(first)) == Counter(r["uniq_key"] for r in parked[:CHUNK_ROWS])
-    second = start_broker(tmp_path, port=int(first.url.rsplit(":", 1)[1]))
+    second = start_broker(tmp_path, queries=RESOLVERS, port=int(first.url.rsplit(":", 1)[1]))
     try:
         delivered_once(second, "resume", parked)
     finally:
@@ -65,7 +68,7 @@ def test_driver_kill9_while_the_broker_publishes_a_range(tmp_path: Path) -> None
         "SPARKMQ_TEST_RELOCATION_FAULT": "sleep-chunk:400",  # 3 chunks: the POST takes > 1 s
         "SPARKMQ_TEST_RELOCATION_CHUNK_ROWS": str(CHUNK_ROWS),
     }
-    running = start_broker(tmp_path, env=env)
+    running = start_broker(tmp_path, queries=RESOLVERS, env=env)
     try:
         job = wait_until(lambda: running.operators()["job"].get("pid"), 60, "the operator job")
         parked = produce_one_bucket(running, "midrange")

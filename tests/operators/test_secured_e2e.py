@@ -57,7 +57,7 @@ def serve(tmp_path: Path) -> Iterator[SecuredServe]:
         sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", str(tmp_path / "store"),
         "--port", str(port), "--checkpoint-dir", str(tmp_path / "checkpoints"), "--log-level", "warning",
         "--auth-file", str(users), "--tls-cert", str(leaf.cert), "--tls-key", str(leaf.key),
-        "--tls-ca", str(ca.ca_file), "--peer-credential-file", str(peer),
+        "--tls-ca", str(ca.ca_file), "--peer-credential-file", str(peer), "--operator-queries", "delay",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("SPARKMQ_TOKEN", "SPARKMQ_TLS_CA")}
     with open(log_path, "wb") as out:

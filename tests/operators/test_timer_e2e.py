@@ -17,6 +17,9 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
+#: The resolvers this module exercises (the operator job runs only these).
+RESOLVERS = "delay"
+
 
 def produce(broker: Broker, topic: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     with broker.http as http:
@@ -41,7 +44,7 @@ def delivered(broker: Broker, topic: str, uniq_keys: set[str], timeout_s: float)
 
 def test_timers_are_delivered_once_never_early_and_roll(tmp_path: Path) -> None:
     # The broker's default wheel look-ahead (3 s, capped at the 2 s roll window by the resolver).
-    broker = start_broker(tmp_path, extra_args=("--timer-roll-window", "2s"))
+    broker = start_broker(tmp_path, queries=RESOLVERS, extra_args=("--timer-roll-window", "2s"))
     try:
         wait_until(
             lambda: broker.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query"
@@ -98,7 +101,7 @@ def test_timers_are_delivered_once_never_early_and_roll(tmp_path: Path) -> None:
 
 def test_catch_up_after_the_operators_were_down(tmp_path: Path) -> None:
     """Messages due while no operator ran are delivered once, promptly, when it starts."""
-    down = start_broker(tmp_path, extra_args=("--operators", "off"))
+    down = start_broker(tmp_path, queries=RESOLVERS, extra_args=("--operators", "off"))
     try:
         now = int(time.time() * 1000)
         entries = [{"body": f"l-{i}", "delay_level": 1} for i in range(40)]
@@ -110,7 +113,7 @@ def test_catch_up_after_the_operators_were_down(tmp_path: Path) -> None:
     # the latest due time: a level-1 message's store time + 1 s, or the last timer's
     last_due_ms = max(max(r["store_timestamp"] for r in results) + 1000, now + 1500 + 39)
     wait_until(lambda: time.time() * 1000 > last_due_ms, 10, "everything to be overdue", poll_s=0.1)
-    up = start_broker(tmp_path)
+    up = start_broker(tmp_path, queries=RESOLVERS)
     try:
         delivered(up, "caught", keys, JOB_START_TIMEOUT_S + 60)
     finally:

@@ -41,6 +41,9 @@ BROKER_DELAY_MS = 12_000
 DRIVER_DELAY_MS = 25_000
 MESSAGES = 12
 
+#: The resolvers this module exercises (the operator job runs only these).
+RESOLVERS = "delay"
+
 
 def produce_timers(broker: Broker, topic: str, delay_ms: int) -> list[dict[str, Any]]:
     """``MESSAGES`` timer messages ``delay_ms`` ahead, ~1.1 s apart in all: two or three seconds,
@@ -102,7 +105,7 @@ def test_broker_kill9_before_and_after_the_wheel_appends(tmp_path: Path) -> None
     over the same HTTP call), so the timing does not depend on Spark's batches."""
     off = (*LOOKAHEAD, "--operators", "off")
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"scheduled:{tmp_path / 'scheduled.killed'}"}
-    first = start_broker(tmp_path, env=env, extra_args=off)
+    first = start_broker(tmp_path, queries=RESOLVERS, env=env, extra_args=off)
     port = int(first.url.rsplit(":", 1)[1])
     try:
         parked = produce_timers(first, "wheeled", BROKER_DELAY_MS)  # due after the restart below
@@ -117,7 +120,7 @@ def test_broker_kill9_before_and_after_the_wheel_appends(tmp_path: Path) -> None
     # first append, before it records its progress.
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"wheel-published:{tmp_path / 'published.killed'}"}
     # (When the decisions are overdue by then, the wheel may publish, and die, before /healthz.)
-    second = start_broker(tmp_path, env=env, extra_args=off, port=port, wait_healthy=False)
+    second = start_broker(tmp_path, queries=RESOLVERS, env=env, extra_args=off, port=port, wait_healthy=False)
     try:
         assert second.process.wait(60) == -signal.SIGKILL, "the wheel did not publish"
     finally:
@@ -127,7 +130,7 @@ def test_broker_kill9_before_and_after_the_wheel_appends(tmp_path: Path) -> None
     never_early(delivered, parked)
     # 3. Restarted again: the unmarked decision is checked, found relocated, not appended again;
     # the others go at their time.
-    third = start_broker(tmp_path, extra_args=off, port=port)
+    third = start_broker(tmp_path, queries=RESOLVERS, extra_args=off, port=port)
     try:
         got = delivered_once(third, "wheeled", parked)
         never_early([(m["uniq_key"], m["store_timestamp"]) for m in got], parked)
@@ -149,7 +152,10 @@ def test_driver_kill9_after_posting_decisions_ahead(tmp_path: Path) -> None:
     "already published" (nothing appended twice)."""
     marker = tmp_path / "after_post_ahead.killed"
     running = start_broker(
-        tmp_path, env={"SPARKMQ_TEST_OPERATOR_FAULT": f"after_post_ahead:{marker}"}, extra_args=LOOKAHEAD
+        tmp_path,
+        queries=RESOLVERS,
+        env={"SPARKMQ_TEST_OPERATOR_FAULT": f"after_post_ahead:{marker}"},
+        extra_args=LOOKAHEAD,
     )
     try:
         # Level-1 messages through the query's first batch (its Python workers start: up to a

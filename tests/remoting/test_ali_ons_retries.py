@@ -23,12 +23,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800)]
 
 SHORT_LEVELS = ("--delay-levels", "1s 1s 1s 1s 1s 1s 1s 1s")
 
+#: The resolvers this module exercises (the operator job runs only these).
+RESOLVERS = "delay,retry"
+
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[tuple[Broker, str]]:
     ensure_ali_ons()
     port = free_port()
-    running = start_broker(tmp_path, extra_args=(*SHORT_LEVELS, "--remoting-port", str(port)))
+    running = start_broker(
+        tmp_path, queries=RESOLVERS, extra_args=(*SHORT_LEVELS, "--remoting-port", str(port))
+    )
     yield running, f"127.0.0.1:{port}"
     running.stop(signal.SIGKILL)
 

@@ -1,0 +1,24 @@
+"""The resolver queries of the operator job, by name (no Spark import: ``sparkmq serve`` checks
+its ``--operator-queries`` with them)."""
+
+from __future__ import annotations
+
+DELAY_OPERATOR = "delay"
+TRANSACTION_OPERATOR = "transactions"
+RETRY_OPERATOR = "retry"
+#: Every resolver query, in the order the job starts them. A job may run fewer
+#: (``--queries``): the retry ladder's retries are delivered by the delay resolver, so retry
+#: needs delay (in this job or another one).
+QUERIES = (DELAY_OPERATOR, TRANSACTION_OPERATOR, RETRY_OPERATOR)
+
+
+def parse_queries(text: str) -> tuple[str, ...]:
+    """``"transactions,delay"`` as ``("delay", "transactions")`` (the start order); ``ValueError``
+    naming an unknown or missing name."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(QUERIES))
+    if unknown:
+        raise ValueError(f"unknown resolver(s) {', '.join(unknown)}; expected some of {', '.join(QUERIES)}")
+    if not names:
+        raise ValueError(f"name at least one of {', '.join(QUERIES)}")
+    return tuple(name for name in QUERIES if name in names)
