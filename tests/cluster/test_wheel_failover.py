@@ -40,7 +40,10 @@ JOB_TIMEOUT_S = 420.0
 #: Wide enough that the resolver's next batch decides every message below at once (a batch takes
 #: 1-20 s here under load), so each waits in the wheel.
 LOOKAHEAD = ("--wheel-lookahead", "60s")
-ARGS = ("--operators", "local", "--replication", "sync", "--min-insync", "1", *LOOKAHEAD)
+ARGS = (
+    "--operators", "local", "--operator-queries", "delay", "--replication", "sync", "--min-insync", "1",
+    *LOOKAHEAD,
+)  # fmt: skip
 #: Level 5 of the default table (1 min), and the timer messages' delay: room for the resolver to
 #: read the messages (one micro-batch) and decide them (the next: 5-20 s each at load 12-15),
 #: then the kill and the election, before the first is due.
