@@ -26,7 +26,7 @@ OPERATORS ?= local
 ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run cluster zookeeper test durations test-fast lint typecheck bench bench-deps clean venv
+.PHONY: run cluster zookeeper test test-fast lint typecheck bench bench-deps clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,17 +54,12 @@ cluster: venv zookeeper
 
 # Two pytest processes (pytest-xdist), each given whole test files (module fixtures stay shared):
 # the Spark, kill and failover tests spend most of their time waiting on Spark's start, timers and
-# elections. PYTEST_WORKERS=0 runs the suite in one process. The heaviest files go first
-# (tests/conftest.py; --no-loadscope-reorder keeps that order), so neither process is left alone
-# with a long file at the end.
+# elections. PYTEST_WORKERS=0 runs the suite in one process. (Putting the heaviest files first
+# was tried and was slower: the Spark kill tests then run side by side on both processes and
+# slow each other down; xdist's own order mixes them with quick files.)
 PYTEST_WORKERS ?= 2
 test: venv
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
-
-# Rerun the suite and rewrite tests/durations.json (each file's seconds, the order's weights).
-durations: venv
-	SPARKMQ_RECORD_DURATIONS=$(CURDIR)/tests/durations.json \
-	    $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The quick loop while editing (no Spark, no Spark cluster, no Kafka clients, no end-to-end kill tests);
 # `make test` stays the full suite that CI runs.

@@ -5,7 +5,9 @@ outgoing connection's local port comes from. Between finding such a port free an
 process binding it, a client socket of any test (or of the other pytest-xdist worker) may take
 it, and the broker fails with "address already in use". So the ports handed out here lie below
 the ephemeral range, where no connection lands by chance, and each xdist worker has a slice of
-its own, so two workers never hand out the same port.
+its own, so two workers never hand out the same port. Successive calls are 10 ports apart: a
+caller may use the few ports above the one it got (``sparkmq cluster local --port P`` puts its
+brokers on P, P + 1, ...), and the next call's port is not among them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 _LOWEST = 10_000
 _SLICES = 8  # worker slices (gw0 .. gw7); more workers share slices modulo this
+_STRIDE = 10
 
 
 def _ephemeral_floor() -> int:
@@ -37,7 +40,7 @@ def _worker_slice() -> range:
 
 
 def _cycle() -> itertools.cycle[int]:
-    ports = list(_worker_slice())
+    ports = list(_worker_slice())[::_STRIDE]
     offset = random.randrange(len(ports))  # a rerun in the same minute starts elsewhere
     return itertools.cycle(ports[offset:] + ports[:offset])
 
@@ -56,7 +59,7 @@ def _bindable(port: int) -> bool:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1, free a moment ago and handed out once per slice cycle."""
-    for _ in range(len(_worker_slice())):
+    for _ in range(len(_worker_slice()) // _STRIDE):
         port = next(_next_ports)
         if _bindable(port):
             return port
