@@ -39,13 +39,14 @@ def _worker_slice() -> range:
     return range(start, start + width)
 
 
-def _cycle() -> itertools.cycle[int]:
+def _cycle() -> tuple[int, itertools.cycle[int]]:
+    """How many ports this worker has, and their endless round from a random start."""
     ports = list(_worker_slice())[::_STRIDE]
     offset = random.randrange(len(ports))  # a rerun in the same minute starts elsewhere
-    return itertools.cycle(ports[offset:] + ports[:offset])
+    return len(ports), itertools.cycle(ports[offset:] + ports[:offset])
 
 
-_next_ports = _cycle()
+_port_count, _next_ports = _cycle()
 
 
 def _bindable(port: int) -> bool:
@@ -59,7 +60,7 @@ def _bindable(port: int) -> bool:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1, free a moment ago and handed out once per slice cycle."""
-    for _ in range(len(_worker_slice()) // _STRIDE):
+    for _ in range(_port_count):
         port = next(_next_ports)
         if _bindable(port):
             return port
