@@ -329,6 +329,31 @@ MAX_QUERY_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
 #: How long the job waits for a query's first batch before it starts the next query.
 STAGGER_S = 60.0
+#: PySpark gives a new Python worker a fixed 10 s to connect back to the JVM (the pre-init
+#: worker a ``transformWithState`` query starts to plan its first batch is one). On a saturated
+#: machine it may miss that: the query stops before it touched any state, and is started again
+#: after a short pause, up to this many times in :data:`RESTART_WINDOW_S`, apart from the budget
+#: of real failures above.
+SLOW_WORKER_RESTARTS = 30
+SLOW_WORKER = "Python worker failed to connect back"
+
+
+def _restart_pause(name: str, error: str, failures: list[float], slow_starts: list[float]) -> float | None:
+    """How long to wait before starting query ``name`` again after ``error``, or ``None``:
+    it failed too often (``failures`` and ``slow_starts`` are its recent times, updated here)."""
+    now = time.monotonic()
+    slow = SLOW_WORKER in error
+    recent = slow_starts if slow else failures
+    recent[:] = [t for t in recent if now - t < RESTART_WINDOW_S] + [now]
+    limit = SLOW_WORKER_RESTARTS if slow else MAX_QUERY_RESTARTS
+    if len(recent) > limit:
+        log.error("operator %s failed %d times in %.0f s: giving up", name, len(recent), RESTART_WINDOW_S)
+        return None
+    if slow:
+        log.warning("operator %s: a Python worker missed Spark's connect-back time; starting again", name)
+        return 2.0
+    log.error("operator %s stopped: %s", name, error)
+    return min(2.0 ** len(recent), 30.0)
 
 
 def run(config: JobConfig, stop: threading.Event) -> int:
@@ -356,6 +381,7 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     starters = {name: start for name, start in starters.items() if name in config.queries}
     queries: dict[str, Any] = {}
     failures: dict[str, list[float]] = {name: [] for name in starters}
+    slow_starts: dict[str, list[float]] = {name: [] for name in starters}
     waiting = list(starters)  # started one at a time, in the loop below
     last_start = 0.0
     try:
@@ -382,18 +408,10 @@ def run(config: JobConfig, stop: threading.Event) -> int:
             for name, query in list(queries.items()):
                 if query.isActive:
                     continue
-                now = time.monotonic()
-                recent = failures[name] = [t for t in failures[name] if now - t < RESTART_WINDOW_S] + [now]
-                log.error("operator %s stopped: %s", name, query.exception())
-                if len(recent) > MAX_QUERY_RESTARTS:
-                    log.error(
-                        "operator %s failed %d times in %.0f s: giving up",
-                        name,
-                        len(recent),
-                        RESTART_WINDOW_S,
-                    )
+                pause = _restart_pause(name, str(query.exception()), failures[name], slow_starts[name])
+                if pause is None:
                     return 1
-                stop.wait(min(2.0 ** len(recent), 30.0))
+                stop.wait(pause)
                 queries[name] = starters[name]()
                 log.info("operator %s restarted from its checkpoint", name)
             for name, query in queries.items():

@@ -22,7 +22,13 @@ from broker.tls import TlsConfig
 from sparkmq.cli import app
 from store import InvalidArgument
 from streaming.operators.client import BrokerClient
-from streaming.operators.runtime import POST_COLUMNS, parse_args
+from streaming.operators.runtime import (
+    MAX_QUERY_RESTARTS,
+    POST_COLUMNS,
+    SLOW_WORKER_RESTARTS,
+    _restart_pause,
+    parse_args,
+)
 from tests.support.secure_broker import TOKENS, SecureBroker, default_users, secure_broker
 from tests.support.stores import light_config
 from tests.support.tls import TestCA
@@ -199,3 +205,18 @@ def test_serve_refuses_an_unknown_or_empty_resolver_list(tmp_path: Path, queries
     expected = "unknown resolver(s) later" if queries else "name at least one of"
     assert f"--operator-queries: {expected}" in result.output
     assert not (tmp_path / "store").exists(), "nothing started"
+
+
+SLOW = "org.apache.spark.SparkException: Python worker failed to connect back."
+
+
+def test_a_worker_that_missed_the_connect_back_time_is_started_again_soon_and_apart() -> None:
+    failures: list[float] = []
+    slow: list[float] = []
+    pauses = [_restart_pause("delay", SLOW, failures, slow) for _ in range(SLOW_WORKER_RESTARTS)]
+    assert pauses == [2.0] * SLOW_WORKER_RESTARTS and failures == []
+    # real failures keep their own budget and back-off
+    real = [_restart_pause("delay", "boom", failures, slow) for _ in range(MAX_QUERY_RESTARTS)]
+    assert real == [2.0, 4.0, 8.0, 16.0, 30.0]
+    assert _restart_pause("delay", "boom", failures, slow) is None
+    assert _restart_pause("delay", SLOW, [], slow) is None  # one slow start too many

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,17 +169,23 @@ class ProcessCluster:
         env: dict[str, str] | None = None,
         zookeeper: LocalZooKeeper | None = None,
         session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS,
+        more_args: Mapping[str, Sequence[str]] | None = None,
     ) -> Iterator[ProcessCluster]:
+        """``more_args``: arguments added to ``args`` for the brokers it names."""
         own_zk = zookeeper is None
         zk = zookeeper or LocalZooKeeper(root / "zookeeper", free_port()).start()
         cluster = cls(root, zk, chroot=f"/c{time.monotonic_ns()}", session_timeout_ms=session_timeout_ms)
         try:
             for name in names:
-                cluster.add(name, kafka=kafka, args=args, env=env, wait=False)
+                own = (*args, *(more_args or {}).get(name, ()))
+                cluster.add(name, kafka=kafka, args=own, env=env, wait=False)
             for broker in cluster.brokers.values():
                 broker.wait_healthy()
             cluster.wait_live(len(names))
             yield cluster
+        except BaseException:
+            print(cluster.diagnosis())  # captured: shown with the failure
+            raise
         finally:
             for broker in cluster.brokers.values():
                 if broker.alive:
@@ -233,6 +239,20 @@ class ProcessCluster:
 
     def http(self, key: str) -> httpx.Client:
         return self.brokers[key].http()
+
+    def diagnosis(self, chars: int = 3000, job_lines: int = 40) -> str:
+        """What a failed test shows: each broker's log tail, and its operator job's own lines
+        (its starts, batches, restarts and errors, without Spark's stack frames)."""
+        parts = []
+        for key, broker in self.brokers.items():
+            alive = "alive" if broker.alive else f"exited {broker.process and broker.process.returncode}"
+            parts.append(f"--- broker {key} ({alive}): log tail ---\n{broker.log_tail(chars)}")
+        for job_log in sorted(self.root.glob("*/checkpoints-*/operators/operator-job.log")):
+            lines = job_log.read_text(errors="replace").splitlines()
+            own = [line for line in lines if "sparkmq" in line or " ERROR " in line or "Error" in line[:120]]
+            own = [line[:300] for line in own if not line.lstrip().startswith("at ")]
+            parts.append(f"--- {job_log.relative_to(self.root)} ---\n" + "\n".join(own[-job_lines:]))
+        return "\n".join(parts)
 
     def restart(self, key: str) -> ProcessBroker:
         return self.brokers[key].start(self.zk_url)
