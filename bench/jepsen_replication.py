@@ -132,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(verdict.txn.missing)} missing, {len(verdict.txn.duplicated)} twice, "
             f"{len(verdict.txn.uncommitted)} past the committed offsets"
         )
+        if verdict.txn.missing:
+            print(f"of the missing, {len(verdict.txn.hidden)} are stored but not read back read_committed")
+            for line in jepsen_txn.explain(loop, verdict.txn, history.started):
+                print(line)
     print("VALID" if verdict.valid else f"INVALID: {verdict}")
     return 0 if verdict.valid else 1
 

@@ -35,13 +35,12 @@ import pyarrow.compute as pc
 
 from broker.transactions import TransactionBoard
 from broker.wheel import DelayWheel
-from store import MessageStore
+from store import DELAY_OPERATOR, MessageStore
 from store.publish import RelocationLog, RelocationOutcome, WheelLog
 
 log = logging.getLogger("sparkmq.operators")
 
 ROW_RELOCATION, ROW_SUMMARY = 0, 1
-DELAY_OPERATOR = "delay"
 #: Lateness histogram buckets, seconds (delivered store time - due time).
 LATENESS_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 _PR_SET_PDEATHSIG = 1

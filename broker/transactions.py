@@ -75,7 +75,6 @@ CHECK_URL_PATTERN = (
 
 _CHECK_URL = re.compile(CHECK_URL_PATTERN)
 
-TRANSACTION_OPERATOR = "transactions"
 ACTION_CHECK, ACTION_DISCARD = 0, 1
 GROUPS_FILE = "producerGroups.json"
 APPLIED_FILE = "transactionChecks.json"

@@ -25,6 +25,11 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: Timer messages (RocketMQ 5 ``TimerMessageStore.TIMER_TOPIC``) wait here, queue 0, until due.
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: The operator job's resolver queries, by name: the job's ``--queries``, ``serve
+#: --operator-queries``, the ``/operators/{name}`` routes the broker serves them under.
+DELAY_OPERATOR = "delay"
+TRANSACTION_OPERATOR = "transactions"
+RETRY_OPERATOR = "retry"
 #: Consumer send-back requests (sparkmq): read by the retry resolver, relocated into the ladder.
 SENDBACK_TOPIC = "rmq_sys_sendback"
 #: Consumer offsets committed by transactions (sparkmq): a half while the transaction is open,

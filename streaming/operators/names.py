@@ -3,9 +3,9 @@ its ``--operator-queries`` with them)."""
 
 from __future__ import annotations
 
-DELAY_OPERATOR = "delay"
-TRANSACTION_OPERATOR = "transactions"
-RETRY_OPERATOR = "retry"
+from store import DELAY_OPERATOR, RETRY_OPERATOR, TRANSACTION_OPERATOR
+
+__all__ = ["DELAY_OPERATOR", "QUERIES", "RETRY_OPERATOR", "TRANSACTION_OPERATOR", "parse_queries"]
 #: Every resolver query, in the order the job starts them. A job may run fewer
 #: (``--queries``): the retry ladder's retries are delivered by the delay resolver, so retry
 #: needs delay (in this job or another one).

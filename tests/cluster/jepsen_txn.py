@@ -44,6 +44,9 @@ class KafkaTransformer(threading.Thread):
         self.servers, self.topic, self.queues, self.stop = servers, topic, queues, stop
         self.committed = self.aborted = self.restarted = 0
         self.errors: list[str] = []
+        #: Every transaction tried: (monotonic start, input values, outcome), the outcome being
+        #: ``commit``, ``abort``, ``restart`` (a new producer: the outcome is the log's) or ``error``.
+        self.tried: list[tuple[float, list[str], str]] = []
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -73,11 +76,15 @@ class KafkaTransformer(threading.Thread):
                 records = [m for m in consumer.consume(BATCH, 0.5) if m.error() is None]
                 if not records:
                     continue
+                began, values = time.monotonic(), [(m.value() or b"").decode() for m in records]
                 try:
                     self._transaction(producer, consumer, records)
                     self.committed += 1
+                    self.tried.append((began, values, "commit"))
                 except KafkaException as exc:
+                    restarts = self.restarted
                     producer = self._recover(producer, exc)
+                    self.tried.append((began, values, "restart" if self.restarted > restarts else "abort"))
                     self._rewind(consumer)
         except Exception as exc:  # the checker then finds whatever this left behind
             self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -152,6 +159,9 @@ class TxnVerdict:
     duplicated: list[str] = field(default_factory=list)
     #: Output values whose input is at or past the committed offset, or not in the input at all.
     uncommitted: list[str] = field(default_factory=list)
+    #: Of ``missing``: those stored in :data:`OUT` (read over HTTP) that ``read_committed`` did
+    #: not return: hidden by the aborted-transaction filter, not lost.
+    hidden: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -177,7 +187,26 @@ def check(url: str, servers: str, topic: str, queues: int) -> TxnVerdict:
             for offset, body in rows.items()
             if offset < committed.get(q, -1) and PREFIX + body not in output
         ]
+    if verdict.missing:
+        with httpx.Client(base_url=url, timeout=30) as http:
+            stored = {body for q in range(queues) for body in queue_bodies(http, OUT, q).values()}
+        verdict.hidden = [value for value in verdict.missing if value in stored]
     return verdict
+
+
+def explain(loop: KafkaTransformer, verdict: TxnVerdict, started: float) -> list[str]:
+    """For each transaction that read a missing input: when it began (seconds from
+    ``started``, the history's clock), how it ended, and how many of its inputs are missing."""
+    missing = {value.removeprefix(PREFIX) for value in verdict.missing}
+    lines = []
+    for began, values, outcome in loop.tried:
+        lost = [v for v in values if v in missing]
+        if lost:
+            lines.append(
+                f"{began - started:8.2f} s  a transaction of {len(values)} inputs ended {outcome}: "
+                f"{len(lost)} of its inputs missing (first {lost[0]})"
+            )
+    return lines
 
 
 def read_committed(servers: str, queues: int, timeout_s: float = 120.0) -> list[str]:

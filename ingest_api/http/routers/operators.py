@@ -25,13 +25,12 @@ from broker.errors import BrokerError
 from broker.operators import OperatorBoard
 from broker.state import Broker
 from broker.threads import run_blocking
-from broker.transactions import TRANSACTION_OPERATOR
 from ingest_api.http.batches import ARROW_STREAM
 from ingest_api.http.deps import BrokerDep, PrincipalDep
 from ingest_api.http.openapi import INTERNAL
 from ingest_api.http.schemas import ErrorOut
 from ingest_api.params import ID_PATH_PATTERN
-from store import InvalidArgument
+from store import TRANSACTION_OPERATOR, InvalidArgument
 
 router = APIRouter(prefix="/operators", tags=["operators"], responses={400: {"model": ErrorOut}})
 
