@@ -20,12 +20,24 @@ import statistics
 import tempfile
 import threading
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from streaming.register import local_session_builder
 from tests.cluster import jepsen, jepsen_commits, jepsen_txn
 from tests.support.cluster import ProcessCluster
+
+
+@contextmanager
+def _run_dir(keep: Path | None) -> Iterator[str]:
+    """A temporary directory, or ``keep`` (made, and left there)."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="sparkmq-jepsen-") as root:
+            yield root
+        return
+    keep.mkdir(parents=True, exist_ok=True)
+    yield str(keep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,11 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--session-timeout-ms", type=int, default=6000, help="ZooKeeper session timeout (the broker default)"
     )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="run in this directory and keep it (stores, logs)"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     faults = jepsen.ALL_FAULTS if args.faults == "all" else jepsen.KILLS_AND_PAUSES
     with (
-        tempfile.TemporaryDirectory(prefix="sparkmq-jepsen-") as root,
+        _run_dir(args.keep) as root,
         ExitStack() as stack,
         ProcessCluster.started(Path(root), [], session_timeout_ms=args.session_timeout_ms) as cluster,
     ):
