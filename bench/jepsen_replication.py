@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -38,6 +39,14 @@ def _run_dir(keep: Path | None) -> Iterator[str]:
         return
     keep.mkdir(parents=True, exist_ok=True)
     yield str(keep)
+
+
+def _copy_stores(disks: dict[str, Path], into: Path) -> None:
+    """Each member's tmpfs disk copied to ``into/<member>`` (sparse files stay sparse)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for member, disk in disks.items():
+        subprocess.run(["cp", "-a", "--sparse=always", str(disk), str(into / member)], check=False)
+    print(f"stores kept in {into}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         ProcessCluster.started(Path(root), [], session_timeout_ms=args.session_timeout_ms) as cluster,
     ):
         rig = jepsen.start_group(cluster, stack if args.faults == "all" else None)
+        if args.keep is not None and rig is not None and rig.disks:
+            # runs after the brokers stop, before the stack unmounts their tmpfs disks
+            stack.callback(_copy_stores, rig.disks, args.keep / "stores")
         history = jepsen.History()
         stop = threading.Event()
         commits = jepsen_commits.CommitHistory()
