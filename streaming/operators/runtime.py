@@ -383,6 +383,8 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     failures: dict[str, list[float]] = {name: [] for name in starters}
     slow_starts: dict[str, list[float]] = {name: [] for name in starters}
     waiting = list(starters)  # started one at a time, in the loop below
+    begun: set[str] = set()
+    last: str | None = None  # the query started last
     last_start = 0.0
     try:
         while not stop.is_set():
@@ -392,28 +394,33 @@ def run(config: JobConfig, stop: threading.Event) -> int:
                     for name, query in queries.items():
                         query.stop()
                         client.put_status(name, {"state": "waiting: the broker is not its group's master"})
-                    waiting, queries = list(starters), {}
+                    waiting, queries, last = list(starters), {}, None
                 stop.wait(1.0)
                 continue
             # One query at a time: each one's first batch starts Python workers, which must
             # connect back to the JVM within 10 s; started together on a loaded machine they
             # time out. The next starts once the last has made progress (or after STAGGER_S).
-            previous = queries.get(list(queries)[-1]) if queries else None
+            # A failed query is started again through the same gate.
+            previous = queries.get(last) if last is not None else None
             settled = previous is None or previous.lastProgress is not None or not previous.isActive
             if waiting and (settled or time.monotonic() - last_start > STAGGER_S):
                 name = waiting.pop(0)
                 queries[name] = starters[name]()
-                last_start = time.monotonic()
-                log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
+                last, last_start = name, time.monotonic()
+                if name in begun:
+                    log.info("operator %s restarted from its checkpoint", name)
+                else:
+                    begun.add(name)
+                    log.info("operator %s started (checkpoint %s)", name, config.checkpoint_dir / name)
             for name, query in list(queries.items()):
                 if query.isActive:
                     continue
                 pause = _restart_pause(name, str(query.exception()), failures[name], slow_starts[name])
                 if pause is None:
                     return 1
+                del queries[name]
                 stop.wait(pause)
-                queries[name] = starters[name]()
-                log.info("operator %s restarted from its checkpoint", name)
+                waiting.insert(0, name)
             for name, query in queries.items():
                 client.put_status(name, query_status(query))
             stop.wait(1.0)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.cluster import ProcessCluster
+from tests.support.turns import TURN_WAIT_S, several_spark_jobs  # noqa: F401 (a fixture)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
@@ -65,7 +66,8 @@ def _bodies(http: httpx.Client, topic: str, queue: int) -> list[str]:
     return [m["body"] for m in pulled.json()["messages"]]
 
 
-@pytest.mark.timeout(BUDGET_S + 60)
+@pytest.mark.timeout(BUDGET_S + TURN_WAIT_S)
+@pytest.mark.usefixtures("several_spark_jobs")
 def test_delays_transactions_and_send_backs_on_every_broker(
     tmp_path: Path, checker: CommitEverything
 ) -> None:

@@ -31,6 +31,7 @@ from store.publish.due_records import (
 )
 from tests.support.cluster import ProcessCluster
 from tests.support.reads import all_messages
+from tests.support.turns import TURN_WAIT_S, several_spark_jobs  # noqa: F401 (a fixture)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
@@ -125,6 +126,8 @@ def parked_name(result: dict[str, Any]) -> tuple[int, int]:
     return -1, result["commitlog_offset"]
 
 
+@pytest.mark.timeout(600 + TURN_WAIT_S)
+@pytest.mark.usefixtures("several_spark_jobs")
 def test_the_new_master_delivers_the_decisions_outstanding_at_the_kill(tmp_path: Path) -> None:
     with ProcessCluster.started(tmp_path, []) as cluster:
         old = cluster.add("b1", ha=True, args=ARGS, member="b1-a")
