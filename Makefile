@@ -56,7 +56,8 @@ cluster: venv zookeeper
 # the Spark, kill and failover tests spend most of their time waiting on Spark's start, timers and
 # elections. PYTEST_WORKERS=0 runs the suite in one process. (Putting the heaviest files first
 # was tried and was slower: the Spark kill tests then run side by side on both processes and
-# slow each other down; xdist's own order mixes them with quick files.)
+# slow each other down; xdist's own order mixes them with quick files.) The tests that run several
+# Spark jobs at once take turns across the two processes (tests/support/turns.py).
 PYTEST_WORKERS ?= 2
 test: venv
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
