@@ -45,7 +45,10 @@ def _copy_stores(disks: dict[str, Path], into: Path) -> None:
     """Each member's tmpfs disk copied to ``into/<member>`` (sparse files stay sparse)."""
     into.mkdir(parents=True, exist_ok=True)
     for member, disk in disks.items():
-        subprocess.run(["cp", "-a", "--sparse=always", str(disk), str(into / member)], check=False)
+        copy = ["cp", "-a", "--sparse=always", str(disk), str(into / member)]
+        copied = subprocess.run(copy, check=False, capture_output=True, text=True)
+        if copied.returncode != 0:
+            print(f"{member}'s store not kept: {copied.stderr.strip()}")
     print(f"stores kept in {into}")
 
 

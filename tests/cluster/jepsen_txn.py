@@ -45,7 +45,7 @@ class KafkaTransformer(threading.Thread):
         self.committed = self.aborted = self.restarted = 0
         self.errors: list[str] = []
         #: Every transaction tried: (monotonic start, input values, outcome), the outcome being
-        #: ``commit``, ``abort``, ``restart`` (a new producer: the outcome is the log's) or ``error``.
+        #: ``commit``, ``abort`` or ``restart`` (a new producer: the outcome is the log's).
         self.tried: list[tuple[float, list[str], str]] = []
 
     def _config(self) -> dict[str, Any]:

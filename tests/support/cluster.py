@@ -60,13 +60,18 @@ class ProcessBroker:
     def http(self, timeout_s: float = 30.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout_s)
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Its ``--checkpoint-dir`` (the operator job's checkpoints and log)."""
+        return self.store_dir.parent / f"checkpoints-{self.name}"
+
     def command(self, zk_url: str) -> list[str]:
         command = [
             sys.executable, "-m", "sparkmq.cli", "serve",
             "--store-dir", str(self.store_dir), "--port", str(self.port),
             "--cluster", zk_url, "--broker-name", self.name,
             "--session-timeout-ms", str(self.session_timeout_ms),
-            "--checkpoint-dir", str(self.store_dir.parent / f"checkpoints-{self.name}"),
+            "--checkpoint-dir", str(self.checkpoint_dir),
             "--log-level", "warning",
         ]  # fmt: skip
         if self.kafka_port is not None:
@@ -247,11 +252,14 @@ class ProcessCluster:
         for key, broker in self.brokers.items():
             alive = "alive" if broker.alive else f"exited {broker.process and broker.process.returncode}"
             parts.append(f"--- broker {key} ({alive}): log tail ---\n{broker.log_tail(chars)}")
-        for job_log in sorted(self.root.glob("*/checkpoints-*/operators/operator-job.log")):
+        for key, broker in self.brokers.items():
+            job_log = broker.checkpoint_dir / "operators" / "operator-job.log"
+            if not job_log.exists():
+                continue
             lines = job_log.read_text(errors="replace").splitlines()
             own = [line for line in lines if "sparkmq" in line or " ERROR " in line or "Error" in line[:120]]
             own = [line[:300] for line in own if not line.lstrip().startswith("at ")]
-            parts.append(f"--- {job_log.relative_to(self.root)} ---\n" + "\n".join(own[-job_lines:]))
+            parts.append(f"--- broker {key}: its operator job ---\n" + "\n".join(own[-job_lines:]))
         return "\n".join(parts)
 
     def restart(self, key: str) -> ProcessBroker:

@@ -24,9 +24,6 @@ def several_spark_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     """Hold the lock that tests running several Spark jobs take turns on (one file shared by
     every xdist worker of the session: their base temp directories' parent)."""
     lock = tmp_path_factory.getbasetemp().parent / "several-spark-jobs.lock"
-    with open(lock, "w") as handle:
+    with open(lock, "w") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
