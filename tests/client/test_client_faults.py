@@ -85,6 +85,8 @@ def test_a_retry_after_a_lost_answer_stores_the_message_once(tmp_path: Path) -> 
         )
         with Client(cluster.brokers["b1"].url, config=impatient) as client:
             client.create_topic("payments", 6)
+            owners = [q.broker for q in client.route("payments").queues]
+            assert owners == OWNERS, f"placed on the brokers b1 saw live: {owners} ({cluster.describe('b1')})"
             key = _key_on("b3")
             paused = cluster.brokers["b3"]
             paused.pause()
@@ -96,6 +98,6 @@ def test_a_retry_after_a_lost_answer_stores_the_message_once(tmp_path: Path) -> 
             finally:
                 resumer.join()
             assert time.monotonic() - started >= 1.0, "the first attempts timed out while b3 was stopped"
-            assert stored.broker == "b3"
+            assert stored.broker == "b3", (stored, [q.broker for q in client.route("payments").queues])
             bodies = [m.text for m in client.pull("payments", stored.queue_id, 0, max_messages=100).messages]
             assert bodies == ["pay 42"], "the attempts shared one Idempotency-Key: stored once"

@@ -51,13 +51,16 @@ def test_killed_broker_is_unavailable_then_rejoins_with_its_queues(tmp_path: Pat
 def test_zookeeper_down_keeps_produce_and_pull_of_owned_queues(tmp_path: Path) -> None:
     with ProcessCluster.started(tmp_path, ["b1", "b2"]) as cluster:
         with cluster.http("b1") as http:
-            http.put("/topics/z", json={"queues": 2})
+            assert http.put("/topics/z", json={"queues": 2}).status_code == 201
+        with cluster.http("b2") as http:
+            # b2 learns the topic from ZooKeeper: stopped before that, b2 would not know z at all
+            wait_until(lambda: http.get("/topics/z/route").status_code == 200, 10, "b2 to know topic z")
         cluster.zookeeper.stop()
         with cluster.http("b1") as http:
             stored = http.post("/topics/z/messages", json={"body": "while zk is down", "queue_id": 0})
             assert stored.status_code == 201, stored.text
             forwarded = http.post("/topics/z/messages", json={"body": "to b2", "queue_id": 1})
-            assert forwarded.status_code == 201 and forwarded.json()["broker"] == "b2"
+            assert forwarded.status_code == 201 and forwarded.json()["broker"] == "b2", forwarded.text
             pulled = http.get("/topics/z/queues/0/messages", params={"offset": 0}).json()
             assert [m["body"] for m in pulled["messages"]] == ["while zk is down"]
             refused = wait_until(
