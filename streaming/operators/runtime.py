@@ -69,8 +69,11 @@ class JobConfig:
     #: for all state stores together.
     driver_memory: str = "768m"
     state_memory_mb: int = 256
-    #: The delay resolver's trigger (its lateness is about a trigger plus a batch).
-    trigger_ms: int = 500
+    #: The delay resolver's trigger. Its timers fire ``wheel_lookahead_ms`` (3 s) before the due
+    #: time and the broker's wheel delivers on time, so a trigger plus a batch or two must fit in
+    #: the look-ahead. Every trigger runs a batch, data or not (transformWithState in processing
+    #: time): 500 ms kept an idle job at ~1 core of two, 1 s at ~0.7 (``bench.operators_idle``).
+    trigger_ms: int = 1000
     #: The transaction and retry resolvers' trigger: their decisions are not due to the second
     #: (check-backs every 30 s, the ladder's first retry after 10 s), and every trigger runs a
     #: batch (transformWithState always does), so they leave the cores to the delay resolver.
@@ -447,7 +450,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     )
     parser.add_argument("--checkpoint-dir", default="checkpoints/operators", type=Path)
     parser.add_argument("--path", default=None, help="the broker's store directory (same machine only)")
-    parser.add_argument("--trigger-ms", default=500, type=int)
+    parser.add_argument("--trigger-ms", default=JobConfig.trigger_ms, type=int)
     parser.add_argument("--shards", default=2, type=int, help="state partitions (fixed at first start)")
     parser.add_argument(
         "--auth-token",

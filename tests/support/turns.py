@@ -5,7 +5,8 @@ saturates this machine's 2 cores by itself: the jobs' idle stateful micro-batche
 each instead of 0.3-0.65 s, and a new Python worker then misses PySpark's fixed 10 s to
 connect back, start after start. Two such tests side by side (one per xdist worker) did that
 for minutes in a CI run. They take the fixture below, so only one runs at a time; the other
-worker waits, then runs it.
+worker waits, then runs it. With ``--dist loadfile`` their files are one unit of work
+(``TAKE_TURNS`` in ``tests/conftest.py``): one worker runs both, and the lock never waits.
 """
 
 from __future__ import annotations

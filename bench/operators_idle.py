@@ -1,0 +1,166 @@
+"""What an idle operator job costs: cores used by its process tree while nothing is produced.
+
+Each resolver query is ``transformWithState`` in processing time, so every trigger runs a
+micro-batch, data or not. This starts a real ``sparkmq serve --operators off`` and, beside it,
+the operator job (``python -m streaming.operators``, as under ``spark-submit``) once per
+trigger setting, waits for every query's first batches, then samples the job tree's CPU time
+(``/proc``: the driver JVM, its Python workers) over a window. The baseline is the broker's own
+process over the same windows (idle: it serves the job's polls and reports).
+
+    python -m bench.operators_idle                    # the default trigger, then 500 ms
+    python -m bench.operators_idle --triggers 1000,2000 --window 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.network import free_port
+
+QUERIES = ("delay", "transactions", "retry")
+
+
+def _tree(root: int) -> set[int]:
+    """``root`` and every descendant process."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().split(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return found
+
+
+def _cpu_s(pids: set[int]) -> float:
+    """User plus system CPU seconds of ``pids`` (exited children included)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _batches(url: str) -> dict[str, int]:
+    """Each reporting query's last batch id."""
+    operators = httpx.get(f"{url}/operators", timeout=10).json().get("operators", [])
+    return {op["operator"]: op["last_batch_id"] for op in operators if op.get("last_batch_id") is not None}
+
+
+def _broker(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A fresh ``sparkmq serve --operators off`` in ``work``, healthy, and its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", str(work / "store"), "--port", str(port),
+        "--operators", "off", "--log-level", "warning",
+    ]  # fmt: skip
+    with open(work / "broker.log", "wb") as log:
+        broker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return broker, url
+        except httpx.HTTPError:
+            pass
+        if broker.poll() is not None or time.monotonic() > deadline:
+            broker.kill()
+            raise SystemExit(f"the broker did not start (see {work}/broker.log)")
+        time.sleep(0.5)
+
+
+Figures = tuple[float, float, dict[str, float]]
+
+
+def _measure(work: Path, trigger_ms: int, warm_s: float, window_s: float) -> Figures:
+    """(job cores, broker cores, batches per second by query) of one idle job and its own broker."""
+    broker, url = _broker(work)
+    try:
+        return _measure_job(url, work, broker, trigger_ms, warm_s, window_s)
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+
+
+def _measure_job(
+    url: str, work: Path, broker: subprocess.Popen[bytes], trigger_ms: int, warm_s: float, window_s: float
+) -> tuple[float, float, dict[str, float]]:
+    store, checkpoints = work / "store", work / "checkpoints"
+    command = [
+        sys.executable, "-m", "streaming.operators", "--endpoint", url, "--path", str(store),
+        "--checkpoint-dir", str(checkpoints), "--trigger-ms", str(trigger_ms),
+    ]  # fmt: skip
+    with open(work / f"job-{trigger_ms}.log", "wb") as log:
+        job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while len(_batches(url)) < len(QUERIES) or min(_batches(url).values()) < 2:
+            if job.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the job did not start its queries (see {work}/job-{trigger_ms}.log)")
+            time.sleep(2)
+        time.sleep(warm_s)
+        pids = _tree(job.pid)
+        job_before, broker_before, batches_before = _cpu_s(pids), _cpu_s({broker.pid}), _batches(url)
+        started = time.monotonic()
+        time.sleep(window_s)
+        elapsed = time.monotonic() - started
+        job_cores = (_cpu_s(_tree(job.pid) | pids) - job_before) / elapsed
+        broker_cores = (_cpu_s({broker.pid}) - broker_before) / elapsed
+        after = _batches(url)
+        rates = {q: (after[q] - batches_before[q]) / elapsed for q in QUERIES if q in after}
+        return job_cores, broker_cores, rates
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--triggers", default="1000,500", help="delay trigger settings (ms), comma-separated")
+    parser.add_argument("--warm", type=float, default=90.0, help="seconds after the first batches")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of CPU sampling")
+    args = parser.parse_args(argv)
+    triggers = [int(t) for t in args.triggers.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="operators-idle-"))
+    print(f"load before {os.getloadavg()[0]:.1f}; {os.cpu_count()} cores; local[2], 2 shards, "
+          f"queries {','.join(QUERIES)}; warm {args.warm:.0f} s, window {args.window:.0f} s")  # fmt: skip
+    results = []
+    for trigger in triggers:
+        (work / str(trigger)).mkdir()
+        job_cores, broker_cores, rates = _measure(work / str(trigger), trigger, args.warm, args.window)
+        results.append((trigger, job_cores))
+        per_query = ", ".join(f"{q} {r:.2f}/s" for q, r in rates.items())
+        print(f"delay trigger {trigger:5d} ms: idle job {job_cores:.2f} cores, broker {broker_cores:.3f} "
+              f"cores; batches {per_query}")  # fmt: skip
+    base_trigger, base = results[-1]
+    for trigger, cores in results[:-1]:
+        print(f"ratio trigger {trigger} ms / trigger {base_trigger} ms: {cores / base:.2f}")
+    print(f"load after {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
