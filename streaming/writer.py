@@ -150,6 +150,9 @@ def _stage_remote(
     attempt: int,
     batches: Iterator[pa.RecordBatch],
 ) -> list[tuple[str, int]]:
+    """Upload the task's rows as parts of at most ``partMaxBytes`` each, counted as the broker
+    receives them (Arrow IPC), not as Arrow's in-memory ``nbytes``: a batch larger than a part
+    by itself (a backlog read in one micro-batch) is cut into row ranges first."""
     client = SinkClient.for_options(options)
     parts: list[tuple[str, int]] = []
     pending: list[pa.RecordBatch] = []
@@ -167,13 +170,26 @@ def _stage_remote(
         size = 0
 
     for batch in batches:
-        pending.append(batch)
-        size += batch.nbytes
-        if size >= options.part_max_bytes:
-            upload()
+        for piece, piece_size in part_pieces(batch, options.part_max_bytes):
+            if pending and size + piece_size > options.part_max_bytes:
+                upload()
+            pending.append(piece)
+            size += piece_size
     if pending or not parts:
         upload()
     return parts
+
+
+def part_pieces(batch: pa.RecordBatch, max_bytes: int) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """``batch`` as row ranges of at most ``max_bytes`` each in Arrow IPC (with their sizes), in
+    order; a single row larger than that is its own piece (the broker then refuses it, by name)."""
+    size = pa.ipc.get_record_batch_size(batch)
+    if size <= max_bytes or batch.num_rows <= 1:
+        yield batch, size
+        return
+    half = batch.num_rows // 2
+    yield from part_pieces(batch.slice(0, half), max_bytes)
+    yield from part_pieces(batch.slice(half), max_bytes)
 
 
 def _task_batch_id() -> int:
