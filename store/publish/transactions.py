@@ -43,7 +43,7 @@ from store.errors import (
 )
 from store.format.record import RecordFields
 from store.message_store import MessageStore
-from store.names import TRANS_OFFSETS_TOPIC
+from store.names import TRANS_HALF_TOPIC, TRANS_OFFSETS_TOPIC
 from store.publish.transaction_recovery import reapply_offsets, rebuild, repair
 from store.publish.transaction_table import UNKNOWN_QUEUE, HalfRef, HalfRun, Transaction, TransactionTable
 from store.types import PutResult
@@ -233,14 +233,20 @@ class TransactionService:
         """Store consumer offsets as a half of ``transaction``: applied to the offset table in
         the same append as its commit's final messages, never if it rolls back."""
         host = (self.store.config.store_host, self.store.config.store_port)
+        uniq_key = self.store.new_uniq_key()
         record = offsets_half_record(
             entry,
             half=transaction,
-            uniq_key=self.store.new_uniq_key(),
+            uniq_key=uniq_key,
             born_ms=self.store.now_ms(),
             store_host=host,
         )
-        (stored,) = self.store.append_records([record])
+        try:
+            (stored,) = self.store.append_records([record])
+        except (FlushSlaveTimeout, FlushTimeout, SlaveNotAvailable) as exc:
+            if not isinstance(exc, SlaveNotAvailable) or exc.appended:
+                self._adopt_unacknowledged_offsets(transaction, uniq_key)
+            raise
         ref = HalfRef(stored.commitlog_offset, stored.queue_offset, TRANS_OFFSETS_TOPIC, 0, stored.size_bytes)
         with self._lock:
             tx = self._table.get_or_add(
@@ -248,6 +254,20 @@ class TransactionService:
             )
             self._table.add_run(tx, HalfRun.of([ref]))
             return tx
+
+    def _adopt_unacknowledged_offsets(self, transaction: HalfOf, uniq_key: str) -> None:
+        """An offsets half stored but not acknowledged (its client retries with a new one) is
+        still a half of the transaction: registered, its end names it too. Left out, a rebuild
+        would find it later, open, and a repair could apply its offsets after newer ones."""
+        found = self.store.get_by_uniq_key(TRANS_HALF_TOPIC, uniq_key)
+        if found is None:
+            return
+        ref = HalfRef(found.commitlog_offset, found.queue_offset, TRANS_OFFSETS_TOPIC, 0, found.size_bytes)
+        with self._lock:
+            tx = self._table.get_or_add(
+                transaction.transaction_id, transaction.producer_group, self.store.now_ms()
+            )
+            self._table.add_run(tx, HalfRun.of([ref]))
 
     def end(
         self,

@@ -308,3 +308,40 @@ def test_an_end_stored_but_not_acknowledged_is_not_appended_again_by_its_retry(
         assert service.pending() == [] and service.repaired == 0
         assert [m.body for m in ms.get_messages("out", 1, 0, 10).messages] == [b"a", b"b"]
         assert ms.committed_offsets("ctp", "in") == {0: 2}
+
+
+def test_an_offsets_half_stored_but_not_acknowledged_joins_its_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TxnOffsetCommit's half stored but not acknowledged raises, and its client sends the
+    offsets again (a new half). The first one is still a half of the transaction: the commit's
+    op names both, so reading the log again finds nothing open that a repair could apply after
+    newer offsets (it found the stray half open before)."""
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("in", 2)
+        ms.create_topic("out", 2)
+        service = TransactionService.open(ms)
+        tx = HalfOf("kafka:app", "kafka-7-0-2")
+        put_kafka_halves(ms, service, tx, [b"a"])
+        appender = ms._appender
+        acknowledge = appender._acknowledge
+        refused: list[int] = []
+
+        def not_acknowledged_once(end_offset: int) -> None:
+            if not refused:
+                refused.append(end_offset)
+                raise FlushSlaveTimeout("the in-sync replicas did not hold it in time", end_offset=end_offset)
+            acknowledge(end_offset)
+
+        monkeypatch.setattr(appender, "_acknowledge", not_acknowledged_once)
+        with pytest.raises(FlushSlaveTimeout):
+            service.put_offsets(tx, TxOffsets("ctp", {"in": {0: 1}}))
+        service.put_offsets(tx, TxOffsets("ctp", {"in": {0: 1}}))  # the client's retry
+        (pending,) = service.pending()
+        assert sum(len(run) for run in pending.runs) == 3, "the stored offsets half is in the table"
+        assert service.end(tx.transaction_id, TxOutcome.COMMIT, "kafka:app").ended_now
+        assert ms.committed_offsets("ctp", "in") == {0: 1}
+    with open_store(tmp_path / "s") as ms:
+        service = TransactionService.open(ms)
+        assert service.pending() == [] and service.repaired == 0
+        assert ms.committed_offsets("ctp", "in") == {0: 1}

@@ -252,11 +252,13 @@ def _put_idempotent(
 ) -> tuple[int, bool]:
     ref = _producer_ref(topic, partition, batch)
     if ref is not None and check:
-        # Messages of a batch are appended in order, so its last one being there means all
-        # of it is (a batch torn by a crash is completed by the store's own dedupe below).
+        # Messages of a batch are appended in order, so its last one being there means all of
+        # it is. Found, it is still answered by the store's dedupe, which returns it only once
+        # the in-sync replicas hold it: the first attempt may have been stored and its
+        # acknowledgement timed out (FLUSH_SLAVE_TIMEOUT), and a retry must not ack it sooner.
         last = store.get_by_uniq_key(topic, request_uniq_keys(ref, len(batch))[-1])
         if last is not None and last.queue_id == partition:
-            return last.queue_offset - (len(batch) - 1), False
+            return _put_records(store, topic, partition, [batch], ref), False
     return _put_records(store, topic, partition, [batch], ref), True
 
 
@@ -264,15 +266,17 @@ def _put_half(
     ctx: GatewayContext, topic: str, partition: int, batch: ProducedBatch, check: bool, half: HalfOf
 ) -> tuple[int, bool]:
     """One transactional batch as halves of ``half``, registered with the transaction service
-    (a retry found in the store was registered when it was written, or at the last restart).
+    (idempotent). A retry found in the store goes through the store's dedupe too, and is
+    registered again: its first attempt may have been stored with its acknowledgement timed out
+    (FLUSH_SLAVE_TIMEOUT, before it was registered), and without its halves the commit would
+    find nothing to end and write nothing (the Jepsen run's lost commit, docs/replication.md).
 
     Its UNIQ_KEYs come from its ProducerRef either way; the store's own dedupe (``producer=``,
     an index lookup) runs only when ``check`` says the batch may have been stored before."""
     ref = _producer_ref(topic, partition, batch)
     assert ref is not None  # transactional batches are idempotent
     uniq_keys = request_uniq_keys(ref, len(batch))
-    if check and ctx.store.get_by_uniq_key(TRANS_HALF_TOPIC, uniq_keys[-1]) is not None:
-        return -1, False
+    fresh = not (check and ctx.store.get_by_uniq_key(TRANS_HALF_TOPIC, uniq_keys[-1]) is not None)
     columns = batch_to_columns(
         partition, batch.timestamps_ms, batch.keys, batch.values, batch.headers, ctx.store.now_ms()
     )
@@ -287,7 +291,7 @@ def _put_half(
         ]
         results = ctx.store.put_messages(prepared, producer=ref)
         _register(ctx, half, results, topic, partition)
-        return -1, True
+        return -1, fresh
     if not check:
         columns = dataclasses.replace(columns, uniq_keys=uniq_keys)
     stored = ctx.store.put_halves(topic, columns, transaction=half, producer=ref if check else None)
@@ -295,7 +299,7 @@ def _put_half(
         _register(ctx, half, stored, topic, partition)
     else:
         ctx.transactions.register_batch(half, stored, to_store(topic), partition, columns.keys)
-    return -1, True
+    return -1, fresh
 
 
 def _register(
