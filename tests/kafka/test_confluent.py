@@ -192,3 +192,30 @@ def test_awkward_keys_headers_and_tombstones_round_trip_exactly(bootstrap: str, 
         assert [(m.key(), m.value(), m.headers() or []) for m in got] == sent
     finally:
         client.close()
+
+
+def test_an_idempotent_retry_is_acknowledged_only_once_replicated(
+    bootstrap: str, store: MessageStore
+) -> None:
+    """A batch stored whose acknowledgement timed out (FLUSH_SLAVE_TIMEOUT: the slaves lag) is
+    retried by librdkafka with the same sequence. The retry finds it in the store (the
+    producer's first batch is checked there), and is answered only once the in-sync replicas
+    hold it: its own acknowledgement times out too here, so only a third attempt is answered.
+    Never acknowledged sooner, stored once."""
+    from tests.kafka.replication_faults import AckTimesOut
+
+    store.create_topic("acked-once", 1)
+    store.create_topic("acked-warm", 1)
+    hooks = AckTimesOut()
+    store._appender.replication = hooks  # the hook a replicated store installs (store.ha.gate)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **FAST})
+    try:
+        producer.produce("acked-warm", value=b"warm", partition=0)  # the producer id, before the faults
+        assert producer.flush(10) == 0
+        hooks.armed = 2
+        producer.produce("acked-once", value=b"m-0", partition=0)  # one batch
+        assert producer.flush(20) == 0
+        assert hooks.timed_out == 2, "the retry was answered without waiting for the replicas"
+    finally:
+        store._appender.replication = None
+    assert stored_values(store, "acked-once") == [b"m-0"]

@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ingest_api.kafka.txn_log import TxnStateLog
-from store import FlushSlaveTimeout, MessageStore
+from store import MessageStore
+from tests.kafka.replication_faults import AckTimesOut
 from tests.kafka.test_confluent import FAST, consumer, poll_values
 from tests.support.waiting import wait_until
 
@@ -149,28 +150,6 @@ def test_the_broker_aborts_a_transaction_past_its_timeout(bootstrap: str, store:
         reader.close()
 
 
-class _AckTimesOut:
-    """A replica's put-path hooks (``store.write.replication``) whose acknowledgements time out
-    while ``armed``: what ``--replication sync`` answers when the slaves lag. The write is in
-    the log, not acknowledged (``FLUSH_SLAVE_TIMEOUT``); the client sees REQUEST_TIMED_OUT."""
-
-    def __init__(self) -> None:
-        self.armed = 0
-        self.timed_out = 0
-
-    def check_writable(self) -> None:
-        pass
-
-    def appended(self, end_offset: int) -> None:
-        pass
-
-    def acknowledge(self, end_offset: int) -> None:
-        if self.armed:
-            self.armed -= 1
-            self.timed_out += 1
-            raise FlushSlaveTimeout("the in-sync replicas did not hold it in time", end_offset=end_offset)
-
-
 def test_a_retried_produce_whose_first_attempt_was_stored_unacknowledged_is_committed(
     bootstrap: str, store: MessageStore
 ) -> None:
@@ -179,7 +158,7 @@ def test_a_retried_produce_whose_first_attempt_was_stored_unacknowledged_is_comm
     answered without joining its transaction, so the commit found no halves and wrote nothing.
     The retry now goes through the store's dedupe (acknowledged once replicated) and registers."""
     store.create_topic("ck-acked", 1)
-    hooks = _AckTimesOut()
+    hooks = AckTimesOut()
     store._appender.replication = hooks  # the hook a replicated store installs (store.ha.gate)
     producer = tx_producer(bootstrap, "ck-acked-tx")
     try:
