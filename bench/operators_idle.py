@@ -92,11 +92,13 @@ def _broker(work: Path) -> tuple[subprocess.Popen[bytes], str]:
 Figures = tuple[float, float, dict[str, float]]
 
 
-def _measure(work: Path, trigger_ms: int, warm_s: float, window_s: float) -> Figures:
+def _measure(
+    work: Path, trigger_ms: int, queries: tuple[str, ...], warm_s: float, window_s: float
+) -> Figures:
     """(job cores, broker cores, batches per second by query) of one idle job and its own broker."""
     broker, url = _broker(work)
     try:
-        return _measure_job(url, work, broker, trigger_ms, warm_s, window_s)
+        return _measure_job(url, work, broker, trigger_ms, queries, warm_s, window_s)
     finally:
         broker.send_signal(signal.SIGTERM)
         try:
@@ -106,18 +108,24 @@ def _measure(work: Path, trigger_ms: int, warm_s: float, window_s: float) -> Fig
 
 
 def _measure_job(
-    url: str, work: Path, broker: subprocess.Popen[bytes], trigger_ms: int, warm_s: float, window_s: float
-) -> tuple[float, float, dict[str, float]]:
+    url: str,
+    work: Path,
+    broker: subprocess.Popen[bytes],
+    trigger_ms: int,
+    queries: tuple[str, ...],
+    warm_s: float,
+    window_s: float,
+) -> Figures:
     store, checkpoints = work / "store", work / "checkpoints"
     command = [
         sys.executable, "-m", "streaming.operators", "--endpoint", url, "--path", str(store),
-        "--checkpoint-dir", str(checkpoints), "--trigger-ms", str(trigger_ms),
+        "--checkpoint-dir", str(checkpoints), "--trigger-ms", str(trigger_ms), "--queries", ",".join(queries),
     ]  # fmt: skip
     with open(work / f"job-{trigger_ms}.log", "wb") as log:
         job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
-        while len(_batches(url)) < len(QUERIES) or min(_batches(url).values()) < 2:
+        while len(_batches(url)) < len(queries) or min(_batches(url).values()) < 2:
             if job.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the job did not start its queries (see {work}/job-{trigger_ms}.log)")
             time.sleep(2)
@@ -130,7 +138,7 @@ def _measure_job(
         job_cores = (_cpu_s(_tree(job.pid) | pids) - job_before) / elapsed
         broker_cores = (_cpu_s({broker.pid}) - broker_before) / elapsed
         after = _batches(url)
-        rates = {q: (after[q] - batches_before[q]) / elapsed for q in QUERIES if q in after}
+        rates = {q: (after[q] - batches_before[q]) / elapsed for q in queries if q in after}
         return job_cores, broker_cores, rates
     finally:
         os.killpg(job.pid, signal.SIGKILL)
@@ -143,15 +151,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--triggers", default="1000,500", help="delay trigger settings (ms), comma-separated")
     parser.add_argument("--warm", type=float, default=90.0, help="seconds after the first batches")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of CPU sampling")
+    parser.add_argument("--queries", default=",".join(QUERIES), help="the resolvers the job runs")
     args = parser.parse_args(argv)
     triggers = [int(t) for t in args.triggers.split(",")]
+    queries = tuple(q.strip() for q in args.queries.split(",") if q.strip())
     work = Path(tempfile.mkdtemp(prefix="operators-idle-"))
     print(f"load before {os.getloadavg()[0]:.1f}; {os.cpu_count()} cores; local[2], 2 shards, "
-          f"queries {','.join(QUERIES)}; warm {args.warm:.0f} s, window {args.window:.0f} s")  # fmt: skip
+          f"queries {','.join(queries)}; warm {args.warm:.0f} s, window {args.window:.0f} s")  # fmt: skip
     results = []
     for trigger in triggers:
         (work / str(trigger)).mkdir()
-        job_cores, broker_cores, rates = _measure(work / str(trigger), trigger, args.warm, args.window)
+        job_cores, broker_cores, rates = _measure(
+            work / str(trigger), trigger, queries, args.warm, args.window
+        )
         results.append((trigger, job_cores))
         per_query = ", ".join(f"{q} {r:.2f}/s" for q, r in rates.items())
         print(f"delay trigger {trigger:5d} ms: idle job {job_cores:.2f} cores, broker {broker_cores:.3f} "
