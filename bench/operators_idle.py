@@ -22,29 +22,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
-from tests.support.network import free_port
+from tests.operators.broker_process import Broker, children_of, start_broker
 
 QUERIES = ("delay", "transactions", "retry")
 
 
 def _tree(root: int) -> set[int]:
     """``root`` and every descendant process."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().split(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
+    found, todo = {root}, [root]
+    while todo:
+        for child in children_of(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
     return found
 
 
@@ -60,33 +50,10 @@ def _cpu_s(pids: set[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _batches(url: str) -> dict[str, int]:
+def _batches(broker: Broker) -> dict[str, int]:
     """Each reporting query's last batch id."""
-    operators = httpx.get(f"{url}/operators", timeout=10).json().get("operators", [])
+    operators = broker.operators().get("operators", [])
     return {op["operator"]: op["last_batch_id"] for op in operators if op.get("last_batch_id") is not None}
-
-
-def _broker(work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A fresh ``sparkmq serve --operators off`` in ``work``, healthy, and its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable, "-m", "sparkmq.cli", "serve", "--store-dir", str(work / "store"), "--port", str(port),
-        "--operators", "off", "--log-level", "warning",
-    ]  # fmt: skip
-    with open(work / "broker.log", "wb") as log:
-        broker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return broker, url
-        except httpx.HTTPError:
-            pass
-        if broker.poll() is not None or time.monotonic() > deadline:
-            broker.kill()
-            raise SystemExit(f"the broker did not start (see {work}/broker.log)")
-        time.sleep(0.5)
 
 
 Figures = tuple[float, float, dict[str, float]]
@@ -96,48 +63,39 @@ def _measure(
     work: Path, trigger_ms: int, queries: tuple[str, ...], warm_s: float, window_s: float
 ) -> Figures:
     """(job cores, broker cores, batches per second by query) of one idle job and its own broker."""
-    broker, url = _broker(work)
+    broker = start_broker(work, extra_args=("--operators", "off"))
     try:
-        return _measure_job(url, work, broker, trigger_ms, queries, warm_s, window_s)
+        return _measure_job(broker, work, trigger_ms, queries, warm_s, window_s)
     finally:
-        broker.send_signal(signal.SIGTERM)
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
+        broker.stop()
 
 
 def _measure_job(
-    url: str,
-    work: Path,
-    broker: subprocess.Popen[bytes],
-    trigger_ms: int,
-    queries: tuple[str, ...],
-    warm_s: float,
-    window_s: float,
+    broker: Broker, work: Path, trigger_ms: int, queries: tuple[str, ...], warm_s: float, window_s: float
 ) -> Figures:
-    store, checkpoints = work / "store", work / "checkpoints"
     command = [
-        sys.executable, "-m", "streaming.operators", "--endpoint", url, "--path", str(store),
-        "--checkpoint-dir", str(checkpoints), "--trigger-ms", str(trigger_ms), "--queries", ",".join(queries),
+        sys.executable, "-m", "streaming.operators", "--endpoint", broker.url,
+        "--path", str(broker.store_dir), "--checkpoint-dir", str(broker.checkpoint_dir),
+        "--trigger-ms", str(trigger_ms), "--queries", ",".join(queries),
     ]  # fmt: skip
     with open(work / f"job-{trigger_ms}.log", "wb") as log:
         job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
-        while len(_batches(url)) < len(queries) or min(_batches(url).values()) < 2:
+        while len(_batches(broker)) < len(queries) or min(_batches(broker).values()) < 2:
             if job.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the job did not start its queries (see {work}/job-{trigger_ms}.log)")
             time.sleep(2)
         time.sleep(warm_s)
         pids = _tree(job.pid)
-        job_before, broker_before, batches_before = _cpu_s(pids), _cpu_s({broker.pid}), _batches(url)
+        served = {broker.process.pid}
+        job_before, broker_before, batches_before = _cpu_s(pids), _cpu_s(served), _batches(broker)
         started = time.monotonic()
         time.sleep(window_s)
         elapsed = time.monotonic() - started
         job_cores = (_cpu_s(_tree(job.pid) | pids) - job_before) / elapsed
-        broker_cores = (_cpu_s({broker.pid}) - broker_before) / elapsed
-        after = _batches(url)
+        broker_cores = (_cpu_s(served) - broker_before) / elapsed
+        after = _batches(broker)
         rates = {q: (after[q] - batches_before[q]) / elapsed for q in queries if q in after}
         return job_cores, broker_cores, rates
     finally:
