@@ -46,7 +46,7 @@ from store.message_store import MessageStore
 from store.names import TRANS_HALF_TOPIC, TRANS_OFFSETS_TOPIC
 from store.publish.transaction_recovery import reapply_offsets, rebuild, repair
 from store.publish.transaction_table import UNKNOWN_QUEUE, HalfRef, HalfRun, Transaction, TransactionTable
-from store.types import PutResult
+from store.types import MessageView, PutResult
 from store.write.encoded import EncodedRecords
 from store.write.final_batch import final_records
 from store.write.results import BatchPutResult
@@ -247,27 +247,24 @@ class TransactionService:
             if not isinstance(exc, SlaveNotAvailable) or exc.appended:
                 self._adopt_unacknowledged_offsets(transaction, uniq_key)
             raise
-        ref = HalfRef(stored.commitlog_offset, stored.queue_offset, TRANS_OFFSETS_TOPIC, 0, stored.size_bytes)
-        with self._lock:
-            tx = self._table.get_or_add(
-                transaction.transaction_id, transaction.producer_group, stored.store_timestamp_ms
-            )
-            self._table.add_run(tx, HalfRun.of([ref]))
-            return tx
+        return self._add_offsets_half(transaction, stored, stored.store_timestamp_ms)
 
     def _adopt_unacknowledged_offsets(self, transaction: HalfOf, uniq_key: str) -> None:
         """An offsets half stored but not acknowledged (its client retries with a new one) is
         still a half of the transaction: registered, its end names it too. Left out, a rebuild
         would find it later, open, and a repair could apply its offsets after newer ones."""
         found = self.store.get_by_uniq_key(TRANS_HALF_TOPIC, uniq_key)
-        if found is None:
-            return
-        ref = HalfRef(found.commitlog_offset, found.queue_offset, TRANS_OFFSETS_TOPIC, 0, found.size_bytes)
+        if found is not None:
+            self._add_offsets_half(transaction, found, self.store.now_ms())
+
+    def _add_offsets_half(
+        self, transaction: HalfOf, stored: PutResult | MessageView, born_ms: int
+    ) -> Transaction:
+        ref = HalfRef(stored.commitlog_offset, stored.queue_offset, TRANS_OFFSETS_TOPIC, 0, stored.size_bytes)
         with self._lock:
-            tx = self._table.get_or_add(
-                transaction.transaction_id, transaction.producer_group, self.store.now_ms()
-            )
+            tx = self._table.get_or_add(transaction.transaction_id, transaction.producer_group, born_ms)
             self._table.add_run(tx, HalfRun.of([ref]))
+            return tx
 
     def end(
         self,

@@ -258,10 +258,32 @@ def test_a_commit_torn_after_some_finals_is_completed_with_its_offsets(tmp_path:
         assert len(ms.get_messages("out", 1, 0, 10).messages) == 3
 
 
+def _timed_out(end_offset: int) -> Exception:
+    return FlushSlaveTimeout("the in-sync replicas did not hold it in time", end_offset=end_offset)
+
+
+def _refuse_the_next_acknowledgement(
+    ms: MessageStore, monkeypatch: pytest.MonkeyPatch, refusal: Callable[[int], Exception]
+) -> None:
+    """The store's next write is stored and then refused by ``refusal(end offset)``, as a
+    replica group refuses a write its in-sync replicas did not acknowledge; later ones pass."""
+    appender = ms._appender
+    acknowledge = appender._acknowledge
+    refused: list[int] = []
+
+    def not_acknowledged_once(end_offset: int) -> None:
+        if not refused:
+            refused.append(end_offset)
+            raise refusal(end_offset)
+        acknowledge(end_offset)
+
+    monkeypatch.setattr(appender, "_acknowledge", not_acknowledged_once)
+
+
 @pytest.mark.parametrize(
     "refusal",
     [
-        lambda end: FlushSlaveTimeout("the in-sync replicas did not hold it in time", end_offset=end),
+        _timed_out,
         lambda end: SlaveNotAvailable("the in-sync set fell below 2 after the append", appended=True),
     ],
     ids=["flush_slave_timeout", "in_sync_set_shrank"],
@@ -281,17 +303,7 @@ def test_an_end_stored_but_not_acknowledged_is_not_appended_again_by_its_retry(
         put_kafka_halves(ms, service, tx, [b"a", b"b"])
         service.put_offsets(tx, TxOffsets("ctp", {"in": {0: 2}}))
 
-        appender = ms._appender
-        acknowledge = appender._acknowledge
-        refused: list[int] = []
-
-        def not_acknowledged_once(end_offset: int) -> None:
-            if not refused:
-                refused.append(end_offset)
-                raise refusal(end_offset)
-            acknowledge(end_offset)
-
-        monkeypatch.setattr(appender, "_acknowledge", not_acknowledged_once)
+        _refuse_the_next_acknowledgement(ms, monkeypatch, refusal)
         with pytest.raises((FlushSlaveTimeout, SlaveNotAvailable)):
             service.end(tx.transaction_id, TxOutcome.COMMIT, "kafka:app")
         assert [m.body for m in ms.get_messages("out", 1, 0, 10).messages] == [b"a", b"b"]  # stored
@@ -323,17 +335,7 @@ def test_an_offsets_half_stored_but_not_acknowledged_joins_its_transaction(
         service = TransactionService.open(ms)
         tx = HalfOf("kafka:app", "kafka-7-0-2")
         put_kafka_halves(ms, service, tx, [b"a"])
-        appender = ms._appender
-        acknowledge = appender._acknowledge
-        refused: list[int] = []
-
-        def not_acknowledged_once(end_offset: int) -> None:
-            if not refused:
-                refused.append(end_offset)
-                raise FlushSlaveTimeout("the in-sync replicas did not hold it in time", end_offset=end_offset)
-            acknowledge(end_offset)
-
-        monkeypatch.setattr(appender, "_acknowledge", not_acknowledged_once)
+        _refuse_the_next_acknowledgement(ms, monkeypatch, _timed_out)
         with pytest.raises(FlushSlaveTimeout):
             service.put_offsets(tx, TxOffsets("ctp", {"in": {0: 1}}))
         service.put_offsets(tx, TxOffsets("ctp", {"in": {0: 1}}))  # the client's retry

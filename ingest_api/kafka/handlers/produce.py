@@ -251,15 +251,15 @@ def _put_idempotent(
     store: KafkaStore, topic: str, partition: int, batch: ProducedBatch, check: bool
 ) -> tuple[int, bool]:
     ref = _producer_ref(topic, partition, batch)
+    fresh = True
     if ref is not None and check:
         # Messages of a batch are appended in order, so its last one being there means all of
         # it is. Found, it is still answered by the store's dedupe, which returns it only once
         # the in-sync replicas hold it: the first attempt may have been stored and its
         # acknowledgement timed out (FLUSH_SLAVE_TIMEOUT), and a retry must not ack it sooner.
         last = store.get_by_uniq_key(topic, request_uniq_keys(ref, len(batch))[-1])
-        if last is not None and last.queue_id == partition:
-            return _put_records(store, topic, partition, [batch], ref), False
-    return _put_records(store, topic, partition, [batch], ref), True
+        fresh = last is None or last.queue_id != partition
+    return _put_records(store, topic, partition, [batch], ref), fresh
 
 
 def _put_half(
