@@ -243,15 +243,39 @@ def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: i
     return reader.load()
 
 
-def _start(decisions: Any, name: str, config: JobConfig, poster: Any, trigger_ms: int | None = None) -> Any:
-    """An operator's query: its decisions posted to the broker once per micro-batch."""
-    return (
+#: Spark's switch for micro-batches without new input. A query takes the session's value when
+#: it starts (its execution clones the session), so it can be set for one query.
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+#: The resolvers with timers. ``transformWithState`` in processing time runs a micro-batch at
+#: every trigger, input or not (SPARK-50180), and that batch fires the timers. The others (the
+#: retry resolver) run a batch only when input arrived: idle, they cost nothing.
+TIMED_QUERIES = (DELAY_OPERATOR, TRANSACTION_OPERATOR)
+
+
+def _start(
+    decisions: Any,
+    name: str,
+    config: JobConfig,
+    poster: Any,
+    trigger_ms: int | None = None,
+) -> Any:
+    """An operator's query: its decisions posted to the broker once per micro-batch (with no
+    input, only for :data:`TIMED_QUERIES`)."""
+    writer = (
         decisions.writeStream.queryName(name)
         .foreachBatch(poster)
         .option("checkpointLocation", str(config.checkpoint_dir / name))
         .trigger(processingTime=f"{trigger_ms or config.trigger_ms} milliseconds")
-        .start()
     )
+    if name in TIMED_QUERIES:
+        return writer.start()
+    spark = decisions.sparkSession
+    before = spark.conf.get(NO_DATA_BATCHES)
+    spark.conf.set(NO_DATA_BATCHES, "false")
+    try:
+        return writer.start()
+    finally:
+        spark.conf.set(NO_DATA_BATCHES, before)
 
 
 def start_delay_query(spark: Any, config: JobConfig, client: BrokerClient, settings: DelaySettings) -> Any:
@@ -286,6 +310,8 @@ def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> An
     requests = _system_input(spark, config, SENDBACK_TOPIC, 100_000)
     poster = batch_poster(client, RETRY_OPERATOR, config.fault)
     decisions = retry.resolve(requests, retry.RetrySettings())
+    # Not timed: no batch without a send-back. Its TTL still holds: an expired attempt is never
+    # read, and is removed in the next batch.
     return _start(decisions, RETRY_OPERATOR, config, poster, config.background_trigger_ms)
 
 

@@ -167,3 +167,28 @@ def test_straight_to_the_dlq_and_refusals(broker: Broker) -> None:
     assert result["outcome"] == "dlq"
     (letter,) = copies(broker, "%DLQ%fast", m["uniq_key"], 1)
     assert letter["reconsume_times"] == 1
+
+
+def test_an_idle_retry_query_runs_no_batch(broker: Broker) -> None:
+    """The retry resolver has no timers, so its query runs a batch only when a send-back
+    arrives (the delay query, timed, runs one at every trigger), and a send-back after a quiet
+    spell is still resolved."""
+
+    def batches() -> dict[str, int | None]:
+        return {op["operator"]: op.get("last_batch_id") for op in broker.operators()["operators"]}
+
+    with broker.http as http:
+        http.put("/groups/idle", json={})
+        m = http.post("/topics/quiet/messages", json={"body": "b"}).json()
+    send_back(broker, "idle", "quiet", m["msg_id"])
+    copies(broker, "%RETRY%idle", m["uniq_key"], 1)
+    wait_until(lambda: batches().get("retry") is not None, 30, "the retry query's status")
+    before = batches()
+    wait_until(lambda: (batches()["delay"] or 0) >= (before["delay"] or 0) + 4, 60, "four delay batches")
+    assert batches()["retry"] == before["retry"], "the retry query ran a batch with no send-back"
+    with broker.http as http:
+        later = http.post("/topics/quiet/messages", json={"body": "c"}).json()
+    send_back(broker, "idle", "quiet", later["msg_id"], delay_level=-1)
+    (letter,) = copies(broker, "%DLQ%idle", later["uniq_key"], 1)
+    assert letter["reconsume_times"] == 1
+    wait_until(lambda: (batches()["retry"] or 0) > (before["retry"] or 0), 30, "a retry batch for it")
