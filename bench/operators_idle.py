@@ -1,11 +1,12 @@
 """What an idle operator job costs: cores used by its process tree while nothing is produced.
 
-Each resolver query is ``transformWithState`` in processing time. The timed ones (delay,
-transactions) run a micro-batch at every trigger, data or not; the retry query runs none while
-no send-back arrives. This starts a real ``sparkmq serve --operators off`` and, beside it,
-the operator job (``python -m streaming.operators``, as under ``spark-submit``) once per
-trigger setting, waits for every query's first batches, then samples the job tree's CPU time
-(``/proc``: the driver JVM, its Python workers) over a window. The baseline is the broker's own
+Each resolver query is ``transformWithState`` in processing time. The delay query runs a
+micro-batch at every trigger, data or not; idle, the transaction query runs one every half
+check interval (its source's clock), the retry query none. This starts a real ``sparkmq
+serve --operators off`` and, beside it, the operator job (``python -m streaming.operators``,
+as under ``spark-submit``) once per trigger setting, waits for the first batches, then samples
+the job tree's CPU time (``/proc``: the driver JVM, its Python workers) over a window. The
+baseline is the broker's own
 process over the same windows (idle: it serves the job's polls and reports).
 
     python -m bench.operators_idle                    # the default trigger, then 500 ms
@@ -23,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from streaming.operators.runtime import TIMED_QUERIES
+from streaming.operators.runtime import EVERY_TRIGGER
 from tests.operators.broker_process import Broker, children_of, start_broker
 
 QUERIES = ("delay", "transactions", "retry")
@@ -63,9 +64,9 @@ def _batches(broker: Broker) -> dict[str, int]:
 
 
 def _started(broker: Broker, queries: tuple[str, ...]) -> bool:
-    """Every query active, and the timed ones (a batch at every trigger) past their first batches."""
+    """Every query active, and the ones with a batch at every trigger past their first batches."""
     batches = _batches(broker)
-    return all(q in batches for q in queries) and all(batches[q] >= 2 for q in queries if q in TIMED_QUERIES)
+    return all(q in batches for q in queries) and all(batches[q] >= 2 for q in queries if q in EVERY_TRIGGER)
 
 
 Figures = tuple[float, float, dict[str, float]]

@@ -43,6 +43,16 @@ def split_key(key: str) -> tuple[str, int]:
     return topic, int(queue_id)
 
 
+#: The source's clock (``clockIntervalMs``): a pseudo queue whose offset is the wall clock in
+#: intervals, so that Spark sees new offsets, and runs a batch, once per interval. It is never
+#: read, mirrored or planned. No topic has this name (``~`` is not allowed in one).
+CLOCK_KEY = "~clock/0"
+
+
+def without_clock(offsets: Mapping[str, int]) -> dict[str, int]:
+    return {key: value for key, value in offsets.items() if key != CLOCK_KEY}
+
+
 def _order(key: str) -> tuple[str, int]:
     return split_key(key)
 

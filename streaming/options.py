@@ -123,6 +123,10 @@ class SourceOptions:
     #: ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs``: queue-head lookups retried.
     fetch_retries: int = 3
     fetch_retry_interval_s: float = 0.01
+    #: ``clockIntervalMs``: with Spark's no-data micro-batches off, a batch still runs once per
+    #: interval while no message arrives (the offsets carry a clock, :data:`offsets.CLOCK_KEY`):
+    #: the operator job's timed queries fire their timers so. 0: off.
+    clock_interval_ms: int = 0
     shape: RowShape = RowShape.ROCKETMQ
     #: ``includeHeaders`` (with ``schema=kafka``).
     include_headers: bool = False
@@ -178,7 +182,7 @@ _KNOWN = {
     "endingoffsetsbytimestamp", "maxmessagespertrigger", "maxoffsetspertrigger",
     "minoffsetspertrigger", "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "group",
     "failondataloss", "requesttimeoutms", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries",
-    "fetchoffset.retryintervalms", "pollintervalms", "readchunkmessages", *ACCESS_OPTIONS,
+    "fetchoffset.retryintervalms", "pollintervalms", "readchunkmessages", "clockintervalms", *ACCESS_OPTIONS,
     "groupcommitintervalms", "systemtopics", "includeretry", "schema", "includeheaders", "readfrom",
     BOOTSTRAP_SERVERS,
 }  # fmt: skip
@@ -238,6 +242,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_records_per_partition=_optional_positive_int(lower, "maxRecordsPerPartition"),
         fail_on_no_timestamp_match=_parse_no_match_strategy(lower),
         fetch_retries=_non_negative_int(lower, "fetchOffset.numRetries", default=3),
+        clock_interval_ms=_non_negative_int(lower, "clockIntervalMs", default=0),
         fetch_retry_interval_s=_non_negative_int(lower, "fetchOffset.retryIntervalMs", default=10) / 1000.0,
         shape=shape,
         include_headers=include_headers,

@@ -39,6 +39,7 @@ from streaming.admission import MinTriggerGate
 from streaming.backends import Backend, BackendError, backend_for, is_backend_fault
 from streaming.cluster_backend import ClusterBackend
 from streaming.offsets import (
+    CLOCK_KEY,
     Offsets,
     QueueRange,
     fair_share_end,
@@ -47,6 +48,7 @@ from streaming.offsets import (
     queue_key,
     ranges_between,
     split_key,
+    without_clock,
 )
 from streaming.options import (
     EARLIEST_SENTINEL,
@@ -382,6 +384,13 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = normalize({key: hi for key, (_, hi) in heads.items()})
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 (Spark's method name)
+        end = self._latest_queues(without_clock(start), limit)
+        interval = self.options.clock_interval_ms
+        if interval and self._target is None:  # never in AvailableNow: its runs must end
+            end[CLOCK_KEY] = int(time.time() * 1000) // interval
+        return normalize(end)
+
+    def _latest_queues(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         heads = self._current_heads()
         if any(key in heads and position > heads[key][1] for key, position in start.items()):
             heads = self._current_heads(force=True)  # never judge a queue "reset" on a cached head
@@ -435,7 +444,7 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return dict(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        return plan_partitions(self.options, start, end)
+        return plan_partitions(self.options, without_clock(start), without_clock(end))
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: Spark calls this one batch late (and never for the last batch of an

@@ -224,14 +224,16 @@ def delay_settings(doc: dict[str, Any], shards: int) -> DelaySettings:
     )
 
 
-def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: int) -> Any:
-    """The ``sparkmq`` stream of the system topics an operator resolves, from the earliest record."""
+def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: int, clock_ms: int = 0) -> Any:
+    """The ``sparkmq`` stream of the system topics an operator resolves, from the earliest record
+    (``clock_ms``: a batch at least that often, input or not)."""
     reader = (
         spark.readStream.format("sparkmq")
         .option("topics", topics)
         .option("systemTopics", "true")
         .option("startingOffsets", "earliest")
         .option("maxMessagesPerTrigger", str(max_per_trigger))
+        .option("clockIntervalMs", str(clock_ms))
     )
     if config.path:  # the store directory: no HTTP, so no credential in the source's options
         return reader.option("path", config.path).load()
@@ -246,10 +248,13 @@ def _system_input(spark: Any, config: JobConfig, topics: str, max_per_trigger: i
 #: Spark's switch for micro-batches without new input. A query takes the session's value when
 #: it starts (its execution clones the session), so it can be set for one query.
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
-#: The resolvers with timers. ``transformWithState`` in processing time runs a micro-batch at
-#: every trigger, input or not (SPARK-50180), and that batch fires the timers. The others (the
-#: retry resolver) run a batch only when input arrived: idle, they cost nothing.
-TIMED_QUERIES = (DELAY_OPERATOR, TRANSACTION_OPERATOR)
+#: The resolvers whose query runs a micro-batch at every trigger, input or not: a
+#: ``transformWithState`` query in processing time does (SPARK-50180), and that batch fires its
+#: timers. The delay resolver's timers must fire within its trigger. The others start with
+#: Spark's no-data batches off: the retry resolver has no timers, so it runs a batch only when
+#: input arrives; the transaction resolver's timers (check-backs) are fired by its source's
+#: clock (``clockIntervalMs``: a batch every half check interval while idle).
+EVERY_TRIGGER = (DELAY_OPERATOR,)
 
 
 def _start(
@@ -260,14 +265,14 @@ def _start(
     trigger_ms: int | None = None,
 ) -> Any:
     """An operator's query: its decisions posted to the broker once per micro-batch (with no
-    input, only for :data:`TIMED_QUERIES`)."""
+    input, at every trigger only for :data:`EVERY_TRIGGER`)."""
     writer = (
         decisions.writeStream.queryName(name)
         .foreachBatch(poster)
         .option("checkpointLocation", str(config.checkpoint_dir / name))
         .trigger(processingTime=f"{trigger_ms or config.trigger_ms} milliseconds")
     )
-    if name in TIMED_QUERIES:
+    if name in EVERY_TRIGGER:
         return writer.start()
     spark = decisions.sparkSession
     before = spark.conf.get(NO_DATA_BATCHES)
@@ -297,12 +302,17 @@ def transaction_settings(doc: dict[str, Any]) -> transactions.TransactionSetting
 def start_transaction_query(
     spark: Any, config: JobConfig, client: BrokerClient, settings: transactions.TransactionSettings
 ) -> Any:
-    halves_and_ops = _system_input(spark, config, f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}", 100_000)
+    # Idle, a batch every half check interval fires the check-backs' timers (RocketMQ's check
+    # service runs once a check interval); with input, a batch at every trigger.
+    clock = max(config.trigger_ms, settings.check_interval_ms // 2)
+    halves_and_ops = _system_input(
+        spark, config, f"{TRANS_HALF_TOPIC},{TRANS_OP_HALF_TOPIC}", 100_000, clock_ms=clock
+    )
     columns = [column.name for column in transactions.OUTPUT_SCHEMA.fields]
     poster = batch_poster(client, TRANSACTION_OPERATOR, config.fault, columns, lambda t: t.num_rows)
     decisions = transactions.resolve(halves_and_ops, settings)
     # Never coarser than half a check interval (tests run with intervals of a second or two).
-    trigger = min(config.background_trigger_ms, max(config.trigger_ms, settings.check_interval_ms // 2))
+    trigger = min(config.background_trigger_ms, clock)
     return _start(decisions, TRANSACTION_OPERATOR, config, poster, trigger)
 
 
@@ -310,7 +320,7 @@ def start_retry_query(spark: Any, config: JobConfig, client: BrokerClient) -> An
     requests = _system_input(spark, config, SENDBACK_TOPIC, 100_000)
     poster = batch_poster(client, RETRY_OPERATOR, config.fault)
     decisions = retry.resolve(requests, retry.RetrySettings())
-    # Not timed: no batch without a send-back. Its TTL still holds: an expired attempt is never
+    # No timers: no batch without a send-back. Its TTL still holds: an expired attempt is never
     # read, and is removed in the next batch.
     return _start(decisions, RETRY_OPERATOR, config, poster, config.background_trigger_ms)
 

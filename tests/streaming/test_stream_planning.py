@@ -211,3 +211,31 @@ def test_assign_and_pattern_plan_only_their_queues(tmp_path: Path) -> None:
         end = pattern.latestOffset(start, ReadAllAvailable())
         assert end["orders-us/0"] == 0  # a new topic joins at its earliest offset, read next batch
         assert pattern.latestOffset(end, ReadAllAvailable())["orders-us/0"] == 2
+
+
+def test_the_clock_brings_a_batch_once_per_interval_and_is_never_read(tmp_path: Path) -> None:
+    """``clockIntervalMs``: with no new message the end offsets still move once per interval
+    (Spark then runs a batch), and the clock is never planned as a queue to read."""
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 4, queues=2)
+        reader = _reader(store_dir, startingOffsets="earliest", pollIntervalMs="0", clockIntervalMs="200")
+        start = reader.initialOffset()
+        assert "~clock/0" not in start
+        before = int(time.time() * 1000) // 200
+        first = reader.latestOffset(start, ReadAllAvailable())
+        assert {k: v for k, v in first.items() if k != "~clock/0"} == {"orders/0": 2, "orders/1": 2}
+        assert before <= first["~clock/0"] <= int(time.time() * 1000) // 200
+        ranges = [(r.queue_id, r.start, r.end) for p in reader.partitions(start, first) for r in p.ranges]
+        assert ranges == [(0, 0, 2), (1, 0, 2)]
+        time.sleep(0.25)
+        idle = reader.latestOffset(first, ReadAllAvailable())
+        assert idle != first and idle["~clock/0"] > first["~clock/0"], "a new interval: new offsets"
+        assert not [r for p in reader.partitions(first, idle) for r in p.ranges], "no queue has new messages"
+        same = reader.latestOffset(idle, ReadAllAvailable())
+        if same["~clock/0"] == idle["~clock/0"]:  # within the interval: nothing to run
+            assert same == idle
+        reader.prepareForTriggerAvailableNow()
+        assert "~clock/0" not in reader.latestOffset(idle, ReadAllAvailable()), "AvailableNow runs must end"
+    with pytest.raises(Exception, match="clockIntervalMs"):
+        _reader(store_dir, clockIntervalMs="-1")
