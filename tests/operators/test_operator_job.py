@@ -4,10 +4,12 @@ against a real HTTPS broker with auth, as the broker's own peer credential."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -28,6 +30,7 @@ from streaming.operators.runtime import (
     SLOW_WORKER_RESTARTS,
     _restart_pause,
     parse_args,
+    query_status,
 )
 from tests.support.secure_broker import TOKENS, SecureBroker, default_users, secure_broker
 from tests.support.stores import light_config
@@ -220,3 +223,15 @@ def test_a_worker_that_missed_the_connect_back_time_is_started_again_soon_and_ap
     assert real == [2.0, 4.0, 8.0, 16.0, 30.0]
     assert _restart_pause("delay", "boom", failures, slow) is None
     assert _restart_pause("delay", SLOW, [], slow) is None  # one slow start too many
+
+
+def test_a_status_shows_the_queues_offsets_not_the_sources_clock() -> None:
+    """The transaction query's source carries a clock in its offsets (``clockIntervalMs``); the
+    status the broker shows lists only real queues, and the clock adds no lag."""
+    end = json.dumps({"RMQ_SYS_TRANS_HALF_TOPIC/0": 7, "~clock/0": 115_000_000})
+    latest = json.dumps({"RMQ_SYS_TRANS_HALF_TOPIC/0": 9})
+    progress = {"batchId": 3, "sources": [{"endOffset": end, "latestOffset": latest}]}
+    query = SimpleNamespace(id="q", isActive=True, status={}, lastProgress=progress)
+    status = query_status(query)
+    assert status["end_offsets"] == {"RMQ_SYS_TRANS_HALF_TOPIC/0": 7}
+    assert status["input_lag"] == 2 and status["last_batch_id"] == 3
