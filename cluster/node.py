@@ -374,17 +374,20 @@ class ClusterNode:
             )
 
     def create_or_grow_topic(
-        self, topic: str, queues: int, brokers: Sequence[str] | None = None
+        self, topic: str, queues: int, brokers: Sequence[str] | None = None, *, grow: bool = True
     ) -> TopicPlacement:
         """Create ``topic`` with ``queues`` queue ids spread over the live brokers (or over
-        ``brokers``), or grow it to that many; existing ids never move. Blocking. Raises
-        :class:`InvalidPlacement`, :class:`CoordinationUnavailable`."""
+        ``brokers``), or grow it to that many; existing ids never move. ``grow=False``: an
+        existing topic is left as it is. Blocking. Raises :class:`InvalidPlacement`,
+        :class:`CoordinationUnavailable`."""
         validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
         self._require_connected(f"creating or growing topic {topic!r}")
         path = f"{TOPICS}/{topic}"
         for _ in range(MAX_CAS_ATTEMPTS):
             node = self._coordination.get(path)
             current = None if node is None else TopicPlacement.from_json(topic, node.data, node.version)
+            if current is not None and not grow:
+                return current  # ZooKeeper's, even where this member's watch has not fired yet
             view = self.view
             if brokers is not None:
                 candidates = check_pinned(list(brokers), list(view.groups), view.live_brokers())
@@ -416,11 +419,12 @@ class ClusterNode:
 
     def ensure_topic(self, topic: str, queues: int | None = None) -> TopicPlacement:
         """The placement of ``topic``, creating it (``queues`` or the default count over the
-        live brokers) when it does not exist yet."""
+        live brokers) when it does not exist yet. A topic this member's view does not show yet
+        (its watch has not fired: another member has just created it) is never grown."""
         placement = self.view.placement(topic)
         if placement is not None:
             return placement
-        return self.create_or_grow_topic(topic, queues or self.config.default_queues)
+        return self.create_or_grow_topic(topic, queues or self.config.default_queues, grow=False)
 
     def adopt_topic(self, topic: str, queues: int) -> bool:
         """Register a topic found in this broker's store but unknown to the cluster, with every

@@ -73,6 +73,21 @@ def test_growth_and_pinning(start_node: NodeFactory) -> None:
         b1.create_or_grow_topic("t", 9, brokers=["b7"])
 
 
+def test_ensuring_a_topic_another_member_just_created_never_grows_it(start_node: NodeFactory) -> None:
+    """A route lookup (auto-create) at a member whose watch has not delivered a topic yet finds
+    it in ZooKeeper and answers its queues; before, it grew the topic to the default count (seen
+    in CI: a two-queue topic became eight when the slave's NameServer was asked at once)."""
+    b1, b2 = start_node("b1", 8081), start_node("b2", 8082)
+    wait_until(lambda: b2.view.live_brokers() == ("b1", "b2"), 5, "two live brokers")
+    before = b2.view  # a snapshot: each change of the routes installs a new view
+    b1.create_or_grow_topic("fresh", 2)
+    wait_until(lambda: b2.view.placement("fresh") is not None, 2, "the route at b2")
+    b2._view = before  # as if b2's watch had not fired yet
+    assert b2.ensure_topic("fresh").owners == ("b1", "b2")
+    assert b1.create_or_grow_topic("fresh", 1).owners == ("b1", "b2"), "still two queues in ZooKeeper"
+    assert b2.ensure_topic("other").queue_count == b2.config.default_queues  # a missing topic is created
+
+
 def test_concurrent_growth_never_claims_a_queue_twice(start_node: NodeFactory) -> None:
     nodes = [start_node(f"b{i}", 8090 + i) for i in range(3)]
     wait_until(lambda: all(len(n.view.live_brokers()) == 3 for n in nodes), 5, "three live brokers")
