@@ -388,12 +388,7 @@ class ClusterNode:
             current = None if node is None else TopicPlacement.from_json(topic, node.data, node.version)
             if current is not None and not grow:
                 return current  # ZooKeeper's, even where this member's watch has not fired yet
-            view = self.view
-            if brokers is not None:
-                candidates = check_pinned(list(brokers), list(view.groups), view.live_brokers())
-            else:
-                candidates = list(view.live_brokers())
-            owners = grow_placement(current.owners if current else (), queues, candidates)
+            owners = grow_placement(current.owners if current else (), queues, self._candidates(brokers))
             if current is not None and owners == current.owners:
                 return current
             wanted = TopicPlacement(topic, owners)
@@ -406,6 +401,27 @@ class ClusterNode:
                 continue  # someone else changed it first: re-read and decide again
             return self._wait_visible(topic, len(owners))
         raise CoordinationUnavailable(f"topic {topic!r}: too many concurrent changes, retry")
+
+    def create_topic(
+        self, topic: str, queues: int, brokers: Sequence[str] | None = None
+    ) -> TopicPlacement | None:
+        """Create ``topic`` as :meth:`create_or_grow_topic` does; ``None`` when it exists
+        already, in ZooKeeper, whatever this member's view shows (Kafka's CreateTopics)."""
+        validate_topic(topic)
+        self._require_connected(f"creating topic {topic!r}")
+        owners = grow_placement((), queues, self._candidates(brokers))
+        try:
+            self._coordination.create(f"{TOPICS}/{topic}", TopicPlacement(topic, owners).to_json())
+        except NodeExists:
+            return None
+        return self._wait_visible(topic, len(owners))
+
+    def _candidates(self, brokers: Sequence[str] | None) -> list[str]:
+        """The brokers new queue ids go to: ``brokers`` (checked), else the live ones."""
+        view = self.view
+        if brokers is not None:
+            return check_pinned(list(brokers), list(view.groups), view.live_brokers())
+        return list(view.live_brokers())
 
     def _wait_visible(self, topic: str, queues: int) -> TopicPlacement:
         deadline = time.monotonic() + OWN_WRITE_VISIBLE_S

@@ -295,3 +295,25 @@ def test_a_topic_auto_created_through_the_cluster_spreads_over_every_broker(trio
         route = http.get("/topics/auto%252Ecreated/route").json()  # store name auto%2Ecreated
     assert sorted({q["broker"] for q in route["queues"]}) == list(NAMES)
     assert len(route["queues"]) == 6  # the cluster's default queue count
+
+
+def test_create_topics_through_the_cluster_places_once_and_refuses_an_existing_topic(
+    trio: KafkaCluster,
+) -> None:
+    """confluent-kafka's AdminClient: CreateTopics at one broker places the topic over every
+    broker; a second CreateTopics of it, at another broker, answers TOPIC_ALREADY_EXISTS and
+    leaves its placement as it is."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    first = AdminClient({"bootstrap.servers": trio.bootstrap("b1")})
+    first.create_topics([NewTopic("admin-made", num_partitions=3)])["admin-made"].result(30)
+    with trio.http("b3") as http:
+        wait_until(lambda: http.get("/topics/admin-made/route").status_code == 200, 10, "the route at b3")
+        placed = http.get("/topics/admin-made/route").json()["queues"]
+    assert sorted(q["broker"] for q in placed) == list(NAMES)
+    again = AdminClient({"bootstrap.servers": trio.bootstrap("b3")})
+    with pytest.raises(Exception) as refused:
+        again.create_topics([NewTopic("admin-made", num_partitions=5)])["admin-made"].result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    with trio.http("b2") as http:
+        assert http.get("/topics/admin-made/route").json()["queues"] == placed

@@ -84,8 +84,12 @@ def test_ensuring_a_topic_another_member_just_created_never_grows_it(start_node:
     wait_until(lambda: b2.view.placement("fresh") is not None, 2, "the route at b2")
     b2._view = before  # as if b2's watch had not fired yet
     assert b2.ensure_topic("fresh").owners == ("b1", "b2")
+    assert b2.create_topic("fresh", 4) is None, "an exclusive create (Kafka's) finds it exists"
     assert b1.create_or_grow_topic("fresh", 1).owners == ("b1", "b2"), "still two queues in ZooKeeper"
     assert b2.ensure_topic("other").queue_count == b2.config.default_queues  # a missing topic is created
+    created = b2.create_topic("third", 3)
+    assert created is not None and created.owners == ("b1", "b2", "b1")
+    assert b1.create_topic("third", 5) is None
 
 
 def test_concurrent_growth_never_claims_a_queue_twice(start_node: NodeFactory) -> None:

@@ -78,12 +78,15 @@ def _create_routed(
     if validate_only:
         return ErrorCode.NONE, None, partitions
     try:
-        return ErrorCode.NONE, None, link.node.create_or_grow_topic(to_store(name), partitions).queue_count
+        created = link.node.create_topic(to_store(name), partitions)
     except InvalidArgument as exc:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc), -1
     except ClusterError as exc:
         log.warning("create topic %r through the cluster failed: %s", name, exc)
         return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), -1
+    if created is None:  # another broker created it since this one's view was read
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", -1
+    return ErrorCode.NONE, None, created.queue_count
 
 
 async def handle_create_topics(ctx: GatewayContext, conn: Connection, request: KafkaRequest) -> bytes:
