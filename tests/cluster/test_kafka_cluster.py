@@ -303,7 +303,7 @@ def test_create_topics_through_the_cluster_places_once_and_refuses_an_existing_t
     """confluent-kafka's AdminClient: CreateTopics at one broker places the topic over every
     broker; a second CreateTopics of it, at another broker, answers TOPIC_ALREADY_EXISTS and
     leaves its placement as it is."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     first = AdminClient({"bootstrap.servers": trio.bootstrap("b1")})
     first.create_topics([NewTopic("admin-made", num_partitions=3)])["admin-made"].result(30)
