@@ -77,6 +77,11 @@ class ClusterHealth:
     warnings: tuple[str, ...] = ()
 
 
+def _validate_routed(topic: str) -> None:
+    """A name the cluster places: a user topic, or a group's retry or dead-letter topic."""
+    validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
+
+
 class ClusterNode:
     """This broker's session with the cluster. ``start()`` joins; ``close()`` leaves."""
 
@@ -380,7 +385,7 @@ class ClusterNode:
         ``brokers``), or grow it to that many; existing ids never move. ``grow=False``: an
         existing topic is left as it is. Blocking. Raises :class:`InvalidPlacement`,
         :class:`CoordinationUnavailable`."""
-        validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
+        _validate_routed(topic)
         self._require_connected(f"creating or growing topic {topic!r}")
         path = f"{TOPICS}/{topic}"
         for _ in range(MAX_CAS_ATTEMPTS):
@@ -407,7 +412,7 @@ class ClusterNode:
     ) -> TopicPlacement | None:
         """Create ``topic`` as :meth:`create_or_grow_topic` does; ``None`` when it exists
         already, in ZooKeeper, whatever this member's view shows (Kafka's CreateTopics)."""
-        validate_topic(topic)
+        _validate_routed(topic)
         self._require_connected(f"creating topic {topic!r}")
         owners = grow_placement((), queues, self._candidates(brokers))
         try:

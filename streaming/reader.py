@@ -387,8 +387,8 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = self._latest_queues(without_clock(start), limit)
         interval = self.options.clock_interval_ms
         if interval and self._target is None:  # never in AvailableNow: its runs must end
-            end[CLOCK_KEY] = int(time.time() * 1000) // interval
-        return normalize(end)
+            end = normalize({**end, CLOCK_KEY: int(time.time() * 1000) // interval})
+        return end
 
     def _latest_queues(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         heads = self._current_heads()

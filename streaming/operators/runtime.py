@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from streaming.offsets import CLOCK_KEY
+from streaming.offsets import without_clock
 from streaming.operators import retry, transactions
 from streaming.operators.client import BrokerClient
 from streaming.operators.delay import RELOCATE_DELIVER, ROW_RELOCATION, DelaySettings, resolve
@@ -336,9 +336,8 @@ def query_status(query: Any) -> dict[str, Any]:
         end = source.get("endOffset")
         end = json.loads(end) if isinstance(end, str) else end
         if isinstance(end, dict):
-            end_offsets.update(
-                {str(k): int(v) for k, v in end.items() if isinstance(v, int | float) and k != CLOCK_KEY}
-            )
+            queues = without_clock(end)
+            end_offsets.update({str(k): int(v) for k, v in queues.items() if isinstance(v, int | float)})
     status = query.status or {}
     return {
         "query_id": str(query.id),
