@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from broker.state import Broker
 from broker.threads import run_blocking
-from cluster import MemberInfo, TopicPlacement
+from cluster import MemberInfo, TopicPlacement, placeable
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,8 @@ async def _placement(broker: Broker, topic: str, create: bool) -> TopicPlacement
     node = broker.cluster
     assert node is not None
     placement = node.view.placement(topic)
+    if placement is None and placeable(topic):
+        placement = await run_blocking(node.learn_topic, topic)  # created elsewhere just now
     if placement is None and create and node.config.auto_create_topics:
         placement = await run_blocking(node.ensure_topic, topic)
     return placement

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from broker.state import Broker
 from broker.threads import run_blocking
-from cluster import MemberInfo, QueueUnavailable, TopicPlacement
+from cluster import MemberInfo, QueueUnavailable, TopicPlacement, placeable
 
 
 async def read_placement(broker: Broker, topic: str, queue_id: int, replica_asked: bool) -> MemberInfo | None:
@@ -25,6 +25,8 @@ async def read_placement(broker: Broker, topic: str, queue_id: int, replica_aske
     if node is None:
         return None
     placement = node.view.placement(topic)
+    if placement is None and placeable(topic):
+        placement = await run_blocking(node.learn_topic, topic)  # created elsewhere just now
     if placement is None or queue_id >= placement.queue_count:
         return None  # a system topic (local to each broker), or unknown: answered here
     owner = placement.owners[queue_id]

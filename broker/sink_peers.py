@@ -58,7 +58,7 @@ class PeerSinkRouter:
     def routes(self, topics: Sequence[str]) -> dict[str, TopicRoute]:
         out: dict[str, TopicRoute] = {}
         for topic in topics:
-            placement = self.node.view.placement(topic)
+            placement = self.node.learn_topic(topic)
             if placement is None:
                 validate_topic(topic)
                 if not self.node.config.auto_create_topics:

@@ -34,7 +34,7 @@ from cluster.model import (
     TopicPlacement,
     validate_broker_name,
 )
-from cluster.node import ClusterHealth, ClusterNode
+from cluster.node import ClusterHealth, ClusterNode, placeable
 from cluster.placement import grow_placement
 
 
@@ -83,5 +83,6 @@ __all__ = [
     "no_broker_answered",
     "parse_bootstrap",
     "parse_cluster_address",
+    "placeable",
     "validate_broker_name",
 ]

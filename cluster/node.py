@@ -44,6 +44,7 @@ from cluster.identity import load_or_allocate
 from cluster.model import BrokerGroup, ClusterView, CorruptRoute, MemberInfo, TopicPlacement
 from cluster.placement import check_pinned, grow_placement
 from store import validate_topic, wall_clock_ms
+from store.errors import InvalidTopicName
 
 log = logging.getLogger("sparkmq.cluster")
 
@@ -56,6 +57,8 @@ SETTINGS = "/settings"
 MAX_CAS_ATTEMPTS = 20
 #: How long a write of ours may take to show in our own view before we stop waiting.
 OWN_WRITE_VISIBLE_S = 5.0
+#: How long :meth:`ClusterNode.learn_topic` trusts that ZooKeeper has no such topic.
+UNKNOWN_TOPIC_RECHECK_S = 1.0
 
 ViewListener = Callable[[ClusterView], None]
 #: ``(name, document or None when deleted)``, on the node's worker thread.
@@ -82,6 +85,15 @@ def _validate_routed(topic: str) -> None:
     validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
 
 
+def placeable(topic: str) -> bool:
+    """Whether the cluster may place ``topic`` (else it is refused, or a broker's own system topic)."""
+    try:
+        _validate_routed(topic)
+    except InvalidTopicName:
+        return False
+    return True
+
+
 class ClusterNode:
     """This broker's session with the cluster. ``start()`` joins; ``close()`` leaves."""
 
@@ -94,6 +106,7 @@ class ClusterNode:
         self._members: dict[str, dict[int, MemberInfo]] = {}
         self._last_known: dict[str, MemberInfo] = {}
         self._placements: dict[str, TopicPlacement] = {}
+        self._unknown_topics: dict[str, float] = {}  # topic -> when to ask ZooKeeper again
         self._states: dict[str, GroupState] = {}
         self._watched_names: set[str] = set()
         self._watched_members: set[tuple[str, int]] = set()
@@ -392,7 +405,7 @@ class ClusterNode:
             node = self._coordination.get(path)
             current = None if node is None else TopicPlacement.from_json(topic, node.data, node.version)
             if current is not None and not grow:
-                return current  # ZooKeeper's, even where this member's watch has not fired yet
+                return self._learned(current)  # even where this member's watch has not fired yet
             owners = grow_placement(current.owners if current else (), queues, self._candidates(brokers))
             if current is not None and owners == current.owners:
                 return current
@@ -427,6 +440,36 @@ class ClusterNode:
         if brokers is not None:
             return check_pinned(list(brokers), list(view.groups), view.live_brokers())
         return list(view.live_brokers())
+
+    def learn_topic(self, topic: str) -> TopicPlacement | None:
+        """The placement of ``topic``, read from ZooKeeper when this member's view does not
+        show it yet (another member has just created it and the watch has not fired), or None.
+        Blocking. A topic ZooKeeper does not have either is asked again only after
+        :data:`UNKNOWN_TOPIC_RECHECK_S` (a consumer polling a missing topic does not load it)."""
+        placement = self.view.placement(topic)
+        if placement is not None or self.session is not SessionState.CONNECTED:
+            return placement
+        if not placeable(topic):
+            return None  # a name the cluster never places (a broker's own system topic)
+        now = time.monotonic()
+        if now < self._unknown_topics.get(topic, 0.0):
+            return None
+        node = self._coordination.get(f"{TOPICS}/{topic}")
+        if node is None:
+            self._unknown_topics[topic] = now + UNKNOWN_TOPIC_RECHECK_S
+            return None
+        self._unknown_topics.pop(topic, None)
+        return self._learned(TopicPlacement.from_json(topic, node.data, node.version))
+
+    def _learned(self, placement: TopicPlacement) -> TopicPlacement:
+        """Show ``placement``, just read from ZooKeeper, in the view unless the watch has
+        brought it (or a newer one) meanwhile; the view's placement of the topic."""
+        with self._lock:
+            known = self._placements.get(placement.topic)
+            if known is None or known.version < placement.version:
+                self._placements[placement.topic] = placement
+                self._publish()
+        return self.view.placement(placement.topic) or placement
 
     def _wait_visible(self, topic: str, queues: int) -> TopicPlacement:
         deadline = time.monotonic() + OWN_WRITE_VISIBLE_S

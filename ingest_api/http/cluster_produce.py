@@ -57,6 +57,9 @@ async def routed(broker: Broker, topic: str) -> TopicPlacement:
     if placement is not None:
         return placement
     validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
+    learned = await run_blocking(cluster.learn_topic, topic)  # created elsewhere just now
+    if learned is not None:
+        return learned
     if not cluster.config.auto_create_topics:
         raise UnknownTopic(f"topic {topic!r} does not exist")
     return await run_blocking(cluster.ensure_topic, topic)

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cluster import ClusterView
 from store import sharding_queue
 from tests.cluster.inprocess import InProcessCluster
 from tests.support.waiting import wait_until
@@ -132,7 +133,7 @@ def test_idempotent_retry_through_another_broker_is_deduplicated(trio: InProcess
 def test_pull_of_a_queue_elsewhere_redirects_to_its_owner(trio: InProcessCluster) -> None:
     with trio.http("b1") as http:
         http.put("/topics/pulled", json={"queues": 3})
-        http.post("/topics/pulled/messages", json={"body": "on b3", "queue_id": 2})
+        assert http.post("/topics/pulled/messages", json={"body": "on b3", "queue_id": 2}).status_code == 201
         moved = http.get("/topics/pulled/queues/2/messages", params={"offset": 0, "wait_ms": 10})
         assert moved.status_code == 307
         assert (
@@ -145,6 +146,32 @@ def test_pull_of_a_queue_elsewhere_redirects_to_its_owner(trio: InProcessCluster
         assert [m["body"] for m in pulled.json()["messages"]] == ["on b3"]
         offset = following.get("/topics/pulled/queues/2/offset", params={"timestamp_ms": 0})
         assert offset.status_code == 200 and offset.json()["offset"] == 0
+
+
+def test_a_broker_whose_watch_lags_takes_forwarded_writes_and_reads_of_a_new_topic(
+    trio: InProcessCluster,
+) -> None:
+    """Seen in CI: b1 created a topic and forwarded a write to b3 before b3's watch brought the
+    route; b3 must look the topic up in ZooKeeper rather than refuse it or answer it empty."""
+    with trio.http("b1") as http:
+        assert http.put("/topics/lagged", json={"queues": 3}).status_code == 201
+    b3 = trio.brokers["b3"].server.app.state.broker.cluster  # type: ignore[attr-defined]
+    wait_until(lambda: b3.view.placement("lagged") is not None, 5, "the route at b3")
+
+    def lag() -> None:  # the view as before the watch fired (no listener told: they keep the queues)
+        with b3._lock:
+            b3._placements.pop("lagged")
+            b3._view = ClusterView(groups=b3._view.groups, topics=dict(b3._placements))
+
+    lag()
+    with trio.http("b1") as http:
+        stored = http.post("/topics/lagged/messages", json={"body": "on b3", "queue_id": 2})
+        assert stored.status_code == 201, stored.text
+    lag()
+    with trio.http("b3") as http:
+        pulled = http.get("/topics/lagged/queues/2/messages", params={"offset": 0})
+        assert pulled.status_code == 200, pulled.text
+        assert [m["body"] for m in pulled.json()["messages"]] == ["on b3"]
 
 
 def test_lookups_and_groups_answer_for_the_whole_cluster(trio: InProcessCluster) -> None:

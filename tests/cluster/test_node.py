@@ -92,6 +92,31 @@ def test_ensuring_a_topic_another_member_just_created_never_grows_it(start_node:
     assert b1.create_topic("third", 5) is None
 
 
+def test_a_member_learns_a_topic_its_watch_has_not_brought_yet(start_node: NodeFactory) -> None:
+    """A request for a topic another member has just created finds it in ZooKeeper; a missing
+    topic is asked again only after the recheck time."""
+    b1, b2 = start_node("b1", 8081), start_node("b2", 8082)
+    wait_until(lambda: b2.view.live_brokers() == ("b1", "b2"), 5, "two live brokers")
+    b1.create_or_grow_topic("fresh", 3)
+    wait_until(lambda: b2.view.placement("fresh") is not None, 2, "the route at b2")
+    with b2._lock:  # as if b2's watch had not fired yet
+        b2._placements.pop("fresh")
+        b2._publish()
+    assert b2.view.placement("fresh") is None
+    learned = b2.learn_topic("fresh")
+    assert learned is not None and learned.owners == ("b1", "b2", "b1")
+    assert b2.view.placement("fresh") == learned, "the view shows it from now on"
+    assert b2.learn_topic("missing") is None
+    b1.create_or_grow_topic("missing", 1)
+    with b2._lock:
+        b2._placements.pop("missing", None)
+        b2._publish()
+    assert b2.learn_topic("missing") is None, "ZooKeeper's answer is trusted for a second"
+    b2._unknown_topics["missing"] = 0.0
+    learned = b2.learn_topic("missing")
+    assert learned is not None and learned.queue_count == 1
+
+
 def test_concurrent_growth_never_claims_a_queue_twice(start_node: NodeFactory) -> None:
     nodes = [start_node(f"b{i}", 8090 + i) for i in range(3)]
     wait_until(lambda: all(len(n.view.live_brokers()) == 3 for n in nodes), 5, "three live brokers")
