@@ -143,6 +143,7 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
             self._checkpoint = StoreCheckpoint.open(cfg.checkpoint_path, self._fs)
             self._commitlog = CommitLog(cfg.commitlog_dir, cfg.commitlog_file_size_bytes, self._fs)
             self._commitlog.load()
+            self._cut_partial_record()
             self._queues = ConsumeQueueStore.from_config(cfg, fs=self._fs)
             self._index = (
                 IndexService.from_config(cfg, clock_ms=self._clock, fs=self._fs)
@@ -213,6 +214,18 @@ class MessageStore(Writes, Reads, Groups, Admin, Replication):
         )
         self._closed = False
         self._start_services()
+
+    def _cut_partial_record(self) -> None:
+        """A replica stopped between two frames of its master may end with the head of a
+        record whose tail never came: recovery could take it for whole (the tail is zeros
+        where properties were), so it is cut here, where the checkpoint marks it; the master
+        sends it again."""
+        partial = self._checkpoint.values.partial_record_offset
+        if partial is None:
+            return
+        log.warning("the CommitLog ends inside a record received in part at offset %d: cut there", partial)
+        self._commitlog.truncate_durably(partial, "a record the replica had received in part")
+        self._checkpoint.write_partial_record(None)
 
     def _open_visibility(self) -> Visibility:
         """A replicated store starts bounded by the confirm offset it recorded (never past

@@ -8,7 +8,16 @@ One 4 KiB page, big-endian longs::
     16      8     indexMsgTimestamp    store ts of the last flushed IndexFile entry
     24      8     masterFlushedOffset  (RocketMQ 5 HA; always 0 here)
     32      8     confirmPhyOffset     (RocketMQ 5 HA) a replicated store's confirm offset; else 0
-    40..4095      zero
+    40      8     partialRecordMark    (sparkmq) a replica whose CommitLog ends inside a record
+                                       received in part: that record's offset + 1; else 0
+    48..4095      zero
+
+RocketMQ reads the first five fields only. The partial-record mark is sparkmq's: a master's
+frames cut records anywhere, so a replica killed between two frames holds the head of a record
+whose tail never came (zeros). That record can pass every check recovery makes (the body CRC
+covers the body, the tail holds properties), so the mark, written in place before such a head
+reaches the disk and cleared once the record is whole, tells the next open where to cut
+(:meth:`MessageStore.open <store.MessageStore.open>`).
 
 The confirm offset is written in place (one 8-byte write, no fsync) every time it moves, so
 read-only followers in other processes (:class:`~store.read.store_reader.StoreReader`) bound
@@ -31,11 +40,13 @@ from typing import Final
 from store.io.fs import FileHandle, FileSystem, OsFileSystem
 
 CHECKPOINT_PAGE_SIZE: Final = 4096
-#: The five longs at the start of the page (see the module docstring).
-CHECKPOINT_FIELDS: Final = struct.Struct(">qqqqq")
+#: The six longs at the start of the page (see the module docstring).
+CHECKPOINT_FIELDS: Final = struct.Struct(">qqqqqq")
 #: Byte position of confirmPhyOffset in the page (derived from the field table above).
 CONFIRM_OFFSET_POS: Final = struct.calcsize(">qqqq")
 CONFIRM_OFFSET: Final = struct.Struct(">q")
+#: Byte position of partialRecordMark in the page.
+PARTIAL_RECORD_POS: Final = struct.calcsize(">qqqqq")
 #: RocketMQ subtracts this margin from min(physic, logics) before trusting it.
 MIN_TIMESTAMP_MARGIN_MS: Final = 3000
 
@@ -47,6 +58,12 @@ class CheckpointValues:
     index_msg_timestamp_ms: int = 0
     master_flushed_offset: int = 0
     confirm_phy_offset: int = 0
+    #: Where a replica's unfinished last record starts (None: its CommitLog ends whole).
+    partial_record_offset: int | None = None
+
+
+def _mark(offset: int | None) -> int:
+    return 0 if offset is None else offset + 1
 
 
 def encode_checkpoint(values: CheckpointValues) -> bytes:
@@ -57,6 +74,7 @@ def encode_checkpoint(values: CheckpointValues) -> bytes:
         values.index_msg_timestamp_ms,
         values.master_flushed_offset,
         values.confirm_phy_offset,
+        _mark(values.partial_record_offset),
     )
     return head + bytes(CHECKPOINT_PAGE_SIZE - len(head))
 
@@ -64,7 +82,9 @@ def encode_checkpoint(values: CheckpointValues) -> bytes:
 def decode_checkpoint(page: bytes) -> CheckpointValues:
     """Values of a page (a short or empty page reads as zeros)."""
     padded = page[: CHECKPOINT_FIELDS.size].ljust(CHECKPOINT_FIELDS.size, b"\x00")
-    return CheckpointValues(*CHECKPOINT_FIELDS.unpack(padded))
+    physic, logics, index, master_flushed, confirm, mark = CHECKPOINT_FIELDS.unpack(padded)
+    partial = mark - 1 if mark > 0 else None
+    return CheckpointValues(physic, logics, index, master_flushed, confirm, partial)
 
 
 class StoreCheckpoint:
@@ -125,6 +145,14 @@ class StoreCheckpoint:
         with self._lock:
             self.values.confirm_phy_offset = offset
             self._handle.write(CONFIRM_OFFSET_POS, CONFIRM_OFFSET.pack(offset))
+
+    def write_partial_record(self, offset: int | None) -> None:
+        """Set partialRecordMark (``offset``: where the unfinished last record starts; None:
+        the CommitLog ends whole) and write it in place at once: before the head of such a
+        record is copied, and after its tail. Raises OSError."""
+        with self._lock:
+            self.values.partial_record_offset = offset
+            self._handle.write(PARTIAL_RECORD_POS, CONFIRM_OFFSET.pack(_mark(offset)))
 
     def lower_timestamps(self, timestamp_ms: int) -> None:
         """After a truncation: no flushed-data timestamp may be later than the newest record

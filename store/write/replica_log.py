@@ -19,6 +19,7 @@ anyway unless it is the master).
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -41,6 +42,8 @@ from store.write.visibility import Grown, Visibility
 
 log = logging.getLogger("sparkmq.store")
 
+#: A record's first field: its total size (big-endian int).
+RECORD_SIZE = struct.Struct(">i")
 #: Records per dispatch batch while dispatching replicated bytes.
 DISPATCH_BATCH_RECORDS = 1 << 16
 
@@ -79,6 +82,10 @@ class ReplicaLog:
         #: record is dispatched and the log ends with a complete one, as recovery and the put
         #: path always leave it).
         self._pending_from: int | None = None
+        #: Where the last whole record received ends (None: at the log's end); the head of a
+        #: record received in part lies beyond it, and the checkpoint's partial-record mark
+        #: says so on disk while it does (see :meth:`append_raw`).
+        self._whole_end: int | None = None
 
     # --- offsets ------------------------------------------------------------------------
     @property
@@ -136,10 +143,48 @@ class ReplicaLog:
         with self._appender.lock:
             self._appender.ensure_open()
             before = self._commitlog.max_offset
-            new_max = self._commitlog.append_raw(offset, data)
+            start = offset if offset != before else self._whole_end
+            if start is None or start > offset:
+                start = offset  # the log ends whole (as opened, or cut at a record boundary)
+            whole_end = self._whole_end_after(start, offset, data)
+            marked = self._checkpoint.values.partial_record_offset
+            cut_after = whole_end < offset + len(data)
+            if cut_after and (marked is None or marked > whole_end):
+                self._checkpoint.write_partial_record(whole_end)  # before its head is on disk
+            try:
+                new_max = self._commitlog.append_raw(offset, data)
+            except BaseException:
+                if self._checkpoint.values.partial_record_offset != marked:
+                    self._checkpoint.write_partial_record(marked)
+                raise
+            if (whole_end if cut_after else None) != self._checkpoint.values.partial_record_offset:
+                self._checkpoint.write_partial_record(whole_end if cut_after else None)  # after its tail
+            self._whole_end = whole_end
             if self._pending_from is None and new_max > before:
                 self._pending_from = offset
             return new_max
+
+    def _whole_end_after(self, start: int, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Where the last whole record ends once ``data`` (bytes at ``offset``) follows the
+        records that end at ``start`` (a record boundary at or before ``offset``): the size
+        fields chain the records. A size that cannot be (0, negative) stops the walk there:
+        the bytes are checked when dispatched."""
+        end = offset + len(data)
+        at = start
+        while at + 4 <= end:
+            if at >= offset:
+                size = RECORD_SIZE.unpack_from(data, at - offset)[0]
+            else:  # the record started in an earlier frame
+                head = self._commitlog.read_range(at, min(4, offset - at)) + bytes(
+                    data[: max(0, at + 4 - offset)]
+                )
+                if len(head) != RECORD_SIZE.size:
+                    break
+                size = RECORD_SIZE.unpack(head)[0]
+            if size <= 0 or at + size > end:
+                break
+            at += size
+        return at
 
     def dispatch_appended(self) -> int:
         """Check and dispatch every record the appended bytes complete; returns the valid end.
@@ -174,6 +219,9 @@ class ReplicaLog:
         if corrupt:
             bad_end = self._commitlog.max_offset
             self._commitlog.truncate(valid_end)
+            self._whole_end = None
+            if self._checkpoint.values.partial_record_offset is not None:
+                self._checkpoint.write_partial_record(None)
             raise ReplicatedDataCorrupt(
                 f"replicated bytes [{valid_end}, {bad_end}) do not hold a valid record: {stop.reason}"
             )
@@ -257,8 +305,10 @@ class ReplicaLog:
 
     def cut_commitlog(self, point: int, reason: str) -> None:
         """Step 1: the CommitLog ends at ``point``, durably (zeroed + msync, later files
-        unlinked, directory fsynced)."""
+        unlinked, directory fsynced); no partial record is left."""
         self._commitlog.truncate_durably(point, reason)
+        if self._checkpoint.values.partial_record_offset is not None:
+            self._checkpoint.write_partial_record(None)
 
     def cut_consume_queues(self, point: int) -> None:
         """Step 2: no ConsumeQueue unit points at a record ending beyond ``point``, durably."""
@@ -305,6 +355,7 @@ class ReplicaLog:
         self._appender.reset_queue_offsets()
         self._appender.forget_recent_results()
         self._pending_from = None
+        self._whole_end = None
         if self._after_truncation is not None:
             self._after_truncation()
 

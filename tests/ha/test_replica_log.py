@@ -13,6 +13,7 @@ import pytest
 
 from store import GetStatus, Message, MessageStore, StoreReader
 from store.errors import NotMaster, ReplicatedDataCorrupt, ReplicationGap
+from store.metadata.checkpoint import decode_checkpoint
 from tests.support.stores import ManualClock, tiny_config
 
 
@@ -54,6 +55,11 @@ def chunks(store: MessageStore, size: int) -> list[tuple[int, bytes]]:
 def copy(source: MessageStore, replica: MessageStore, frame_bytes: int) -> None:
     for offset, data in chunks(source, frame_bytes):
         replica.append_replicated(offset, data)
+
+
+def partial_mark(checkpoint: Path) -> int | None:
+    """The checkpoint's partial-record mark as on disk now."""
+    return decode_checkpoint(checkpoint.read_bytes()).partial_record_offset
 
 
 def files(directory: Path) -> dict[str, bytes]:
@@ -99,6 +105,49 @@ def test_a_record_cut_by_a_frame_is_dispatched_when_it_completes(
     assert replica.replica_log().queue_max_offsets() == {}
     assert log.dispatch_appended() == first_size  # the first record is whole now, the second is not
     assert replica.replica_log().queue_max_offsets() == {("orders", 0): 1}
+
+
+@pytest.mark.parametrize("stop", ["abandon", "close"])
+def test_a_replica_stopped_inside_a_record_cuts_it_when_it_opens(
+    source: MessageStore, tmp_path: Path, stop: str
+) -> None:
+    """Seen in a kill test: frames ended inside a record's properties and the slave was
+    killed; recovery took the record for whole (the body CRC holds, the tail is zeros) and the
+    replica kept it for ever, different from its master's. The checkpoint's partial-record mark
+    makes the next open cut it, after a kill or a clean close."""
+    config = tiny_config(tmp_path / "stopped", replicated=True)
+    replica = MessageStore.open(config, clock_ms=ManualClock())
+    frames = chunks(source, 4000)
+    start = 0  # the first record to start inside the third frame (the first file holds them)
+    while start <= frames[2][0]:
+        start += len(source.read_record(start) or b"")
+    size = len(source.read_record(start) or b"")
+    cut = start + size - 10  # inside its properties
+    for offset, data in frames[:2]:
+        replica.append_replicated(offset, data)
+    log = replica.replica_log()
+    log.append_raw(frames[2][0], frames[2][1][: cut - frames[2][0]])  # the slave acks, then dies
+    assert partial_mark(config.checkpoint_path) == start
+    replica.abandon() if stop == "abandon" else replica.close()
+    replica = MessageStore.open(config, clock_ms=ManualClock())
+    assert replica.commitlog_max_offset == start, "the record received in part is gone"
+    assert replica.replica_log().dispatched_to == start
+    rest = source.replica_log().transfer_view(start, 10_000).tobytes()
+    replica.append_replicated(start, rest[: size + 5])
+    assert partial_mark(config.checkpoint_path) == start + size
+    replica.append_replicated(start + size + 5, rest[size + 5 :])
+    for offset, data in chunks(source, 4000):
+        if offset >= replica.commitlog_max_offset:
+            replica.append_replicated(offset, data)
+        elif offset + len(data) > replica.commitlog_max_offset:
+            replica.append_replicated(
+                replica.commitlog_max_offset, data[replica.commitlog_max_offset - offset :]
+            )
+    replica.abandon()  # a crash after whole records: nothing is cut
+    replica = MessageStore.open(config, clock_ms=ManualClock())
+    assert files(config.store_dir / "commitlog") == files(source.config.store_dir / "commitlog")
+    assert replica.commitlog_max_offset == source.commitlog_max_offset
+    replica.close()
 
 
 def test_gaps_overlaps_and_file_crossings_are_refused(source: MessageStore, replica: MessageStore) -> None:

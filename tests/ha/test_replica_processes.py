@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from store import Message
+from tests.support.proxy import TcpProxy
 from tests.support.replicas import Group, commitlog_files
 from tests.support.waiting import wait_until
 
@@ -81,11 +82,15 @@ def test_a_slave_killed_while_catching_up_recovers_and_converges(group: Group, s
         )
     total = master.store.commitlog_max_offset
     directory = tmp_path / "slave"
-    child = spawn(directory, master.ha.ha_address)
-    wait_until(lambda: slave_ack(group) > total // 3, what="the slave a third of the way")
-    child.send_signal(signal.SIGKILL)  # mid catch-up: its last record may be half on disk
-    child.wait(30)
-    assert slave_ack(group) < total
+    host, port = master.ha.ha_address.rsplit(":", 1)
+    # A slow link (~3 s for the whole log): the kill lands mid catch-up, not after it.
+    with TcpProxy((host, int(port)), rate_bytes_per_s=total // 3) as link:
+        child = spawn(directory, link.address)
+        wait_until(lambda: slave_ack(group) > total // 3, what="the slave a third of the way")
+        link.cut()  # nothing more reaches the slave
+        child.send_signal(signal.SIGKILL)  # mid catch-up: its last record may be half on disk
+        child.wait(30)
+        assert slave_ack(group) < total
     child = spawn(directory, master.ha.ha_address)
     wait_until(lambda: slave_ack(group) == total, timeout_s=60, what="the restarted slave caught up")
     assert child.stdin is not None

@@ -27,8 +27,29 @@ def test_golden_page() -> None:
         "0000000000000000"  # masterFlushedOffset @24
         "0000000000000000"  # confirmPhyOffset @32
     )
-    assert page[40:] == bytes(4096 - 40)
+    assert page[40:] == bytes(4096 - 40), "no partial record: the page RocketMQ writes"
     assert decode_checkpoint(page) == CheckpointValues(0x0102030405060708, 0x10, 0x20)
+    partial = encode_checkpoint(CheckpointValues(1, 2, 3, 0, 0x30, partial_record_offset=0))
+    assert partial[32:56].hex() == (
+        "0000000000000030"  # confirmPhyOffset @32
+        "0000000000000001"  # partialRecordMark @40: a record at offset 0, + 1
+        "0000000000000000"
+    )
+    assert decode_checkpoint(partial).partial_record_offset == 0
+    assert decode_checkpoint(partial[:40]).partial_record_offset is None, "a RocketMQ page"
+
+
+def test_the_partial_record_mark_is_written_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint"
+    cp = StoreCheckpoint.open(path)
+    cp.write_partial_record(0x1234)
+    assert path.read_bytes()[40:48].hex() == "0000000000001235"
+    reopened = StoreCheckpoint.open(path)
+    assert reopened.values.partial_record_offset == 0x1234
+    reopened.close()
+    cp.write_partial_record(None)
+    assert path.read_bytes() == bytes(CHECKPOINT_PAGE_SIZE)
+    cp.close()
 
 
 def test_min_timestamps() -> None:

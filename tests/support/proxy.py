@@ -20,6 +20,9 @@ when the cut came are delivered after the heal, as TCP's retransmission would.
 **Drop** closes both sides of every connection with a reset (``SO_LINGER`` 0) and resets every
 new one until healed: a peer that rebooted, or a firewall that answers with RST.
 
+**A slow link** (``rate_bytes_per_s``) paces each direction to that many bytes a second: a
+catch-up the test wants to interrupt half-way stays half-way long enough to be cut.
+
 Threads: one accept thread, one thread per direction of each connection (polling its socket
 every 0.1 s so a cut or a close is seen promptly). Everything is on 127.0.0.1.
 """
@@ -31,6 +34,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from types import TracebackType
 
 #: How often a waiting pump looks again at the cut and the closed flag (seconds).
@@ -78,8 +82,12 @@ class TcpProxy:
     process whose port is chosen after the proxy's. :meth:`close` ends everything; the proxy is
     also a context manager. ``accepted`` counts the connections taken since the start."""
 
-    def __init__(self, target: tuple[str, int] | None = None) -> None:
+    def __init__(self, target: tuple[str, int] | None = None, *, rate_bytes_per_s: int | None = None) -> None:
         self.target = target
+        self._chunk = (
+            CHUNK_BYTES if rate_bytes_per_s is None else max(1, min(CHUNK_BYTES, rate_bytes_per_s // 50))
+        )
+        self._rate = rate_bytes_per_s
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._server.getsockname()[1]
         self._flowing = threading.Event()
@@ -186,12 +194,14 @@ class TcpProxy:
                 ready, _, _ = select.select([source], [], [], POLL_S)
                 if not ready:
                     continue
-                data = source.recv(CHUNK_BYTES)
+                data = source.recv(self._chunk)
                 if not data:
                     break
                 if not self._wait_flowing(link):
                     return
                 sink.sendall(data)
+                if self._rate is not None:
+                    time.sleep(len(data) / self._rate)
         except (OSError, ValueError):  # the other pump or a cut closed the sockets
             pass
         finally:
