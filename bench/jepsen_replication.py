@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if verdict.txn.missing:
             print(f"of the missing, {len(verdict.txn.hidden)} are stored but not read back read_committed")
+        if verdict.txn.missing or verdict.txn.duplicated:
             for line in jepsen_txn.explain(loop, verdict.txn, history.started):
                 print(line)
     print("VALID" if verdict.valid else f"INVALID: {verdict}")

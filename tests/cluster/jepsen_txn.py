@@ -162,6 +162,9 @@ class TxnVerdict:
     #: Of ``missing``: those stored in :data:`OUT` (read over HTTP) that ``read_committed`` did
     #: not return: hidden by the aborted-transaction filter, not lost.
     hidden: list[str] = field(default_factory=list)
+    #: Of ``duplicated``: where :data:`OUT` stores each (queue, offsets), read over HTTP: stored
+    #: twice, or stored once and read back twice.
+    stored_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -187,25 +190,42 @@ def check(url: str, servers: str, topic: str, queues: int) -> TxnVerdict:
             for offset, body in rows.items()
             if offset < committed.get(q, -1) and PREFIX + body not in output
         ]
-    if verdict.missing:
+    if verdict.missing or verdict.duplicated:
         with httpx.Client(base_url=url, timeout=30) as http:
-            stored = {body for q in range(queues) for body in queue_bodies(http, OUT, q).values()}
-        verdict.hidden = [value for value in verdict.missing if value in stored]
+            stored = {
+                (q, offset): body
+                for q in range(queues)
+                for offset, body in queue_bodies(http, OUT, q).items()
+            }
+        bodies = set(stored.values())
+        verdict.hidden = [value for value in verdict.missing if value in bodies]
+        twice = set(verdict.duplicated)
+        for (q, offset), body in sorted(stored.items()):
+            if body in twice:
+                verdict.stored_at.setdefault(body, []).append((q, offset))
     return verdict
 
 
 def explain(loop: KafkaTransformer, verdict: TxnVerdict, started: float) -> list[str]:
-    """For each transaction that read a missing input: when it began (seconds from
-    ``started``, the history's clock), how it ended, and how many of its inputs are missing."""
+    """For each transaction that read a missing or a duplicated input: when it began (seconds
+    from ``started``, the history's clock), how it ended, and how many of its inputs are
+    missing or twice in the output; then where the duplicated outputs are stored."""
     missing = {value.removeprefix(PREFIX) for value in verdict.missing}
+    twice = {value.removeprefix(PREFIX) for value in verdict.duplicated}
     lines = []
     for began, values, outcome in loop.tried:
         lost = [v for v in values if v in missing]
-        if lost:
+        doubled = [v for v in values if v in twice]
+        if lost or doubled:
+            what = [f"{len(lost)} missing"] if lost else []
+            what += [f"{len(doubled)} twice"] if doubled else []
+            first = (lost or doubled)[0]
             lines.append(
                 f"{began - started:8.2f} s  a transaction of {len(values)} inputs ended {outcome}: "
-                f"{len(lost)} of its inputs missing (first {lost[0]})"
+                f"{', '.join(what)} (first {first})"
             )
+    for value, places in sorted(verdict.stored_at.items())[:10]:
+        lines.append(f"{value} stored at (queue, offset) {places}")
     return lines
 
 

@@ -86,5 +86,7 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         txn = verdict.txn
         assert txn is not None and loop.committed > 0 and txn.output > 0, (loop.errors, txn)
         assert txn.missing == [], f"committed input missing from the output: {txn.missing[:10]}"
-        assert txn.duplicated == [], f"output twice: {txn.duplicated[:10]}"
+        assert txn.duplicated == [], f"output twice: {txn.duplicated[:10]}\n" + "\n".join(
+            jepsen_txn.explain(loop, txn, history.started)
+        )
         assert txn.uncommitted == [], f"output past the committed offsets: {txn.uncommitted[:10]}"
