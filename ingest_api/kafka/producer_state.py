@@ -20,7 +20,8 @@
   accepted at any sequence, and until one batch has been written new, every batch is first
   looked up in the store (its UNIQ_KEYs are derived from the sequence, see
   ``store.write.idempotence``), so retries of batches stored before the restart are not written
-  twice.
+  twice. A partition whose append failed is looked up the same way until a batch is written new
+  (:meth:`ProducerStateTable.doubt`): the failed batch may be stored.
 """
 
 from __future__ import annotations
@@ -193,6 +194,15 @@ class ProducerStateTable:
         batch may be a retry of one stored before a restart, which only the store can tell."""
         entry = self._entries.get(key)
         return entry is None or entry.epoch != epoch or not entry.fresh
+
+    def doubt(self, key: PartitionKey, epoch: int) -> None:
+        """A batch for ``key`` may be stored without being recorded (its append raised after
+        storing it: an acknowledgement that timed out, the in-sync set shrinking): until a batch
+        is written new again, every batch is looked up in the store first, so the retry finds
+        the first attempt instead of storing it again."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.epoch == epoch:
+            entry.fresh = False
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._entries if k[1] == topic]:

@@ -219,3 +219,31 @@ def test_an_idempotent_retry_is_acknowledged_only_once_replicated(
     finally:
         store._appender.replication = None
     assert stored_values(store, "acked-once") == [b"m-0"]
+
+
+def test_a_retry_of_a_later_batch_stored_unacknowledged_is_stored_once(
+    bootstrap: str, store: MessageStore
+) -> None:
+    """The Jepsen run's output twice (docs/replication.md): once a producer's batches of a
+    partition had been written new, the next ones skipped the store lookup; a batch stored
+    whose acknowledgement timed out was not recorded, so its retry, next in sequence, was
+    written again. A failed append now makes the partition's next batches look in the store."""
+    from tests.kafka.replication_faults import AckTimesOut
+
+    store.create_topic("acked-later", 1)
+    hooks = AckTimesOut()
+    store._appender.replication = hooks  # the hook a replicated store installs (store.ha.gate)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **FAST})
+    try:
+        for i in range(2):  # written new: the partition's batches are no longer looked up
+            producer.produce("acked-later", value=b"m-%d" % i, partition=0)
+            assert producer.flush(10) == 0
+        hooks.armed = 1
+        producer.produce("acked-later", value=b"m-2", partition=0)  # stored, not acknowledged
+        assert producer.flush(20) == 0
+        assert hooks.timed_out == 1
+        producer.produce("acked-later", value=b"m-3", partition=0)  # written new again
+        assert producer.flush(10) == 0
+    finally:
+        store._appender.replication = None
+    assert stored_values(store, "acked-later") == [b"m-0", b"m-1", b"m-2", b"m-3"]

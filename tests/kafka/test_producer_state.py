@@ -70,3 +70,23 @@ def test_a_new_leader_epoch_forgets_what_an_earlier_one_saw() -> None:
     table.follow_leader_epoch(5)  # led again after another master: checked against the store
     assert table.check(key, 0, 500, 509).error.name == "NONE"
     assert table.needs_store_check(key, 0)
+
+
+def test_a_refused_batch_makes_the_partition_look_in_the_store_again() -> None:
+    """An append that raised may have stored its batch (an acknowledgement that timed out): the
+    retry, next in sequence, must be looked up, not written again."""
+    from ingest_api.kafka.producer_state import BatchMetadata, ProducerStateTable
+
+    table = ProducerStateTable()
+    key = (7, "t", 0)
+    table.record(key, 0, BatchMetadata(first_seq=0, last_seq=9, base_offset=0), fresh=True)
+    assert not table.needs_store_check(key, 0)
+    table.doubt(key, 1)  # another epoch: nothing to doubt
+    assert not table.needs_store_check(key, 0)
+    table.doubt(key, 0)
+    assert table.check(key, 0, 10, 19).error.name == "NONE" and table.needs_store_check(key, 0)
+    table.record(key, 0, BatchMetadata(first_seq=10, last_seq=19, base_offset=10), fresh=False)  # found
+    assert table.needs_store_check(key, 0), "still doubtful: that batch was found, not written"
+    table.record(key, 0, BatchMetadata(first_seq=20, last_seq=29, base_offset=20), fresh=True)
+    assert not table.needs_store_check(key, 0)
+    table.doubt((8, "t", 0), 0)  # an unknown producer: nothing to do

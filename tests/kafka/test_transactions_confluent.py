@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ingest_api.kafka.txn_log import TxnStateLog
-from store import MessageStore
+from store import TRANS_HALF_TOPIC, MessageStore
+from store.publish import TransactionService
 from tests.kafka.replication_faults import AckTimesOut
 from tests.kafka.test_confluent import FAST, consumer, poll_values
 from tests.support.waiting import wait_until
@@ -174,3 +175,37 @@ def test_a_retried_produce_whose_first_attempt_was_stored_unacknowledged_is_comm
         store._appender.replication = None
     want = [("ck-acked", 0, b"v-%d" % i) for i in range(5)]
     assert read_all(bootstrap, {"ck-acked": 1}, "read_committed", len(want)) == want
+
+
+def test_a_retried_later_batch_of_a_transaction_is_committed_once(
+    bootstrap: str, store: MessageStore
+) -> None:
+    """As above, for a batch after others of the same partition (the Jepsen run's 45 outputs
+    twice): once the partition's batches had been written new they skipped the store lookup,
+    and a batch stored unacknowledged was not recorded, so its retry, next in sequence, was
+    stored as halves a second time."""
+    store.create_topic("ck-later", 1)
+    hooks = AckTimesOut()
+    store._appender.replication = hooks
+    producer = tx_producer(bootstrap, "ck-later-tx")
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        for i in range(2):
+            producer.produce("ck-later", value=b"v-%d" % i, partition=0)
+            assert producer.flush(10) == 0
+        hooks.armed = 1  # the third batch: stored, not acknowledged
+        producer.produce("ck-later", value=b"v-2", partition=0)
+        assert producer.flush(20) == 0
+        assert hooks.timed_out == 1, "the batch was not refused after storing"
+        # What a promoted member rebuilds from the log (broker.membership): the batch's halves
+        # once. A second copy, never registered, was a half of the transaction all the same,
+        # and its commit on the new master wrote that batch twice.
+        (pending,) = TransactionService.open(store).pending()
+        assert len(pending.half_queue_offsets) == 3
+        producer.commit_transaction(10)
+    finally:
+        store._appender.replication = None
+    want = [("ck-later", 0, b"v-%d" % i) for i in range(3)]
+    assert read_all(bootstrap, {"ck-later": 1}, "read_committed", len(want)) == want
+    assert store.queue_offsets(TRANS_HALF_TOPIC) == {0: (0, 3)}, "halves stored once"

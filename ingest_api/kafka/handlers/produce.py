@@ -343,6 +343,9 @@ def _put_records(
 
 def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
     if item.error != ErrorCode.NONE:
+        for batch in item.batches:  # refused, perhaps after storing: the retry must look
+            if batch.is_idempotent:
+                ctx.producers.doubt((batch.producer_id, item.topic, item.partition), batch.producer_epoch)
         return
     kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
     for batch, offset, fresh in zip(kept, item.batch_offsets, item.fresh, strict=True):
