@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             worker.start()
         spark = local_session_builder("jepsen").config("spark.default.parallelism", "2").getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        reader = jepsen.SparkReader(spark, cluster, Path(root))
+        # A failover between a batch's staging and its commit loses the staged parts (issue 33,
+        # open): the query is restarted then, and the checker still decides its output.
+        reader = jepsen.SparkReader(spark, cluster, Path(root), restart_on=("sink_staging_error",))
         try:
             jepsen.nemesis(cluster, history, args.cycles, seed=args.seed, rig=rig, faults=faults)
         finally:
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     for at, what in history.events:
         print(f"{at:8.2f} s  {what}")
+    if reader.restarts:
+        print(f"the Spark query was restarted {len(reader.restarts)} time(s): {sorted(set(reader.restarts))}")
     kills = sorted(took for kind, took in verdict.failovers if kind == "kill-master")
     pauses = sorted(took for kind, took in verdict.failovers if kind == "pause-master")
     cuts = sorted(took for kind, took in verdict.failovers if kind == "partition-master")
