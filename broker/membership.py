@@ -130,6 +130,7 @@ async def replica_role(broker: Broker, node: ClusterNode) -> AsyncIterator[None]
         if broker.operators.relocations.wheel is not None:
             broker.operators.relocations.wheel.inherited_before = lambda: _leadership_start(ha)
     loop = asyncio.get_running_loop()
+    group.on_lead_begin.append(lambda epoch: _retire_before_election(broker))
     group.on_lead.append(lambda epoch: _rebuild_after_election(broker, loop))
     await run_blocking(ha.start)
     broker.replica = ha
@@ -149,6 +150,14 @@ def _leadership_start(ha: ReplicaController) -> int | None:
     """Where this master's current epoch began in the CommitLog (``None`` when not master)."""
     status = ha.status()
     return status.epoch_start_offset if status.role.name == "MASTER" else None
+
+
+def _retire_before_election(broker: Broker) -> None:
+    """Before this member takes writes: its transaction table (the slave's, from its start)
+    refuses every write until :func:`_rebuild_after_election` replaces it (node worker thread)."""
+    board = broker.operators
+    if board is not None and board.transactions is not None:
+        board.transactions.service.retire("this member is becoming its group's master")
 
 
 def _rebuild_after_election(broker: Broker, loop: asyncio.AbstractEventLoop) -> None:

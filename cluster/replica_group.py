@@ -117,6 +117,12 @@ class ReplicaGroup:
         #: lead a new epoch: what the broker keeps in memory from the CommitLog (the
         #: transaction table, ...) is rebuilt from the replicated log before it is served.
         self.on_lead: list[Callable[[int], None]] = []
+        #: Called just before this member's store takes writes for a new epoch, before the
+        #: ``on_lead`` rebuilds: state kept in memory from the slave's days (a transaction
+        #: coordinator, a transaction table) must stop answering here, or a request served
+        #: between the two acts on it (a transaction id handed out again, a commit of halves
+        #: another master already committed).
+        self.on_lead_begin: list[Callable[[int], None]] = []
 
     @property
     def me(self) -> int:
@@ -276,12 +282,18 @@ class ReplicaGroup:
     def _lead(self, state: GroupState, why: str, in_sync: frozenset[int] | None = None) -> None:
         """Lead ``state``'s epoch: after an election the set is ``{me}``; resuming an epoch after
         a fence keeps ZooKeeper's set (its members hold the confirm offset back until they ack)."""
+        resumed = self._led_epoch == state.epoch
+        if not resumed:
+            for listener in list(self.on_lead_begin):
+                try:
+                    listener(state.epoch)
+                except Exception as exc:
+                    log.warning("before leading epoch %d: %s: %s", state.epoch, type(exc).__name__, exc)
         try:
             self.replica.become_master(state.epoch, state.set_epoch, in_sync)
         except Exception as exc:
             self._failed(f"becoming master of epoch {state.epoch}: {type(exc).__name__}: {exc}")
             return
-        resumed = self._led_epoch == state.epoch
         with self._lock:
             self._led_epoch, self._following, self._fenced = state.epoch, None, False
             self._session_lost = False

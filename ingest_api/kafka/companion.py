@@ -21,7 +21,7 @@ from ingest_api.kafka.server import KafkaGateway, start_kafka_gateway
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.topology import cluster_id
 from ingest_api.kafka.txn_peers import PeerService
-from ingest_api.kafka.txn_reload import follow_promotions
+from ingest_api.kafka.txn_reload import follow_promotions, stop_serving_before_promotion
 from store import InvalidArgument
 from store.publish import TransactionService
 
@@ -90,14 +90,17 @@ class KafkaCompanion:
                     "(it sends no token): offsets and transactions of queues on other brokers fail"
                 )
         replica_group = getattr(broker, "replica_group", None)
-        promoted = None
+        promoted = begin = None
         if replica_group is not None:  # a promoted slave replays the coordinator's state
+            begin = stop_serving_before_promotion(gateway.context)
+            replica_group.on_lead_begin.append(begin)
             promoted = follow_promotions(gateway.context, lambda: service_of(broker))
             replica_group.on_lead.append(promoted)
         try:
             yield gateway
         finally:
-            if replica_group is not None and promoted is not None:
+            if replica_group is not None and promoted is not None and begin is not None:
+                replica_group.on_lead_begin.remove(begin)
                 replica_group.on_lead.remove(promoted)
             if link is not None:
                 setattr(broker, "kafka_peer", None)  # noqa: B010

@@ -132,6 +132,8 @@ class KafkaGateway:
             self._abort_expired_transactions()
 
     def _abort_expired_transactions(self) -> None:
+        if self._ctx.txn_loading:  # the coordinator's state is being replaced
+            return
         for entry in self._ctx.txn.expired():
             key = (entry.transactional_id, entry.transaction_id)
             if key not in self._expiring:

@@ -98,6 +98,20 @@ def _deliver(ctx: GatewayContext, pending: list[PendingEnd]) -> None:
         start_retries(ctx, end.transactional_id, end.transaction_id, end.commit, set(end.brokers), [])
 
 
+def stop_serving_before_promotion(ctx: GatewayContext) -> Callable[[int], None]:
+    """The listener to add to ``ReplicaGroup.on_lead_begin``: from before this member takes
+    writes until :func:`follow_promotions` has replayed the state, transactional requests are
+    refused (NOT_COORDINATOR, and NOT_LEADER_OR_FOLLOWER for a transactional Produce), all
+    retriable. Served from the slave's stale coordinator, a Produce was given a transaction id
+    already used (its halves joined a transaction another master had committed) and an EndTxn
+    could end a transaction again (the Jepsen run's outputs twice and missing)."""
+
+    def begin(epoch: int) -> None:
+        ctx.txn_loading = True
+
+    return begin
+
+
 def follow_promotions(
     ctx: GatewayContext, service_of: Callable[[], TransactionService | None]
 ) -> Callable[[int], None]:

@@ -128,6 +128,8 @@ class TransactionService:
         #: end first settles what the log holds from there (:meth:`_settle`), never appending
         #: a commit's final messages twice.
         self._unsettled_from: int | None = None
+        #: Set when a promoted replica rebuilds its table into a new service (:meth:`retire`).
+        self._retired: str | None = None
 
     @classmethod
     def open(cls, store: MessageStore) -> TransactionService:
@@ -161,6 +163,18 @@ class TransactionService:
         repair(self.store, self._table, start, self._complete_torn, what="stored but not acknowledged")
         self.reapplied_offsets += reapply_offsets(self.store)
         self._unsettled_from = None
+
+    def retire(self, reason: str) -> None:
+        """Refuse every later write (:class:`NotMaster`, which the doors answer as retriable):
+        a replica about to lead rebuilds the table from the log into a new service, and this
+        one's table (the slave's, from its start) must not register or end anything meanwhile."""
+        with self._lock:
+            self._retired = reason
+
+    def _check_serving(self) -> None:
+        """(Lock held.)"""
+        if self._retired is not None:
+            raise NotMaster(f"the transaction table is being rebuilt: {self._retired}; retry")
 
     def _complete_torn(self, tx: Transaction, missing: list[HalfRef]) -> None:
         end = self._end_records(tx, TxOutcome.COMMIT, 0, _runs_of(missing))
@@ -197,6 +211,7 @@ class TransactionService:
                 HalfRef(result.commitlog_offset, result.queue_offset, real_topic, real_queue_id, size)
             )
         with self._lock:
+            self._check_serving()
             tx = self._table.get_or_add(transaction_id, producer_group, born_ms)
             for run in _runs_of(refs):
                 self._table.add_run(tx, run)
@@ -223,6 +238,7 @@ class TransactionService:
             keys=None if keys is None else tuple(keys),
         )
         with self._lock:
+            self._check_serving()
             tx = self._table.get_or_add(
                 transaction.transaction_id, transaction.producer_group, result.store_timestamp_ms
             )
@@ -262,6 +278,7 @@ class TransactionService:
     ) -> Transaction:
         ref = HalfRef(stored.commitlog_offset, stored.queue_offset, TRANS_OFFSETS_TOPIC, 0, stored.size_bytes)
         with self._lock:
+            self._check_serving()
             tx = self._table.get_or_add(transaction.transaction_id, transaction.producer_group, born_ms)
             self._table.add_run(tx, HalfRun.of([ref]))
             return tx
@@ -287,6 +304,7 @@ class TransactionService:
         transaction: the first decides, the others report its outcome. Offsets carried by the
         committed ones are applied right after the append, in log order."""
         with self._lock:
+            self._check_serving()
             self._settle()
             out: list[EndResult | SparkMQError | None] = [None] * len(requests)
             parts: list[EncodedRecords] = []

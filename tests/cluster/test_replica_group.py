@@ -60,7 +60,11 @@ def start_member(zk_url: str, tmp_path: Path) -> Iterator[Start]:
     started: list[tuple[ClusterNode, ReplicaGroup]] = []
 
     def start(
-        member: str, *, unclean: bool = False, offset: int = 0
+        member: str,
+        *,
+        unclean: bool = False,
+        offset: int = 0,
+        before_start: Callable[[ReplicaGroup, RecordingReplica], None] | None = None,
     ) -> tuple[ClusterNode, ReplicaGroup, RecordingReplica]:
         port = 9000 + len(started)
         config = ClusterConfig(
@@ -71,6 +75,8 @@ def start_member(zk_url: str, tmp_path: Path) -> Iterator[Start]:
         node.start()
         replica = RecordingReplica(max_offset=offset)
         group = ReplicaGroup(node, replica, unclean=unclean, settle_s=0.1, takeover_after_s=1.0)
+        if before_start is not None:
+            before_start(group, replica)
         group.start()
         started.append((node, group))
         return node, group, replica
@@ -155,6 +161,26 @@ def test_a_fenced_master_resumes_only_its_own_epoch(start_member: Start) -> None
     group_a._on_session(SessionState.CONNECTED)
     wait_until(lambda: leader.role == "master", 10, "a to resume")
     assert leader.calls == [("master", 1), ("fence", 1), ("master", 1)]
+
+
+def test_state_kept_in_memory_stops_before_the_store_takes_writes_and_is_rebuilt_after(
+    start_member: Start,
+) -> None:
+    """``on_lead_begin`` runs before ``become_master`` (a slave's transaction coordinator must
+    refuse before the store takes writes: the Jepsen run's transaction ids handed out again),
+    ``on_lead`` after it; a master resuming its own epoch rebuilds nothing."""
+
+    def hooks(group: ReplicaGroup, replica: RecordingReplica) -> None:
+        group.on_lead_begin.append(lambda epoch: replica.calls.append(("begin", epoch)))
+        group.on_lead.append(lambda epoch: replica.calls.append(("rebuilt", epoch)))
+
+    _, group_a, leader = start_member("a", before_start=hooks)
+    wait_until(lambda: ("rebuilt", 1) in leader.calls, 10, "a to lead")
+    assert leader.calls == [("begin", 1), ("master", 1), ("rebuilt", 1)]
+    group_a._on_session(SessionState.SUSPENDED)
+    group_a._on_session(SessionState.CONNECTED)
+    wait_until(lambda: leader.calls[-1] == ("master", 1), 10, "a to resume")
+    assert leader.calls[3:] == [("fence", 1), ("master", 1)], "a resumed epoch: nothing rebuilt"
 
 
 def test_a_master_back_from_a_lost_session_leads_only_through_a_new_epoch(start_member: Start) -> None:

@@ -113,9 +113,14 @@ def test_two_member_rebalance(bootstrap: str, store: MessageStore, admin: KafkaA
             return bool(a) and bool(b) and a | b == {0, 1, 2} and not a & b
 
         wait_until(split, 30, "the partitions to be split between both members")
-        group = admin.describe_groups(["kp-rb"])["kp-rb"]
-        assert group["group_state"] == "Stable"
-        assert len(group["members"]) == 2
+
+        def stable() -> bool:  # a member's next poll may still be finishing its join
+            first.poll(50)
+            second.poll(50)
+            group = admin.describe_groups(["kp-rb"])["kp-rb"]
+            return bool(group["group_state"] == "Stable" and len(group["members"]) == 2)
+
+        wait_until(stable, 30, "the group to be stable with both members")
         listed = {g["group_id"]: g for g in admin.list_groups()}
         assert listed["kp-rb"]["protocol_type"] == "consumer"
         assert admin.list_group_offsets({"kp-rb": None}) is not None

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from ingest_api.kafka import GatewayThread
 from ingest_api.kafka.txn_log import TxnStateLog
 from store import TRANS_HALF_TOPIC, MessageStore
 from store.publish import TransactionService
@@ -209,3 +210,32 @@ def test_a_retried_later_batch_of_a_transaction_is_committed_once(
     want = [("ck-later", 0, b"v-%d" % i) for i in range(3)]
     assert read_all(bootstrap, {"ck-later": 1}, "read_committed", len(want)) == want
     assert store.queue_offsets(TRANS_HALF_TOPIC) == {0: (0, 3)}, "halves stored once"
+
+
+def test_a_promotion_in_progress_holds_transactions_until_the_state_is_replayed(
+    gateway: GatewayThread, store: MessageStore
+) -> None:
+    """While a promoted member replays the coordinator's state (``txn_loading``, set before its
+    store takes writes), a transactional Produce is refused retriably and stores nothing: served
+    from the slave's stale coordinator it was given a transaction id already used. librdkafka
+    retries, and the transaction commits once the replay is done."""
+    store.create_topic("ck-loading", 1)
+    context = gateway.gateway.context  # type: ignore[union-attr]
+    producer = tx_producer(gateway.bootstrap, "ck-loading-tx")
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("ck-loading", value=b"v-0", partition=0)  # the partition joins the transaction
+    assert producer.flush(10) == 0
+    assert store.queue_offsets(TRANS_HALF_TOPIC) == {0: (0, 1)}
+    context.txn_loading = True  # as on_lead_begin sets it; the client sends Produce only
+    try:
+        for i in range(1, 5):
+            producer.produce("ck-loading", value=b"v-%d" % i, partition=0)
+        producer.poll(1.5)
+        assert store.queue_offsets(TRANS_HALF_TOPIC) == {0: (0, 1)}, "stored while replaying"
+    finally:
+        context.txn_loading = False
+    assert producer.flush(20) == 0
+    producer.commit_transaction(20)
+    want = [("ck-loading", 0, b"v-%d" % i) for i in range(5)]
+    assert read_all(gateway.bootstrap, {"ck-loading": 1}, "read_committed", len(want)) == want

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
+from store import Message, MessageStore, NotMaster, StoreConfig
 from store.format.record import encode_record
 from store.format.record_check import check_record
 from store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -225,6 +225,27 @@ def test_commit_writes_rocketmqs_final_record_and_op_once(tmp_path: Path) -> Non
         again = service.end(txid, TxOutcome.ROLLBACK, "pg")  # a late answer: no-op, first outcome
         assert not again.ended_now and again.outcome is TxOutcome.COMMIT
         assert len(records(ms, "orders", 1)) == 1 and len(records(ms, TRANS_OP_HALF_TOPIC)) == 1
+
+
+def test_a_retired_service_refuses_every_write_and_its_replacement_sees_the_log(tmp_path: Path) -> None:
+    """A replica about to lead retires the table it built as a slave (broker.membership): until
+    the rebuilt one replaces it, nothing registers or ends there (NotMaster, which the doors
+    answer as retriable)."""
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("orders", 4)
+        service = TransactionService.open(ms)
+        txid = put_halves(ms, service, ["orders"])
+        service.retire("becoming master")
+        with pytest.raises(NotMaster, match="being rebuilt: becoming master"):
+            service.end(txid, TxOutcome.COMMIT, "pg")
+        with pytest.raises(NotMaster):
+            put_halves(ms, service, ["orders"])  # stored, not registered: the retry registers it
+        assert records(ms, "orders", 1) == [] and records(ms, TRANS_OP_HALF_TOPIC) == []
+        rebuilt = TransactionService.open(ms)
+        assert sorted(t.transaction_id for t in rebuilt.pending()) == sorted(
+            m.properties["__transactionId__"] for m in ms.get_messages(TRANS_HALF_TOPIC, 0, 0, 10).messages
+        )
+        assert rebuilt.end(txid, TxOutcome.COMMIT, "pg").ended_now
 
 
 def test_rollback_unknown_and_wrong_group(tmp_path: Path) -> None:

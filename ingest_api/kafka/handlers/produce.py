@@ -149,6 +149,9 @@ async def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _P
     cluster, on a broker that is not the transaction's coordinator: the transaction the
     coordinator announced here, :func:`ingest_api.kafka.txn_peers.participant_join`)."""
     batch = item.batches[0]
+    if ctx.txn_loading:  # a promotion replays the coordinator's state: retry when it is done
+        item.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return
     if ctx.cluster is not None and not ctx.cluster.coordinates(transactional_id, CoordinatorKind.TRANSACTION):
         error, mirror = await participant_join(ctx, transactional_id, batch.producer_id, batch.producer_epoch)
         if mirror is not None:

@@ -75,6 +75,8 @@ async def coordinator_offsets(
     ctx: GatewayContext, tid: str, group: str, producer_id: int, epoch: int, commits: list[OffsetRow]
 ) -> ErrorCode:
     """At the transaction coordinator: join the open transaction, write the offsets halves."""
+    if ctx.txn_loading:  # a promotion replays the coordinator's state: the client asks again
+        return ErrorCode.NOT_COORDINATOR
     async with ctx.txn_lock(tid):
         error, sparkmq_id = ctx.txn.join(tid, producer_id, epoch, group=group)
         if error != ErrorCode.NONE:
