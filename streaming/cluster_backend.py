@@ -32,7 +32,9 @@ queue has been seen once (a query never starts without knowing where every queue
 read of a range already planned on that broker retries until the broker answers again (the
 range is in Spark's offset log and must be read exactly as planned). A replica group whose
 master does not answer while other members are alive is failing over: its reads are retried
-for up to ``timeout_s`` (an election takes about a second) before that counts as down.
+for up to ``timeout_s`` (an election takes about a second) before that counts as down. So is a
+member that answers "queue elsewhere" although the route, asked again, names it (the routes and
+the members disagree for a moment in a failover).
 """
 
 from __future__ import annotations
@@ -274,9 +276,18 @@ class ClusterBackend:
                 if url is None:
                     raise BrokerUnreachable("its address was never registered")
                 return call(self.broker(url))
-            except QueueElsewhere:
+            except QueueElsewhere as exc:
+                # The route, asked again, still names a member that sends us elsewhere: the
+                # routes and the members disagree while a group fails over (a master cut from
+                # ZooKeeper, an election under way). Wait as for a master that does not answer.
                 if fresh:
-                    raise
+                    if time.monotonic() < failing_over_until:
+                        time.sleep(self.retry_interval_s)
+                    elif self.wait_for_brokers:
+                        self._log_wait(f"the owner of {topic}/{queue_id}", str(exc))
+                        time.sleep(self.retry_interval_s)
+                    else:
+                        raise
             except BrokerUnreachable as exc:
                 if not fresh:
                     fresh = True  # maybe it moved (a new master): ask the route again first

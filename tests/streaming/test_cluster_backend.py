@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,37 @@ def test_a_plain_endpoint_backend_cannot_read_another_brokers_queue(trio: InProc
         EndpointBackend(trio.brokers["b1"].url, timeout_s=10).read_range(
             "spread", 1, offset=0, end_offset=PER_QUEUE, max_messages=10, tags="*"
         )
+
+
+def test_a_route_that_names_a_member_sending_us_elsewhere_is_asked_again_until_they_agree(
+    trio: InProcessCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a failover the route can name a member that answers 307 (seen in the Jepsen run under
+    partitions, where the read task then failed the query): the read waits, as for a master
+    that does not answer, failOnDataLoss=true for ``timeout_s``, false for as long as it takes."""
+    from streaming.backends import QueueElsewhere
+
+    for wait, flaps in ((False, 3), (True, 12)):
+        backend = ClusterBackend(
+            trio.brokers["b1"].url, timeout_s=0.3, retry_interval_s=0.05, wait_for_brokers=wait
+        )
+        right = backend._route("spread")
+        wrong = tuple(
+            replace(owner, http=trio.brokers[OWNERS[(q + 1) % 3]].url) for q, owner in enumerate(right)
+        )
+        asked: list[int] = []
+
+        def route(topic: str, *, fresh: bool = False, right=right, wrong=wrong, asked=asked, flaps=flaps):  # type: ignore[no-untyped-def]
+            asked.append(1)
+            return wrong if len(asked) <= flaps else right
+
+        monkeypatch.setattr(backend, "_route", route)
+        chunk = backend.read_range("spread", 1, offset=0, end_offset=2, max_messages=10, tags="*")
+        assert _bodies(chunk.batch) == [b"q1-m0", b"q1-m1"] and len(asked) == flaps + 1
+    backend = ClusterBackend(trio.brokers["b1"].url, timeout_s=0.3, retry_interval_s=0.05)
+    monkeypatch.setattr(backend, "_route", lambda topic, *, fresh=False: wrong)
+    with pytest.raises(QueueElsewhere):  # failOnDataLoss=true: not for ever
+        backend.read_range("spread", 1, offset=0, end_offset=2, max_messages=10, tags="*")
 
 
 def test_group_offsets_are_committed_at_each_owner(trio: InProcessCluster) -> None:
