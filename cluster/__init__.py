@@ -34,8 +34,8 @@ from cluster.model import (
     TopicPlacement,
     validate_broker_name,
 )
-from cluster.node import ClusterHealth, ClusterNode, placeable
-from cluster.placement import grow_placement
+from cluster.node import ClusterHealth, ClusterNode
+from cluster.placement import grow_placement, placeable
 
 
 def connect(config: ClusterConfig, config_dir: object) -> ClusterNode:

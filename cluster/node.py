@@ -42,9 +42,8 @@ from cluster.errors import BrokerNameTaken, CoordinationUnavailable, InvalidPlac
 from cluster.group_state import CorruptGroupState, GroupState
 from cluster.identity import load_or_allocate
 from cluster.model import BrokerGroup, ClusterView, CorruptRoute, MemberInfo, TopicPlacement
-from cluster.placement import check_pinned, grow_placement
-from store import validate_topic, wall_clock_ms
-from store.errors import InvalidTopicName
+from cluster.placement import check_pinned, grow_placement, placeable, validate_routed
+from store import wall_clock_ms
 
 log = logging.getLogger("sparkmq.cluster")
 
@@ -78,20 +77,6 @@ class ClusterHealth:
     #: Problems found that need an operator (never only logged): e.g. a queue with data here
     #: that the routes give to another broker.
     warnings: tuple[str, ...] = ()
-
-
-def _validate_routed(topic: str) -> None:
-    """A name the cluster places: a user topic, or a group's retry or dead-letter topic."""
-    validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
-
-
-def placeable(topic: str) -> bool:
-    """Whether the cluster may place ``topic`` (else it is refused, or a broker's own system topic)."""
-    try:
-        _validate_routed(topic)
-    except InvalidTopicName:
-        return False
-    return True
 
 
 class ClusterNode:
@@ -398,7 +383,7 @@ class ClusterNode:
         ``brokers``), or grow it to that many; existing ids never move. ``grow=False``: an
         existing topic is left as it is. Blocking. Raises :class:`InvalidPlacement`,
         :class:`CoordinationUnavailable`."""
-        _validate_routed(topic)
+        validate_routed(topic)
         self._require_connected(f"creating or growing topic {topic!r}")
         path = f"{TOPICS}/{topic}"
         for _ in range(MAX_CAS_ATTEMPTS):
@@ -425,7 +410,7 @@ class ClusterNode:
     ) -> TopicPlacement | None:
         """Create ``topic`` as :meth:`create_or_grow_topic` does; ``None`` when it exists
         already, in ZooKeeper, whatever this member's view shows (Kafka's CreateTopics)."""
-        _validate_routed(topic)
+        validate_routed(topic)
         self._require_connected(f"creating topic {topic!r}")
         owners = grow_placement((), queues, self._candidates(brokers))
         try:
@@ -442,10 +427,8 @@ class ClusterNode:
         return list(view.live_brokers())
 
     def learn_topic(self, topic: str) -> TopicPlacement | None:
-        """The placement of ``topic``, read from ZooKeeper when this member's view does not
-        show it yet (another member has just created it and the watch has not fired), or None.
-        Blocking. A topic ZooKeeper does not have either is asked again only after
-        :data:`UNKNOWN_TOPIC_RECHECK_S` (a consumer polling a missing topic does not load it)."""
+        """The placement of ``topic``, read from ZooKeeper when the view lacks it (another member
+        just created it), or None; a miss is asked again after :data:`UNKNOWN_TOPIC_RECHECK_S`."""
         placement = self.view.placement(topic)
         if placement is not None or self.session is not SessionState.CONNECTED:
             return placement

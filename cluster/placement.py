@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cluster.errors import InvalidPlacement, NoLiveBroker
-from store import MAX_QUEUES_PER_TOPIC
+from store import MAX_QUEUES_PER_TOPIC, InvalidArgument, validate_topic
 
 
 def grow_placement(current: Sequence[str], queues: int, candidates: Sequence[str]) -> tuple[str, ...]:
@@ -53,3 +53,17 @@ def check_pinned(pinned: Sequence[str], known: Sequence[str], live: Sequence[str
     if dead:
         raise InvalidPlacement(f"broker(s) {', '.join(dead)} are not alive; new queues need a live broker")
     return sorted(set(pinned))
+
+
+def validate_routed(topic: str) -> None:
+    """A name the cluster places: a user topic, or a group's retry or dead-letter topic."""
+    validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
+
+
+def placeable(topic: str) -> bool:
+    """Whether the cluster may place ``topic`` (else it is refused, or a broker's own system topic)."""
+    try:
+        validate_routed(topic)
+    except InvalidArgument:
+        return False
+    return True
