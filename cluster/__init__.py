@@ -35,7 +35,7 @@ from cluster.model import (
     validate_broker_name,
 )
 from cluster.node import ClusterHealth, ClusterNode
-from cluster.placement import grow_placement, placeable
+from cluster.placement import grow_placement, placeable, validate_routed
 
 
 def connect(config: ClusterConfig, config_dir: object) -> ClusterNode:
@@ -85,4 +85,5 @@ __all__ = [
     "parse_cluster_address",
     "placeable",
     "validate_broker_name",
+    "validate_routed",
 ]

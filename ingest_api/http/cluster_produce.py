@@ -33,12 +33,12 @@ from broker.reads import local_ready
 from broker.routing import FORWARDED_HEADER, SCOPE_HEADER, Plan
 from broker.state import Broker
 from broker.threads import run_blocking
-from cluster import TopicPlacement
+from cluster import TopicPlacement, validate_routed
 from ingest_api.http import batches, json_batch, producing, render
 from ingest_api.http.errors import response_for
 from ingest_api.http.local_produce import BatchRequest, produce_batch_here, produce_one_json
 from ingest_api.http.schemas import ProduceIn
-from store import UNPLACED, ProducerRef, SparkMQError, UnknownTopic, validate_topic
+from store import UNPLACED, ProducerRef, SparkMQError, UnknownTopic
 
 _JSON = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder()
@@ -56,7 +56,7 @@ async def routed(broker: Broker, topic: str) -> TopicPlacement:
     placement = cluster.view.placement(topic)
     if placement is not None:
         return placement
-    validate_topic(topic, allow_system=topic.startswith(("%RETRY%", "%DLQ%")))
+    validate_routed(topic)
     learned = await run_blocking(cluster.learn_topic, topic)  # created elsewhere just now
     if learned is not None:
         return learned
