@@ -40,6 +40,7 @@ from store.errors import (
     SlaveNotAvailable,
     SparkMQError,
     StoreError,
+    StoreNotWritable,
 )
 from store.format.record import RecordFields
 from store.message_store import MessageStore
@@ -143,8 +144,13 @@ class TransactionService:
         last_op = rebuild(store, service._table)
         try:
             service.repaired = repair(store, service._table, last_op, service._complete_torn)
-        except NotMaster as exc:
-            log.warning("transactions: torn commit(s) left for when this member leads: %s", exc)
+        except (StoreNotWritable, FlushSlaveTimeout, FlushTimeout) as exc:
+            # No role yet (NotMaster), or a master just elected whose slaves are not in sync
+            # again (SlaveNotAvailable under --min-insync): the torn commits stay open, and the
+            # first end settles them before anything else (a decided end delivered again must
+            # complete its commit, never append its final messages twice).
+            service._unsettled_from = last_op
+            log.warning("transactions: torn commit(s) left for the first end this member takes: %s", exc)
         service.reapplied_offsets = reapply_offsets(store)
         return service
 

@@ -114,6 +114,9 @@ def test_cluster_local_starts_brokers_and_brings_them_back(tmp_path: Path) -> No
 
     again = _run(*args)
     try:
+        # A broker is alive in ZooKeeper from its startup, before its HTTP port listens (uvicorn
+        # binds after the lifespan): the announcement comes once every broker answers /healthz.
+        wait_until(lambda: _line(again, "Ctrl-C stops the cluster"), 120, "the announcement again")
         wait_until(live, 120, "the same two brokers again")
         with Client(first) as client:
             assert [q.broker for q in client.route("tour").queues] == ["b1", "b2", "b1", "b2"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, MessageStore, NotMaster, StoreConfig
+from store import Message, MessageStore, NotMaster, SlaveNotAvailable, StoreConfig
 from store.format.record import encode_record
 from store.format.record_check import check_record
 from store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -343,6 +343,97 @@ def test_a_replica_without_a_role_opens_with_a_torn_end_and_repairs_it_once_writ
         assert service.repaired == 1
         assert service.get(txid).outcome is TxOutcome.COMMIT  # type: ignore[union-attr]
         assert len(ms.get_messages("orders", 1, 0, 10).messages) == 2
+
+
+def test_a_batch_registered_again_after_a_rebuild_commits_once(tmp_path: Path) -> None:
+    """A promoted replica rebuilds its table from the log, where a transaction's consecutive
+    halves to one topic make one run. A batch of it stored before the failover whose
+    acknowledgement failed comes back as a retry, found in the store and registered again, as
+    its own shorter run: its halves are in the table already and must not be finalised twice."""
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("orders", 4)
+        service = TransactionService.open(ms)
+
+        def batch(start: int) -> list:
+            return ms.put_messages(
+                [
+                    Message(
+                        topic="orders",
+                        body=f"m{i}".encode(),
+                        queue_id=1,
+                        properties={"PGROUP": "pg", "__transactionId__": "tx1"},
+                        transaction_prepared=True,
+                    )
+                    for i in range(start, start + 3)
+                ]
+            )
+
+        first, second = batch(0), batch(3)
+        service.register("tx1", "pg", first, NOW)
+        rebuilt = TransactionService.open(ms)  # the promoted replica: one run of six halves
+        assert [len(run) for run in rebuilt.get("tx1").runs] == [6]  # type: ignore[union-attr]
+        rebuilt.register("tx1", "pg", second, NOW)  # the second batch's retry
+        rebuilt.register("tx1", "pg", first[1:], NOW)  # a part of a registered run too
+        assert rebuilt.get("tx1").half_count == 6  # type: ignore[union-attr]
+        rebuilt.end("tx1", TxOutcome.COMMIT, "pg")
+        assert [m.body for m in ms.get_messages("orders", 1, 0, 20).messages] == [
+            f"m{i}".encode() for i in range(6)
+        ]
+
+
+class _BelowMinInsync:
+    """The hooks of a master just elected, whose slaves have not caught up (``--min-insync 2``):
+    every write is refused before anything is stored."""
+
+    def check_writable(self) -> None:
+        raise SlaveNotAvailable("1 in-sync replica(s), 2 required: nothing written")
+
+    def appended(self, end_offset: int) -> None:
+        return None
+
+    def acknowledge(self, end_offset: int) -> None:
+        raise SlaveNotAvailable("1 in-sync replica(s), 2 required", appended=True)
+
+
+def test_a_new_master_below_min_insync_opens_with_a_torn_commit_and_never_commits_it_twice(
+    tmp_path: Path,
+) -> None:
+    """A slave promoted with a commit's final messages but not its op (its old master died
+    between them) opens its transaction service before any slave is in sync again: the repair
+    cannot write yet. The service must still open (the member serves), and the commit's retry
+    (the Kafka coordinator delivers its decided end again) must complete it, never append its
+    final messages a second time (the Jepsen run's 55 outputs twice)."""
+    config = StoreConfig(
+        store_dir=tmp_path / "s",
+        commitlog_file_size_bytes=1 << 22,
+        background_services=False,
+        replicated=True,
+    )
+    with open_store(tmp_path / "s") as ms:
+        ms.create_topic("orders", 4)
+        service = TransactionService.open(ms)
+        txid = put_halves(ms, service, ["orders", "orders"])
+        halves = zip(
+            records(ms, TRANS_HALF_TOPIC), ms.get_messages(TRANS_HALF_TOPIC, 0, 0, 10).messages, strict=True
+        )
+        ms.append_records([final_record(Half(raw, m.commitlog_offset)) for raw, m in halves])
+        ms.abandon()
+    with MessageStore.open(config, clock_ms=lambda: NOW) as ms:
+        replica = ms.replica_log()
+        replica.advance_confirm(ms.commitlog_max_offset)
+        replica.set_hooks(_BelowMinInsync())
+        service = TransactionService.open(ms)  # the repair is refused: it opens all the same
+        assert service.repaired == 0 and [t.transaction_id for t in service.pending("pg")] == [txid]
+        with pytest.raises(SlaveNotAvailable):  # still no slave: the end is refused, nothing written
+            service.end(txid, TxOutcome.COMMIT, "pg")
+        assert len(ms.get_messages("orders", 1, 0, 10).messages) == 2
+        replica.set_hooks(None)  # a slave caught up
+        assert not service.end(txid, TxOutcome.COMMIT, "pg").ended_now  # decided before the failover
+        assert service.get(txid).outcome is TxOutcome.COMMIT  # type: ignore[union-attr]
+        replica.advance_confirm(ms.commitlog_max_offset)  # reads stop at the confirm offset
+        assert len(ms.get_messages("orders", 1, 0, 10).messages) == 2
+        assert len(ms.get_messages(TRANS_OP_HALF_TOPIC, 0, 0, 10).messages) == 1
+        ms.abandon()
 
 
 def test_discard_copies_the_half_with_its_check_times(tmp_path: Path) -> None:
