@@ -284,11 +284,7 @@ class ReplicaGroup:
         a fence keeps ZooKeeper's set (its members hold the confirm offset back until they ack)."""
         resumed = self._led_epoch == state.epoch
         if not resumed:
-            for listener in list(self.on_lead_begin):
-                try:
-                    listener(state.epoch)
-                except Exception as exc:
-                    log.warning("before leading epoch %d: %s: %s", state.epoch, type(exc).__name__, exc)
+            _notify(self.on_lead_begin, state.epoch, lambda m: log.warning("before leading epoch %s", m))
         try:
             self.replica.become_master(state.epoch, state.set_epoch, in_sync)
         except Exception as exc:
@@ -301,11 +297,11 @@ class ReplicaGroup:
             self.counters.last_role_change_ms = int(time.time() * 1000)
         log.warning("member %d of %s is master: %s", self.me, self.node.name, why)
         if not resumed:
-            for listener in list(self.on_lead):
-                try:
-                    listener(state.epoch)
-                except Exception as exc:
-                    self._failed(f"rebuilding after becoming master of epoch {state.epoch}: {exc}")
+            _notify(
+                self.on_lead,
+                state.epoch,
+                lambda m: self._failed(f"rebuilding after becoming master of epoch {m}"),
+            )
 
     def _follow(self, state: GroupState, master: MemberInfo) -> None:
         if self._following == (master.member_id, state.epoch) and not self._fenced:
@@ -375,3 +371,13 @@ def _refused(address: str, timeout_s: float = 0.3) -> bool:
         return True
     except OSError:  # a timeout or an unreachable host: not proof of death
         return False
+
+
+def _notify(listeners: list[Callable[[int], None]], epoch: int, failed: Callable[[str], None]) -> None:
+    """Call every listener with ``epoch`` (a copy of the list: one may remove itself); a
+    listener that raises is reported through ``failed`` and the others still run."""
+    for listener in list(listeners):
+        try:
+            listener(epoch)
+        except Exception as exc:
+            failed(f"{epoch}: {type(exc).__name__}: {exc}")

@@ -44,7 +44,8 @@ CHECKPOINT_PAGE_SIZE: Final = 4096
 CHECKPOINT_FIELDS: Final = struct.Struct(">qqqqqq")
 #: Byte position of confirmPhyOffset in the page (derived from the field table above).
 CONFIRM_OFFSET_POS: Final = struct.calcsize(">qqqq")
-CONFIRM_OFFSET: Final = struct.Struct(">q")
+#: One field written in place (confirmPhyOffset, partialRecordMark): a big-endian long.
+LONG_FIELD: Final = struct.Struct(">q")
 #: Byte position of partialRecordMark in the page.
 PARTIAL_RECORD_POS: Final = struct.calcsize(">qqqqq")
 #: RocketMQ subtracts this margin from min(physic, logics) before trusting it.
@@ -144,7 +145,7 @@ class StoreCheckpoint:
         so followers in other processes see it. Raises OSError."""
         with self._lock:
             self.values.confirm_phy_offset = offset
-            self._handle.write(CONFIRM_OFFSET_POS, CONFIRM_OFFSET.pack(offset))
+            self._handle.write(CONFIRM_OFFSET_POS, LONG_FIELD.pack(offset))
 
     def write_partial_record(self, offset: int | None) -> None:
         """Set partialRecordMark (``offset``: where the unfinished last record starts; None:
@@ -152,7 +153,7 @@ class StoreCheckpoint:
         record is copied, and after its tail. Raises OSError."""
         with self._lock:
             self.values.partial_record_offset = offset
-            self._handle.write(PARTIAL_RECORD_POS, CONFIRM_OFFSET.pack(_mark(offset)))
+            self._handle.write(PARTIAL_RECORD_POS, LONG_FIELD.pack(_mark(offset)))
 
     def lower_timestamps(self, timestamp_ms: int) -> None:
         """After a truncation: no flushed-data timestamp may be later than the newest record

@@ -25,7 +25,7 @@ from store.commitlog.commitlog import CommitLog
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import CorruptStore, UnknownTopic
 from store.io.fs import FileHandle, OsFileSystem
-from store.metadata.checkpoint import CHECKPOINT_PAGE_SIZE, CONFIRM_OFFSET, CONFIRM_OFFSET_POS
+from store.metadata.checkpoint import CHECKPOINT_PAGE_SIZE, CONFIRM_OFFSET_POS, LONG_FIELD
 from store.metadata.file_sizes import existing_config, read_replicated
 from store.metadata.topic_config import TopicConfigTable
 from store.read.queue_reader import BatchReadResult, QueueReader
@@ -61,7 +61,7 @@ class StoreReader:
         handle = self._checkpoint
         if handle is None:
             return None
-        (offset,) = CONFIRM_OFFSET.unpack(handle.read(CONFIRM_OFFSET_POS, CONFIRM_OFFSET.size))
+        (offset,) = LONG_FIELD.unpack(handle.read(CONFIRM_OFFSET_POS, LONG_FIELD.size))
         return int(offset)
 
     def __enter__(self) -> Self:

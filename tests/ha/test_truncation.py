@@ -25,7 +25,7 @@ from store.ha import (
     truncate_replica,
 )
 from store.io.fs import FaultyFileSystem
-from store.metadata.checkpoint import CONFIRM_OFFSET, CONFIRM_OFFSET_POS
+from store.metadata.checkpoint import CONFIRM_OFFSET_POS, LONG_FIELD
 from tests.support.stores import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_one_procedure_cuts_every_structure(tmp_path: Path) -> None:
     assert store.query_by_key("orders", first_dropped[3]) == []
     assert store.query_by_key("orders", "k3")
     page = (tmp_path / "store" / "checkpoint").read_bytes()
-    assert CONFIRM_OFFSET.unpack_from(page, CONFIRM_OFFSET_POS)[0] <= point
+    assert LONG_FIELD.unpack_from(page, CONFIRM_OFFSET_POS)[0] <= point
     controller.become_master(3)  # the next epoch starts exactly at the point
     result = store.put_message(Message(topic="orders", body=b"after", queue_id=first_dropped[2]))
     assert (result.commitlog_offset, result.queue_offset) == (point, counts[first_dropped[2]])
