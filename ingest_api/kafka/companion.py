@@ -21,7 +21,7 @@ from ingest_api.kafka.server import KafkaGateway, start_kafka_gateway
 from ingest_api.kafka.store_port import KafkaStore
 from ingest_api.kafka.topology import cluster_id
 from ingest_api.kafka.txn_peers import PeerService
-from ingest_api.kafka.txn_reload import follow_promotions, stop_serving_before_promotion
+from ingest_api.kafka.txn_reload import catch_up_promotion, follow_promotions, stop_serving_before_promotion
 from store import InvalidArgument
 from store.publish import TransactionService
 
@@ -96,6 +96,7 @@ class KafkaCompanion:
             replica_group.on_lead_begin.append(begin)
             promoted = follow_promotions(gateway.context, lambda: service_of(broker))
             replica_group.on_lead.append(promoted)
+            await catch_up_promotion(gateway.context, service_of(broker))
         try:
             yield gateway
         finally:

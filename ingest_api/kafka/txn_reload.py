@@ -98,6 +98,22 @@ def _deliver(ctx: GatewayContext, pending: list[PendingEnd]) -> None:
         start_retries(ctx, end.transactional_id, end.transaction_id, end.commit, set(end.brokers), [])
 
 
+async def catch_up_promotion(ctx: GatewayContext, service: TransactionService | None) -> bool:
+    """Call once the listeners are attached (:func:`stop_serving_before_promotion`,
+    :func:`follow_promotions`): a lead that began while the gateway started, before they were
+    (a replica group founded during the broker's start-up), retired the transaction service
+    the gateway took, and its rebuilt ``service`` came before this gateway listened. Replay
+    with it now; True when that was needed. Without this the founding master refused every
+    transactional Produce (``the transaction table is being rebuilt``) for its whole epoch."""
+    if service is None or ctx.transactions is service or ctx.txn_loading:
+        return False
+    if not ctx.transactions.retired:
+        return False
+    log.warning("Kafka gateway: this member began to lead while the gateway started; replaying its state")
+    await reload_transactions(ctx, service)
+    return True
+
+
 def stop_serving_before_promotion(ctx: GatewayContext) -> Callable[[int], None]:
     """The listener to add to ``ReplicaGroup.on_lead_begin``: from before this member takes
     writes until :func:`follow_promotions` has replayed the state, transactional requests are

@@ -177,6 +177,11 @@ class TransactionService:
         with self._lock:
             self._retired = reason
 
+    @property
+    def retired(self) -> bool:
+        """True once :meth:`retire` was called (a rebuilt service replaces this one)."""
+        return self._retired is not None
+
     def _check_serving(self) -> None:
         """(Lock held.)"""
         if self._retired is not None:

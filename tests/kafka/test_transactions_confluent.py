@@ -4,6 +4,7 @@ second producer fencing the first, and the broker's transaction timeout."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from ingest_api.kafka import GatewayThread
 from ingest_api.kafka.txn_log import TxnStateLog
+from ingest_api.kafka.txn_reload import catch_up_promotion
 from store import TRANS_HALF_TOPIC, MessageStore
 from store.publish import TransactionService
 from tests.kafka.replication_faults import AckTimesOut
@@ -239,3 +241,30 @@ def test_a_promotion_in_progress_holds_transactions_until_the_state_is_replayed(
     producer.commit_transaction(20)
     want = [("ck-loading", 0, b"v-%d" % i) for i in range(5)]
     assert read_all(gateway.bootstrap, {"ck-loading": 1}, "read_committed", len(want)) == want
+
+
+def test_a_lead_begun_while_the_gateway_started_is_caught_up(
+    gateway: GatewayThread, store: MessageStore
+) -> None:
+    """A replica group founded during the broker's start-up: its first lead retired the
+    transaction service the gateway had taken, and rebuilt another, before the gateway's
+    promotion listeners were attached. The gateway catches up once they are
+    (``catch_up_promotion``); it used to refuse every transactional Produce for the whole epoch
+    (the all-faults Jepsen run: 228 refusals, ``the transaction table is being rebuilt``)."""
+    store.create_topic("ck-founded", 1)
+    context = gateway.gateway.context  # type: ignore[union-attr]
+    context.transactions.retire("this member is becoming its group's master")  # on_lead_begin
+    rebuilt = TransactionService.open(store)  # on_lead: the broker's rebuild
+    caught_up = asyncio.run_coroutine_threadsafe(catch_up_promotion(context, rebuilt), context.loop)
+    assert caught_up.result(30) and context.transactions is rebuilt
+    again = asyncio.run_coroutine_threadsafe(catch_up_promotion(context, rebuilt), context.loop)
+    assert not again.result(30), "nothing to catch up once done"
+    producer = tx_producer(gateway.bootstrap, "ck-founded-tx")
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce("ck-founded", value=b"v-%d" % i, partition=0)
+    assert producer.flush(10) == 0
+    producer.commit_transaction(10)
+    want = [("ck-founded", 0, b"v-%d" % i) for i in range(3)]
+    assert read_all(gateway.bootstrap, {"ck-founded": 1}, "read_committed", len(want)) == want
