@@ -99,6 +99,11 @@ class ClusterLink:
         """Whether this broker is the live coordinator of ``key``."""
         return self.coordinator(key, kind).broker_name == self.me and self.node.serving
 
+    def coordinates_elsewhere_in_group(self, key: str, kind: CoordinatorKind) -> bool:
+        """This broker name coordinates ``key``, but this member is not its group's master (a
+        slave, or a master whose group has elected another): only the master may answer."""
+        return self.coordinator(key, kind).broker_name == self.me and not self.node.serving
+
     def ensure_local(self, topic: str, queues: int) -> None:
         """Blocking: the local store has Kafka topic ``topic`` with ``queues`` queues (a request
         may arrive before the route watch created it here)."""

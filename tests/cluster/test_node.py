@@ -17,7 +17,10 @@ from cluster import (
     connect,
     parse_cluster_address,
 )
+from cluster.group_state import GroupState
 from cluster.identity import IDENTITY_FILE
+from ingest_api.kafka.cluster_link import ClusterLink
+from ingest_api.kafka.topology import CoordinatorKind
 from store import read_json
 from tests.support.waiting import wait_until
 
@@ -181,3 +184,23 @@ def test_a_closed_broker_is_dead_at_once_and_keeps_its_queues(start_node: NodeFa
         ("b2", False, "http://127.0.0.1:8082"),
     ]
     assert b1.create_or_grow_topic("t", 3).owners == ("b1", "b2", "b1")  # growth goes to the living
+
+
+def test_a_kafka_coordinator_demoted_in_its_group_is_told_apart_from_a_participant(
+    start_node: NodeFactory,
+) -> None:
+    """A transactional Produce reaching a member whose group has elected another master: the
+    member's broker name coordinates the transactional id, but it must answer retriably
+    (the all-faults Jepsen run's INVALID_PRODUCER_ID_MAPPING came from treating it as a
+    participant broker, which knows no such producer)."""
+    node = start_node("b1", 18101, kafka_port=19101)
+    wait_until(lambda: node.view.groups.get("b1") is not None, 10, "b1 in its own view")
+    link = ClusterLink(node, peers=None, local_topics=None)  # type: ignore[arg-type]  # not called
+    assert link.coordinates("app-1", CoordinatorKind.TRANSACTION)
+    assert not link.coordinates_elsewhere_in_group("app-1", CoordinatorKind.TRANSACTION)
+    assert node.member is not None
+    other = node.member.member_id + 1
+    assert node.write_group_state(GroupState(other, 2, frozenset({other}), 2), node.read_group_state())
+    wait_until(lambda: not node.serving, 10, "the view to name the other master")
+    assert not link.coordinates("app-1", CoordinatorKind.TRANSACTION)
+    assert link.coordinates_elsewhere_in_group("app-1", CoordinatorKind.TRANSACTION)

@@ -152,6 +152,13 @@ async def _join_transaction(ctx: GatewayContext, transactional_id: str, item: _P
     if ctx.txn_loading:  # a promotion replays the coordinator's state: retry when it is done
         item.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return
+    if ctx.cluster is not None and ctx.cluster.coordinates_elsewhere_in_group(
+        transactional_id, CoordinatorKind.TRANSACTION
+    ):
+        # Demoted between the partition check and now: a participant's table would not know the
+        # producer (INVALID_PRODUCER_ID_MAPPING, an abort the client never chose). Retriable.
+        item.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return
     if ctx.cluster is not None and not ctx.cluster.coordinates(transactional_id, CoordinatorKind.TRANSACTION):
         error, mirror = await participant_join(ctx, transactional_id, batch.producer_id, batch.producer_epoch)
         if mirror is not None:
