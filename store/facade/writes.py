@@ -145,6 +145,12 @@ class Writes(FacadeState):
         self._ensure_open()
         return self._relocator.build(pointers)
 
+    def check_writable(self) -> None:
+        """Raise what a write would raise now for this store's role (``StoreClosed``;
+        ``NotMaster`` / ``ReplicaFenced`` / ``SlaveNotAvailable`` in a replica group); nothing
+        is written. For work that must not start where it cannot finish."""
+        self._appender.check_writable()
+
     def append_records(self, records: Sequence[RecordFields]) -> list[PutResult]:
         """Append records built whole elsewhere (a transaction's final messages and its op) in
         one atomic append: every field is kept but the queue offset, CommitLog offset and store

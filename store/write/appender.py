@@ -130,6 +130,11 @@ class Appender:
         :attr:`lock` held to keep it open meanwhile)."""
         self._ensure_open()
 
+    def check_writable(self) -> None:
+        """Raise what a write would raise now for this store's role (closed, not the master,
+        fenced, too few in sync); nothing is written."""
+        self._ensure_writable()
+
     def _ensure_writable(self) -> None:
         """Open, and (a replica) allowed to write now; raises otherwise, nothing written."""
         self._ensure_open()

@@ -33,7 +33,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -159,7 +159,8 @@ class Rig:
         for proxy in (*self.zk.values(), *self.ha.values()):
             proxy.heal()
         for disk in self.disks.values():
-            (disk / "filler").unlink(missing_ok=True)
+            for filler in disk.glob("filler*"):
+                filler.unlink(missing_ok=True)
 
 
 def start_group(cluster: ProcessCluster, stack: ExitStack | None = None) -> Rig | None:
@@ -467,7 +468,20 @@ def _hold(
     if kind == "full-disk-master":
         # The disk is full, but the store may still hold pages it allocated ahead: big probes use
         # them up, and the refusal that follows is the answer; then the fault lasts HOLD_S.
-        probe = _probe(url, time.monotonic() + PROBE_FULL_S, refusal_expected=True)
+        # What the broker frees meanwhile (staging files it collects, say) is filled again
+        # before each probe: the disk stays full (a loaded CI run's probes got 201 for 20 s).
+        disk = rig.disks[victim]
+        topped: list[int] = []
+
+        def top_up() -> None:
+            topped.append(fill_disk(disk, f"filler-{len(topped)}"))
+
+        probe = _probe(url, time.monotonic() + PROBE_FULL_S, refusal_expected=True, before=top_up)
+        if sum(topped):
+            history.event(
+                f"cycle {cycle}: {sum(topped) >> 10} KiB freed on {victim}'s disk during the fault, "
+                "filled again"
+            )
         time.sleep(HOLD_S)
     else:
         began = time.monotonic()
@@ -476,19 +490,23 @@ def _hold(
     if kind == "cut-slaves":
         rig.ha[master].heal()
     else:
-        (rig.disks[victim] / "filler").unlink()
+        for filler in rig.disks[victim].glob("filler*"):
+            filler.unlink()
     healed = time.monotonic()
     took = _first_ack(cluster, healed)
     history.held.append((kind, probe, took))
     history.event(f"cycle {cycle}: healed; the probe got {probe}; next acknowledged produce {took:.2f} s on")
 
 
-def _probe(url: str, until: float, refusal_expected: bool) -> str:
+def _probe(url: str, until: float, refusal_expected: bool, before: Callable[[], None] | None = None) -> str:
     """Produce to ``url`` until ``until``: ``201``, ``503 <error>``, or what went wrong. With
     ``refusal_expected`` (a cut or full master) the first refusal that says why is the answer,
-    and 1 MiB probes use up what the disk still had allocated; else the first ``201`` is."""
+    and 1 MiB probes use up what the disk still had allocated; else the first ``201`` is.
+    ``before`` runs before each probe."""
     outcome, body = "no answer", "x" * (1 << 20 if refusal_expected else 16)
     while time.monotonic() < until:
+        if before is not None:
+            before()
         try:
             answer = httpx.post(
                 f"{url}/topics/{TOPIC}/messages",
