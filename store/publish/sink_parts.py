@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -226,10 +225,7 @@ class Manifest:
 
     @staticmethod
     def load(path: Path) -> Manifest:
-        return Manifest.from_json(json.loads(path.read_text(encoding="utf-8")))
-
-    @staticmethod
-    def from_json(doc: dict[str, Any]) -> Manifest:
+        doc = json.loads(path.read_text(encoding="utf-8"))
         routes = doc.get("routes")
         return Manifest(
             sink_id=str(doc["sink_id"]),
