@@ -45,6 +45,9 @@ CONSUMER_OFFSETS_TOPIC = "rmq_sys_CONSUMER_OFFSETS"
 #: transactional ids and the ledger, one record per change, queue 0
 #: (ingest_api.kafka.txn_log, body: ingest_api.kafka.txn_record).
 KAFKA_TXN_STATE_TOPIC = "rmq_sys_KAFKA_TXN_STATE"
+#: The exactly-once sink's staged parts and decisions in a replica group (sparkmq): one queue
+#: (store.publish.sink_log), so that replication carries them as it carries messages.
+SINK_STAGING_TOPIC = "rmq_sys_sink_staging"
 #: The auto-create template topic (RocketMQ ``AUTO_CREATE_TOPIC_KEY_TOPIC``).
 AUTO_CREATE_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

@@ -7,9 +7,12 @@ mid-batch — are retried with backoff until ``retry_timeout_s``; 4xx answers ar
 ``endpoint`` is a bootstrap list; every broker and replica member named by ``GET /cluster`` is
 learnt at the first call and kept (:class:`cluster.KnownBrokers`): an address that refuses
 connections before any broker has taken a request is skipped for the next. Once a broker has
-taken one, the client stays with it: staged parts and decisions live there (they are not
-replicated yet), and a broker that restarts resumes them; moving mid-batch would ask another
-broker for parts it never saw.
+taken one, the client stays with its replica group: staged parts and decisions live there.
+When that address stops answering connections, the client moves to the next member of the
+same group: a group's master writes parts and decisions into its CommitLog too
+(:mod:`store.publish.sink_log`), so the member a failover promotes has them. A lone broker
+has no other member: the client waits for it (a broker that restarts resumes its decisions);
+moving to another broker would ask it for parts it never saw.
 """
 
 from __future__ import annotations
@@ -36,6 +39,17 @@ class SinkRequestFailed(SparkMQError):
     code = "sink_request_failed"
 
 
+def replica_groups(document: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The members' HTTP addresses of each replica group in a ``GET /cluster`` answer."""
+    groups = []
+    for broker in document.get("brokers") or ():
+        members = [m.get("http") for m in broker.get("members") or ()]
+        urls = [u.rstrip("/") for u in [broker.get("http"), *members] if isinstance(u, str) and u]
+        if len(set(urls)) > 1:
+            groups.append(tuple(dict.fromkeys(urls)))
+    return groups
+
+
 class SinkClient:
     """One pooled client per (endpoint, token) and process (Spark reuses its workers)."""
 
@@ -56,6 +70,8 @@ class SinkClient:
         self._learnt = False
         #: The broker that took this client's first request (see :meth:`_call`).
         self._pinned: str | None = None
+        #: Every replica group's members' addresses, as ``GET /cluster`` names them.
+        self._groups: list[tuple[str, ...]] = []
         self.retry_timeout_s = retry_timeout_s
 
     def _learn(self) -> None:
@@ -64,11 +80,20 @@ class SinkClient:
             return
         for base in self.known.candidates():
             try:
-                self.known.learn_from(self._http.get(base + "/cluster", timeout=5).json())
+                document = self._http.get(base + "/cluster", timeout=5).json()
+                self.known.learn_from(document)
             except (httpx.HTTPError, ValueError):
                 continue
+            self._groups = replica_groups(document)
             self._learnt = True
             return
+
+    def _next_member(self, url: str) -> str:
+        """The member after ``url`` in its replica group (``url`` itself outside any group)."""
+        for group in self._groups:
+            if url in group and len(group) > 1:
+                return group[(group.index(url) + 1) % len(group)]
+        return url
 
     @classmethod
     def for_options(cls, options: SinkOptions) -> SinkClient:
@@ -120,6 +145,8 @@ class SinkClient:
             except httpx.ConnectError as exc:
                 if self._pinned is None:
                     self.known.unreachable(base)
+                else:  # the group's next member: a failover may have promoted it
+                    self._pinned = self._next_member(base)
                 problem = f"{base}: {type(exc).__name__}: {exc}"
             except httpx.TransportError as exc:
                 self._pinned = base

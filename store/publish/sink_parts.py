@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -225,7 +226,10 @@ class Manifest:
 
     @staticmethod
     def load(path: Path) -> Manifest:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return Manifest.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> Manifest:
         routes = doc.get("routes")
         return Manifest(
             sink_id=str(doc["sink_id"]),

@@ -52,6 +52,7 @@ from store.io.atomic_file import write_json_atomically
 from store.message_store import MessageStore
 from store.names import validate_topic
 from store.publish.sink_chunks import ChunkWriter, chunk_uniq_keys
+from store.publish.sink_log import SinkLog
 from store.publish.sink_parts import (
     _ID_PATTERN,
     COMMIT_FILE,
@@ -105,6 +106,9 @@ class SinkStaging:
         self.writer = ChunkWriter(store, on_event=on_event)
         self.root = staging_root(store.config.store_dir)
         self.chunk_rows = chunk_rows
+        #: A replica group's member also keeps parts and decisions in its CommitLog, where its
+        #: slaves receive them (a failover then loses no staged part and no decision).
+        self.log = SinkLog(store) if store.replicated else None
         self._guard = threading.Lock()
         self._sink_locks: dict[str, threading.Lock] = {}
 
@@ -118,8 +122,13 @@ class SinkStaging:
 
     # staging (HTTP uploads; path-mode executors call write_part directly) ---------------------
     def stage_part(self, sink_id: str, batch_id: int, part_id: str, payload: bytes) -> StagedPart:
+        """Stage an uploaded part (checked first); in a replica group it is staged once its
+        slaves hold it too (raises the store's errors otherwise: the writer's task retries)."""
         path = part_path(self.root, sink_id, batch_id, part_id)
-        return StagedPart(part_id, write_part_bytes(path, payload))
+        staged = StagedPart(part_id, write_part_bytes(path, payload))
+        if self.log is not None:
+            self.log.put_part(sink_id, batch_id, part_id, payload)
+        return staged
 
     # state -------------------------------------------------------------------------------------
     def last_published(self, sink_id: str) -> int:
@@ -176,11 +185,16 @@ class SinkStaging:
                     self._publish_decided(sink_id, earlier, router)
             manifest_path = batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE
             decided_now = False
-            if not manifest_path.exists():
+            replicated = self._logged_decision(sink_id, batch_id)
+            if replicated is None and not manifest_path.exists():
                 manifest = self._decision(sink_id, batch_id, parts, router)
                 manifest_path.parent.mkdir(parents=True, exist_ok=True)
                 decided_now = write_json_atomically(manifest_path, manifest.to_json(), exclusive=True)
-            manifest = Manifest.load(manifest_path)
+            manifest = replicated if replicated is not None else Manifest.load(manifest_path)
+            if self.log is not None and replicated is None:
+                # Acknowledged by the slaves before anything of the batch is published: a
+                # master that dies after this leaves its successor the same decision.
+                self.log.put_decision(manifest)
             if not decided_now:
                 log.info(
                     "sink %s batch %d: replay; keeping the earlier decision (%d parts)",
@@ -247,8 +261,25 @@ class SinkStaging:
     def _is_routed(self, sink_id: str, batch_id: int) -> bool:
         return Manifest.load(batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE).routes is not None
 
+    def _logged_decision(self, sink_id: str, batch_id: int) -> Manifest | None:
+        """A replica group: the batch's decision as the log holds it (a master before a
+        failover may have made it), written to this member's staging too. It wins over this
+        member's own file, which a decision it made as an earlier master and never got
+        acknowledged may have left."""
+        if self.log is None:
+            return None
+        found = self.log.decision(sink_id, batch_id)
+        if found is not None:
+            path = batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE
+            if not path.exists() or Manifest.load(path) != found:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomically(path, found.to_json())
+        return found
+
     def _publish_decided(self, sink_id: str, batch_id: int, router: SinkRouter | None) -> CommitOutcome:
-        manifest = Manifest.load(batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE)
+        manifest = self._logged_decision(sink_id, batch_id) or Manifest.load(
+            batch_dir(self.root, sink_id, batch_id) / COMMIT_FILE
+        )
         log.info("sink %s: resuming publish of decided batch %d (%d rows)", sink_id, batch_id, manifest.rows)
         self._publish(manifest, resume=True, router=router)
         self._mark_published(sink_id, batch_id)
@@ -276,7 +307,7 @@ class SinkStaging:
         max_body = self.store.config.max_message_size_bytes
         tables = []
         for part in manifest.parts:
-            table = read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
+            table = self._read_part(manifest, part.part_id)
             tables.append(table)
             if table.num_rows != part.rows:
                 raise SinkStagingError(
@@ -291,6 +322,18 @@ class SinkStaging:
             for topic in pc.unique(table.column("topic")).to_pylist():
                 validate_topic(topic)
         return tables
+
+    def _read_part(self, manifest: Manifest, part_id: str) -> pa.Table:
+        """A staged part (memory-mapped); in a replica group one staged at an earlier master
+        comes from the log (written to this member's staging first)."""
+        path = part_path(self.root, manifest.sink_id, manifest.batch_id, part_id)
+        if self.log is not None and not path.exists():
+            payload = self.log.read_part(manifest.sink_id, manifest.batch_id, part_id)
+            if payload is not None:
+                log.info("sink %s batch %d: part %s staged at an earlier master, read from the log",
+                         manifest.sink_id, manifest.batch_id, part_id)  # fmt: skip
+                write_part_bytes(path, payload)
+        return read_part(path)
 
     def _check_local_queues(self, tables: Sequence[pa.Table]) -> None:
         """Lone broker: the topics exist (auto-created here) and explicit queue ids are in range."""
@@ -325,10 +368,7 @@ class SinkStaging:
                 admit_timer(properties, now, rules)
 
     def _publish(self, manifest: Manifest, *, resume: bool, router: SinkRouter | None) -> None:
-        tables = [
-            read_part(part_path(self.root, manifest.sink_id, manifest.batch_id, part.part_id))
-            for part in manifest.parts
-        ]
+        tables = [self._read_part(manifest, part.part_id) for part in manifest.parts]
         if manifest.routes is not None:
             if router is None:
                 raise SinkStagingError(
