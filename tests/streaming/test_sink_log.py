@@ -15,7 +15,7 @@ import pytest
 
 from store import SINK_STAGING_TOPIC, MessageStore
 from store.publish.sink_log import SinkLog
-from store.publish.sink_parts import new_part_id, staging_root, write_part
+from store.publish.sink_parts import Manifest, StagedPart, new_part_id, staging_root, write_part
 from store.publish.sink_staging import SinkStaging
 from tests.streaming.eo_helpers import assert_exactly_once, part_batch, small_config, topic_bodies
 
@@ -158,3 +158,18 @@ def test_a_slave_stages_in_files_only(store_dir: Path, tmp_path: Path) -> None:
         staged = staging.stage_part(SINK, 0, new_part_id(0, 0), _payload(tmp_path, _bodies(0, 3)))
         assert staged.rows == 3
         assert staging.log is not None and staging.log.read_part(SINK, 0, staged.part_id) is None
+
+
+def test_a_decision_record_golden(store_dir: Path) -> None:
+    """The decision record's body is the manifest's JSON, keys sorted, compact separators off
+    (``json.dumps`` defaults), with the UNIQ_KEY ``sink:<sink>:<batch>:decision``."""
+    manifest = Manifest(SINK, 7, (StagedPart("p00001-a0-0-abc", 12),), 65536)
+    with _open(store_dir) as ms:
+        assert SinkLog(ms).put_decision(manifest)
+        (record,) = ms.get_messages(SINK_STAGING_TOPIC, 0, 0, 10).messages
+        assert record.uniq_key == "sink:replicated-sink:7:decision"
+        assert record.body == (
+            b'{"batch_id": 7, "chunk_rows": 65536, "parts": [{"part_id": "p00001-a0-0-abc", "rows": 12}], '
+            b'"sink_id": "replicated-sink"}'
+        )
+        assert SinkLog(ms).decision(SINK, 7) == manifest
