@@ -8,9 +8,10 @@ mid-batch — are retried with backoff until ``retry_timeout_s``; 4xx answers ar
 learnt at the first call and kept (:class:`cluster.KnownBrokers`): an address that refuses
 connections before any broker has taken a request is skipped for the next. Once a broker has
 taken one, the client stays with its replica group: staged parts and decisions live there.
-When that address stops answering connections, the client moves to the next member of the
-same group: a group's master writes parts and decisions into its CommitLog too
-(:mod:`store.publish.sink_log`), so the member a failover promotes has them. A lone broker
+When that address stops answering connections, or answers that it is not the master (``503
+not_master`` / ``replica_fenced``: only a group's master stages and decides), the client moves
+to the next member of the same group: a group's master writes parts and decisions into its
+CommitLog too (:mod:`store.publish.sink_log`), so the member a failover promotes has them. A lone broker
 has no other member: the client waits for it (a broker that restarts resumes its decisions);
 moving to another broker would ask it for parts it never saw.
 """
@@ -37,6 +38,17 @@ class SinkRequestFailed(SparkMQError):
     """The broker refused a sink request, or stayed unreachable for the whole retry window."""
 
     code = "sink_request_failed"
+
+
+#: The error codes of a replica group member that is not the master (store.errors.NotMaster).
+NOT_THE_MASTER = frozenset({"not_master", "replica_fenced"})
+
+
+def _not_the_master(response: httpx.Response) -> bool:
+    try:
+        return response.status_code == 503 and response.json().get("error") in NOT_THE_MASTER
+    except ValueError:
+        return False
 
 
 def replica_groups(document: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -161,6 +173,11 @@ class SinkClient:
                         f"{method} {url}: HTTP {response.status_code}: {response.text[:500]}"
                     )
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                if _not_the_master(response):  # a slave, or a fenced master: its group's next member
+                    if self._pinned is None:
+                        self.known.unreachable(base)
+                    else:
+                        self._pinned = self._next_member(base)
             if time.monotonic() + delay > deadline:
                 raise SinkRequestFailed(
                     f"{method} {url}: broker unavailable for {self.retry_timeout_s:.0f}s ({problem})"

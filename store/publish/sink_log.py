@@ -19,9 +19,7 @@ Records are found again through the key index; retention removes them with the l
 from __future__ import annotations
 
 import json
-import logging
 
-from store.errors import NotMaster
 from store.format.record import RecordFields
 from store.message_store import MessageStore
 from store.names import SINK_STAGING_TOPIC
@@ -32,8 +30,6 @@ from store.types import MessageView
 PIECE_BYTES = 1 << 20
 PIECES_PROPERTY = "SINK_PIECES"
 _QUEUE = 0
-
-log = logging.getLogger("sparkmq.sink")
 
 
 def part_key(sink_id: str, batch_id: int, part_id: str, piece: int) -> str:
@@ -63,29 +59,22 @@ class SinkLog:
             store_host=host,
         )
 
-    def put_part(self, sink_id: str, batch_id: int, part_id: str, payload: bytes) -> bool:
-        """Store a staged part's bytes (one atomic append). False on a slave, which keeps its
-        files only (see :meth:`_append`); raises the store's other errors."""
+    def put_part(self, sink_id: str, batch_id: int, part_id: str, payload: bytes) -> None:
+        """Store a staged part's bytes (one atomic append; raises the store's errors)."""
         step = self.piece_bytes
         pieces = [payload[i : i + step] for i in range(0, len(payload), step)] or [b""]
         count = {PIECES_PROPERTY: str(len(pieces))}
-        return self._append(
+        self._append(
             [
                 self._record(piece, part_key(sink_id, batch_id, part_id, i), count)
                 for i, piece in enumerate(pieces)
             ]
         )
 
-    def _append(self, records: list[RecordFields]) -> bool:
-        """Append, or say False on a member that is not the master: a sink coordinator demoted
-        by a failover goes on staging and deciding in files, as a lone broker does, and sends
-        its own queues' chunks to its master (docs/exactly_once.md)."""
-        try:
-            self.store.append_records(records)
-        except NotMaster as exc:
-            log.debug("sink staging not logged (this member is not the master): %s", exc)
-            return False
-        return True
+    def _append(self, records: list[RecordFields]) -> None:
+        """Append; a member that is not the master refuses (``NotMaster``, retriable: only the
+        group's master stages and decides, so a commit never meets a part staged elsewhere)."""
+        self.store.append_records(records)
 
     def read_part(self, sink_id: str, batch_id: int, part_id: str) -> bytes | None:
         """A staged part's bytes as stored by :meth:`put_part` (None when not in the log)."""
@@ -101,11 +90,11 @@ class SinkLog:
             pieces.append(piece.body)
         return b"".join(pieces)
 
-    def put_decision(self, manifest: Manifest) -> bool:
-        """Store a batch's decision; False on a slave (:meth:`_append`). Raises the store's
-        other errors: nothing of the batch may be published then."""
+    def put_decision(self, manifest: Manifest) -> None:
+        """Store a batch's decision (raises the store's errors: nothing of the batch may be
+        published then)."""
         body = json.dumps(manifest.to_json(), sort_keys=True).encode("utf-8")
-        return self._append([self._record(body, decision_key(manifest.sink_id, manifest.batch_id))])
+        self._append([self._record(body, decision_key(manifest.sink_id, manifest.batch_id))])
 
     def decision(self, sink_id: str, batch_id: int) -> Manifest | None:
         """The batch's decision as the log holds it (the first one), None when absent."""

@@ -107,7 +107,8 @@ class SinkStaging:
         self.root = staging_root(store.config.store_dir)
         self.chunk_rows = chunk_rows
         #: A replica group's member also keeps parts and decisions in its CommitLog, where its
-        #: slaves receive them (a failover then loses no staged part and no decision).
+        #: slaves receive them (a failover then loses no staged part and no decision); a
+        #: member that is not the master refuses to stage or decide (NotMaster, retriable).
         self.log = SinkLog(store) if store.replicated else None
         self._guard = threading.Lock()
         self._sink_locks: dict[str, threading.Lock] = {}
@@ -188,13 +189,17 @@ class SinkStaging:
             replicated = self._logged_decision(sink_id, batch_id)
             if replicated is None and not manifest_path.exists():
                 manifest = self._decision(sink_id, batch_id, parts, router)
+                if self.log is not None:
+                    # The group's decision, acknowledged by the slaves before anything of the
+                    # batch is published (and before this member's own file): a master that
+                    # dies after this leaves its successor the same decision.
+                    self.log.put_decision(manifest)
                 manifest_path.parent.mkdir(parents=True, exist_ok=True)
                 decided_now = write_json_atomically(manifest_path, manifest.to_json(), exclusive=True)
+            elif replicated is None and self.log is not None:
+                # A decision this member made before its store was replicated: the group's now.
+                self.log.put_decision(Manifest.load(manifest_path))
             manifest = replicated if replicated is not None else Manifest.load(manifest_path)
-            if self.log is not None and replicated is None:
-                # Acknowledged by the slaves before anything of the batch is published: a
-                # master that dies after this leaves its successor the same decision.
-                self.log.put_decision(manifest)
             if not decided_now:
                 log.info(
                     "sink %s batch %d: replay; keeping the earlier decision (%d parts)",

@@ -55,3 +55,21 @@ def test_a_part_staged_at_a_killed_master_is_committed_at_its_slave(tmp_path: Pa
         with Client(pair.slave.url) as client:
             assert_exactly_once(_all_bodies(client, "out", 2), bodies)
         assert sink.commit(SINK, 0, [StagedPart(part_id, rows)])["already_published"]
+
+
+def test_a_client_given_the_slave_stages_and_commits_at_the_master(tmp_path: Path) -> None:
+    """Only a group's master stages and decides: the slave answers ``503 not_master`` and the
+    client goes to the group's master (it learnt the members from ``GET /cluster``)."""
+    bodies = [b"row-%04d" % i for i in range(10)]
+    part = tmp_path / "part.arrow"
+    write_part(part, [part_batch(bodies, "out")])
+    with ProcessCluster.started(tmp_path, []) as cluster:
+        pair = ReplicaPair.started(cluster, "b1")
+        with Client(pair.master.url) as client:
+            client.create_topic("out", 2)
+        sink = SinkClient(pair.slave.url, None, timeout_s=5, retry_timeout_s=30)
+        part_id = new_part_id(0, 0)
+        rows = sink.put_part(SINK, 0, part_id, part.read_bytes())
+        assert sink.commit(SINK, 0, [StagedPart(part_id, rows)])["rows"] == 10
+        with Client(pair.master.url) as client:
+            assert_exactly_once(_all_bodies(client, "out", 2), bodies)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from store import SINK_STAGING_TOPIC, MessageStore
+from store import SINK_STAGING_TOPIC, MessageStore, NotMaster
 from store.publish.sink_log import SinkLog
 from store.publish.sink_parts import Manifest, StagedPart, new_part_id, staging_root, write_part
 from store.publish.sink_staging import SinkStaging
@@ -146,18 +146,28 @@ def test_a_lone_store_keeps_staging_in_files_only(tmp_path: Path) -> None:
         )
 
 
-def test_a_slave_stages_in_files_only(store_dir: Path, tmp_path: Path) -> None:
-    """A coordinator demoted by a failover goes on staging (its store takes no write): the
-    part is kept in its files, as on a lone broker, and nothing is logged."""
+def test_a_member_that_is_not_the_master_refuses_to_stage_and_to_decide(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    """Only a group's master stages and decides (a retriable NotMaster otherwise, which the
+    sink's client answers by going to the group's next member): a part staged in a fenced
+    master's files only, then committed at the new master, was missing there (the all-faults
+    Jepsen run's one sink_staging_error)."""
+    bodies = _bodies(0, 3)
     with _open(store_dir) as ms:
-        ms.replica_log().set_hooks(None)
-        ms.create_topic("out", 2)
+        staged = SinkStaging(ms).stage_part(SINK, 0, new_part_id(0, 0), _payload(tmp_path, bodies))
     ms = MessageStore.open(small_config(store_dir, background_services=False, replicated=True))  # no role
     with ms:
         staging = SinkStaging(ms)
-        staged = staging.stage_part(SINK, 0, new_part_id(0, 0), _payload(tmp_path, _bodies(0, 3)))
-        assert staged.rows == 3
-        assert staging.log is not None and staging.log.read_part(SINK, 0, staged.part_id) is None
+        with pytest.raises(NotMaster):
+            staging.stage_part(SINK, 0, new_part_id(1, 0), _payload(tmp_path, bodies))
+        with pytest.raises(NotMaster):
+            staging.commit(SINK, 0, [staged])
+        assert staging.log is not None and staging.log.decision(SINK, 0) is None
+    with _open(store_dir) as ms:  # master again: the refused commit decided nothing
+        outcome = SinkStaging(ms).commit(SINK, 0, [staged])
+        assert outcome.decided_now and outcome.rows == 3
+        assert_exactly_once(topic_bodies(ms, "out"), bodies)
 
 
 def test_a_decision_record_golden(store_dir: Path) -> None:
@@ -165,7 +175,7 @@ def test_a_decision_record_golden(store_dir: Path) -> None:
     (``json.dumps`` defaults), with the UNIQ_KEY ``sink:<sink>:<batch>:decision``."""
     manifest = Manifest(SINK, 7, (StagedPart("p00001-a0-0-abc", 12),), 65536)
     with _open(store_dir) as ms:
-        assert SinkLog(ms).put_decision(manifest)
+        SinkLog(ms).put_decision(manifest)
         (record,) = ms.get_messages(SINK_STAGING_TOPIC, 0, 0, 10).messages
         assert record.uniq_key == "sink:replicated-sink:7:decision"
         assert record.body == (
