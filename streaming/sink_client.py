@@ -86,9 +86,10 @@ class SinkClient:
         self._groups: list[tuple[str, ...]] = []
         self.retry_timeout_s = retry_timeout_s
 
-    def _learn(self) -> None:
-        """Once: every address ``GET /cluster`` names (brokers and replica members)."""
-        if self._learnt:
+    def _learn(self, again: bool = False) -> None:
+        """Once (``again``: once more): every address ``GET /cluster`` names (brokers and
+        replica members) and the replica groups."""
+        if self._learnt and not again:
             return
         for base in self.known.candidates():
             try:
@@ -101,7 +102,10 @@ class SinkClient:
             return
 
     def _next_member(self, url: str) -> str:
-        """The member after ``url`` in its replica group (``url`` itself outside any group)."""
+        """The member after ``url`` in its replica group (``url`` itself outside any group),
+        from the groups ``GET /cluster`` names now: the members learnt before may be gone, and
+        a member restarted since may be the master (asked at a failure only, with backoff)."""
+        self._learn(again=True)
         for group in self._groups:
             if url in group and len(group) > 1:
                 return group[(group.index(url) + 1) % len(group)]

@@ -16,6 +16,7 @@ from streaming.sink_client import SinkClient
 from tests.streaming.eo_helpers import assert_exactly_once, part_batch
 from tests.support.cluster import ProcessCluster
 from tests.support.replica_pair import ReplicaPair
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -73,3 +74,32 @@ def test_a_client_given_the_slave_stages_and_commits_at_the_master(tmp_path: Pat
         assert sink.commit(SINK, 0, [StagedPart(part_id, rows)])["rows"] == 10
         with Client(pair.master.url) as client:
             assert_exactly_once(_all_bodies(client, "out", 2), bodies)
+
+
+def test_a_client_pinned_to_a_master_that_was_paused_and_demoted_follows_the_new_one(tmp_path: Path) -> None:
+    """The master paused past its session (``SIGSTOP``): its slave leads; resumed, the old master
+    is a slave and answers ``503 not_master``; the client that staged there moves on."""
+    bodies = [b"row-%04d" % i for i in range(10)]
+    part = tmp_path / "part.arrow"
+    write_part(part, [part_batch(bodies, "out")])
+    with ProcessCluster.started(tmp_path, []) as cluster:
+        pair = ReplicaPair.started(cluster, "b1")
+        with Client(pair.master.url) as client:
+            client.create_topic("out", 2)
+        sink = SinkClient(pair.master.url, None, timeout_s=5, retry_timeout_s=60)
+        first = new_part_id(0, 0)
+        first_rows = sink.put_part(SINK, 0, first, part.read_bytes())
+        assert sink.commit(SINK, 0, [StagedPart(first, first_rows)])["rows"] == 10
+        pair.master.pause()
+        pair.wait_led_by(pair.slave)
+        pair.master.resume()
+        wait_until(
+            lambda: pair.roles_seen_by(pair.master).get(pair.master.url) == "slave",
+            60,
+            "the old master to follow",
+        )
+        second = new_part_id(0, 0)
+        rows = sink.put_part(SINK, 1, second, part.read_bytes())
+        assert sink.commit(SINK, 1, [StagedPart(second, rows)])["rows"] == 10
+        with Client(pair.slave.url) as client:
+            assert sorted(_all_bodies(client, "out", 2)) == sorted(bodies * 2)
