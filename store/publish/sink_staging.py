@@ -126,6 +126,8 @@ class SinkStaging:
         """Stage an uploaded part (checked first); in a replica group it is staged once its
         slaves hold it too (raises the store's errors otherwise: the writer's task retries)."""
         path = part_path(self.root, sink_id, batch_id, part_id)
+        if self.log is not None:
+            self.store.check_writable()  # only the group's master stages (NotMaster, retriable)
         staged = StagedPart(part_id, write_part_bytes(path, payload))
         if self.log is not None:
             self.log.put_part(sink_id, batch_id, part_id, payload)
@@ -176,6 +178,10 @@ class SinkStaging:
         that is down raises :class:`~store.publish.sink_parts.OwnerUnavailable`.
         """
         check_id("sink id", sink_id)
+        if self.log is not None:
+            # Only the group's master decides: a slave's log may lack parts its master staged
+            # (not replicated here yet), and "missing" would be final; NotMaster is retriable.
+            self.store.check_writable()
         with self._sink_lock(sink_id):
             last = self.last_published(sink_id)
             if batch_id <= last:
