@@ -22,6 +22,29 @@ def open_store(path: Path) -> MessageStore:
     return MessageStore.open(config, clock_ms=lambda: NOW)
 
 
+def open_replicated(path: Path) -> MessageStore:
+    """The store as a replica-group member opens it (no role: it takes no write yet)."""
+    config = StoreConfig(
+        store_dir=path, commitlog_file_size_bytes=1 << 22, background_services=False, replicated=True
+    )
+    return MessageStore.open(config, clock_ms=lambda: NOW)
+
+
+def _torn_commit(path: Path, finals: int) -> str:
+    """A two-half transaction whose commit reached the disk up to ``finals`` final messages, not
+    its op (then a kill -9); returns its id."""
+    with open_store(path) as ms:
+        ms.create_topic("orders", 4)
+        service = TransactionService.open(ms)
+        txid = put_halves(ms, service, ["orders", "orders"])
+        halves = zip(
+            records(ms, TRANS_HALF_TOPIC), ms.get_messages(TRANS_HALF_TOPIC, 0, 0, 10).messages, strict=True
+        )
+        ms.append_records([final_record(Half(raw, m.commitlog_offset)) for raw, m in halves][:finals])
+        ms.abandon()
+    return txid
+
+
 def put_halves(ms: MessageStore, service: TransactionService, topics: list[str], group: str = "pg") -> str:
     first = ms.commitlog_max_offset
     keys = [f"UNIQ{first:012d}{i:016d}" for i in range(len(topics))]
@@ -316,22 +339,8 @@ def test_a_replica_without_a_role_opens_with_a_torn_end_and_repairs_it_once_writ
     """A replica-group member restarted after a crash mid-commit starts (its store takes no
     write before it has a role): the torn end stays open until it may write (found by the
     Jepsen run's Kafka transactions; such a member used to fail at start)."""
-    with open_store(tmp_path / "s") as ms:
-        ms.create_topic("orders", 4)
-        service = TransactionService.open(ms)
-        txid = put_halves(ms, service, ["orders", "orders"])
-        halves = zip(
-            records(ms, TRANS_HALF_TOPIC), ms.get_messages(TRANS_HALF_TOPIC, 0, 0, 10).messages, strict=True
-        )
-        ms.append_records([final_record(Half(raw, m.commitlog_offset)) for raw, m in halves][:1])
-        ms.abandon()
-    config = StoreConfig(
-        store_dir=tmp_path / "s",
-        commitlog_file_size_bytes=1 << 22,
-        background_services=False,
-        replicated=True,
-    )
-    with MessageStore.open(config, clock_ms=lambda: NOW) as ms:
+    txid = _torn_commit(tmp_path / "s", finals=1)
+    with open_replicated(tmp_path / "s") as ms:
         ms.replica_log().advance_confirm(ms.commitlog_max_offset)  # all of it replicated
         service = TransactionService.open(ms)  # no role: nothing written, nothing raised
         assert service.repaired == 0
@@ -403,22 +412,8 @@ def test_a_new_master_below_min_insync_opens_with_a_torn_commit_and_never_commit
     cannot write yet. The service must still open (the member serves), and the commit's retry
     (the Kafka coordinator delivers its decided end again) must complete it, never append its
     final messages a second time (the Jepsen run's 55 outputs twice)."""
-    config = StoreConfig(
-        store_dir=tmp_path / "s",
-        commitlog_file_size_bytes=1 << 22,
-        background_services=False,
-        replicated=True,
-    )
-    with open_store(tmp_path / "s") as ms:
-        ms.create_topic("orders", 4)
-        service = TransactionService.open(ms)
-        txid = put_halves(ms, service, ["orders", "orders"])
-        halves = zip(
-            records(ms, TRANS_HALF_TOPIC), ms.get_messages(TRANS_HALF_TOPIC, 0, 0, 10).messages, strict=True
-        )
-        ms.append_records([final_record(Half(raw, m.commitlog_offset)) for raw, m in halves])
-        ms.abandon()
-    with MessageStore.open(config, clock_ms=lambda: NOW) as ms:
+    txid = _torn_commit(tmp_path / "s", finals=2)
+    with open_replicated(tmp_path / "s") as ms:
         replica = ms.replica_log()
         replica.advance_confirm(ms.commitlog_max_offset)
         replica.set_hooks(_BelowMinInsync())
