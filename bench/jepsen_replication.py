@@ -58,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cycles", type=int, default=30)
     parser.add_argument(
-        "--faults", choices=("all", "kills"), default="all", help="kills: no partitions, no full disks"
+        "--faults",
+        choices=("all", "kills", "disks"),
+        default="all",
+        help="kills: no partitions, no full disks; disks: only the full disks (master, slave)",
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
@@ -69,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
-    faults = jepsen.ALL_FAULTS if args.faults == "all" else jepsen.KILLS_AND_PAUSES
+    faults = {"all": jepsen.ALL_FAULTS, "kills": jepsen.KILLS_AND_PAUSES, "disks": jepsen.DISKS}[args.faults]
     with (
         _run_dir(args.keep) as root,
         ExitStack() as stack,
         ProcessCluster.started(Path(root), [], session_timeout_ms=args.session_timeout_ms) as cluster,
     ):
-        rig = jepsen.start_group(cluster, stack if args.faults == "all" else None)
+        rig = jepsen.start_group(cluster, stack if args.faults != "kills" else None)
         if args.keep is not None and rig is not None and rig.disks:
             # runs after the brokers stop, before the stack unmounts their tmpfs disks
             stack.callback(_copy_stores, rig.disks, args.keep / "stores")

@@ -65,10 +65,16 @@ class StoreClosed(StoreError):
 
 
 class StoreNotWritable(StoreError):
-    """The store cannot accept writes (disk full, I/O error, flush timeout)."""
+    """The store cannot accept writes (disk full, I/O error, flush timeout).
+
+    ``appended`` says the write is in the log all the same: the refusal came after the append
+    (the fsync failed or timed out, the replicas did not acknowledge it). It is not
+    acknowledged, but a retry must find it, and an idempotent door must count its sequence as
+    taken (Kafka puts a batch's sequence in its producer state once the batch is in the log)."""
 
     code = "store_not_writable"
     retriable = True
+    appended = False
 
 
 class FlushTimeout(StoreNotWritable):
@@ -146,6 +152,7 @@ class FlushSlaveTimeout(StoreNotWritable):
 
     code = "flush_slave_timeout"
     status = "FLUSH_SLAVE_TIMEOUT"
+    appended = True
 
     def __init__(self, message: str, *, end_offset: int) -> None:
         super().__init__(message)

@@ -21,7 +21,10 @@
   looked up in the store (its UNIQ_KEYs are derived from the sequence, see
   ``store.write.idempotence``), so retries of batches stored before the restart are not written
   twice. A partition whose append failed is looked up the same way until a batch is written new
-  (:meth:`ProducerStateTable.doubt`): the failed batch may be stored.
+  (:meth:`ProducerStateTable.doubt`): the failed batch may be stored. A batch the store says
+  it appended before refusing (``StoreNotWritable.appended``) takes its sequences all the same
+  (:meth:`ProducerStateTable.stored_unacknowledged`), as in Kafka, so the batches behind it are
+  in order; its retry goes to the store's dedupe, which answers once the replicas hold it.
 """
 
 from __future__ import annotations
@@ -114,9 +117,13 @@ def _local_counter(document: Mapping[str, object]) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
+    """A batch in the log. ``acknowledged=False``: stored, but its append was refused after
+    (:attr:`store.StoreNotWritable.appended`), so ``base_offset`` may be unknown (-1)."""
+
     first_seq: int
     last_seq: int
     base_offset: int
+    acknowledged: bool = True
 
 
 @dataclass(slots=True)
@@ -129,10 +136,12 @@ class _PartitionEntry:
 
 @dataclass(frozen=True, slots=True)
 class SequenceVerdict:
-    """NONE + ``duplicate_of`` set: answer with that base offset and write nothing."""
+    """NONE + ``duplicate_of`` set: answer with that base offset and write nothing. NONE +
+    ``in_store``: a retry of a batch stored unacknowledged; look it up in the store first."""
 
     error: ErrorCode
     duplicate_of: int | None = None
+    in_store: bool = False
 
     @property
     def should_append(self) -> bool:
@@ -140,6 +149,7 @@ class SequenceVerdict:
 
 
 APPEND = SequenceVerdict(ErrorCode.NONE)
+IN_THE_STORE = SequenceVerdict(ErrorCode.NONE, in_store=True)
 PartitionKey = tuple[int, str, int]  # producer_id, topic, partition
 
 
@@ -175,19 +185,36 @@ class ProducerStateTable:
             return APPEND if first_seq == 0 else SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         for batch in entry.batches:
             if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                if not batch.acknowledged:  # the store's dedupe answers it, once replicated
+                    return IN_THE_STORE
                 return SequenceVerdict(ErrorCode.NONE, duplicate_of=batch.base_offset)
         if entry.batches and first_seq != next_sequence(entry.batches[-1].last_seq):
             return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return APPEND
 
     def record(self, key: PartitionKey, epoch: int, batch: BatchMetadata, *, fresh: bool = True) -> None:
-        """Remember an appended batch; ``fresh=False`` when the store already held it."""
+        """Remember an appended batch; ``fresh=False`` when the store already held it. A batch
+        recorded before (stored unacknowledged, now acknowledged) keeps its place."""
         entry = self._entries.get(key)
         if entry is None or epoch != entry.epoch:
             entry = _PartitionEntry(epoch)
             self._entries[key] = entry
-        entry.batches.append(batch)
+        for i, known in enumerate(entry.batches):
+            if known.first_seq == batch.first_seq and known.last_seq == batch.last_seq:
+                entry.batches[i] = batch
+                break
+        else:
+            entry.batches.append(batch)
         entry.fresh = entry.fresh or fresh
+
+    def stored_unacknowledged(self, key: PartitionKey, epoch: int, first_seq: int, last_seq: int) -> None:
+        """A batch is in the log but its append was refused after (an fsync or the replicas'
+        acknowledgement failed): its sequence is taken, as Kafka's producer state takes it. The
+        batches a client has in flight behind it follow in sequence; without this they were
+        answered OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka then bumps the epoch and numbers
+        the refused batch again, which stored it twice. Its retry is looked up in the store."""
+        self.record(key, epoch, BatchMetadata(first_seq, last_seq, -1, acknowledged=False), fresh=False)
+        self.doubt(key, epoch)
 
     def needs_store_check(self, key: PartitionKey, epoch: int) -> bool:
         """True until this process wrote a new batch for ``key`` at ``epoch``: before that, a

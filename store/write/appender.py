@@ -146,7 +146,11 @@ class Appender:
         """A replica: block until a write ending at ``end_offset`` may be reported, or raise."""
         hooks = self.replication
         if hooks is not None:
-            hooks.acknowledge(end_offset)
+            try:
+                hooks.acknowledge(end_offset)
+            except StoreNotWritable as exc:  # what it refuses to acknowledge is in the log
+                exc.appended = True
+                raise
 
     def forget_recent_results(self) -> None:
         """Drop the remembered results of recent idempotent requests (after a truncation they
@@ -508,7 +512,11 @@ class Appender:
             appended.end_offset, [(topic_names[code], qid, last + 1) for code, qid, last in lasts]
         )
         if self.group_commit is not None:
-            self.group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
+            try:
+                self.group_commit.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms / 1000)
+            except StoreNotWritable as exc:
+                exc.appended = True
+                raise
         self._acknowledge(appended.end_offset)
         return BatchPutResult(
             topic_names[0],

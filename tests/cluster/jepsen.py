@@ -65,7 +65,8 @@ BROKER_ARGS = (
 #: The faults the nemesis cycles through. Every member process is killed, paused or restarted
 #: by the first three; the rest need a :class:`Rig`.
 KILLS_AND_PAUSES = ("kill-master", "pause-master", "kill-slave")
-PARTITIONS_AND_DISKS = ("partition-master", "cut-slaves", "full-disk-master", "full-disk-slave")
+DISKS = ("full-disk-master", "full-disk-slave")
+PARTITIONS_AND_DISKS = ("partition-master", "cut-slaves", *DISKS)
 ALL_FAULTS = KILLS_AND_PAUSES + PARTITIONS_AND_DISKS
 #: The faults after which another member leads (each recorded in ``History.failovers``).
 FAILOVERS = ("kill-master", "pause-master", "partition-master")

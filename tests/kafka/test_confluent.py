@@ -247,3 +247,48 @@ def test_a_retry_of_a_later_batch_stored_unacknowledged_is_stored_once(
     finally:
         store._appender.replication = None
     assert stored_values(store, "acked-later") == [b"m-0", b"m-1", b"m-2", b"m-3"]
+
+
+def test_batches_in_flight_behind_one_stored_unacknowledged_are_each_stored_once(
+    bootstrap: str, store: MessageStore
+) -> None:
+    """The Jepsen run's messages twice under a full master disk (docs/replication.md): a batch
+    stored whose acknowledgement failed (here the replicas' ack timed out; there the fsync)
+    was not recorded in the partition's sequences, so the batches librdkafka had in flight
+    behind it were answered OUT_OF_ORDER_SEQUENCE_NUMBER. librdkafka then bumps the producer
+    epoch and numbers every unsent message again, the refused batch's retry included, under
+    new UNIQ_KEYs: stored a second time. Kafka records a batch's sequence once it is in the
+    log, acknowledged or not; so does the gateway now, and the batches behind it are taken."""
+    from tests.kafka.replication_faults import AckTimesOut
+
+    store.create_topic("in-flight", 1)
+    hooks = AckTimesOut()
+    store._appender.replication = hooks  # the hook a replicated store installs (store.ha.gate)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "batch.num.messages": 1,  # one message per batch: several batches in flight
+            **FAST,
+        }
+    )
+    sent = [b"f-%d" % i for i in range(200)]
+    delivered: list[bytes] = []
+    try:
+        producer.produce("in-flight", value=b"warm", partition=0)  # the producer id, before the fault
+        assert producer.flush(10) == 0
+        hooks.armed = 1
+        for value in sent:
+            producer.produce(
+                "in-flight",
+                value=value,
+                partition=0,
+                on_delivery=lambda err, msg: err is None and delivered.append(msg.value()),
+            )
+        assert producer.flush(30) == 0
+        assert hooks.timed_out == 1
+    finally:
+        store._appender.replication = None
+    assert sorted(delivered) == sorted(sent)
+    assert stored_values(store, "in-flight") == [b"warm", *sent]

@@ -90,3 +90,23 @@ def test_a_refused_batch_makes_the_partition_look_in_the_store_again() -> None:
     table.record(key, 0, BatchMetadata(first_seq=20, last_seq=29, base_offset=20), fresh=True)
     assert not table.needs_store_check(key, 0)
     table.doubt((8, "t", 0), 0)  # an unknown producer: nothing to do
+
+
+def test_a_batch_stored_unacknowledged_takes_its_sequences_and_its_retry_goes_to_the_store() -> None:
+    """Kafka puts a batch's sequences in the producer state once it is in the log: the batches
+    in flight behind it are in order (not OUT_OF_ORDER_SEQUENCE_NUMBER, after which librdkafka
+    renumbers the refused batch under a new epoch and it is stored twice), and its retry is not
+    answered from the table, which would acknowledge it before the replicas hold it."""
+    table = ProducerStateTable()
+    table.record(KEY, 0, BatchMetadata(0, 4, 100), fresh=True)
+    table.stored_unacknowledged(KEY, 0, 5, 9)
+    behind = table.check(KEY, 0, 10, 14)
+    assert behind.should_append and not behind.in_store
+    assert table.needs_store_check(KEY, 0)
+    table.record(KEY, 0, BatchMetadata(10, 14, 110), fresh=True)
+    retry = table.check(KEY, 0, 5, 9)
+    assert retry.should_append and retry.in_store, "the store's dedupe must answer the retry"
+    table.record(KEY, 0, BatchMetadata(5, 9, 105), fresh=False)  # found there, now acknowledged
+    assert table.check(KEY, 0, 5, 9).duplicate_of == 105
+    assert table.check(KEY, 0, 15, 19).should_append, "the acknowledged retry kept its place"
+    assert table.check(KEY, 0, 11, 19).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER

@@ -320,3 +320,24 @@ def test_clean_open_resumes_at_the_last_dispatched_record_but_verifies_it(
     assert _bodies(ms) == [b"m%03d" % i for i in range(49)]
     assert ms.put_message(Message(topic="t", body=b"next", queue_id=0)).queue_offset == 49
     ms.close()
+
+
+def test_a_refusal_after_the_append_says_the_write_is_in_the_log(tmp_path: Path, clock: ManualClock) -> None:
+    """SYNC_FLUSH with a failing fsync: the put is refused, but the record is in the log
+    (``appended``), so an idempotent door counts its sequence as taken and a retry finds it. A
+    refusal before the append (the disk full for the CommitLog) says nothing was written."""
+    fs = FaultyFileSystem()
+    cfg = tiny_config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout_ms=2000)
+    with MessageStore.open(cfg, clock_ms=clock, fs=fs) as ms:
+        _fill(ms, 2)
+        fs.fail_nth("fsync", 1, persistent=True)
+        with pytest.raises(StoreNotWritable) as after:
+            ms.put_message(Message(topic="t", body=b"in the log", queue_id=0))
+        assert after.value.appended
+        fs.heal()
+        assert _bodies(ms)[-1] == b"in the log"
+        fs.fail_nth("write", 1, errno.ENOSPC)
+        with pytest.raises(StoreNotWritable) as before:
+            ms.put_message(Message(topic="t", body=b"refused", queue_id=0))
+        assert not before.value.appended
+        assert _bodies(ms)[-1] == b"in the log"

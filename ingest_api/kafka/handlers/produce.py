@@ -49,6 +49,7 @@ from store import (
     MAX_PRODUCER_ID_CHARS,
     TRANS_HALF_TOPIC,
     FlushSlaveTimeout,
+    IndexBehind,
     InvalidArgument,
     MessageTooLarge,
     NotMaster,
@@ -81,6 +82,8 @@ class _PartitionWork:
     keep: list[bool] = field(default_factory=list)  # per batch: append it?
     verify: list[bool] = field(default_factory=list)  # per batch: look it up in the store first?
     fresh: list[bool] = field(default_factory=list)  # per kept batch: written new (not found)?
+    #: Kept batches in the log though the append was refused (``StoreNotWritable.appended``).
+    stored_unacknowledged: int = 0
     duplicate_of: int | None = None
     base_offset: int = -1
     batch_offsets: list[int] = field(default_factory=list)  # base offset of each kept batch
@@ -133,7 +136,9 @@ def _check_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
         else:
             key = (batch.producer_id, item.topic, item.partition)
             verdict = ctx.producers.check(key, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
-            item.verify[index] = ctx.producers.needs_store_check(key, batch.producer_epoch)
+            item.verify[index] = verdict.in_store or ctx.producers.needs_store_check(
+                key, batch.producer_epoch
+            )
         if verdict.error != ErrorCode.NONE:
             item.error = verdict.error
             return
@@ -181,10 +186,11 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
         if item.error != ErrorCode.NONE:
             continue
         kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
+        placed: list[tuple[int, bool]] = []
         try:
             if kept:
                 verify = [v for v, keep in zip(item.verify, item.keep, strict=True) if keep]
-                placed = _put(ctx, item.topic, item.partition, kept, verify, item.half)
+                _put(ctx, item.topic, item.partition, kept, verify, item.half, placed)
                 item.batch_offsets = [offset for offset, _ in placed]
                 item.fresh = [fresh for _, fresh in placed]
                 item.base_offset = item.batch_offsets[0]
@@ -201,6 +207,13 @@ def _append(ctx: GatewayContext, work: list[_PartitionWork]) -> None:
         except (StoreNotWritable, StoreClosed) as exc:
             log.warning("produce %s-%d: store not writable: %s", item.topic, item.partition, exc)
             item.error = replication_error(exc)
+            if isinstance(exc, StoreNotWritable) and exc.appended:  # the refused batch is in the log
+                item.stored_unacknowledged = len(placed) + 1
+            elif placed:  # batches before the refused one: in the log, the answer is an error
+                item.stored_unacknowledged = len(placed)
+        except IndexBehind as exc:  # a retry cannot be looked up yet: nothing was written
+            log.warning("produce %s-%d: %s", item.topic, item.partition, exc)
+            item.error = ErrorCode.KAFKA_STORAGE_ERROR
         except StoreError:
             log.exception("produce %s-%d failed", item.topic, item.partition)
             item.error = ErrorCode.UNKNOWN_SERVER_ERROR
@@ -227,9 +240,11 @@ def _put(
     partition: int,
     batches: list[ProducedBatch],
     verify: list[bool],
-    half: HalfOf | None = None,
-) -> list[tuple[int, bool]]:
-    """Append the batches to one queue; returns ``(base offset, written new)`` per batch.
+    half: HalfOf | None,
+    placed: list[tuple[int, bool]],
+) -> None:
+    """Append the batches to one queue; ``(base offset, written new)`` of each batch goes to
+    ``placed`` as it is stored (when one is refused, the ones before it are known).
 
     Idempotent batches are written one by one under a store :class:`ProducerRef` derived from
     ``(producer id, epoch, topic, partition, base sequence)``: the store then makes their
@@ -241,20 +256,18 @@ def _put(
     """
     store = ctx.store
     if half is not None:
-        return [
-            _put_half(ctx, topic, partition, batch, check, half)
-            for batch, check in zip(batches, verify, strict=True)
-        ]
+        for batch, check in zip(batches, verify, strict=True):
+            placed.append(_put_half(ctx, topic, partition, batch, check, half))
+        return
     if any(batch.is_idempotent for batch in batches):
-        return [
-            _put_idempotent(store, topic, partition, batch, check)
-            for batch, check in zip(batches, verify, strict=True)
-        ]
+        for batch, check in zip(batches, verify, strict=True):
+            placed.append(_put_idempotent(store, topic, partition, batch, check))
+        return
     first = _put_records(store, topic, partition, batches, None)
     offsets = [first]
     for batch in batches[:-1]:
         offsets.append(offsets[-1] + len(batch))
-    return [(offset, True) for offset in offsets]
+    placed.extend((offset, True) for offset in offsets)
 
 
 def _put_idempotent(
@@ -353,9 +366,18 @@ def _put_records(
 
 def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
     if item.error != ErrorCode.NONE:
+        stored: list[ProducedBatch] = []
+        if item.stored_unacknowledged:
+            kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
+            stored = kept[: item.stored_unacknowledged]
         for batch in item.batches:  # refused, perhaps after storing: the retry must look
             if batch.is_idempotent:
-                ctx.producers.doubt((batch.producer_id, item.topic, item.partition), batch.producer_epoch)
+                key = (batch.producer_id, item.topic, item.partition)
+                if any(batch is s for s in stored):
+                    ctx.producers.stored_unacknowledged(
+                        key, batch.producer_epoch, batch.base_sequence, batch.last_sequence
+                    )
+                ctx.producers.doubt(key, batch.producer_epoch)
         return
     kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
     for batch, offset, fresh in zip(kept, item.batch_offsets, item.fresh, strict=True):
