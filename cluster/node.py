@@ -250,13 +250,19 @@ class ClusterNode:
     def serving(self) -> bool:
         """Whether this member serves its broker name's queues now: always without replication;
         in a replica group, only while it is the group's live master. A slave forwards writes
-        (and redirects reads) to its master."""
+        (and redirects reads) to its master.
+
+        A replica whose view has no group state yet (just restarted: its watch has not brought
+        the state) does not serve either. It used to: a member restarted after a ``kill -9``
+        answered a Kafka OffsetFetch from its own log, which ended where it was killed, and the
+        Jepsen run's transaction loop rewound to those offsets and committed 2,400 outputs
+        twice (docs/replication.md)."""
         member = self.member
         if member is None:
             return False
         group = self._view.group(self.name)
         if group.state is None:
-            return True
+            return self.config.ha_port is None
         return group.master_id == member.member_id
 
     @property

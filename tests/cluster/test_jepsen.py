@@ -2,9 +2,9 @@
 the master, the master paused past its session, kill -9 of a slave, the master cut from
 ZooKeeper but not from its clients, the master cut from its slaves, a full disk on the master
 and on a slave) under HTTP and Kafka load, with an HTTP and a Kafka consumer committing group
-offsets and a Spark query through the exactly-once sink throughout, and a Kafka
-consume-transform-produce loop with transactions through the kills and pauses; the checker
-decides message by message and commit by commit. The full run is
+offsets, a Spark query through the exactly-once sink and a Kafka consume-transform-produce
+loop with transactions throughout; the checker decides message by message and commit by
+commit. The full run is
 ``python -m bench.jepsen_replication --cycles 30``."""
 
 from __future__ import annotations
@@ -34,25 +34,16 @@ def test_nothing_acknowledged_is_lost_or_duplicated_and_no_replica_diverges(
         workers += jepsen_commits.committers(
             cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, commits, stop
         )
-        # The transaction loop runs through the kills and pauses only (where a 24-cycle run is
-        # valid since 2026-11-28): through the partitions and full disks it has not been shown
-        # valid yet (docs/replication.md).
-        loop_stop = threading.Event()
-        loop = jepsen_txn.transformer(cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, loop_stop)
+        loop = jepsen_txn.transformer(cluster, jepsen.MEMBERS, jepsen.TOPIC, jepsen.QUEUES, stop)
         workers.append(loop)
         for worker in workers:
             worker.start()
         reader = jepsen.SparkReader(spark, cluster, tmp_path)
         try:
-            faults = jepsen.KILLS_AND_PAUSES
+            faults = jepsen.ALL_FAULTS
             jepsen.nemesis(cluster, history, len(faults), rig=rig, faults=faults)
-            loop_stop.set()
-            loop.join(timeout=120)
-            more = jepsen.PARTITIONS_AND_DISKS
-            jepsen.nemesis(cluster, history, len(more), rig=rig, faults=more, first_cycle=len(faults))
         finally:
             stop.set()
-            loop_stop.set()
             for worker in workers:
                 worker.join(timeout=120)
         try:

@@ -204,3 +204,21 @@ def test_a_kafka_coordinator_demoted_in_its_group_is_told_apart_from_a_participa
     wait_until(lambda: not node.serving, 10, "the view to name the other master")
     assert not link.coordinates("app-1", CoordinatorKind.TRANSACTION)
     assert link.coordinates_elsewhere_in_group("app-1", CoordinatorKind.TRANSACTION)
+
+
+def test_a_replica_serves_nothing_before_its_view_has_the_group_state(start_node: NodeFactory) -> None:
+    """A replicated member (an HA port) whose view has no group state yet, as after a restart
+    before its watch brought the state, is not its group's master: it must not answer as one
+    (the Jepsen run's OffsetFetch answered from a restarted member's stale log). A lone broker
+    (no HA port) serves at once."""
+    lone = start_node("b1", 18111)
+    wait_until(lambda: lone.view.groups.get("b1") is not None, 10, "b1 in its own view")
+    assert lone.view.group("b1").state is None and lone.serving
+    replica = start_node("b2", 18112, ha_port=18113)
+    wait_until(lambda: replica.view.groups.get("b2") is not None, 10, "b2 in its own view")
+    assert replica.view.group("b2").state is None
+    assert not replica.serving
+    assert replica.member is not None
+    me = replica.member.member_id
+    assert replica.write_group_state(GroupState(me, 1, frozenset({me}), 1), replica.read_group_state())
+    wait_until(lambda: replica.serving, 10, "the view to name it master")
