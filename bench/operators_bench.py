@@ -146,9 +146,13 @@ def relocated(broker: Broker) -> int:
     return int(broker.delay_operator().get("relocated_total") or 0)
 
 
+#: Extra ``sparkmq serve`` flags of every broker the bench starts (``--serve-args``).
+SERVE_ARGS: tuple[str, ...] = ()
+
+
 @contextmanager
 def running_broker(root: Path, env: dict[str, str] | None = None) -> Iterator[Broker]:
-    broker = start_broker(root, env=env)
+    broker = start_broker(root, env=env, extra_args=SERVE_ARGS)
     try:
         wait_until(
             lambda: broker.delay_operator().get("state") == "active", 300, "the delay query", poll_s=0.5
@@ -302,7 +306,7 @@ def recovery(root: Path, count: int) -> None:
         broker.process.wait()
     time.sleep(11)
     restart = time.monotonic()
-    again = start_broker(root)
+    again = start_broker(root, extra_args=SERVE_ARGS)
     try:
         # The first overdue delivery: by the wheel (decisions written before the kill) or by the
         # restarted job's first batch, whichever comes first.
@@ -319,10 +323,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="*", default=None, help="scenarios to run (default: all)")
+    parser.add_argument(
+        "--serve-args", default="", help="extra sparkmq serve flags, e.g. '--wheel-lookahead 10s'"
+    )
     args = parser.parse_args()
+    global SERVE_ARGS
+    SERVE_ARGS = tuple(args.serve_args.split())
     scale = 0.2 if args.quick else 1.0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    print(f"operators bench: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"operators bench: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, serve args {SERVE_ARGS}")
     root = Path(tempfile.mkdtemp(prefix="sparkmq-ops-bench-"))
     scenarios: tuple[tuple[str, Callable[[Path], None]], ...] = (
         ("plain", lambda d: plain_produce(d, int(300_000 * scale))),
