@@ -12,8 +12,9 @@ the records themselves. Prints figures; asserts nothing.
     python -m bench.operators_bench --only throughput-level hot   # some scenarios
 
 Lateness runs use level 2 (5 s) and timer messages 5 s ahead: a delay shorter than the resolver's
-read latency plus the wheel's look-ahead (``--wheel-lookahead``, 3 s) cannot be decided ahead
-and goes out when decided (level 1, 1 s: the old path's lateness).
+read latency (a trigger plus a batch) cannot be decided before it is due and goes out when
+decided (level 1, 1 s: the old path's lateness). ``--serve-args "--wheel-lookahead 3s"`` runs the
+brokers with other flags (the wheel's look-ahead is 10 s by default).
 """
 
 from __future__ import annotations

@@ -14,6 +14,15 @@ from broker.tls import TlsConfig, is_loopback
 from cluster import ClusterConfig
 from store import MIB, InvalidArgument, StoreConfig
 
+#: How far ahead the delay resolver decides (ms): its decisions wait in the broker's wheel
+#: (``broker/wheel.py``) for their due time. It must cover a trigger plus a micro-batch or two
+#: (0.5-2 s each on a quiet machine, several seconds under load): a decision that arrives after
+#: its due time is published at once. 10 s (it was 3 s): the same lateness on a quiet machine,
+#: room for slow batches, and what is due within 10 s of a broker crash is in the replicated
+#: wheel, delivered 1.6 s after the restart instead of after the operator job's 17.5 s start
+#: (``bench.operators_bench --only recovery``, docs/operators.md).
+WHEEL_LOOKAHEAD_MS = 10_000
+
 #: Hard ceiling on ``max_messages`` for one pull (JSON or Arrow).
 MAX_PULL_MESSAGES = 100_000
 #: Hard ceiling on a long-poll's ``wait_ms``.
@@ -57,7 +66,7 @@ class ServerConfig:
     relocation_chunk_rows: int = 65_536
     #: How far ahead the delay resolver decides; the broker's wheel delivers each decision at its
     #: due time (``broker/wheel.py``). 0: no wheel (decisions are published when they arrive).
-    wheel_lookahead_ms: int = 3000
+    wheel_lookahead_ms: int = WHEEL_LOOKAHEAD_MS
     #: Test only: ``<event>:<marker file>`` SIGKILLs the broker once after that relocation step
     #: (``decided``, ``scheduled``, ``chunk-<k>``, ``published``, and the wheel's
     #: ``wheel-published``, ``wheel-marked``); read from ``SPARKMQ_TEST_RELOCATION_FAULT``.

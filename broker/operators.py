@@ -33,6 +33,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.config import WHEEL_LOOKAHEAD_MS
 from broker.transactions import TransactionBoard
 from broker.wheel import DelayWheel
 from store import DELAY_OPERATOR, MessageStore
@@ -44,10 +45,6 @@ ROW_RELOCATION, ROW_SUMMARY = 0, 1
 #: Lateness histogram buckets, seconds (delivered store time - due time).
 LATENESS_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 _PR_SET_PDEATHSIG = 1
-#: How far ahead the delay resolver decides (ms): its decisions wait in the broker's wheel
-#: (``broker/wheel.py``) for their due time. It must cover a trigger plus a micro-batch or two
-#: (0.5-2 s each here): a decision that arrives after its due time is published at once.
-WHEEL_LOOKAHEAD_MS = 3000
 
 
 @dataclass

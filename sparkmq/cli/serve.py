@@ -229,7 +229,7 @@ def serve(
             help="How far ahead the delay resolver decides; the broker's wheel delivers each "
             "message at its due time (cover a trigger plus a micro-batch or two; 0 = no wheel)."
         ),
-    ] = "3s",
+    ] = "10s",
     tx_immunity_ms: Annotated[
         int,
         typer.Option(

@@ -70,7 +70,7 @@ class JobConfig:
     #: for all state stores together.
     driver_memory: str = "768m"
     state_memory_mb: int = 256
-    #: The delay resolver's trigger. Its timers fire ``wheel_lookahead_ms`` (3 s) before the due
+    #: The delay resolver's trigger. Its timers fire ``wheel_lookahead_ms`` (10 s) before the due
     #: time and the broker's wheel delivers on time, so a trigger plus a batch or two must fit in
     #: the look-ahead. Every trigger runs a batch, data or not (transformWithState in processing
     #: time): an idle job took 1.71 cores of two at 500 ms, 1.38 at 1 s (``bench.operators_idle``).

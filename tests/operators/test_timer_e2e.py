@@ -43,7 +43,7 @@ def delivered(broker: Broker, topic: str, uniq_keys: set[str], timeout_s: float)
 
 
 def test_timers_are_delivered_once_never_early_and_roll(tmp_path: Path) -> None:
-    # The broker's default wheel look-ahead (3 s, capped at the 2 s roll window by the resolver).
+    # The broker's default wheel look-ahead (10 s, capped at the 2 s roll window by the resolver).
     broker = start_broker(tmp_path, queries=RESOLVERS, extra_args=("--timer-roll-window", "2s"))
     try:
         wait_until(
