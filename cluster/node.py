@@ -250,13 +250,8 @@ class ClusterNode:
     def serving(self) -> bool:
         """Whether this member serves its broker name's queues now: always without replication;
         in a replica group, only while it is the group's live master. A slave forwards writes
-        (and redirects reads) to its master.
-
-        A replica whose view has no group state yet (just restarted: its watch has not brought
-        the state) does not serve either. It used to: a member restarted after a ``kill -9``
-        answered a Kafka OffsetFetch from its own log, which ended where it was killed, and the
-        Jepsen run's transaction loop rewound to those offsets and committed 2,400 outputs
-        twice (docs/replication.md)."""
+        (and redirects reads) to its master; nor does a replica whose view has no group state
+        yet (just restarted: it answered OffsetFetch from its stale log, docs/replication.md)."""
         member = self.member
         if member is None:
             return False
