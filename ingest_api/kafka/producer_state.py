@@ -133,6 +133,13 @@ class _PartitionEntry:
     #: A batch of this epoch was written new by this process: later sequences are new too.
     fresh: bool = False
 
+    def find(self, first_seq: int, last_seq: int) -> int | None:
+        """Index in :attr:`batches` of the batch with these sequences, if remembered."""
+        for i, batch in enumerate(self.batches):
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return i
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class SequenceVerdict:
@@ -183,11 +190,12 @@ class ProducerStateTable:
             return SequenceVerdict(ErrorCode.INVALID_PRODUCER_EPOCH)
         if epoch > entry.epoch:
             return APPEND if first_seq == 0 else SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-        for batch in entry.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                if not batch.acknowledged:  # the store's dedupe answers it, once replicated
-                    return IN_THE_STORE
-                return SequenceVerdict(ErrorCode.NONE, duplicate_of=batch.base_offset)
+        known = entry.find(first_seq, last_seq)
+        if known is not None:
+            batch = entry.batches[known]
+            if not batch.acknowledged:  # the store's dedupe answers it, once replicated
+                return IN_THE_STORE
+            return SequenceVerdict(ErrorCode.NONE, duplicate_of=batch.base_offset)
         if entry.batches and first_seq != next_sequence(entry.batches[-1].last_seq):
             return SequenceVerdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return APPEND
@@ -199,12 +207,11 @@ class ProducerStateTable:
         if entry is None or epoch != entry.epoch:
             entry = _PartitionEntry(epoch)
             self._entries[key] = entry
-        for i, known in enumerate(entry.batches):
-            if known.first_seq == batch.first_seq and known.last_seq == batch.last_seq:
-                entry.batches[i] = batch
-                break
-        else:
+        known = entry.find(batch.first_seq, batch.last_seq)
+        if known is None:
             entry.batches.append(batch)
+        else:
+            entry.batches[known] = batch
         entry.fresh = entry.fresh or fresh
 
     def stored_unacknowledged(self, key: PartitionKey, epoch: int, first_seq: int, last_seq: int) -> None:

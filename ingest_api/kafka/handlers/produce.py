@@ -366,18 +366,17 @@ def _put_records(
 
 def _record_sequences(ctx: GatewayContext, item: _PartitionWork) -> None:
     if item.error != ErrorCode.NONE:
-        stored: list[ProducedBatch] = []
-        if item.stored_unacknowledged:
+        if item.stored_unacknowledged:  # in the log though refused: their sequences are taken
             kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
-            stored = kept[: item.stored_unacknowledged]
-        for batch in item.batches:  # refused, perhaps after storing: the retry must look
-            if batch.is_idempotent:
-                key = (batch.producer_id, item.topic, item.partition)
-                if any(batch is s for s in stored):
+            for batch in kept[: item.stored_unacknowledged]:
+                if batch.is_idempotent:
+                    key = (batch.producer_id, item.topic, item.partition)
                     ctx.producers.stored_unacknowledged(
                         key, batch.producer_epoch, batch.base_sequence, batch.last_sequence
                     )
-                ctx.producers.doubt(key, batch.producer_epoch)
+        for batch in item.batches:  # refused, perhaps after storing: the retry must look
+            if batch.is_idempotent:
+                ctx.producers.doubt((batch.producer_id, item.topic, item.partition), batch.producer_epoch)
         return
     kept = [batch for batch, keep in zip(item.batches, item.keep, strict=True) if keep]
     for batch, offset, fresh in zip(kept, item.batch_offsets, item.fresh, strict=True):
