@@ -77,6 +77,9 @@ class Backend(Protocol):
         """The broker serving the queue (``""`` when one place serves every queue): planning
         groups a task's ranges by it."""
 
+    def release_pages(self) -> None:
+        """Give back the memory a task's reads mapped (a task calls it when it is done)."""
+
 
 def is_backend_fault(exc: BaseException) -> bool:
     """Faults the group-offset mirror tolerates (logged, retried on the next trigger)."""

@@ -127,6 +127,12 @@ class PathBackend:
         )
         return ReadChunk(res.status, res.next_offset, res.min_offset, res.max_offset, res.batch)
 
+    def release_pages(self) -> None:
+        # Spark keeps its Python workers (and this backend) between batches: without this each
+        # one kept every CommitLog page it had read mapped (StoreReader.release_pages).
+        if self._reader is not None:
+            self._reader.release_pages()
+
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Open the directory as its owner for one commit (raises ``StoreLocked`` if owned)."""
         with MessageStore.open(owner_config(self.store_dir)) as owner:

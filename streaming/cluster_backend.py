@@ -384,6 +384,9 @@ class ClusterBackend:
         owner = self._owner(topic, queue_id)
         return owner.broker if owner is not None else ""
 
+    def release_pages(self) -> None:
+        """Nothing is mapped: reads arrive over HTTP."""
+
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Each queue's offset at its owner; raises after trying every owner if any failed."""
         owners = self._route(topic)

@@ -198,6 +198,9 @@ class EndpointBackend:
     def owner_of(self, topic: str, queue_id: int) -> str:
         return ""
 
+    def release_pages(self) -> None:
+        """Nothing is mapped: reads arrive over HTTP."""
+
 
 def _raise_for_status(resp: Any) -> None:
     if resp.status_code >= 400:

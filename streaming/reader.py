@@ -239,6 +239,15 @@ def read_ranges(
     if isinstance(backend, ClusterBackend):
         backend.learn(brokers)
     backend.refresh()
+    try:
+        yield from _read_ranges(options, backend, ranges)
+    finally:  # the task is done with these bytes: its worker waits for the next batch
+        backend.release_pages()
+
+
+def _read_ranges(
+    options: SourceOptions, backend: Backend, ranges: Sequence[QueueRange]
+) -> Iterator[pa.RecordBatch]:
     for rng in ranges:
         offset = rng.start
         where = queue_key(rng.topic, rng.queue_id)

@@ -87,6 +87,10 @@ class CommitLog(RecoveryWalk):
     def file_size_bytes(self) -> int:
         return self.file_size
 
+    def release_pages(self) -> None:
+        """Read-only followers: drop the pages the reads mapped (the page cache keeps them)."""
+        self.queue.release_pages()
+
     def close(self) -> None:
         self.queue.close()
 

@@ -526,6 +526,11 @@ class ConsumeQueue:
                 self._flushed = upto
         return True
 
+    def release_pages(self) -> None:
+        """Read-only followers: drop the pages the reads mapped (the page cache keeps them)."""
+        for f in self._files:  # replaced, never changed in place
+            f.handle.release_pages()
+
     def close(self) -> None:
         with self._lock:
             for f in self._files:

@@ -178,6 +178,11 @@ class ConsumeQueueStore:
             queue.flush()
         return last_ts
 
+    def release_pages(self) -> None:
+        """Read-only followers: drop the pages the reads mapped (the page cache keeps them)."""
+        for queue in self._queues.values():
+            queue.release_pages()
+
     def close(self) -> None:
         for queue in self._queues.values():
             queue.close()

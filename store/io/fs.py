@@ -88,6 +88,11 @@ class FileHandle(Protocol):
         mapping; raises ``OSError(ENOSPC)`` when the disk cannot, with nothing changed."""
         ...
 
+    def release_pages(self) -> None:
+        """A read-only mapping: drop the pages this process has mapped (they stay in the page
+        cache; the next read maps them again, views stay valid). A no-op on a writer's file."""
+        ...
+
     def close(self) -> None:
         """Unmap and close; idempotent."""
         ...
@@ -232,6 +237,12 @@ class OsMappedHandle:
                 return ranges
             return [(start, end)]  # SEEK_DATA unsupported: treat everything as data
         return ranges
+
+    def release_pages(self) -> None:
+        # MADV_DONTNEED on a shared read-only file mapping changes no content: it unmaps the
+        # resident pages (counted in this process's RSS) and the page cache keeps them.
+        if self._read_only and self._mmap is not None:
+            self._mmap.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
         if self._mmap is not None:
@@ -396,6 +407,9 @@ class _FaultyHandle:
         if end > start:
             aligned = start - start % PAGE_SIZE
             self._owner.synced(self._inner.path, aligned, self._inner.read(aligned, end - aligned))
+
+    def release_pages(self) -> None:
+        self._inner.release_pages()
 
     def close(self) -> None:
         self._inner.close()

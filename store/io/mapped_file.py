@@ -111,6 +111,9 @@ class MappedFile:
                     self._handle.write(at, _ZERO_CHUNK[:length])
                     self._handle.sync(at, at + length)
 
+    def release_pages(self) -> None:
+        self._handle.release_pages()
+
     def close(self) -> None:
         self._handle.close()
 
@@ -347,6 +350,11 @@ class MappedFileQueue:
             self.remove_file(mapped, f"ends before offset {offset}")
             deleted.append(mapped.path)
         return deleted
+
+    def release_pages(self) -> None:
+        """Read-only followers: drop the pages the reads mapped (:meth:`FileHandle.release_pages`)."""
+        for mapped in self._files:  # a snapshot (the list is replaced, never changed in place)
+            mapped.release_pages()
 
     def close(self) -> None:
         with self._lock:

@@ -76,6 +76,15 @@ class StoreReader:
         if self._checkpoint is not None:
             self._checkpoint.close()
 
+    def release_pages(self) -> None:
+        """Unmap the pages of the store's files the reads so far mapped. They count in this
+        process's RSS until then (a Spark worker that read a million records held 150 MB of
+        CommitLog pages across batches); the page cache keeps them, so the next read of the same
+        bytes costs a minor fault, not a disk read. Safe while results of earlier reads are in
+        use: the mappings stay, only their page table entries go."""
+        self._commitlog.release_pages()
+        self._queues.release_pages()
+
     def refresh(self) -> None:
         """Pick up files, queues and units written since the last look."""
         self._commitlog.refresh()

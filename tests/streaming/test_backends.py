@@ -20,6 +20,10 @@ from store.format.arrow_schema import MESSAGE_SCHEMA
 from store.types import GetStatus
 from streaming.backends import Backend, BackendError, EndpointBackend, PathBackend
 from streaming.cluster_backend import ClusterBackend
+from streaming.offsets import QueueRange
+from streaming.options import parse_options
+from streaming.reader import read_ranges
+from tests.store.test_reader_pages import mapped_rss_kb
 from tests.streaming.conftest import Broker, open_store, produce
 from tests.support.waiting import wait_until
 
@@ -130,3 +134,28 @@ def test_endpoint_pulls_survive_a_broker_restart_on_the_same_port(tmp_path: Path
         assert rest.next_offset == 6
     finally:
         again.stop()
+
+
+def test_a_path_task_leaves_no_store_page_mapped_in_its_worker(
+    served_store: tuple[Path, Broker, list[Any]],
+) -> None:
+    """Spark keeps the worker (and its StoreReader) between batches: a task's reads give back
+    the CommitLog and ConsumeQueue pages they mapped when the task ends."""
+    store_dir, _, _ = served_store
+    options = parse_options({"path": str(store_dir), "topics": "orders"})
+    ranges = [QueueRange("orders", queue, 0, 20) for queue in range(3)]
+    resident = []
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        for batch in read_ranges(options, ranges):
+            resident.append(mapped_rss_kb(store_dir.resolve()))  # while the task reads
+            yield batch
+
+    assert sum(batch.num_rows for batch in rows()) == 60
+    assert max(resident) > 0
+    assert mapped_rss_kb(store_dir.resolve()) == 0
+    for backend in (
+        EndpointBackend("http://127.0.0.1:1", timeout_s=1),
+        ClusterBackend("http://127.0.0.1:1", timeout_s=1),
+    ):
+        backend.release_pages()  # nothing mapped: reads come over HTTP
