@@ -34,9 +34,9 @@ BODY_BYTES = 100
 
 
 @contextlib.contextmanager
-def grpc_broker() -> Iterator[tuple[str, str]]:
+def grpc_broker() -> Iterator[tuple[str, str, int]]:
     """``sparkmq serve --grpc-port`` on a temporary store in a child process: ``(HTTP url,
-    gRPC endpoint)``; stopped with SIGTERM."""
+    gRPC endpoint, pid)``; stopped with SIGTERM."""
     with tempfile.TemporaryDirectory(prefix="sparkmq-grpc-bench-") as store_dir:
         port, grpc_port = _free_port(), _free_port()
         command = [
@@ -55,10 +55,16 @@ def grpc_broker() -> Iterator[tuple[str, str]]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("broker did not start")
                 time.sleep(0.1)
-            yield url, f"127.0.0.1:{grpc_port}"
+            yield url, f"127.0.0.1:{grpc_port}", process.pid
         finally:
             process.terminate()
             process.wait(timeout=60)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_grpc_send(endpoint: str, topic: str, seconds: float, threads: int, home: Path) -> Figure:
@@ -76,16 +82,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--threads", type=int, default=16, help="gRPC sender threads = HTTP connections.")
     args = parser.parse_args()
-    with grpc_broker() as (url, endpoint), tempfile.TemporaryDirectory() as home:
+    with grpc_broker() as (url, endpoint, pid), tempfile.TemporaryDirectory() as home:
         with httpx.Client(base_url=url) as http:
             http.put("/topics/bench_http", json={"queues": 8})
             http.put("/topics/bench_grpc", json={"queues": 8})
+        before = cpu_s(pid)
         http_figure = asyncio.run(bench_single(url, "bench_http", args.seconds, args.threads))
+        between = cpu_s(pid)
         grpc_figure = bench_grpc_send(endpoint, "bench_grpc", args.seconds, args.threads, Path(home))
+        after = cpu_s(pid)  # includes the client's start (routes, settings): a few ms
     for figure in (http_figure, grpc_figure):
         print(figure.line())
     ratio = grpc_figure.rate / http_figure.rate if http_figure.rate else 0.0
     print(f"{'gRPC / HTTP single produce':<34} {ratio:>14.2f} x   (goal >= 1x)")
+    http_ms = (between - before) * 1000 / max(1, http_figure.count)
+    grpc_ms = (after - between) * 1000 / max(1, grpc_figure.count)
+    load = os.getloadavg()[0]
+    print(f"broker CPU per message: HTTP {http_ms:.3f} ms, gRPC {grpc_ms:.3f} ms; load {load:.1f}")
 
 
 if __name__ == "__main__":
