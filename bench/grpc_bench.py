@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,11 @@ def grpc_broker() -> Iterator[tuple[str, str, int]]:
             process.wait(timeout=60)
 
 
+def _rusage_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -86,11 +92,16 @@ def main() -> None:
         with httpx.Client(base_url=url) as http:
             http.put("/topics/bench_http", json={"queues": 8})
             http.put("/topics/bench_grpc", json={"queues": 8})
-        before = cpu_s(pid)
+        before, own = cpu_s(pid), _rusage_s(resource.RUSAGE_SELF)
         http_figure = asyncio.run(bench_single(url, "bench_http", args.seconds, args.threads))
-        between = cpu_s(pid)
+        between, own_after, children = (
+            cpu_s(pid),
+            _rusage_s(resource.RUSAGE_SELF),
+            _rusage_s(resource.RUSAGE_CHILDREN),
+        )
         grpc_figure = bench_grpc_send(endpoint, "bench_grpc", args.seconds, args.threads, Path(home))
         after = cpu_s(pid)  # includes the client's start (routes, settings): a few ms
+        client = _rusage_s(resource.RUSAGE_CHILDREN) - children  # the official client's process, reaped
     for figure in (http_figure, grpc_figure):
         print(figure.line())
     ratio = grpc_figure.rate / http_figure.rate if http_figure.rate else 0.0
@@ -99,6 +110,11 @@ def main() -> None:
     grpc_ms = (after - between) * 1000 / max(1, grpc_figure.count)
     load = os.getloadavg()[0]
     print(f"broker CPU per message: HTTP {http_ms:.3f} ms, gRPC {grpc_ms:.3f} ms; load {load:.1f}")
+    # The clients' own cost, on the same cores: the HTTP bench's client runs in this process;
+    # the official client's figure includes its interpreter's start and its Producer's setup.
+    http_client_ms = (own_after - own) * 1000 / max(1, http_figure.count)
+    grpc_client_ms = client * 1000 / max(1, grpc_figure.count)
+    print(f"client CPU per message: HTTP {http_client_ms:.3f} ms, gRPC {grpc_client_ms:.3f} ms")
 
 
 if __name__ == "__main__":

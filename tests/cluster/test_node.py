@@ -81,7 +81,9 @@ def test_ensuring_a_topic_another_member_just_created_never_grows_it(start_node:
     it in ZooKeeper and answers its queues; before, it grew the topic to the default count (seen
     in CI: a two-queue topic became eight when the slave's NameServer was asked at once)."""
     b1, b2 = start_node("b1", 8081), start_node("b2", 8082)
-    wait_until(lambda: b2.view.live_brokers() == ("b1", "b2"), 5, "two live brokers")
+    wait_until(
+        lambda: b1.view.live_brokers() == b2.view.live_brokers() == ("b1", "b2"), 5, "two live brokers"
+    )
     before = b2.view  # a snapshot: each change of the routes installs a new view
     b1.create_or_grow_topic("fresh", 2)
     wait_until(lambda: b2.view.placement("fresh") is not None, 2, "the route at b2")
@@ -99,7 +101,10 @@ def test_a_member_learns_a_topic_its_watch_has_not_brought_yet(start_node: NodeF
     """A request for a topic another member has just created finds it in ZooKeeper; a missing
     topic is asked again only after the recheck time."""
     b1, b2 = start_node("b1", 8081), start_node("b2", 8082)
-    wait_until(lambda: b2.view.live_brokers() == ("b1", "b2"), 5, "two live brokers")
+    # b1 places the topic over the live brokers *it* sees: both views, not only b2's.
+    wait_until(
+        lambda: b1.view.live_brokers() == b2.view.live_brokers() == ("b1", "b2"), 5, "two live brokers"
+    )
     b1.create_or_grow_topic("fresh", 3)
     wait_until(lambda: b2.view.placement("fresh") is not None, 2, "the route at b2")
     with b2._lock:  # as if b2's watch had not fired yet
