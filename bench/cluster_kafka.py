@@ -43,6 +43,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.http_bench import cpu_seconds
 from cluster.local_zookeeper import LocalZooKeeper
 
 MESSAGE = b"x" * 100
@@ -66,15 +67,6 @@ class KafkaBroker:
     http: str
     bootstrap: str
     pid: int
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc), 0.0 where unavailable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_healthy(broker: KafkaBroker, process: subprocess.Popen[bytes]) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.http_bench import Figure, _free_port, bench_single
+from bench.http_bench import Figure, _free_port, bench_single, cpu_seconds
 from tests.support.rocketmq5 import run_client
 
 BODY_BYTES = 100
@@ -67,12 +67,6 @@ def _rusage_s(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def bench_grpc_send(endpoint: str, topic: str, seconds: float, threads: int, home: Path) -> Figure:
     """SendMessage through the official Python client: one Producer, ``threads`` threads."""
     argument = {"endpoint": endpoint, "topic": topic, "threads": threads, "seconds": seconds}
@@ -92,15 +86,15 @@ def main() -> None:
         with httpx.Client(base_url=url) as http:
             http.put("/topics/bench_http", json={"queues": 8})
             http.put("/topics/bench_grpc", json={"queues": 8})
-        before, own = cpu_s(pid), _rusage_s(resource.RUSAGE_SELF)
+        before, own = cpu_seconds(pid), _rusage_s(resource.RUSAGE_SELF)
         http_figure = asyncio.run(bench_single(url, "bench_http", args.seconds, args.threads))
         between, own_after, children = (
-            cpu_s(pid),
+            cpu_seconds(pid),
             _rusage_s(resource.RUSAGE_SELF),
             _rusage_s(resource.RUSAGE_CHILDREN),
         )
         grpc_figure = bench_grpc_send(endpoint, "bench_grpc", args.seconds, args.threads, Path(home))
-        after = cpu_s(pid)  # includes the client's start (routes, settings): a few ms
+        after = cpu_seconds(pid)  # includes the client's start (routes, settings): a few ms
         client = _rusage_s(resource.RUSAGE_CHILDREN) - children  # the official client's process, reaped
     for figure in (http_figure, grpc_figure):
         print(figure.line())

@@ -33,6 +33,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
+from bench.http_bench import cpu_seconds
+
 MESSAGE = b"x" * 100
 PARTITIONS = 4
 
@@ -70,15 +72,6 @@ def start_gateway(store_dir: Path, port: int) -> subprocess.Popen[bytes]:
             time.sleep(0.05)
     process.kill()
     raise TimeoutError("gateway did not start")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc), 0.0 where unavailable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def create_topic(bootstrap: str, topic: str) -> None:

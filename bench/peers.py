@@ -49,6 +49,7 @@ from pathlib import Path
 import httpx
 
 from bench import http_bench, kafka_bench, store_bench
+from bench.http_bench import cpu_seconds
 from store import FlushDiskType, MessageStore
 
 BODY = b"x" * 100
@@ -252,9 +253,9 @@ def kafka_produce(bootstrap: str, pid: int, messages: int, prefix: str) -> Calla
     def run(round_no: int) -> Sample:
         topic = f"{prefix}-{round_no}"
         kafka_bench.create_topic(bootstrap, topic)
-        cpu_before = kafka_bench.cpu_seconds(pid)
+        cpu_before = cpu_seconds(pid)
         elapsed = kafka_bench.confluent_produce(bootstrap, topic, messages)
-        cpu = kafka_bench.cpu_seconds(pid) - cpu_before
+        cpu = cpu_seconds(pid) - cpu_before
         return Sample(messages / elapsed, server_cpu_us=cpu / messages * 1e6)
 
     return run
