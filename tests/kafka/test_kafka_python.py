@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -95,28 +96,56 @@ def test_group_consumer_with_auto_commit(bootstrap: str, store: MessageStore) ->
     assert sum(store.committed_offsets("kp%2Eg1", "kp%2Egroup").values()) == 60
 
 
-def _assigned(consumer: KafkaConsumer) -> set[int]:
-    return {tp.partition for tp in consumer.assignment()}
+class _Member(threading.Thread):
+    """One group member polling on its own thread, as an application's consumer does.
+
+    Two members polled in turn from one thread livelock in kafka-python 3.0: a poll that times out
+    while its JoinGroup is parked (the coordinator waits for the other member) leaves the join
+    task running; if that task finishes before the next poll, ``join_group_async`` sees it done
+    and sends a fresh JoinGroup, which starts another rebalance for the other member."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        self._servers = bootstrap
+        self._stop_polling = threading.Event()
+        self.assigned: frozenset[int] = frozenset()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        consumer = KafkaConsumer(
+            "kp-rebalance", bootstrap_servers=self._servers, group_id="kp-rb", **CONSUMER
+        )
+        try:
+            while not self._stop_polling.is_set():
+                consumer.poll(300)
+                self.assigned = frozenset(tp.partition for tp in consumer.assignment())
+        except BaseException as exc:  # the test thread reports it
+            self.error = exc
+        finally:
+            consumer.close()
+
+    def leave(self) -> None:
+        self._stop_polling.set()
+        self.join(30)
+        assert not self.is_alive(), "the member did not close"
+        assert self.error is None, self.error
 
 
 def test_two_member_rebalance(bootstrap: str, store: MessageStore, admin: KafkaAdminClient) -> None:
     store.create_topic("kp-rebalance", 3)
-    first = KafkaConsumer("kp-rebalance", bootstrap_servers=bootstrap, group_id="kp-rb", **CONSUMER)
-    second = KafkaConsumer("kp-rebalance", bootstrap_servers=bootstrap, group_id="kp-rb", **CONSUMER)
+    first, second = _Member(bootstrap), _Member(bootstrap)
     try:
-        wait_until(lambda: (first.poll(50), _assigned(first))[1] == {0, 1, 2}, 20, "first member owns all")
+        first.start()
+        wait_until(lambda: first.assigned == {0, 1, 2}, 20, "first member owns all")
+        second.start()
 
         def split() -> bool:
-            first.poll(50)
-            second.poll(50)
-            a, b = _assigned(first), _assigned(second)
+            a, b = first.assigned, second.assigned
             return bool(a) and bool(b) and a | b == {0, 1, 2} and not a & b
 
         wait_until(split, 30, "the partitions to be split between both members")
 
         def stable() -> bool:  # a member's next poll may still be finishing its join
-            first.poll(50)
-            second.poll(50)
             group = admin.describe_groups(["kp-rb"])["kp-rb"]
             return bool(group["group_state"] == "Stable" and len(group["members"]) == 2)
 
@@ -124,11 +153,12 @@ def test_two_member_rebalance(bootstrap: str, store: MessageStore, admin: KafkaA
         listed = {g["group_id"]: g for g in admin.list_groups()}
         assert listed["kp-rb"]["protocol_type"] == "consumer"
         assert admin.list_group_offsets({"kp-rb": None}) is not None
-        second.close()
-        wait_until(lambda: (first.poll(50), _assigned(first))[1] == {0, 1, 2}, 30, "first to take all back")
+        second.leave()
+        wait_until(lambda: first.assigned == {0, 1, 2}, 30, "first to take all back")
     finally:
-        first.close()
-        second.close()
+        first.leave()
+        if second.is_alive():
+            second.leave()
 
 
 def test_offsets_for_times_and_seek(bootstrap: str, store: MessageStore) -> None:
