@@ -317,7 +317,7 @@ def recovery(root: Path, count: int, level: int = 3, down_s: float = 11) -> None
     print(f"recovery (level {level}, down {down_s:.0f} s): {decided:,} wheel entries at the kill")
     time.sleep(down_s)
     restart = time.monotonic()
-    again = start_broker(root, extra_args=SERVE_ARGS)
+    again = start_broker(root, extra_args=SERVE_ARGS, port=int(broker.url.rsplit(":", 1)[1]))
     try:
         # The first overdue delivery: by the wheel (decisions written before the kill) or by the
         # restarted job's first batch, whichever comes first.

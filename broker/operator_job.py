@@ -39,6 +39,8 @@ from store import InvalidArgument
 #: The job's credential and CA (read by :func:`streaming.operators.runtime.parse_args`).
 TOKEN_ENV = "SPARKMQ_TOKEN"
 TLS_CA_ENV = "SPARKMQ_TLS_CA"
+#: The job's lock file, in its checkpoint directory (:mod:`streaming.operators.tenure`).
+LOCK_FILE = "job.lock"
 _WILDCARDS = ("0.0.0.0", "::", "")
 
 
@@ -59,10 +61,11 @@ class JobLaunch:
 def job_argv(
     endpoint: str, store_dir: Path, checkpoint_dir: Path, master: str, extra: Sequence[str] = ()
 ) -> list[str]:
-    """The command line of the local operator job."""
+    """The command line of the local operator job (it holds ``<checkpoint_dir>/job.lock``)."""
     return [
         sys.executable, "-m", "streaming.operators", "--endpoint", endpoint, "--path", str(store_dir),
-        "--checkpoint-dir", str(checkpoint_dir), "--master", master, *extra,
+        "--checkpoint-dir", str(checkpoint_dir), "--lock-file", str(checkpoint_dir / LOCK_FILE),
+        "--master", master, *extra,
     ]  # fmt: skip
 
 
@@ -105,9 +108,11 @@ def job_launch(
     master: str,
     inherited_token: str | None = None,
     queries: Sequence[str] | None = None,
+    grace_s: float = 0.0,
 ) -> JobLaunch:
     """What the supervisor runs for ``config``'s broker; ``inherited_token`` is the broker's own
-    ``SPARKMQ_TOKEN``, if any; ``queries``: the resolvers to run (``None``: all). Raises
+    ``SPARKMQ_TOKEN``, if any; ``queries``: the resolvers to run (``None``: all); ``grace_s``:
+    how long the job outlives its broker (0: it dies with it). Raises
     :class:`InvalidArgument` as :func:`job_token` does."""
     variables: dict[str, str] = {}
     token = job_token(config, inherited_token)
@@ -122,5 +127,7 @@ def job_launch(
         extra += ["--tls-client-key", str(config.tls.key_file.resolve())]
     if queries is not None:
         extra += ["--queries", ",".join(queries)]
+    if grace_s > 0:
+        extra += ["--broker-grace-s", f"{grace_s:g}"]
     argv = job_argv(job_endpoint(config), store_dir, checkpoint_dir, master, extra)
     return JobLaunch(tuple(argv), variables)

@@ -6,9 +6,20 @@
 * :class:`OperatorSupervisor` runs the operator job (``python -m streaming.operators``) as a
   child process of ``sparkmq serve``: started after the broker is up (the broker is healthy
   before Spark is), restarted with back-off when it dies, stopped with SIGTERM (then SIGKILL)
-  when the broker stops. The child gets ``PR_SET_PDEATHSIG``: a ``kill -9`` of the broker kills
-  it too, and the JVM it started exits when its Python driver goes (PySpark's gateway watches
-  its stdin), so no driver is orphaned; the next broker's job resumes from the checkpoint.
+  when the broker stops. What a ``kill -9`` of the broker does to it depends on the grace
+  (``--operator-job-grace``):
+
+  - **0**: the child gets ``PR_SET_PDEATHSIG`` and dies with the broker; the JVM it started
+    exits when its Python driver goes (PySpark's gateway watches its stdin), so no driver is
+    orphaned; the next broker's job resumes from the checkpoint, a new job's start later
+    (a SparkSession, the queries' start, their first batches: about 15 s on two cores).
+  - **N seconds**: the job outlives the broker for up to N s, its queries waiting for it. The
+    next broker finds the job still holding its lock file (:mod:`streaming.operators.tenure`)
+    and **adopts** it when it was launched the same way (the digest of its argv and settings,
+    :func:`launch_fingerprint`); a job launched otherwise (another port, other queries) is
+    stopped and a new one started. The adopted job posts its waiting batch as soon as the
+    broker answers: the first overdue delivery comes a trigger after the broker's start.
+
   Its command line and environment (endpoint, CA, credential) are :mod:`broker.operator_job`'s.
 """
 
@@ -16,6 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import fcntl
+import hashlib
+import json
 import logging
 import os
 import signal
@@ -23,7 +37,7 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,7 +295,14 @@ class OperatorBoard:
         sup = self.supervisor
         if sup is None:
             return {"mode": "external"}
-        return {"mode": "child", "running": sup.running, "pid": sup.pid, "restarts": sup.restarts}
+        return {
+            "mode": "child",
+            "running": sup.running,
+            "pid": sup.pid,
+            "restarts": sup.restarts,
+            "adoptions": sup.adoptions,
+            "grace_s": sup.grace_s,
+        }
 
 
 def _crash_hook(fault: str | None) -> Any:
@@ -310,8 +331,45 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+#: The job's launch digest, in its environment and its lock file (:mod:`streaming.operators.tenure`).
+FINGERPRINT_ENV = "SPARKMQ_JOB_FINGERPRINT"
+#: The variables that shape a job (the rest of the broker's environment does not, and varies
+#: between two starts of one broker: systemd's INVOCATION_ID, a shell's OLDPWD).
+_SHAPING_PREFIXES = ("SPARKMQ_", "SPARK_", "PYSPARK_", "JAVA_", "PYTHON")
+
+
+def launch_fingerprint(argv: Sequence[str], env: Mapping[str, str] | None) -> str:
+    """A digest of what makes two launches the same job: argv and the shaping variables (the
+    credential among them: a digest, never the secret itself, reaches the lock file)."""
+    shaping = sorted((k, v) for k, v in (env or os.environ).items() if k.startswith(_SHAPING_PREFIXES))
+    shaping = [(k, v) for k, v in shaping if k != FINGERPRINT_ENV]
+    return hashlib.sha256(json.dumps([list(argv), shaping]).encode()).hexdigest()
+
+
+def lock_holder(path: Path) -> dict[str, Any] | None:
+    """The record of the job holding ``path`` (``pid`` ``None`` while it is still writing it), or
+    ``None`` when no process holds the lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                record = {}
+            return {"pid": record.get("pid"), "fingerprint": record.get("fingerprint")}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 class OperatorSupervisor:
-    """Keeps one operator job child alive for the broker's lifetime (see the module docstring)."""
+    """Keeps one operator job alive for the broker's lifetime (see the module docstring)."""
 
     def __init__(
         self,
@@ -319,53 +377,108 @@ class OperatorSupervisor:
         log_path: Path | None = None,
         max_backoff_s: float = 30.0,
         env: Mapping[str, str] | None = None,
+        *,
+        lock_path: Path | None = None,
+        grace_s: float = 0.0,
     ) -> None:
         """``env``: the job's whole environment (``None``: this process's); it may hold the
-        job's credential, so it is never logged (argv is: keep secrets out of it)."""
+        job's credential, so it is never logged (argv is: keep secrets out of it).
+        ``lock_path``: the job's ``--lock-file`` (a job holding it is adopted or stopped);
+        ``grace_s`` > 0: the job outlives a ``kill -9`` of the broker (no PDEATHSIG)."""
         self.argv = list(argv)
         self._env = None if env is None else dict(env)
+        self.fingerprint = launch_fingerprint(self.argv, self._env)
         self.log_path = log_path
         self.max_backoff_s = max_backoff_s
+        self.lock_path = lock_path
+        self.grace_s = grace_s
         self.restarts = 0
+        self.adoptions = 0
         self._proc: subprocess.Popen[bytes] | None = None
+        self._adopted: int | None = None  # the pid of a job a previous broker started
         self._stopping = False
         #: Whether the job should run now: always for a lone broker; in a replica group only on
         #: the master (a slave's parked records are its master's, resolved by its master's job).
         self.should_run: Callable[[], bool] = lambda: True
 
+    def _holder(self) -> dict[str, Any] | None:
+        return lock_holder(self.lock_path) if self.lock_path is not None else None
+
     @property
     def running(self) -> bool:
+        if self._adopted is not None:
+            return self._holder() is not None
         return self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:
+        if self._adopted is not None:
+            return self._adopted
         return self._proc.pid if self._proc is not None else None
 
     def _spawn(self) -> None:
         out = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+        env = {**(os.environ if self._env is None else self._env), FINGERPRINT_ENV: self.fingerprint}
         try:
             # Spawned from the event loop's (main) thread: PDEATHSIG follows the spawning thread.
             self._proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
-                env=self._env,
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (prctl only; no locks taken)
+                preexec_fn=_die_with_parent if self.grace_s <= 0 else None,  # noqa: PLW1509 (prctl only)
             )
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()  # type: ignore[union-attr]
         log.info("operator job started (pid %d): %s", self._proc.pid, " ".join(self.argv))
 
+    async def _settle_holder(self, holder: dict[str, Any]) -> bool:
+        """A job holds the lock: adopt it (``True``) when it is of this launch, else stop it."""
+        pid = holder["pid"]
+        if pid is None:  # it is writing its record
+            await asyncio.sleep(0.2)
+            return False
+        if holder["fingerprint"] == self.fingerprint and self.grace_s > 0:
+            self._adopted = pid
+            self.adoptions += 1
+            log.info("adopted the operator job a previous broker left running (pid %d)", pid)
+            return True
+        log.warning("an operator job of another launch holds %s (pid %d): stopping it", self.lock_path, pid)
+        await asyncio.to_thread(self._stop_holder, pid, 30.0)
+        return False
+
+    def _stop_holder(self, pid: int, timeout_s: float) -> None:
+        """SIGTERM the lock's holder (not a child: its exit shows as the lock's release), then
+        SIGKILL after ``timeout_s``."""
+        for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+            with suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if self._holder() is None:
+                    return
+                time.sleep(0.1)
+            if sig == signal.SIGTERM:
+                log.warning("operator job %d did not stop in %.0f s: killing it", pid, timeout_s)
+
     async def watch(self) -> None:
         backoff = 1.0
         while not self._stopping:
             if not self.should_run():
+                holder = self._holder()  # a job a previous broker left, this one not the master
+                if holder is not None and holder["pid"] is not None:
+                    await asyncio.to_thread(self._stop_holder, holder["pid"], 30.0)
                 await asyncio.sleep(0.5)
                 continue
             started = time.monotonic()
-            self._spawn()
+            holder = self._holder()
+            if holder is not None and not await self._settle_holder(holder):
+                continue
+            if holder is None:
+                self._adopted = None
+                self._spawn()
             while not self._stopping and self.running and self.should_run():
                 await asyncio.sleep(0.5)
             if self._stopping:
@@ -374,7 +487,8 @@ class OperatorSupervisor:
                 log.warning("this broker no longer leads its group: stopping its operator job")
                 await asyncio.to_thread(self.terminate)
                 continue
-            code = self._proc.returncode if self._proc is not None else None
+            code = self._proc.returncode if self._proc is not None and self._adopted is None else None
+            self._adopted = None
             backoff = 1.0 if time.monotonic() - started > 60 else min(backoff * 2, self.max_backoff_s)
             log.error("operator job exited with status %s; restarting in %.0f s", code, backoff)
             self.restarts += 1
@@ -386,6 +500,9 @@ class OperatorSupervisor:
 
     def terminate(self, timeout_s: float = 30.0) -> None:
         """Stop the running job (SIGTERM, SIGKILL after ``timeout_s``); the watch may start it again."""
+        if self._adopted is not None:
+            self._stop_holder(self._adopted, timeout_s)
+            return
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return

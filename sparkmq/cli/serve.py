@@ -26,6 +26,9 @@ from sparkmq.cli import serve_cluster_security as sec
 from sparkmq.cli.root import app
 from store import DEFAULT_DELAY_LEVELS, FlushDiskType, InvalidArgument, StoreConfig, parse_duration_ms
 
+#: ``--operator-job-grace``: how long a job outlives its crashed broker (docs/operators.md).
+DEFAULT_OPERATOR_JOB_GRACE = "60s"
+
 
 class FlushMode(StrEnum):
     sync = "sync"
@@ -70,7 +73,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
     broker it gets https, a CA and a credential (:mod:`broker.operator_job`), or ``serve`` exits 2."""
     if options.extra.get("operators", "local") != "local":
         return []
-    from broker.operator_job import TOKEN_ENV, job_launch
+    from broker.operator_job import LOCK_FILE, TOKEN_ENV, job_launch
     from broker.operators import OperatorSupervisor, supervised
 
     cfg = options.config
@@ -83,12 +86,17 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
             str(options.extra.get("operators_master", "local[2]")),
             inherited_token=os.environ.get(TOKEN_ENV),
             queries=options.extra.get("operator_queries"),
+            grace_s=options.extra.get("operator_job_grace_s", 0.0),
         )
     except InvalidArgument as exc:
         _refuse(str(exc))  # a long sentence: plain text, not typer's 80-column box
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     supervisor = OperatorSupervisor(
-        launch.argv, log_path=checkpoint_dir / "operator-job.log", env=launch.environment(os.environ)
+        launch.argv,
+        log_path=checkpoint_dir / "operator-job.log",
+        env=launch.environment(os.environ),
+        lock_path=checkpoint_dir / LOCK_FILE,
+        grace_s=options.extra.get("operator_job_grace_s", 0.0),
     )
 
     def companion(broker: Any) -> Any:
@@ -207,6 +215,14 @@ def serve(
             "needs delay). Each idle resolver costs a share of a core: leave out what no client uses."
         ),
     ] = "delay,transactions,retry",
+    operator_job_grace: Annotated[
+        str,
+        typer.Option(
+            help="How long the local operator job outlives a crashed broker, waiting for it (e.g. 60s): "
+            "the restarted broker adopts it, and overdue messages go out a trigger after its start, "
+            "without a new Spark job's start. 0: the job dies with the broker."
+        ),
+    ] = DEFAULT_OPERATOR_JOB_GRACE,
     checkpoint_dir: Annotated[
         Path, typer.Option(help="Root of the operator job's Spark checkpoints.")
     ] = Path("checkpoints"),
@@ -386,6 +402,7 @@ def serve(
     except ValueError as exc:
         typer.echo(f"sparkmq serve: --operator-queries: {exc}", err=True)
         raise typer.Exit(2) from None
+    grace_s = _grace_s(operator_job_grace)
     store_dir.mkdir(parents=True, exist_ok=True)
     try:
         store_config = StoreConfig(
@@ -441,6 +458,7 @@ def serve(
         "operators": operators,
         "operators_master": operators_master,
         "operator_queries": queries,
+        "operator_job_grace_s": grace_s,
         "checkpoint_dir": str(checkpoint_dir),
         "kafka_port": kafka_port,
         "kafka_host": kafka_host,
@@ -529,6 +547,17 @@ def _store_address(membership: ClusterConfig | None) -> dict[str, Any]:
     except ValueError:
         return {"store_port": membership.http_port}
     return {"store_host": membership.advertise_host, "store_port": membership.http_port}
+
+
+def _grace_s(text: str) -> float:
+    """``--operator-job-grace`` in seconds (``0``: none); exit 2 naming a bad value."""
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return parse_duration_ms(text) / 1000
+    except InvalidArgument as exc:
+        typer.echo(f"sparkmq serve: --operator-job-grace: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _refuse(message: str) -> NoReturn:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import logging
 import ssl
+import threading
 import time
 from typing import Any
 
@@ -42,11 +43,14 @@ class BrokerClient:
         learn_group: bool = True,
         tls_ca: str | None = None,
         client_cert: tuple[str, str] | None = None,
+        stop: threading.Event | None = None,
+        retry_s: float = 300.0,
     ) -> None:
         """``tls_ca``: a PEM file the brokers' HTTPS certificates are verified with (``None``:
         the system's CAs); ``client_cert``: (certificate, key) PEM files presented to a broker
         that requires one (``--tls-require-client-cert``). A file that cannot be read raises
-        ``OSError``/``ssl.SSLError`` here."""
+        ``OSError``/``ssl.SSLError`` here. ``stop``: once set, a call waiting for the broker gives
+        up at its next retry (the job is stopping); ``retry_s``: how long a call waits for the broker."""
         headers = {"authorization": f"Bearer {auth_token}"} if auth_token else {}
         verify: ssl.SSLContext | bool = ssl_context(tls_ca) or True
         if client_cert is not None:
@@ -55,6 +59,8 @@ class BrokerClient:
         self.http = httpx.Client(headers=headers, timeout=timeout_s, verify=verify)
         self.known = KnownBrokers(endpoint.split(","))
         self._group_learnt = not learn_group
+        self._stop = stop or threading.Event()
+        self._retry_s = retry_s
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """``method path`` at the first known member that answers; the last transport error
@@ -88,8 +94,10 @@ class BrokerClient:
 
     def _call(self, method: str, url: str, **kwargs: Any) -> Any:
         delay = 0.2
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + self._retry_s
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 resp = self._request(method, url, **kwargs)
                 if resp.status_code < 500:
@@ -99,23 +107,31 @@ class BrokerClient:
                 problem = f"{resp.status_code} {resp.text[:200]}"
             except httpx.TransportError as exc:
                 problem = str(exc)
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self._stop.is_set():
                 raise RuntimeError(f"{method} {url}: broker unavailable: {problem}")
-            log.warning("%s %s failed (%s); retrying", method, url, problem)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            # every second at most (a restarted broker gets the waiting batch at once), logged at
+            # the first failures and then every 30th
+            log.log(logging.WARNING if attempt <= 3 or attempt % 30 == 0 else logging.DEBUG,
+                    "%s %s failed (%s); retrying", method, url, problem)  # fmt: skip
+            self._stop.wait(delay)
+            delay = min(delay * 2, 1.0)
 
-    def leads(self) -> bool:
-        """Whether the broker may take this job's decisions: a lone broker always; a member of a
-        replica group only while it is the master (a slave's parked records are its master's)."""
+    def reach(self) -> bool | None:
+        """``True`` when the broker may take this job's decisions (a lone broker always; a member
+        of a replica group only while it is the master: a slave's parked records are its
+        master's), ``False`` when it answers that it may not, ``None`` when no broker answers."""
         try:
             resp = self._request("GET", "/replica/status")
         except httpx.TransportError:
-            return False
+            return None
         if resp.status_code != 200:
             return resp.status_code == 404  # a broker without the route: no replication
         role = (resp.json() or {}).get("role")
         return role is None or role == "master"
+
+    def leads(self) -> bool:
+        """Whether the broker answers that it may take this job's decisions (:meth:`reach`)."""
+        return self.reach() is True
 
     def settings(self) -> dict[str, Any]:
         return dict(self._call("GET", "/operators/settings"))

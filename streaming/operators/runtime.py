@@ -18,7 +18,6 @@ Never ``Trigger.AvailableNow`` (with timers it never ends): a processing-time tr
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -27,25 +26,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cluster import InvalidBootstrapAddress, parse_bootstrap
 from store import SCHEDULE_TOPIC, SENDBACK_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from streaming.offsets import without_clock
-from streaming.operators import retry, transactions
+from streaming.operators import retry, tenure, transactions
 from streaming.operators.client import BrokerClient
+from streaming.operators.config import JobConfig, parse_args
 from streaming.operators.delay import RELOCATE_DELIVER, ROW_RELOCATION, DelaySettings, resolve
 from streaming.operators.names import (
     DELAY_OPERATOR,
-    QUERIES,
     RETRY_OPERATOR,
     TRANSACTION_OPERATOR,
-    parse_queries,
 )
 
 log = logging.getLogger("sparkmq.operators")
@@ -55,52 +51,6 @@ POST_COLUMNS = (
     "row_type", "commitlog_offset", "kind", "enqueue_ms", "dequeue_ms", "due_ms", "bucket_ms", "shard",
     "pending", "next_action_ms", "src_queue", "min_queue_offset", "queue_id", "queue_offset", "count",
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    """Everything the operator job needs; read from flags at the edge (:func:`main`)."""
-
-    endpoint: str
-    checkpoint_dir: Path
-    master: str = "local[2]"
-    #: The broker's store directory, when the job runs on the same machine (faster reads).
-    path: str | None = None
-    #: Local mode: the driver JVM's heap cap (it runs the executors too; the heap in use stays
-    #: under 200 MB at 5,000 msg/s) and its options (:data:`LOCAL_JVM_OPTIONS`); RocksDB's native
-    #: memory for all state stores together.
-    driver_memory: str = "512m"
-    state_memory_mb: int = 256
-    #: The delay resolver's trigger. Its timers fire ``wheel_lookahead_ms`` (10 s) before the due
-    #: time and the broker's wheel delivers on time, so a trigger plus a batch or two must fit in
-    #: the look-ahead. Every trigger runs a batch, data or not (transformWithState in processing
-    #: time): an idle job took 1.71 cores of two at 500 ms, 1.38 at 1 s (``bench.operators_idle``).
-    trigger_ms: int = 1000
-    #: The transaction and retry resolvers' trigger: their decisions are not due to the second
-    #: (check-backs every 30 s, the ladder's first retry after 10 s), and every trigger runs a
-    #: batch (transformWithState always does), so they leave the cores to the delay resolver.
-    background_trigger_ms: int = 2000
-    shards: int = 2
-    #: Bearer token of a broker with auth on (``--auth-token``, better ``SPARKMQ_TOKEN``: argv
-    #: shows in ``ps``); ``sparkmq serve`` gives its job the broker's own peer credential.
-    auth_token: str | None = field(default=None, repr=False)
-    #: PEM file the broker's HTTPS certificate is verified with (``--tls-ca``/``SPARKMQ_TLS_CA``;
-    #: ``None``: the system's CAs); used by every HTTP call of the job, the source's included.
-    tls_ca: str | None = None
-    #: (certificate, key) PEM files for a broker that requires client certificates (the job's
-    #: own client only: the source's ``--path`` reads need none).
-    client_cert: tuple[str, str] | None = None
-    request_timeout_s: float = 60.0
-    #: Test only: ``<before_post|mid_post|after_post|after_post_ahead>:<marker file>`` kills this
-    #: driver (SIGKILL) once, at that point of a batch with relocations (several, ``;``-separated:
-    #: one after the other, each in a later life of the job) (``mid_post``: 0.3 s into
-    #: its POST, while the broker publishes; ``after_post_ahead``: after the POST of a delay batch
-    #: with decisions still due later, held by the broker's wheel) (``SPARKMQ_TEST_OPERATOR_FAULT``).
-    fault: str | None = None
-    #: Extra Spark settings (``--conf k=v``, or ``SPARKMQ_OPERATOR_CONF="k=v;k=v"``), applied last.
-    spark_conf: tuple[tuple[str, str], ...] = ()
-    #: The resolver queries this job runs (a subset of :data:`QUERIES`, in that order).
-    queries: tuple[str, ...] = QUERIES
 
 
 def _pending_fault(fault: str | None) -> tuple[str, str] | None:
@@ -422,9 +372,15 @@ def run(config: JobConfig, stop: threading.Event) -> int:
         learn_group=config.path is None,
         tls_ca=config.tls_ca,
         client_cert=config.client_cert,
+        stop=stop,
+        retry_s=config.broker_grace_s or 300.0,
     )
+    if config.lock_file is not None and tenure.hold_lock(config.lock_file) is None:
+        log.error("another operator job holds %s: this one exits", config.lock_file)
+        return tenure.LOCK_HELD_EXIT
     doc = client.settings()
     spark = session(config)
+    broker = tenure.BrokerWatch(config.broker_grace_s)
     starters: dict[str, Callable[[], Any]] = {
         DELAY_OPERATOR: lambda: start_delay_query(spark, config, client, delay_settings(doc, config.shards)),
         TRANSACTION_OPERATOR: lambda: start_transaction_query(
@@ -442,7 +398,16 @@ def run(config: JobConfig, stop: threading.Event) -> int:
     last_start = 0.0
     try:
         while not stop.is_set():
-            if not client.leads():  # a replica group's slave: wait until this member leads
+            reach = client.reach()
+            if reach is None:  # the queries keep running; their next POST waits for the broker
+                if broker.unanswered():
+                    log.error("no broker answered for %.0f s: the job exits", config.broker_grace_s)
+                    logging.shutdown()
+                    os._exit(tenure.BROKER_GONE_EXIT)  # as a driver kill -9: the queries do not drain
+                stop.wait(1.0)
+                continue
+            broker.answered()
+            if not reach:  # a replica group's slave: wait until this member leads
                 if queries:
                     log.warning("the broker no longer leads its replica group: stopping the operators")
                     for name, query in queries.items():
@@ -484,88 +449,6 @@ def run(config: JobConfig, stop: threading.Event) -> int:
             query.stop()
             client.put_status(name, {"state": "stopped"})
         spark.stop()
-
-
-def parse_args(argv: Sequence[str]) -> JobConfig:
-    parser = argparse.ArgumentParser(prog="sparkmq operators", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--endpoint",
-        required=True,
-        help="the broker's HTTP base URL; several, comma-separated (its replica group's members), "
-        "are tried in turn",
-    )
-    parser.add_argument(
-        "--master",
-        default=None,
-        help="Spark master URL (default local[2]; under spark-submit, spark-submit's --master)",
-    )
-    parser.add_argument("--checkpoint-dir", default="checkpoints/operators", type=Path)
-    parser.add_argument("--path", default=None, help="the broker's store directory (same machine only)")
-    parser.add_argument("--trigger-ms", default=JobConfig.trigger_ms, type=int)
-    parser.add_argument("--shards", default=2, type=int, help="state partitions (fixed at first start)")
-    parser.add_argument(
-        "--auth-token",
-        default=os.environ.get("SPARKMQ_TOKEN"),
-        help="bearer token of a broker with auth on (default: SPARKMQ_TOKEN; prefer it, argv shows in ps)",
-    )
-    parser.add_argument(
-        "--tls-ca",
-        default=os.environ.get("SPARKMQ_TLS_CA"),
-        help="PEM file verifying the broker's HTTPS certificate (default: SPARKMQ_TLS_CA, else the system's)",
-    )
-    parser.add_argument(
-        "--tls-client-cert", default=None, help="PEM certificate for a broker that requires one"
-    )
-    parser.add_argument("--tls-client-key", default=None, help="the private key of --tls-client-cert")
-    parser.add_argument("--conf", action="append", default=[], help="a Spark setting, key=value")
-    parser.add_argument(
-        "--queries",
-        default=",".join(QUERIES),
-        help=f"the resolver queries to run, comma-separated (default: all: {','.join(QUERIES)})",
-    )
-    args = parser.parse_args(list(argv))
-    try:
-        queries = parse_queries(args.queries)
-    except ValueError as exc:
-        parser.error(f"--queries: {exc}")
-    if (args.tls_client_cert is None) != (args.tls_client_key is None):
-        parser.error("--tls-client-cert and --tls-client-key go together")
-    try:
-        endpoint = ",".join(parse_bootstrap(args.endpoint))
-    except InvalidBootstrapAddress as exc:
-        parser.error(f"--endpoint: {exc}")
-    return JobConfig(
-        endpoint=endpoint,
-        checkpoint_dir=args.checkpoint_dir,
-        master=args.master if args.master is not None else _default_master(),
-        path=args.path,
-        trigger_ms=args.trigger_ms,
-        shards=args.shards,
-        auth_token=args.auth_token,
-        tls_ca=args.tls_ca,
-        client_cert=(args.tls_client_cert, args.tls_client_key) if args.tls_client_cert else None,
-        fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
-        spark_conf=_spark_conf([*os.environ.get("SPARKMQ_OPERATOR_CONF", "").split(";"), *args.conf]),
-        queries=queries,
-    )
-
-
-def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``key=value`` settings (blank items skipped); ``SystemExit`` naming a bad one."""
-    out = []
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"--conf {item!r}: expected key=value")
-        out.append((key.strip(), value.strip()))
-    return tuple(out)
-
-
-def _default_master() -> str:
-    """``local[2]``, or nothing under ``spark-submit`` (its ``--master`` and confs apply)."""
-    return "" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from broker.operator_job import LOCK_FILE
+from broker.operators import lock_holder
 from tests.support import reads
 from tests.support.network import free_port
 from tests.support.waiting import wait_until
@@ -67,13 +70,27 @@ class Broker:
         return found[0] if found else {}
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 90) -> int:
+        """Stop the broker with ``sig``. After a SIGKILL its operator job outlives it (the
+        grace, waiting to be adopted): a test's teardown ends that job too (:meth:`end_job`)."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
         try:
-            return self.process.wait(timeout_s)
+            code = self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            return self.process.wait()
+            code = self.process.wait()
+        if sig == signal.SIGKILL:
+            self.end_job()
+        return code
+
+    def end_job(self) -> None:
+        """SIGKILL the operator job a killed broker left holding its lock (its JVM follows it)."""
+        lock = self.checkpoint_dir / "operators" / LOCK_FILE
+        holder = lock_holder(lock)
+        if holder is not None and holder["pid"] is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder["pid"], signal.SIGKILL)
+            wait_until(lambda: lock_holder(lock) is None, 30, "the orphaned operator job to die")
 
 
 def start_broker(

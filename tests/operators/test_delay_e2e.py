@@ -4,6 +4,7 @@ transformWithState on RocksDB) and real HTTP producers; kill -9 of the driver an
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from broker.operator_job import LOCK_FILE
+from broker.operators import lock_holder
 from tests.operators.broker_process import (
     JOB_START_TIMEOUT_S,
     Broker,
@@ -147,26 +150,60 @@ def test_driver_kill9_delivers_exactly_once(tmp_path: Path, point: str) -> None:
         running.stop(signal.SIGKILL)
 
 
-def test_broker_kill9_mid_publish_then_restart_resumes_without_duplicates(tmp_path: Path) -> None:
+@pytest.mark.parametrize("grace", ["0", "default"])
+def test_broker_kill9_mid_publish_then_restart_resumes_without_duplicates(tmp_path: Path, grace: str) -> None:
+    """``--operator-job-grace 0``: the job dies with the broker and the restarted broker starts a
+    new one. The default grace: the job outlives the broker, waiting for it, and the restarted
+    broker (the same launch) adopts it. Either way each delayed message is delivered once."""
     marker = tmp_path / "chunk.killed"
     env = {"SPARKMQ_TEST_RELOCATION_FAULT": f"chunk-0:{marker}", "SPARKMQ_TEST_RELOCATION_CHUNK_ROWS": "4"}
-    first = start_broker(tmp_path, queries=RESOLVERS, env=env)
+    args = ("--operator-job-grace", "0") if grace == "0" else ()
+    first = start_broker(tmp_path, queries=RESOLVERS, env=env, extra_args=args)
     parked = produce_delayed(first, "resume", 12, 1, "r")
     parked += produce_delayed(first, "resume", 6, 3, "r3")  # still pending while the broker is down
     job_pid = wait_until(lambda: first.operators()["job"].get("pid"), 30, "the operator job pid")
     job_children = wait_until(lambda: children_of(job_pid), 60, "the job's JVM")
     assert first.process.wait(JOB_START_TIMEOUT_S) == -signal.SIGKILL, "the broker did not crash mid-publish"
     assert marker.exists()
-    # No orphan: the driver dies with the broker, its JVM with the driver.
-    wait_until(lambda: not pid_alive(job_pid), 30, "the operator driver to die with the broker")
-    wait_until(lambda: not any(pid_alive(p) for p in job_children), 60, "the driver's JVM to exit")
+    if grace == "0":  # no orphan: the driver dies with the broker, its JVM with the driver
+        wait_until(lambda: not pid_alive(job_pid), 30, "the operator driver to die with the broker")
+        wait_until(lambda: not any(pid_alive(p) for p in job_children), 60, "the driver's JVM to exit")
+    else:
+        time.sleep(3)
+        assert pid_alive(job_pid) and all(pid_alive(p) for p in job_children), "the job waits for its broker"
     partial = Counter(all_messages_offline(first))
     assert 0 < sum(partial.values()) < len(parked)
-    second = start_broker(tmp_path, queries=RESOLVERS, port=int(first.url.rsplit(":", 1)[1]))
+    # the same launch (the fault fired once: its marker exists), so a surviving job is adopted
+    port = int(first.url.rsplit(":", 1)[1])
+    second = start_broker(tmp_path, queries=RESOLVERS, env=env, extra_args=args, port=port)
     try:
         delivered_once(second, "resume", parked)
+        job = second.operators()["job"]
+        if grace == "0":
+            assert job["adoptions"] == 0 and job["pid"] != job_pid
+        else:
+            assert (job["adoptions"], job["pid"], job["restarts"]) == (1, job_pid, 0), job
     finally:
         second.stop(signal.SIGKILL)
+
+
+def test_a_job_whose_broker_stays_down_exits_after_its_grace(tmp_path: Path) -> None:
+    running = start_broker(tmp_path, queries=RESOLVERS, extra_args=("--operator-job-grace", "5s"))
+    lock = running.checkpoint_dir / "operators" / LOCK_FILE
+    job_pid = wait_until(lambda: (lock_holder(lock) or {}).get("pid"), 60, "the job to hold its lock")
+    jvm = wait_until(lambda: children_of(job_pid), 60, "the job's JVM")
+    wait_until(
+        lambda: running.delay_operator().get("state") == "active", JOB_START_TIMEOUT_S, "the delay query"
+    )
+    running.process.send_signal(signal.SIGKILL)
+    running.process.wait()
+    time.sleep(2)
+    assert pid_alive(job_pid), "the job waits out its grace"
+    wait_until(lambda: not pid_alive(job_pid), 60, "the job to give up after its grace")
+    assert lock_holder(lock) is None, "its lock is free for the next broker's job"
+    wait_until(lambda: not any(pid_alive(p) for p in jvm), 60, "its JVM to exit")
+    job_log = (running.checkpoint_dir / "operators" / "operator-job.log").read_text()
+    assert "no broker answered for 5 s: the job exits" in job_log
 
 
 def all_messages_offline(broker: Broker) -> list[str]:

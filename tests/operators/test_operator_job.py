@@ -210,6 +210,21 @@ def test_serve_refuses_an_unknown_or_empty_resolver_list(tmp_path: Path, queries
     assert not (tmp_path / "store").exists(), "nothing started"
 
 
+def test_serve_refuses_a_bad_grace_and_the_job_gets_its_lock_and_grace(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["serve", "--store-dir", str(tmp_path / "store"), "--operator-job-grace", "soon"]
+    )
+    assert result.exit_code == 2 and "--operator-job-grace: bad duration 'soon'" in result.output
+    assert not (tmp_path / "store").exists(), "nothing started"
+    argv = list(
+        job_launch(_config(tmp_path), tmp_path / "store", tmp_path / "ckpt", "local[1]", grace_s=90).argv
+    )
+    config = parse_args(argv[3:])
+    assert (config.lock_file, config.broker_grace_s) == (tmp_path / "ckpt" / "job.lock", 90)
+    plain = list(job_launch(_config(tmp_path), tmp_path / "store", tmp_path / "ckpt", "local[1]").argv)
+    assert "--broker-grace-s" not in plain and parse_args(plain[3:]).broker_grace_s == 0
+
+
 SLOW = "org.apache.spark.SparkException: Python worker failed to connect back."
 
 
