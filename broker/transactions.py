@@ -290,6 +290,7 @@ class TransactionBoard:
         return cls(store, service, ProducerGroups(store.config.store_dir / "config"))
 
     async def apply_batch(self, batch_id: int, table: pa.Table) -> AppliedBatch:
+        self.store.check_writable()  # a slave applies no check-back batch (NotMaster, retried)
         async with self._lock:
             if batch_id <= self.last_applied:
                 return AppliedBatch(table.num_rows, 0, 0, already_applied=True)

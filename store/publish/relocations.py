@@ -172,6 +172,9 @@ class RelocationLog:
             raise InvalidArgument(f"batch id must be >= 0, got {batch_id}")
         table = check_relocation_table(table)
         with self._lock(operator):
+            # Only a writable store decides: a slave (or a replica without a role yet) answered by
+            # a job its previous life left running must not keep a decision its master never took.
+            self.store.check_writable()
             if batch_id <= self.last_published(operator):
                 return RelocationOutcome(operator, batch_id, 0, 0, False, already_published=True)
             for earlier in self._pending(operator):

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from store import Message, MessageStore, NotRelocatable, Relocation, RelocationKind, StoreConfig
+from store import Message, MessageStore, NotMaster, NotRelocatable, Relocation, RelocationKind, StoreConfig
 from store.format.record import BODY_POS, RECORD_HEADER
 from store.format.record_check import check_record
-from store.publish.relocations import RELOCATION_SCHEMA, RelocationLog
+from store.publish.relocations import DECISION_SUFFIX, RELOCATION_SCHEMA, RelocationLog
 from store.write.relocate import relocated_record
 
 
@@ -127,6 +127,19 @@ def test_relocation_batch_is_published_once_across_replays(tmp_path: Path) -> No
         log.commit("delay", 1, _table(offsets[3:]))
         bodies = [m.body for m in ms.get_messages("t", 0, 0, 100).messages]
         assert bodies == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+
+
+def test_a_store_that_is_not_master_decides_nothing(tmp_path: Path) -> None:
+    """A batch POSTed to a replica without the master role (a job its previous life left running,
+    before its supervisor stopped it) is refused before any decision is written."""
+    with open_store(tmp_path) as ms:
+        parked = [ms.put_message(Message(topic="t", body=b"m", delay_level=1, queue_id=0)) for _ in range(2)]
+    replica = StoreConfig(store_dir=tmp_path / "store", commitlog_file_size_bytes=1 << 22, replicated=True)
+    with MessageStore.open(replica) as ms:
+        with pytest.raises(NotMaster, match="no role yet"):
+            RelocationLog(ms, chunk_rows=2).commit("delay", 0, _table([p.commitlog_offset for p in parked]))
+        assert not [p for p in (tmp_path / "store").rglob("*") if p.name.endswith(DECISION_SUFFIX)]
+        assert ms.get_messages("t", 0, 0, 10).messages == []
 
 
 def test_torn_publish_resumes_without_duplicates(tmp_path: Path) -> None:
