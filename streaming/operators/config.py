@@ -102,7 +102,10 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         help=f"the resolver queries to run, comma-separated (default: all: {','.join(QUERIES)})",
     )
     parser.add_argument(
-        "--lock-file", default=None, type=Path, help="held for the job's life: one job per checkpoint"
+        "--lock-file",
+        default=None,
+        help="held for the job's life, so one job runs per checkpoint (default: job.lock in a local "
+        "--checkpoint-dir; none for a remote one, e.g. hdfs://; 'none': no lock)",
     )
     parser.add_argument(
         "--broker-grace-s", default=0.0, type=float, help="exit when no broker answered that long (0: never)"
@@ -131,7 +134,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         fault=os.environ.get("SPARKMQ_TEST_OPERATOR_FAULT"),
         spark_conf=_spark_conf([*os.environ.get("SPARKMQ_OPERATOR_CONF", "").split(";"), *args.conf]),
         queries=queries,
-        lock_file=args.lock_file,
+        lock_file=_lock_file(args.lock_file, args.checkpoint_dir),
         broker_grace_s=args.broker_grace_s,
     )
 
@@ -152,3 +155,13 @@ def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
 def _default_master() -> str:
     """``local[2]``, or nothing under ``spark-submit`` (its ``--master`` and confs apply)."""
     return "" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]"
+
+
+def _lock_file(given: str | None, checkpoint_dir: Path) -> Path | None:
+    """``--lock-file``, else ``job.lock`` in a local checkpoint directory (a URI's scheme, such
+    as ``hdfs:`` or ``s3a:``, leaves no local file to lock)."""
+    if given is not None:
+        return None if given.strip().lower() == "none" else Path(given)
+    if checkpoint_dir.parts and checkpoint_dir.parts[0].endswith(":"):
+        return None
+    return checkpoint_dir / "job.lock"

@@ -1,6 +1,7 @@
 """One operator job per checkpoint, and how long a job outlives its broker.
 
-* **The lock** (``--lock-file``): a job holds an exclusive ``flock`` on the file for its whole
+* **The lock** (``--lock-file``; by default ``job.lock`` in a local ``--checkpoint-dir``, none
+  for a remote one such as ``hdfs://``): a job holds an exclusive ``flock`` on the file for its whole
   life and writes ``{"pid": ..., "fingerprint": ...}`` into it (``fingerprint``: what its
   supervisor put in :data:`FINGERPRINT_ENV`, a digest of its launch). A second job on the same
   checkpoint finds it held and exits with :data:`LOCK_HELD_EXIT`: two drivers never run one

@@ -163,6 +163,26 @@ def test_the_job_refuses_a_checkpoint_another_job_holds(tmp_path: Path) -> None:
         holder.wait()
 
 
+def test_two_jobs_started_by_hand_on_one_local_checkpoint_the_second_exits(tmp_path: Path) -> None:
+    """``sparkmq operators`` without ``--lock-file`` locks ``job.lock`` in a local checkpoint
+    directory: the first job holds it (here while it waits for a broker that is not there)."""
+    argv = [sys.executable, "-m", "streaming.operators", "--endpoint", "http://127.0.0.1:9"]
+    argv += ["--checkpoint-dir", str(tmp_path / "ckpt")]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lock = tmp_path / "ckpt" / "job.lock"
+        wait_until(lambda: (lock_holder(lock) or {}).get("pid") == first.pid, 60, "the first job's lock")
+        second = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 3 and "another operator job holds" in second.stderr
+        assert first.poll() is None, "the first job carries on"
+    finally:
+        first.kill()
+        first.wait()
+    remote = parse_args(["--endpoint", "http://127.0.0.1:9", "--checkpoint-dir", "hdfs://nn/ckpt"])
+    assert remote.lock_file is None, "no local file to lock on a remote checkpoint"
+    assert parse_args(["--endpoint", "http://127.0.0.1:9", "--lock-file", "none"]).lock_file is None
+
+
 def test_the_jobs_flags_and_its_watch_of_an_unanswering_broker() -> None:
     config = parse_args(["--endpoint", "http://127.0.0.1:9", "--broker-grace-s", "0.2", "--lock-file", "x"])
     assert config.broker_grace_s == 0.2 and config.lock_file == Path("x")
