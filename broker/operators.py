@@ -341,8 +341,11 @@ _SHAPING_PREFIXES = ("SPARKMQ_", "SPARK_", "PYSPARK_", "JAVA_", "PYTHON")
 def launch_fingerprint(argv: Sequence[str], env: Mapping[str, str] | None) -> str:
     """A digest of what makes two launches the same job: argv and the shaping variables (the
     credential among them: a digest, never the secret itself, reaches the lock file)."""
-    shaping = sorted((k, v) for k, v in (env or os.environ).items() if k.startswith(_SHAPING_PREFIXES))
-    shaping = [(k, v) for k, v in shaping if k != FINGERPRINT_ENV]
+    shaping = sorted(
+        (k, v)
+        for k, v in (env or os.environ).items()
+        if k.startswith(_SHAPING_PREFIXES) and k != FINGERPRINT_ENV
+    )
     return hashlib.sha256(json.dumps([list(argv), shaping]).encode()).hexdigest()
 
 

@@ -77,6 +77,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
     from broker.operators import OperatorSupervisor, supervised
 
     cfg = options.config
+    grace_s = options.extra.get("operator_job_grace_s", 0.0)
     checkpoint_dir = Path(options.extra.get("checkpoint_dir", "checkpoints")).resolve() / "operators"
     try:
         launch = job_launch(
@@ -86,7 +87,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
             str(options.extra.get("operators_master", "local[2]")),
             inherited_token=os.environ.get(TOKEN_ENV),
             queries=options.extra.get("operator_queries"),
-            grace_s=options.extra.get("operator_job_grace_s", 0.0),
+            grace_s=grace_s,
         )
     except InvalidArgument as exc:
         _refuse(str(exc))  # a long sentence: plain text, not typer's 80-column box
@@ -96,7 +97,7 @@ def _operator_companions(options: ServeOptions) -> list[Companion]:
         log_path=checkpoint_dir / "operator-job.log",
         env=launch.environment(os.environ),
         lock_path=checkpoint_dir / LOCK_FILE,
-        grace_s=options.extra.get("operator_job_grace_s", 0.0),
+        grace_s=grace_s,
     )
 
     def companion(broker: Any) -> Any:
@@ -430,7 +431,7 @@ def serve(
             log_level=log_level,
             access_log=access_log,
             timer_roll_window_ms=parse_duration_ms(timer_roll_window),
-            wheel_lookahead_ms=0 if wheel_lookahead.strip() == "0" else parse_duration_ms(wheel_lookahead),
+            wheel_lookahead_ms=_duration_ms_or_zero(wheel_lookahead),
             tx_immunity_ms=tx_immunity_ms,
             tx_check_interval_ms=tx_check_interval_ms,
             tx_check_max=tx_check_max,
@@ -549,12 +550,16 @@ def _store_address(membership: ClusterConfig | None) -> dict[str, Any]:
     return {"store_host": membership.advertise_host, "store_port": membership.http_port}
 
 
+def _duration_ms_or_zero(text: str) -> int:
+    """A duration flag that also takes a bare ``0`` (off), which :func:`parse_duration_ms` refuses
+    for want of a unit."""
+    return 0 if text.strip() == "0" else parse_duration_ms(text)
+
+
 def _grace_s(text: str) -> float:
     """``--operator-job-grace`` in seconds (``0``: none); exit 2 naming a bad value."""
-    if text.strip() in ("0", "0s"):
-        return 0.0
     try:
-        return parse_duration_ms(text) / 1000
+        return _duration_ms_or_zero(text) / 1000
     except InvalidArgument as exc:
         typer.echo(f"sparkmq serve: --operator-job-grace: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -86,14 +86,14 @@ def test_a_launch_fingerprint_is_its_argv_and_shaping_settings_never_a_secret() 
     assert launch_fingerprint(argv, {**env, "SPARKMQ_OPERATOR_CONF": "k=v"}) != digest
 
 
-def _watch_until(supervisor: OperatorSupervisor, done: object) -> None:
+def _watch_until(supervisor: OperatorSupervisor, done: Callable[[], bool]) -> None:
     """Run ``supervisor.watch()`` until ``done()`` holds (60 s at most), then stop watching."""
 
     async def main() -> None:
         task = asyncio.create_task(supervisor.watch())
         try:
             for _ in range(600):
-                if done():  # type: ignore[operator]
+                if done():
                     return
                 await asyncio.sleep(0.1)
             raise AssertionError("the supervisor never got there")

@@ -22,6 +22,7 @@ from broker.peer_identity import PeerCredential
 from broker.security import User, hash_token
 from broker.tls import TlsConfig
 from sparkmq.cli import app
+from sparkmq.cli.serve import _duration_ms_or_zero, _grace_s
 from store import InvalidArgument
 from streaming.operators.client import BrokerClient
 from streaming.operators.runtime import (
@@ -221,6 +222,8 @@ def test_serve_refuses_a_bad_grace_and_the_job_gets_its_lock_and_grace(tmp_path:
     )
     config = parse_args(argv[3:])
     assert (config.lock_file, config.broker_grace_s) == (tmp_path / "ckpt" / "job.lock", 90)
+    assert (_grace_s("0"), _grace_s("0s"), _grace_s("90s")) == (0.0, 0.0, 90.0)
+    assert (_duration_ms_or_zero(" 0 "), _duration_ms_or_zero("10s")) == (0, 10_000)  # --wheel-lookahead too
     plain = list(job_launch(_config(tmp_path), tmp_path / "store", tmp_path / "ckpt", "local[1]").argv)
     assert "--broker-grace-s" not in plain and parse_args(plain[3:]).broker_grace_s == 0
 
