@@ -293,9 +293,12 @@ def pending_million(root: Path, count: int, kind: str = "level") -> None:
         rss, checkpoint, store = describe_rss(job), du_mb(broker.checkpoint_dir), du_mb(broker.store_dir)
         print(f"{count:,} pending ({kind}): {rss}, checkpoint {checkpoint:,.1f} MB, store {store:,.0f} MB")
         # Spark keeps the Python workers that planned the queries (finding, creating and
-        # planning the data source: three ~150 MB processes) until their pool is idle a minute.
+        # planning the data source: three ~150 MB processes) until their pool is idle a minute;
+        # the job then stops their daemons (streaming/operators/daemons.py): the steady state.
         time.sleep(65)
         print(f"{count:,} pending ({kind}), a minute later: {describe_rss(job)}")
+        time.sleep(60)
+        print(f"{count:,} pending ({kind}), two minutes later: {describe_rss(job)}")
 
 
 def recovery(root: Path, count: int, level: int = 3, down_s: float = 11) -> None:

@@ -15,8 +15,6 @@ or query start (sink) one ``GET /healthz`` tells them apart:
 
 from __future__ import annotations
 
-import httpx
-
 from cluster import parse_bootstrap
 from streaming.kafka_options import BOOTSTRAP_SERVERS
 from streaming.positions import InvalidSourceOption
@@ -36,6 +34,8 @@ def bootstrap_problem(urls: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | No
 
 
 def _problem(url: str, timeout_s: float) -> str | None:
+    import httpx  # here: the source's runner, which imports this module, never probes
+
     try:
         httpx.get(f"{url}/healthz", timeout=min(timeout_s, PROBE_TIMEOUT_S))
     except (httpx.ConnectError, httpx.ConnectTimeout):

@@ -44,9 +44,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
 import pyarrow as pa
 
 from cluster import KnownBrokers, no_broker_answered, parse_bootstrap
@@ -59,6 +58,9 @@ from streaming.backend_contract import (
     ReadChunk,
 )
 from streaming.endpoint_backend import EndpointBackend, broker_backend
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 

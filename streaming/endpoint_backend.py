@@ -11,10 +11,9 @@ from __future__ import annotations
 import http.client
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,6 +28,9 @@ from streaming.backend_contract import (
     ReadChunk,
 )
 from streaming.http_access import auth_headers, ssl_context
+
+if TYPE_CHECKING:  # imported where used: a process that reads a store directory needs no httpx
+    import httpx
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 #: The broker's cap on ``max_messages`` per pull (``broker.config.MAX_PULL_MESSAGES``).
@@ -117,6 +119,8 @@ class EndpointBackend:
         self._puller = ArrowPuller(self.base_url, timeout_s, dict(self._headers), tls_ca)
 
     def _http(self) -> httpx.Client:
+        import httpx
+
         with self._lock:
             if self._client is None:
                 self._client = httpx.Client(
@@ -127,6 +131,8 @@ class EndpointBackend:
     def get(self, url: str, **kwargs: Any) -> httpx.Response:
         """``GET url`` (a path) with the pooled client; :class:`BrokerUnreachable` when the broker
         does not answer or answers 503."""
+        import httpx
+
         try:
             resp = self._http().get(url, **kwargs)
         except httpx.HTTPError as exc:
@@ -188,6 +194,8 @@ class EndpointBackend:
         return ReadChunk(status, next_offset, min_offset, max_offset, batch)
 
     def commit_group_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        import httpx
+
         body = {"topic": topic, "offsets": {str(q): int(o) for q, o in sorted(offsets.items())}}
         try:
             resp = self._http().put(f"/groups/{group}/offsets", json=body)

@@ -433,7 +433,11 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Queue heads, looked up at most once per ``pollIntervalMs`` (Spark polls much faster)."""
         now = time.monotonic()
         if force or now - self._heads_at >= self.options.poll_interval_s:
-            self._heads = fetch_heads(_backend(self.options), self.options)
+            backend = _backend(self.options)
+            self._heads = fetch_heads(backend, self.options)
+            # this runs in the query's source runner, a process that lives as long as the query:
+            # a store directory's ConsumeQueue pages the lookup mapped would stay in its RSS
+            backend.release_pages()
             self._heads_at = now
         return self._heads
 

@@ -21,15 +21,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from cluster import KnownBrokers
 from store import SparkMQError
 from store.publish import StagedPart
 from streaming.http_access import auth_headers, ssl_context
 from streaming.sink_columns import SinkOptions
+
+if TYPE_CHECKING:  # imported where used: the source's runner imports this module, not httpx
+    import httpx
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
 
@@ -76,6 +77,8 @@ class SinkClient:
         retry_timeout_s: float,
         tls_ca: str | None = None,
     ) -> None:
+        import httpx
+
         verify = ssl_context(tls_ca) or True
         self._http = httpx.Client(headers=auth_headers(token), timeout=timeout_s, verify=verify)
         self.known = KnownBrokers(endpoint.split(","))
@@ -89,6 +92,8 @@ class SinkClient:
     def _learn(self, again: bool = False) -> None:
         """Once (``again``: once more): every address ``GET /cluster`` names (brokers and
         replica members) and the replica groups."""
+        import httpx
+
         if self._learnt and not again:
             return
         for base in self.known.candidates():
@@ -147,6 +152,8 @@ class SinkClient:
         )
 
     def _call(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        import httpx
+
         deadline = time.monotonic() + self.retry_timeout_s
         delay = 0.1
         self._learn()

@@ -19,6 +19,7 @@ Pure: Arrow arrays in, Arrow arrays out; no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pyarrow as pa
@@ -48,8 +49,14 @@ PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 _ENTRIES_TYPE = pa.list_(
     pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
 )
-_RESERVED = pa.array(sorted(RESERVED_PROPERTIES))
-_MAPPING = pa.array(sorted(MAPPING_PROPERTIES))
+
+
+@cache
+def _names(names: frozenset[str]) -> pa.Array:
+    """``names`` as an Arrow array, built on first use: ``pa.array`` of a Python list imports
+    pandas when it is installed (pyarrow's array-like check), 44 MB that a process which never
+    converts Kafka columns (the Spark source's runner) need not carry."""
+    return pa.array(sorted(names), type=pa.string())
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +75,8 @@ def kafka_view(keys: pa.Array, body: pa.Array, properties: pa.Array, *, with_hea
     entries = properties.cast(_ENTRIES_TYPE)
     names = pc.list_flatten(entries).field("key")
     owners = pc.list_parent_indices(entries)
-    special = np.unique(owners.filter(pc.is_in(names, value_set=_MAPPING)).to_numpy(zero_copy_only=False))
+    mapped = pc.is_in(names, value_set=_names(MAPPING_PROPERTIES))
+    special = np.unique(owners.filter(mapped).to_numpy(zero_copy_only=False))
     key = _joined_keys(keys)
     value = body
     headers = _plain_headers(entries, names, owners) if with_headers else None
@@ -109,7 +117,7 @@ def _joined_keys(keys: pa.Array) -> pa.Array:
 def _plain_headers(entries: pa.Array, names: pa.Array, owners: pa.Array) -> pa.Array:
     """Every non-reserved property as a header, in stored order; null when a row has none."""
     n = len(entries)
-    kept = pc.invert(pc.is_in(names, value_set=_RESERVED))
+    kept = pc.invert(pc.is_in(names, value_set=_names(RESERVED_PROPERTIES)))
     flat = pc.list_flatten(entries)
     kept_owners = owners.filter(kept).to_numpy(zero_copy_only=False)
     counts = np.bincount(kept_owners, minlength=n) if n else np.zeros(0, np.int64)

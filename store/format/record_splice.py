@@ -37,7 +37,6 @@ from store.format.record_check import RangeColumns
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
-_EMPTY = pa.scalar(b"", pa.binary())
 
 
 class SplicedRecords(NamedTuple):
@@ -92,7 +91,7 @@ def splice_records(
             f"properties would be {int(props_len.max())} bytes, at most {MAX_PROPERTIES_BYTES}"
         )
     columns[2] = _u16_strings(props_len)
-    joined = pc.binary_join_element_wise(*columns, _EMPTY)
+    joined = pc.binary_join_element_wise(*columns, b"")
     if isinstance(joined, pa.ChunkedArray):
         joined = joined.combine_chunks()
     offsets = np.frombuffer(

@@ -68,7 +68,8 @@ class BatchReadResult:
         return int(self.batch.num_rows)
 
 
-EMPTY_BATCH = pa.RecordBatch.from_pylist([], schema=MESSAGE_SCHEMA)
+#: (``pa.nulls``, not ``from_pylist``: pyarrow imports pandas for a Python list.)
+EMPTY_BATCH = pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)

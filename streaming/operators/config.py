@@ -62,6 +62,9 @@ class JobConfig:
     #: exits (0: for ever) (:mod:`streaming.operators.tenure`).
     lock_file: Path | None = None
     broker_grace_s: float = 0.0
+    #: Spark's Python daemons without a worker that long are stopped (0: never)
+    #: (:mod:`streaming.operators.daemons`).
+    daemon_idle_s: float = 10.0
 
 
 def parse_args(argv: Sequence[str]) -> JobConfig:
@@ -110,6 +113,12 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
     parser.add_argument(
         "--broker-grace-s", default=0.0, type=float, help="exit when no broker answered that long (0: never)"
     )
+    parser.add_argument(
+        "--daemon-idle-s",
+        default=JobConfig.daemon_idle_s,
+        type=float,
+        help="stop a Spark Python daemon without a worker that long (0: never)",
+    )
     args = parser.parse_args(list(argv))
     try:
         queries = parse_queries(args.queries)
@@ -136,6 +145,7 @@ def parse_args(argv: Sequence[str]) -> JobConfig:
         queries=queries,
         lock_file=_lock_file(args.lock_file, args.checkpoint_dir),
         broker_grace_s=args.broker_grace_s,
+        daemon_idle_s=args.daemon_idle_s,
     )
 
 
