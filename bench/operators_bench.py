@@ -244,13 +244,56 @@ def throughput(root: Path, count: int, kind: str) -> None:
         )
 
 
-def lateness(root: Path, rate: int, seconds: float, level: int = 2, delay_ms: int | None = None) -> None:
+#: A produce load beside the lateness run (``lateness-5k-loaded``): a process that posts plain
+#: 1,000-message batches to the broker as fast as it is answered, until killed.
+LOAD_SCRIPT = """
+import sys, httpx
+with httpx.Client(base_url=sys.argv[1], timeout=60) as http:
+    body = {"messages": [{"body": "y" * 100}] * 1000}
+    while True:
+        http.post("/topics/load/messages:batch", json=body).raise_for_status()
+"""
+
+
+@contextmanager
+def produce_load(url: str, processes: int) -> Iterator[None]:
+    """``processes`` producers of plain messages to ``url`` for the block's duration."""
+    loaders = [subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, url]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for loader in loaders:
+            loader.kill()
+            loader.wait()
+
+
+def topic_size(http: httpx.Client, topic: str) -> int:
+    """Messages in ``topic`` (0 when it does not exist)."""
+    resp = http.get(f"/topics/{topic}")
+    if resp.status_code == 404:
+        return 0
+    resp.raise_for_status()
+    return sum(int(q["max_offset"]) - int(q["min_offset"]) for q in resp.json().get("queue_offsets") or [])
+
+
+def lateness(
+    root: Path, rate: int, seconds: float, level: int = 2, delay_ms: int | None = None, loaders: int = 0
+) -> None:
     """``rate`` delayed msg/s for ``seconds`` (level ``level``, or timer messages ``delay_ms``
-    ahead): lateness per message, and the operator job's RSS (whole process tree) at the end."""
+    ahead), with ``loaders`` plain producers beside: lateness per message, and the operator
+    job's RSS (whole process tree) at the end."""
     kind = f"level {level}" if delay_ms is None else f"timer +{delay_ms} ms"
+    if loaders:
+        kind += f", {loaders} plain producers beside"
     with running_broker(root) as broker, broker.http as http:
-        sent = produce_at_rate(http, "late", rate, seconds, level if delay_ms is None else 0, delay_ms)
-        wait_until(lambda: relocated(broker) >= sent + 10, 300, f"{sent} deliveries", poll_s=0.5)
+        with produce_load(broker.url, loaders):
+            started = time.monotonic()
+            sent = produce_at_rate(http, "late", rate, seconds, level if delay_ms is None else 0, delay_ms)
+            loaded = os.getloadavg()[0]
+            wait_until(lambda: relocated(broker) >= sent + 10, 600, f"{sent} deliveries", poll_s=0.5)
+            load_rate = topic_size(http, "load") / (time.monotonic() - started)
+        if loaders:
+            kind += f" ({load_rate:,.0f} msg/s), load {loaded:.1f} at the end of sending"
         due, late = lateness_ms(http, "late", level, delay_ms)
         rss = describe_rss(broker.operators()["job"]["pid"])
         print(
@@ -353,6 +396,7 @@ def main() -> None:
         ("throughput-timer", lambda d: throughput(d, int(300_000 * scale), "timer")),
         ("lateness-5k", lambda d: lateness(d, 5_000, 60 * scale)),
         ("lateness-5k-timer", lambda d: lateness(d, 5_000, 60 * scale, delay_ms=5_000)),
+        ("lateness-5k-loaded", lambda d: lateness(d, 5_000, 60 * scale, loaders=2)),
         ("hot", lambda d: hot_second(d, int(100_000 * scale))),
         ("pending", lambda d: pending_million(d, int(1_000_000 * scale))),
         ("pending-timer", lambda d: pending_million(d, int(1_000_000 * scale), "timer")),
