@@ -74,6 +74,9 @@ def bench_grpc_send(endpoint: str, topic: str, seconds: float, threads: int, hom
     (result,) = run_client("send_bench.py", argument, home, timeout_s=seconds + 120)
     if result["errors"]:
         print(f"  ({result['errors']} sends failed)")
+    if result["sent"]:
+        sending_ms = result["cpu_s"] * 1000 / result["sent"]
+        print(f"  (the official client's CPU while sending: {sending_ms:.3f} ms a message)")
     return Figure(f"gRPC SendMessage ({threads} threads)", result["sent"], result["seconds"], "msg")
 
 

@@ -66,11 +66,11 @@ def processes(proc: Path = Path("/proc")) -> list[Process]:
     return found
 
 
-def driver_jvms(me: int | None = None) -> set[int]:
+def driver_jvms(listed: list[Process]) -> set[int]:
     """Where the driver JVM can be: PySpark's own driver starts it as a child, and
     ``spark-submit`` starts the driver's Python as its child."""
-    me = os.getpid() if me is None else me
-    return {os.getppid(), *(p.pid for p in processes() if p.parent == me)}
+    me = os.getpid()
+    return {os.getppid(), *(p.pid for p in listed if p.parent == me)}
 
 
 def idle_daemons(parents: set[int], listed: list[Process]) -> set[int]:
@@ -86,7 +86,8 @@ class IdleDaemons:
 
     idle_s: float = IDLE_S
     every_s: float = LOOK_EVERY_S
-    parents: Callable[[], set[int]] = driver_jvms
+    #: the processes whose daemons these are, given the process list
+    parents: Callable[[list[Process]], set[int]] = driver_jvms
     clock: Callable[[], float] = time.monotonic
     #: daemon pid -> since when it has been seen idle
     idle_since: dict[int, float] = field(default_factory=dict)
@@ -98,7 +99,8 @@ class IdleDaemons:
         if now - self._last < self.every_s:
             return
         self._last = now
-        idle = idle_daemons(self.parents(), processes())
+        listed = processes()
+        idle = idle_daemons(self.parents(listed), listed)
         self.idle_since = {pid: self.idle_since.get(pid, now) for pid in idle}
         for pid, since in list(self.idle_since.items()):
             if now - since >= self.idle_s and self._stop(pid):

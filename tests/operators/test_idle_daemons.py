@@ -63,7 +63,7 @@ def test_the_daemon_stays_while_it_has_a_worker_and_is_stopped_when_idle(
 ) -> None:
     proc, port = daemon
     clock = [0.0]
-    idle = IdleDaemons(idle_s=10, every_s=0, parents=lambda: {os.getpid()}, clock=lambda: clock[0])
+    idle = IdleDaemons(idle_s=10, every_s=0, parents=lambda _listed: {os.getpid()}, clock=lambda: clock[0])
     # A connection makes the daemon fork a worker, which then waits for Spark's secret.
     conn = socket.create_connection(("127.0.0.1", port))
     (worker,) = struct.unpack(">i", conn.recv(4))
@@ -99,8 +99,9 @@ SPARK_SCRIPT = textwrap.dedent(
     spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 
     def daemons():
-        jvms = driver_jvms()
-        return [p.pid for p in processes() if p.parent in jvms and p.argv[1:3] == DAEMON_ARGV]
+        listed = processes()
+        jvms = driver_jvms(listed)
+        return [p.pid for p in listed if p.parent in jvms and p.argv[1:3] == DAEMON_ARGV]
 
     assert spark.sparkContext.parallelize(range(4), 1).map(lambda x: x * 2).sum() == 12
     first = daemons()
