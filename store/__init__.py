@@ -31,7 +31,7 @@ from store.errors import (
     UnknownTopic,
 )
 from store.format import vocabulary
-from store.format.arrow_schema import MESSAGE_SCHEMA
+from store.format.arrow_schema import EMPTY_MESSAGE_BATCH, MESSAGE_SCHEMA
 from store.format.ids import ascii_rows, ascii_rows_array, decode_msg_id, encode_msg_id, msg_id_chars
 from store.format.java_hash import java_string_hash, java_string_hashes
 from store.format.kafka_arrow import HEADERS_TYPE as KAFKA_HEADERS_TYPE
@@ -150,6 +150,7 @@ __all__ = [
     "DEFAULT_MAX_RECONSUME_TIMES",
     "DELAY_OPERATOR",
     "DLQ_TOPIC_PREFIX",
+    "EMPTY_MESSAGE_BATCH",
     "GROUP_MAX_LENGTH",
     "GROUP_NAME_PATTERN",
     "ID_PATTERN",

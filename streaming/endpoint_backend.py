@@ -17,7 +17,7 @@ from urllib.parse import urlencode, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store import MESSAGE_SCHEMA, GetStatus
+from store import EMPTY_MESSAGE_BATCH, GetStatus
 from streaming.backend_contract import (
     BACKENDS,
     BACKENDS_LOCK,
@@ -174,7 +174,7 @@ class EndpointBackend:
         path = f"/topics/{topic}/queues/{queue_id}/messages"
         status_code, headers, body = self._puller.get(path, params)
         if status_code == 404:
-            return ReadChunk(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, 0, 0, _empty_batch())
+            return ReadChunk(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, 0, 0, EMPTY_MESSAGE_BATCH)
         if status_code == 307:
             raise QueueElsewhere(f"{self.base_url}{path}: {topic}/{queue_id} lives on another broker")
         if status_code == 503:
@@ -222,17 +222,13 @@ def _parse_queue_heads(doc: Any) -> QueueHeads:
     return {int(e["queue_id"]): (int(e["min_offset"]), int(e["max_offset"])) for e in entries}
 
 
-def _empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=MESSAGE_SCHEMA)
-
-
 def _ipc_to_batch(payload: bytes) -> pa.RecordBatch:
     if not payload:
-        return _empty_batch()
+        return EMPTY_MESSAGE_BATCH
     reader = pa.ipc.open_stream(pa.py_buffer(payload))
     batches = list(reader)
     if not batches:
-        return _empty_batch()
+        return EMPTY_MESSAGE_BATCH
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]

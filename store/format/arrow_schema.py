@@ -30,5 +30,11 @@ MESSAGE_SCHEMA = pa.schema(
     ]
 )
 
+#: A batch of no messages. (``pa.nulls``, not ``from_pylist([])``: pyarrow imports pandas,
+#: 44 MB, to convert a Python list, and a process that only reads need not carry it.)
+EMPTY_MESSAGE_BATCH = pa.RecordBatch.from_arrays(
+    [pa.nulls(0, f.type) for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA
+)
+
 #: Properties surfaced as their own columns and therefore left out of ``properties``.
 COLUMN_PROPERTIES = frozenset({"TAGS", "KEYS", "UNIQ_KEY"})

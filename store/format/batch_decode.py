@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from store.errors import CorruptStore, InvalidArgument
 from store.format.arrow_ranges import CHUNK_ROWS, SliceBytes, as_bytes, gather_ranges, is_utf8
-from store.format.arrow_schema import MESSAGE_SCHEMA, TIMESTAMP
+from store.format.arrow_schema import EMPTY_MESSAGE_BATCH, MESSAGE_SCHEMA, TIMESTAMP
 from store.format.ids import (
     MSG_ID_HEX_LEN,
     MSG_ID_HOST_BYTES,
@@ -107,7 +107,7 @@ def decode_records_to_arrow(
         raise InvalidArgument("starts must be a 1-D array of integer positions")
     positions = positions.astype(np.int64, copy=False)
     if len(positions) == 0:
-        return pa.RecordBatch.from_pylist([], schema=MESSAGE_SCHEMA)
+        return EMPTY_MESSAGE_BATCH
     if len(positions) > 1 and not bool(np.all(positions[1:] > positions[:-1])):
         unique, inverse = np.unique(positions, return_inverse=True)
         return _decode_ascending(data, unique, store_host).take(pa.array(inverse.reshape(-1)))

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from store.consumequeue.consume_queue import ConsumeQueue
 from store.consumequeue.queue_store import ConsumeQueueStore
 from store.errors import UnknownQueue
-from store.format.arrow_schema import MESSAGE_SCHEMA
+from store.format.arrow_schema import EMPTY_MESSAGE_BATCH
 from store.format.batch_decode import decode_records_to_arrow, decode_store_timestamps
 from store.format.record_check import decode_record
 from store.read.tag_filter import TagFilter, parse_tag_expression
@@ -66,10 +66,6 @@ class BatchReadResult:
     @property
     def num_messages(self) -> int:
         return int(self.batch.num_rows)
-
-
-#: (``pa.nulls``, not ``from_pylist``: pyarrow imports pandas for a Python list.)
-EMPTY_BATCH = pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in MESSAGE_SCHEMA], schema=MESSAGE_SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +165,7 @@ class QueueReader:
         window = self._window(topic, queue_id, offset)
         if window.status is not GetStatus.FOUND:
             return BatchReadResult(
-                window.status, window.next_offset, window.min_offset, window.max_offset, EMPTY_BATCH
+                window.status, window.next_offset, window.min_offset, window.max_offset, EMPTY_MESSAGE_BATCH
             )
         queue = self._queues.get(topic, queue_id)
         assert queue is not None
@@ -177,7 +173,11 @@ class QueueReader:
         limit = min(limit, window.max_offset - offset)
         if limit <= 0:
             return BatchReadResult(
-                GetStatus.NO_MATCHED_MESSAGE, offset, window.min_offset, window.max_offset, EMPTY_BATCH
+                GetStatus.NO_MATCHED_MESSAGE,
+                offset,
+                window.min_offset,
+                window.max_offset,
+                EMPTY_MESSAGE_BATCH,
             )
         units = queue.read_units(offset, limit)
         next_offset = offset + len(units)
@@ -243,7 +243,7 @@ class QueueReader:
             keep = tag_filter.code_mask(units["tags_code"].astype(np.int64))
             offsets, sizes = offsets[keep], sizes[keep]
         if len(offsets) == 0:
-            return EMPTY_BATCH
+            return EMPTY_MESSAGE_BATCH
         batches = []
         for rows, base, buf in self._slices(offsets, sizes):
             batches.append(decode_records_to_arrow(buf, offsets[rows] - base))
