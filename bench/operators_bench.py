@@ -283,17 +283,16 @@ def lateness(
     ahead), with ``loaders`` plain producers beside: lateness per message, and the operator
     job's RSS (whole process tree) at the end."""
     kind = f"level {level}" if delay_ms is None else f"timer +{delay_ms} ms"
-    if loaders:
-        kind += f", {loaders} plain producers beside"
     with running_broker(root) as broker, broker.http as http:
         with produce_load(broker.url, loaders):
             started = time.monotonic()
             sent = produce_at_rate(http, "late", rate, seconds, level if delay_ms is None else 0, delay_ms)
             loaded = os.getloadavg()[0]
             wait_until(lambda: relocated(broker) >= sent + 10, 600, f"{sent} deliveries", poll_s=0.5)
-            load_rate = topic_size(http, "load") / (time.monotonic() - started)
-        if loaders:
-            kind += f" ({load_rate:,.0f} msg/s), load {loaded:.1f} at the end of sending"
+            if loaders:
+                load_rate = topic_size(http, "load") / (time.monotonic() - started)
+                kind += f", {loaders} plain producers beside ({load_rate:,.0f} msg/s), load {loaded:.1f}"
+                kind += " at the end of sending"
         due, late = lateness_ms(http, "late", level, delay_ms)
         rss = describe_rss(broker.operators()["job"]["pid"])
         print(
