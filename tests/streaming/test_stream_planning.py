@@ -239,3 +239,28 @@ def test_the_clock_brings_a_batch_once_per_interval_and_is_never_read(tmp_path: 
         assert "~clock/0" not in reader.latestOffset(idle, ReadAllAvailable()), "AvailableNow runs must end"
     with pytest.raises(Exception, match="clockIntervalMs"):
         _reader(store_dir, clockIntervalMs="-1")
+
+
+def _mapped_kb(under: Path) -> int:
+    """This process's resident kB of the file mappings under ``under`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header
+            inside = len(fields) > 5 and fields[5].startswith(str(under))
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+def test_looking_up_the_heads_leaves_no_consume_queue_page_mapped(tmp_path: Path) -> None:
+    """Spark's source runner lives as long as its query: the ConsumeQueue pages a lookup of the
+    queues' heads mapped must not stay in its RSS (the operator job's runners held 19 MB each)."""
+    store_dir = tmp_path / "store"
+    with open_store(store_dir) as store:
+        produce(store, "orders", 10_000, queues=2)
+    reader = _reader(store_dir, startingOffsets="earliest", pollIntervalMs="0")
+    start = reader.initialOffset()
+    assert _mapped_kb(store_dir / "consumequeue") > 0, "the lookup reads the ConsumeQueue files"
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"orders/0": 5_000, "orders/1": 5_000}
+    assert _mapped_kb(store_dir / "consumequeue") == 0
