@@ -6,8 +6,11 @@ fsync under SYNC_FLUSH), then the next group goes. Before a group is taken the d
 yields to the event loop for :data:`GATHER_TURNS` turns, so requests whose bytes have already
 arrived join it (fewer, larger store calls and thread hops under load); a lone request waits
 only those few turns (microseconds on an idle loop), never for a timer. ``put_messages`` is
-all-or-nothing, so when a group fails the messages are retried one by one and each request
-gets its own outcome.
+all-or-nothing before the append: when a group is refused for one message's fault (a bad queue,
+a body too large) nothing was stored, and the messages are stored again one by one so that each
+request gets its own outcome. Any other refusal is the whole group's (the store is closed or not
+writable; a replicated write appended but not acknowledged, ``FLUSH_SLAVE_TIMEOUT``): storing
+the messages again would store twice what the log already holds, so every request gets it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from broker.threads import run_blocking
-from store import Message, PutResult, SparkMQError
+from store import InvalidArgument, Message, PutResult, SparkMQError, UnknownTopic
 
 if TYPE_CHECKING:
     from store import MessageStore
@@ -28,15 +31,18 @@ MAX_GROUP = 1024
 GATHER_TURNS = 4
 
 Outcome = PutResult | SparkMQError
+#: Refusals of a group for one message's own fault, raised before anything is appended.
+MESSAGE_FAULTS = (InvalidArgument, UnknownTopic)
 
 
 def store_each(store: MessageStore, messages: Sequence[Message]) -> list[Outcome]:
-    """Store a group atomically, or, if that fails, message by message. Worker thread."""
+    """Store a group atomically, or, refused for one message's fault, message by message.
+    Worker thread."""
     try:
         return list(store.put_messages(messages))
     except SparkMQError as group_error:
-        if len(messages) == 1:
-            return [group_error]
+        if len(messages) == 1 or not isinstance(group_error, MESSAGE_FAULTS):
+            return [group_error] * len(messages)  # the group's, maybe appended: never again
     outcomes: list[Outcome] = []
     for message in messages:
         try:

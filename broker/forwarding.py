@@ -4,9 +4,12 @@ A single produce whose queue another broker owns costs a whole HTTP round trip t
 Under load, many arrive at once: they wait here a few event-loop turns (no timer, as
 :mod:`broker.coalescer` does for local writes), and every one queued for the same owner
 and topic goes in one ``messages:batch`` request. The owner stores the batch atomically and
-answers per message; each waiting request gets its own result. If the batch is refused as a
-whole (an owner restarting, a route that moved), its messages are sent again one by one, so
-each request gets its own outcome — never another request's error.
+answers per message; each waiting request gets its own result. If the batch is refused for a
+request fault (4xx: one entry's bad queue or body, nothing stored), its messages are sent again
+one by one, so each request gets its own outcome, never another request's error. A refusal of
+the owner's (5xx: restarting, not the master, or a replicated write appended but not
+acknowledged, ``FLUSH_SLAVE_TIMEOUT``) is every request's answer: sending the messages again
+would store twice what the owner's log may already hold.
 
 Only plain messages are coalesced: an idempotent or transactional produce is its own request.
 """
@@ -124,7 +127,11 @@ class ForwardCoalescer:
             for waiter, result in zip(waiters, results, strict=True):
                 _settle(waiter, (201, _ENCODE.encode(result)))
             return
-        # refused as a whole: each message again on its own, for its own outcome
+        if not 400 <= answer.status_code < 500:  # the owner's refusal, maybe after the append
+            for waiter in waiters:
+                _settle(waiter, (answer.status_code, answer.content))
+            return
+        # a request fault, nothing stored: each message again on its own, for its own outcome
         await asyncio.gather(
             *(
                 self._send(key, view, headers, [entry], [waiter])

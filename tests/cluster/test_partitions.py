@@ -16,11 +16,15 @@ back from the surviving master exactly once.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.acks import (
@@ -29,7 +33,9 @@ from tests.support.acks import (
     Attempt,
     ack_windows,
     check_exactly_once,
+    produce_once,
     read_bodies,
+    read_messages,
 )
 from tests.support.cluster import ProcessBroker, ProcessCluster
 from tests.support.proxy import TcpProxy
@@ -94,9 +100,22 @@ def _codes(refused: Sequence[Attempt]) -> set[str]:
 
 
 def _assert_exactly_once(recorder_history: Sequence[Attempt], master: ProcessBroker) -> int:
-    verdict = check_exactly_once(recorder_history, read_bodies(master.url, TOPIC, QUEUES))
-    assert verdict.valid, verdict
+    messages = read_messages(master.url, TOPIC, QUEUES)
+    verdict = check_exactly_once(recorder_history, [m["body"] for m in messages])
+    assert verdict.valid, (verdict, _evidence(verdict.duplicated, recorder_history, messages))
     return verdict.acknowledged
+
+
+def _evidence(bodies: Sequence[str], history: Sequence[Attempt], messages: Sequence[dict]) -> list[str]:
+    """For each duplicated body: every attempt that sent it and every stored copy (queue and
+    CommitLog offsets, store time, ids), to tell a double append from a double dispatch."""
+    fields = ("queue_id", "queue_offset", "commitlog_offset", "store_timestamp", "msg_id", "uniq_key")
+    sent = [(a.body, a.via, a.status, round(a.sent_s, 3), a.detail) for a in history]
+    return [
+        f"{body}: sent {[s[1:] for s in sent if s[0] == body]}; "
+        f"stored {[{k: m[k] for k in fields} for m in messages if m['body'] == body]}"
+        for body in bodies
+    ]
 
 
 def test_a_master_cut_from_zookeeper_stops_acknowledging_before_its_successor_starts(
@@ -137,6 +156,40 @@ def test_a_master_cut_from_zookeeper_stops_acknowledging_before_its_successor_st
         assert gap_s > 0, (windows, gap_s)
         _assert_ordered(windows)
         assert _assert_exactly_once(history, new) == sum(w.count for w in windows.values())
+
+
+def test_produces_refused_after_their_append_are_each_stored_once(tmp_path: Path) -> None:
+    """SYNC replication refuses an acknowledgement after the append (``FLUSH_SLAVE_TIMEOUT``:
+    stored on the master, not acknowledged). Concurrent produces share one group commit at the
+    master, and produces at the slave one forwarded batch: a group so refused must be every
+    request's answer, never stored again message by message (which put each message in the
+    master's log twice: the slave-cut test's ``duplicated=['p0-26', 'p1-25']``)."""
+    with _replica_pair(tmp_path, "ha") as (pair, link):
+        master, slave = pair.master, pair.slave
+        link.cut()  # the slave confirms nothing: each produce waits REPLICATION_TIMEOUT_MS
+        urls = [master.url] * 12 + [slave.url] * 12
+        start = threading.Barrier(len(urls))
+
+        def produce(n: int) -> Attempt:
+            with httpx.Client(base_url=urls[n], timeout=30) as http:
+                http.get("/health")  # connected before the barrier: the produces arrive together
+                start.wait()
+                return produce_once(http, TOPIC, f"c{n}", n % QUEUES)
+
+        with ThreadPoolExecutor(len(urls)) as pool:
+            attempts = list(pool.map(produce, range(len(urls))))
+        link.heal()
+        wait_until(lambda: _in_sync(pair, master) == 2, 60, "the slave to catch up")
+        answers = Counter(_codes([a]).pop() if a.status != 201 else "acknowledged" for a in attempts)
+        print(f"answers: {dict(answers)}")
+        assert answers["flush_slave_timeout"] > 0, answers
+        _assert_exactly_once(attempts, master)
+        on_master = sorted(read_bodies(master.url, TOPIC, QUEUES))
+        wait_until(
+            lambda: sorted(read_bodies(slave.url, TOPIC, QUEUES, replica=True)) == on_master,
+            15,
+            "the slave to hold what the master does",
+        )
 
 
 def test_a_master_back_as_its_session_expires_races_the_election_and_one_side_leads(

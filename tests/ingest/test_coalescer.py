@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.coalescer import ProduceCoalescer, store_each
-from store.errors import MessageTooLarge, UnknownQueue
+from store.errors import FlushSlaveTimeout, MessageTooLarge, NotMaster, UnknownQueue
 from store.message_store import MessageStore
 from store.types import Message
 from tests.support.stores import light_config
@@ -30,6 +30,41 @@ def test_a_failed_group_is_retried_one_by_one(store: MessageStore) -> None:
     assert [type(o) for o in outcomes[1::2]] == [MessageTooLarge, UnknownQueue]
     assert [o.queue_offset for o in outcomes[0::2]] == [0, 1]  # type: ignore[union-attr]
     assert store.max_offset("t", 0) == 2
+
+
+class _SlaveTooSlow:
+    """A replica group's master whose slave does not confirm in time: every write is appended,
+    then refused its acknowledgement (SYNC replication, ``FLUSH_SLAVE_TIMEOUT``)."""
+
+    def check_writable(self) -> None:
+        return None
+
+    def appended(self, end_offset: int) -> None:
+        return None
+
+    def acknowledge(self, end_offset: int) -> None:
+        raise FlushSlaveTimeout("the slave did not confirm within 1000 ms", end_offset=end_offset)
+
+
+def test_a_group_appended_but_not_acknowledged_is_never_stored_again(tmp_path: Path) -> None:
+    """The duplicate a partition test caught: a group appended, then refused (the slave slow to
+    confirm), was stored again message by message, so each message was in the log twice."""
+    with MessageStore.open(light_config(tmp_path / "store", replicated=True)) as replica:
+        replica.replica_log().set_hooks(_SlaveTooSlow())
+        replica.create_topic("t", 2)
+        group = [Message(topic="t", body=f"m{i}".encode(), queue_id=i % 2) for i in range(3)]
+        outcomes = store_each(replica, group)
+        assert [type(o) for o in outcomes] == [FlushSlaveTimeout] * 3
+        assert all(o.appended for o in outcomes)  # type: ignore[union-attr]
+        replica.replica_log().advance_confirm(replica.commitlog_max_offset)  # the slave caught up
+        assert (replica.max_offset("t", 0), replica.max_offset("t", 1)) == (2, 1)  # once each
+        replica.replica_log().set_hooks(None)
+
+
+def test_a_group_refused_for_the_whole_store_is_refused_once_for_each(tmp_path: Path) -> None:
+    with MessageStore.open(light_config(tmp_path / "store", replicated=True)) as replica:
+        outcomes = store_each(replica, [Message(topic="t", body=b"x", queue_id=0)] * 2)
+        assert [type(o) for o in outcomes] == [NotMaster, NotMaster]  # no role yet: nothing stored
 
 
 def test_concurrent_puts_share_a_group_and_keep_their_own_outcome(store: MessageStore) -> None:

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -39,7 +40,7 @@ class Attempt:
     status: int
     #: For a 201: the HTTP port of the broker that appended the message (from its msg id).
     stored_by: int | None = None
-    #: For a refusal: the error code and message, or the transport error.
+    #: The answer's text (for a refusal: the error code and message, or the transport error).
     detail: str = ""
 
 
@@ -91,22 +92,26 @@ class AckRecorder:
         with httpx.Client(base_url=url, timeout=self.timeout_s) as http:
             sequence = 0
             while not self._stop.is_set():
-                body = f"{prefix}-{sequence}"
-                payload = {"body": body, "queue_id": sequence % self.queues}
+                attempt = produce_once(http, self.topic, f"{prefix}-{sequence}", sequence % self.queues)
                 sequence += 1
-                sent = time.monotonic()
-                try:
-                    answer = http.post(f"/topics/{self.topic}/messages", json=payload)
-                except httpx.HTTPError as exc:
-                    self._record(Attempt(body, url, sent, time.monotonic(), 0, detail=repr(exc)))
-                    time.sleep(0.05)
-                    continue
-                self._record(_outcome(body, url, sent, answer))
-                time.sleep(self.pause_s)
+                self._record(attempt)
+                time.sleep(0.05 if attempt.status == 0 else self.pause_s)
 
     def _record(self, attempt: Attempt) -> None:
         with self._lock:
             self.attempts.append(attempt)
+
+
+def produce_once(http: httpx.Client, topic: str, body: str, queue_id: int) -> Attempt:
+    """One single produce of ``body`` through ``http`` (its base URL the broker), never
+    retried, and its :class:`Attempt`."""
+    url = str(http.base_url).rstrip("/")
+    sent = time.monotonic()
+    try:
+        answer = http.post(f"/topics/{topic}/messages", json={"body": body, "queue_id": queue_id})
+    except httpx.HTTPError as exc:
+        return Attempt(body, url, sent, time.monotonic(), 0, detail=repr(exc))
+    return _outcome(body, url, sent, answer)
 
 
 def _outcome(body: str, url: str, sent: float, answer: httpx.Response) -> Attempt:
@@ -114,7 +119,7 @@ def _outcome(body: str, url: str, sent: float, answer: httpx.Response) -> Attemp
     if answer.status_code != 201:
         return Attempt(body, url, sent, answered, answer.status_code, detail=answer.text[:300])
     (_, port), _ = decode_msg_id(answer.json()["msg_id"])
-    return Attempt(body, url, sent, answered, 201, stored_by=port)
+    return Attempt(body, url, sent, answered, 201, stored_by=port, detail=answer.text[:300])
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,13 @@ def read_bodies(url: str, topic: str, queues: int, *, replica: bool = False) -> 
     """Every message body of ``topic`` as the broker at ``url`` serves it, all queues from 0
     (``replica``: a slave answers from its own store, ``readFrom=replica``, up to the offset
     every in-sync member holds, instead of redirecting to its master)."""
-    bodies: list[str] = []
+    return [m["body"] for m in read_messages(url, topic, queues, replica=replica)]
+
+
+def read_messages(url: str, topic: str, queues: int, *, replica: bool = False) -> list[dict[str, Any]]:
+    """:func:`read_bodies`, each message whole as the broker serves it (queue and CommitLog
+    offsets, store time, ids): what a checker shows of a duplicate."""
+    messages: list[dict[str, Any]] = []
     with httpx.Client(base_url=url, timeout=30) as http:
         for queue in range(queues):
             offset = 0
@@ -161,9 +172,9 @@ def read_bodies(url: str, topic: str, queues: int, *, replica: bool = False) -> 
                 page = answer.json()
                 if not page["messages"]:
                     break
-                bodies += [m["body"] for m in page["messages"]]
+                messages += page["messages"]
                 offset = page["next_offset"]
-    return bodies
+    return messages
 
 
 @dataclass(frozen=True)
