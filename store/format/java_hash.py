@@ -46,7 +46,7 @@ def java_string_hashes(texts: Sequence[str] | pa.Array) -> npt.NDArray[np.int32]
 
 
 def prefixed_index_key_hashes(
-    prefixes: Sequence[str], prefix_of: npt.NDArray[np.integer], texts: pa.Array
+    prefixes: Sequence[str], prefix_of: npt.NDArray[np.integer], texts: Sequence[str] | pa.Array
 ) -> npt.NDArray[np.int32]:
     """``index_key_hashes(prefixes[prefix_of[i]] + texts[i])`` without building the strings.
 
@@ -74,6 +74,12 @@ def _hashes_and_lengths(
             np.array([java_string_hash(t) for t in values], dtype=np.int32),
             np.array([len(t.encode("utf-16-le")) // 2 for t in values], dtype=np.int64),
         )
+    if not isinstance(texts, pa.Array):
+        joined = "".join(texts)
+        if joined.isascii():  # the common case (UNIQ_KEYs, ids): the bytes are the code units
+            codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+            lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+            return _hash_code_units(codes, lengths), lengths
     array = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.string())
     if array.type == pa.string():
         offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1 + array.offset)[

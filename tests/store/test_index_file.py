@@ -32,6 +32,7 @@ from store.index.index_service import (
     IndexService,
     file_name_for,
     index_key_entries_arrow,
+    index_key_entries_listed,
     index_key_entries_scalar,
     timestamp_of_file_name,
 )
@@ -254,8 +255,9 @@ KEYS_TEXT = st.one_of(KEY_TEXT, st.lists(KEY_TEXT.map(lambda k: k or ""), max_si
 def test_scalar_and_arrow_index_entries_agree(
     rows: list[tuple[str, str | None, str | None]], as_arrow: bool, data: st.DataObject
 ) -> None:
-    """Small batches are indexed one key at a time, larger ones with Arrow kernels: both give
-    the same entries in the same order, for key columns given as Python or Arrow strings."""
+    """Tiny batches are indexed one key at a time, larger ones hashed together from Python
+    strings or with Arrow kernels: all three give the same entries in the same order, for key
+    columns given as Python or Arrow strings."""
     topics = ("%RETRY%g", "u", "t")
     uniq, keys = [r[1] for r in rows], [r[2] for r in rows]
     batch = DispatchBatch(
@@ -274,8 +276,9 @@ def test_scalar_and_arrow_index_entries_agree(
     picked = data.draw(st.lists(st.sampled_from(range(len(rows))), unique=True).map(sorted)) if rows else []
     selected = np.array(picked, dtype=I64)
     scalar, arrow = index_key_entries_scalar(batch, selected), index_key_entries_arrow(batch, selected)
-    assert scalar[0].tolist() == arrow[0].tolist()
-    assert scalar[1].tolist() == arrow[1].tolist()
+    listed = index_key_entries_listed(batch, selected)
+    assert scalar[0].tolist() == arrow[0].tolist() == listed[0].tolist()
+    assert scalar[1].tolist() == arrow[1].tolist() == listed[1].tolist()
     expected = [
         (index_key_hash(f"{rows[i][0]}#{key}"), i)
         for i in picked
