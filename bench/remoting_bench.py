@@ -11,7 +11,9 @@
 
 The load is a small asyncio remoting client over the door's own codec
 (:mod:`ingest_api.remoting.codec`). Client and server share the machine: figures are what this
-box does end to end. Not a CI gate.
+box does end to end. The broker's CPU per message of the two send workloads (``/proc``) is
+printed too: the broker is bound by the GIL, so that is what the send ratio follows. Not a CI
+gate.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ from collections.abc import Iterator
 
 import httpx
 
-from bench.http_bench import BODY, Figure, KeepAliveClient, _free_port, _percentile_ms, bench_single
+from bench.http_bench import (
+    BODY,
+    Figure,
+    KeepAliveClient,
+    _free_port,
+    _percentile_ms,
+    bench_single,
+    cpu_seconds,
+)
 from ingest_api.remoting.codec import FRAME_LENGTH, RemotingCommand, decode_frame, encode_command, request
 from ingest_api.remoting.codes import RequestCode, ResponseCode
 from ingest_api.remoting.headers import SendMessageRequest, send_request_ext_fields
@@ -40,8 +50,8 @@ PAGE = 32
 
 
 @contextlib.contextmanager
-def local_broker() -> Iterator[tuple[str, int]]:
-    """`sparkmq serve --remoting-port` on a temporary store: (HTTP URL, remoting port)."""
+def local_broker() -> Iterator[tuple[str, int, int]]:
+    """`sparkmq serve --remoting-port` on a temporary store: (HTTP URL, remoting port, pid)."""
     with tempfile.TemporaryDirectory(prefix="sparkmq-bench-") as store_dir:
         port, remoting = _free_port(), _free_port()
         command = [
@@ -59,7 +69,7 @@ def local_broker() -> Iterator[tuple[str, int]]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("broker did not start")
                 time.sleep(0.1)
-            yield url, remoting
+            yield url, remoting, process.pid
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -168,11 +178,14 @@ async def route_p99_ms(port: int, lookups: int) -> float:
     return _percentile_ms(latencies, 0.99)
 
 
-async def run(url: str, port: int, seconds: float, connections: int, lookups: int) -> None:
+async def run(url: str, port: int, pid: int, seconds: float, connections: int, lookups: int) -> None:
     with httpx.Client(base_url=url) as http:
         http.put(f"/topics/{TOPIC}", json={"queues": 1}).raise_for_status()
+    before = cpu_seconds(pid)
     http_send = await bench_single(url, TOPIC, seconds, connections)
+    between = cpu_seconds(pid)
     remoting_send = await bench_remoting_send(port, seconds, connections)
+    after = cpu_seconds(pid)
     stored = http_send.count + remoting_send.count
     http_pull = bench_http_pull(url, stored)
     remoting_pull = await bench_remoting_pull(port, stored)
@@ -180,6 +193,9 @@ async def run(url: str, port: int, seconds: float, connections: int, lookups: in
     for figure in (http_send, remoting_send, http_pull, remoting_pull):
         print(figure.line())
     print(f"{'route lookup p99':<34} {p99:>14.3f} ms   ({lookups} lookups)")
+    http_us = 1e6 * (between - before) / max(http_send.count, 1)
+    remoting_us = 1e6 * (after - between) / max(remoting_send.count, 1)
+    print(f"broker CPU per message: HTTP single produce {http_us:.0f} us, remoting send {remoting_us:.0f} us")
     print(f"remoting send / HTTP single produce: {remoting_send.rate / http_send.rate:.2f}x (goal >= 1.5x)")
     print(f"remoting pull / HTTP JSON pull:      {remoting_pull.rate / http_pull.rate:.2f}x (goal >= 1x)")
     print(f"route lookup p99:                    {p99:.3f} ms (goal <= 2 ms)")
@@ -193,8 +209,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--lookups", type=int, default=2000)
     args = parser.parse_args()
-    with local_broker() as (url, port):
-        asyncio.run(run(url, port, args.seconds, args.connections, args.lookups))
+    with local_broker() as (url, port, pid):
+        asyncio.run(run(url, port, pid, args.seconds, args.connections, args.lookups))
 
 
 if __name__ == "__main__":
