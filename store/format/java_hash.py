@@ -77,9 +77,8 @@ def _hashes_and_lengths(
     if not isinstance(texts, pa.Array):
         joined = "".join(texts)
         if joined.isascii():  # the common case (UNIQ_KEYs, ids): the bytes are the code units
-            codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
             lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-            return _hash_code_units(codes, lengths), lengths
+            return _hash_code_units(np.frombuffer(joined.encode("ascii"), dtype=np.uint8), lengths), lengths
     array = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.string())
     if array.type == pa.string():
         offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1 + array.offset)[
