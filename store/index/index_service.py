@@ -94,25 +94,11 @@ def index_key_entries_listed(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]
     parts (:func:`prefixed_index_key_hashes`: one matrix product per key length, no key string
     joined): for key columns given as Python lists (the single produces' group commits), and
     small Arrow ones."""
-    picked = rows.tolist()
-    texts: list[str] = []
-    key_rows: list[int] = []
-    codes = batch.topic_codes
-    columns = (_values(batch.uniq_keys, rows), _values(batch.keys, rows))
-    for row, uniq, keys in zip(picked, *columns, strict=True):
-        if uniq:
-            texts.append(uniq)
-            key_rows.append(row)
-        if keys:
-            for token in keys.split(" "):
-                if token:
-                    texts.append(token)
-                    key_rows.append(row)
-    at = np.array(key_rows, dtype=np.int64)
+    texts, at = _index_keys(batch, rows)
     if not texts:
         return np.zeros(0, dtype=np.int32), at
     prefixes = [t + KEY_SEPARATOR for t in batch.topics]
-    return prefixed_index_key_hashes(prefixes, codes[at], texts), at
+    return prefixed_index_key_hashes(prefixes, batch.topic_codes[at], texts), at
 
 
 def index_key_entries_arrow(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
@@ -169,17 +155,27 @@ def _non_empty(strings: pa.Array) -> tuple[I64, pa.Array]:
 def index_key_entries_scalar(batch: DispatchBatch, rows: I64) -> tuple[I32, I64]:
     """:func:`index_key_entries` one key at a time: RocketMQ's rule as written,
     ``abs(("topic#" + key).hashCode())`` per UNIQ_KEY and per non-empty KEYS token."""
-    picked = rows.tolist()
-    hashes: list[int] = []
+    texts, at = _index_keys(batch, rows)
+    topics, codes = batch.topics, batch.topic_codes
+    hashes = [
+        index_key_hash(topics[int(codes[row])] + KEY_SEPARATOR + key)
+        for key, row in zip(texts, at.tolist(), strict=True)
+    ]
+    return np.array(hashes, dtype=np.int32), at
+
+
+def _index_keys(batch: DispatchBatch, rows: I64) -> tuple[list[str], I64]:
+    """The keys ``rows`` are indexed under, in order (per message its UNIQ_KEY, then each
+    non-empty KEYS token), and the row of each."""
+    keys: list[str] = []
     key_rows: list[int] = []
     columns = (_values(batch.uniq_keys, rows), _values(batch.keys, rows))
-    for row, uniq, keys in zip(picked, *columns, strict=True):
-        prefix = batch.topics[int(batch.topic_codes[row])] + KEY_SEPARATOR
-        for key in [uniq, *(keys.split(" ") if keys else ())]:
+    for row, uniq, tokens in zip(rows.tolist(), *columns, strict=True):
+        for key in [uniq, *(tokens.split(" ") if tokens else ())]:
             if key:
-                hashes.append(index_key_hash(prefix + key))
+                keys.append(key)
                 key_rows.append(row)
-    return np.array(hashes, dtype=np.int32), np.array(key_rows, dtype=np.int64)
+    return keys, np.array(key_rows, dtype=np.int64)
 
 
 def _values(column: Sequence[str | None], rows: I64) -> list[str | None]:
