@@ -11,39 +11,21 @@ from store import FlushSlaveTimeout
 from store.publish.transactions import EndRequest, TransactionService
 from store.write.transactions import TxOutcome
 from tests.store.test_transactions import open_replicated, put_halves
-
-
-class _Master:
-    """A master whose slaves confirm every write."""
-
-    def check_writable(self) -> None:
-        return None
-
-    def appended(self, end_offset: int) -> None:
-        return None
-
-    def acknowledge(self, end_offset: int) -> None:
-        return None
-
-
-class _SlaveTooSlow(_Master):
-    """A master whose slave does not confirm in time (``FLUSH_SLAVE_TIMEOUT`` after the append)."""
-
-    def acknowledge(self, end_offset: int) -> None:
-        raise FlushSlaveTimeout("the slave did not confirm within 1000 ms", end_offset=end_offset)
+from tests.support.replication_faults import AckTimesOut
 
 
 def test_ends_refused_after_their_append_are_never_stored_twice(tmp_path: Path) -> None:
     with open_replicated(tmp_path / "s") as ms:
         replica = ms.replica_log()
-        replica.set_hooks(_Master())
+        hooks = AckTimesOut()  # a master whose slaves confirm every write, until armed
+        replica.set_hooks(hooks)
         ms.create_topic("orders", 4)
         service = TransactionService.open(ms)
         ends = [EndRequest(put_halves(ms, service, ["orders"]), TxOutcome.COMMIT, "pg") for _ in range(2)]
         coalescer = EndCoalescer(service)
-        replica.set_hooks(_SlaveTooSlow())
+        hooks.armed = 1_000  # the slave does not confirm in time: FLUSH_SLAVE_TIMEOUT after the append
         assert [type(o) for o in coalescer._end_each(ends)] == [FlushSlaveTimeout] * 2
-        replica.set_hooks(_Master())  # the slave caught up: the producers end again
+        hooks.armed = 0  # the slave caught up: the producers end again
         again = coalescer._end_each(ends)
         assert [getattr(o, "outcome", o) for o in again] == [TxOutcome.COMMIT] * 2
         replica.advance_confirm(ms.commitlog_max_offset)

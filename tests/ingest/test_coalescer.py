@@ -12,6 +12,7 @@ from broker.coalescer import ProduceCoalescer, store_each
 from store.errors import FlushSlaveTimeout, MessageTooLarge, NotMaster, UnknownQueue
 from store.message_store import MessageStore
 from store.types import Message
+from tests.support.replication_faults import AckTimesOut
 from tests.support.stores import light_config
 
 
@@ -32,25 +33,13 @@ def test_a_failed_group_is_retried_one_by_one(store: MessageStore) -> None:
     assert store.max_offset("t", 0) == 2
 
 
-class _SlaveTooSlow:
-    """A replica group's master whose slave does not confirm in time: every write is appended,
-    then refused its acknowledgement (SYNC replication, ``FLUSH_SLAVE_TIMEOUT``)."""
-
-    def check_writable(self) -> None:
-        return None
-
-    def appended(self, end_offset: int) -> None:
-        return None
-
-    def acknowledge(self, end_offset: int) -> None:
-        raise FlushSlaveTimeout("the slave did not confirm within 1000 ms", end_offset=end_offset)
-
-
 def test_a_group_appended_but_not_acknowledged_is_never_stored_again(tmp_path: Path) -> None:
     """The duplicate a partition test caught: a group appended, then refused (the slave slow to
     confirm), was stored again message by message, so each message was in the log twice."""
     with MessageStore.open(light_config(tmp_path / "store", replicated=True)) as replica:
-        replica.replica_log().set_hooks(_SlaveTooSlow())
+        slave_too_slow = AckTimesOut()  # every write appended, then FLUSH_SLAVE_TIMEOUT
+        slave_too_slow.armed = 1_000
+        replica.replica_log().set_hooks(slave_too_slow)
         replica.create_topic("t", 2)
         group = [Message(topic="t", body=f"m{i}".encode(), queue_id=i % 2) for i in range(3)]
         outcomes = store_each(replica, group)

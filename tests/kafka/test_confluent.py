@@ -202,7 +202,7 @@ def test_an_idempotent_retry_is_acknowledged_only_once_replicated(
     producer's first batch is checked there), and is answered only once the in-sync replicas
     hold it: its own acknowledgement times out too here, so only a third attempt is answered.
     Never acknowledged sooner, stored once."""
-    from tests.kafka.replication_faults import AckTimesOut
+    from tests.support.replication_faults import AckTimesOut
 
     store.create_topic("acked-once", 1)
     store.create_topic("acked-warm", 1)
@@ -228,7 +228,7 @@ def test_a_retry_of_a_later_batch_stored_unacknowledged_is_stored_once(
     partition had been written new, the next ones skipped the store lookup; a batch stored
     whose acknowledgement timed out was not recorded, so its retry, next in sequence, was
     written again. A failed append now makes the partition's next batches look in the store."""
-    from tests.kafka.replication_faults import AckTimesOut
+    from tests.support.replication_faults import AckTimesOut
 
     store.create_topic("acked-later", 1)
     hooks = AckTimesOut()
@@ -259,7 +259,7 @@ def test_batches_in_flight_behind_one_stored_unacknowledged_are_each_stored_once
     epoch and numbers every unsent message again, the refused batch's retry included, under
     new UNIQ_KEYs: stored a second time. Kafka records a batch's sequence once it is in the
     log, acknowledged or not; so does the gateway now, and the batches behind it are taken."""
-    from tests.kafka.replication_faults import AckTimesOut
+    from tests.support.replication_faults import AckTimesOut
 
     store.create_topic("in-flight", 1)
     hooks = AckTimesOut()

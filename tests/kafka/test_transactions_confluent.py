@@ -15,8 +15,8 @@ from ingest_api.kafka.txn_log import TxnStateLog
 from ingest_api.kafka.txn_reload import catch_up_promotion
 from store import TRANS_HALF_TOPIC, MessageStore
 from store.publish import TransactionService
-from tests.kafka.replication_faults import AckTimesOut
 from tests.kafka.test_confluent import FAST, consumer, poll_values
+from tests.support.replication_faults import AckTimesOut
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka

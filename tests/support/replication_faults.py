@@ -1,4 +1,4 @@
-"""Fault injection for the Kafka door's tests: a replica's acknowledgement that times out."""
+"""Fault injection for tests on a replicated store: a replica's acknowledgement that times out."""
 
 from __future__ import annotations
 
